@@ -1,0 +1,63 @@
+"""Start a helper only when its runtime dependencies import.
+
+An installed skill copy runs with whatever ``python3`` the agent finds. When a
+dependency is missing, the user should read which package to install and how, not an
+ImportError traceback from deep inside a module.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from typing import Iterable
+
+# import name -> PyPI distribution name
+PIP_NAMES: dict[str, str] = {
+    "yaml": "pyyaml",
+    "markdown_it": "markdown-it-py",
+    "jsonschema": "jsonschema",
+    "model_signing": "model-signing",
+    "OpenSSL": "pyopenssl",
+    "llama_cpp": "llama-cpp-python",
+}
+
+MIN_PYTHON = (3, 10)
+
+
+def missing_modules(modules: Iterable[str]) -> list[str]:
+    """The import names among ``modules`` that this interpreter cannot find."""
+    absent = []
+    for name in modules:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            absent.append(name)
+    return absent
+
+
+def install_hint(modules: Iterable[str]) -> str:
+    packages = " ".join(PIP_NAMES.get(m, m) for m in modules)
+    return f"{sys.executable} -m pip install {packages}"
+
+
+def launch(module: str, prog: str, requires: Iterable[str] = ()) -> None:
+    """Check the interpreter and dependencies, then run ``module.main`` via cli.run."""
+    if sys.version_info < MIN_PYTHON:
+        need = ".".join(map(str, MIN_PYTHON))
+        sys.stderr.write(f"{prog}: error: needs Python >= {need}, this is {sys.version.split()[0]}\n")
+        raise SystemExit(2)
+    # --help must teach even in a bare interpreter: command modules import their
+    # third-party libraries only after argument parsing, so help needs none of them.
+    asks_help = any(arg in ("-h", "--help") for arg in sys.argv[1:])
+    absent = [] if asks_help else missing_modules(requires)
+    if absent:
+        names = ", ".join(f"{PIP_NAMES.get(m, m)} (import {m})" for m in absent)
+        sys.stderr.write(f"{prog}: error: missing Python package(s): {names}; install with: {install_hint(absent)}\n")
+        raise SystemExit(2)
+    from memtune import cli
+
+    entry = importlib.import_module(module)
+    cli.run(entry.main, prog)

@@ -1,0 +1,1 @@
+"""One module per helper script: argument parsing and output, no arithmetic."""

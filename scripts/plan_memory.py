@@ -1,0 +1,15 @@
+#!/usr/bin/env python3
+"""This run does not fit: which change makes it fit at the lowest throughput cost?
+
+Thin entry point: the work is done by memtune.commands.plan_memory. Run with --help.
+"""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from memtune.bootstrap import launch  # noqa: E402
+
+if __name__ == "__main__":
+    launch("memtune.commands.plan_memory", prog="plan_memory.py", requires=('yaml',))
