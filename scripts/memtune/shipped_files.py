@@ -157,7 +157,10 @@ def shipped_set(root: Path, signature_rel: str | None = SIGNATURE_NAME, use_git:
     else:
         candidates = _walk(root)
         mode = MODE_DIRECTORY
-    shipped = [p for p in candidates if not is_excluded(p) and p != signature_rel]
+    # The default signature name never counts, even when this run writes elsewhere:
+    # an old skill.oms.sig left in the tree is not content.
+    never = {SIGNATURE_NAME, signature_rel}
+    shipped = [p for p in candidates if not is_excluded(p) and p not in never]
     for rel in shipped:
         if (root / rel).is_symlink():
             raise InputError(

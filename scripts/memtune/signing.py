@@ -145,7 +145,7 @@ def load_certificates(path: Path, what: str) -> list[Any]:
     except ValueError:
         certs = []
     if not certs:
-        raise InputError(f"{what} {path} holds no PEM certificate (expected '-----BEGIN CERTIFICATE-----')")
+        raise InputError(f"{what} {path} holds no PEM certificate (expected PEM blocks of type CERTIFICATE)")
     return certs
 
 
@@ -165,7 +165,7 @@ def _load_private_key(path: Path) -> Any:
     except TypeError:
         raise InputError(f"private key {path} is encrypted; model_signing's certificate signer needs an unencrypted PEM key") from None
     except (ValueError, UnsupportedAlgorithm):
-        raise InputError(f"private key {path} is not a PEM private key (expected '-----BEGIN PRIVATE KEY-----')") from None
+        raise InputError(f"private key {path} is not a PEM private key (expected a PEM block of type PRIVATE KEY, PKCS#8)") from None
     if not isinstance(key, ec.EllipticCurvePrivateKey):
         raise InputError(f"private key {path} is not an elliptic-curve key; model_signing signs with EC keys ({', '.join(SUPPORTED_CURVES)})")
     if key.curve.name not in SUPPORTED_CURVES:

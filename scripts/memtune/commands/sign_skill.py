@@ -165,7 +165,7 @@ def _sign(args: argparse.Namespace, root: Path, notes: list[str]) -> int:
         commit = shipped_files.git_head(root) + ("-dirty" if dirty else "")
     if not shipped.files:
         raise InputError(f"{root} has no files to sign")
-    ignore = ([own] if own else []) + list(shipped_files.bytecode_cache_dirs(shipped.files))
+    ignore = sorted({SIGNATURE_NAME, *([own] if own else [])}) + list(shipped_files.bytecode_cache_dirs(shipped.files))
 
     with tempfile.TemporaryDirectory(prefix="sign_skill.") as tmp:
         tree = shipped_files.export(shipped, Path(tmp) / _skill_name(root))
