@@ -142,3 +142,10 @@ def export_tracked(repo: Path, dest_parent: Path) -> Path:
         shutil.copytree(repo, dest, ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache", ".venv", "skill.oms.sig"))
     (dest / "skill.oms.sig").unlink(missing_ok=True)
     return dest
+
+
+def git_commit_all(repo: Path) -> None:
+    """Make ``repo`` a git work tree whose HEAD holds every file now in it."""
+    for args in (["init", "-q"], ["add", "-A"],
+                 ["-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "release"]):
+        subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)

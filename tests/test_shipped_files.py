@@ -3,17 +3,12 @@
 from __future__ import annotations
 
 import os
-import subprocess
-from pathlib import Path
 
 import pytest
 
 from memtune import shipped_files
 from memtune.cli import InputError
-
-
-def git(repo: Path, *args: str) -> None:
-    subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+from signing_pki import git_commit_all
 
 
 @pytest.fixture
@@ -30,9 +25,7 @@ def repo(tmp_path):
     }.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
-    git(root.parent, "init", "-q", str(root))
-    git(root, "add", "-A")
-    git(root, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "init")
+    git_commit_all(root)
     (root / ".venv" / "lib").mkdir(parents=True)
     (root / ".venv" / "lib" / "site.py").write_text("junk\n")
     (root / "scripts" / "__pycache__").mkdir()

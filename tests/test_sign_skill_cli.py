@@ -16,7 +16,7 @@ import pytest
 
 from memtune import cli
 from memtune.commands import sign_skill
-from signing_pki import export_tracked, make_pki
+from signing_pki import export_tracked, git_commit_all, make_pki
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ENTRY = REPO_ROOT / "scripts" / "sign_skill.py"
@@ -139,12 +139,7 @@ def test_private_key_inside_the_package_is_refused(capsys, package, pki):
 
 
 def test_dirty_git_tree_is_refused_unless_allowed(capsys, package, pki):
-    def git(*args):
-        subprocess.run(["git", "-C", str(package), *args], check=True, capture_output=True)
-
-    git("init", "-q")
-    git("add", "-A")
-    git("-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "release")
+    git_commit_all(package)
     (package / "SKILL.md").write_text("edited\n")
     code, _, err = sign(capsys, package, pki)
     assert code == 2 and "uncommitted changes (SKILL.md)" in err and "--allow-dirty" in err
@@ -156,12 +151,7 @@ def test_dirty_git_tree_is_refused_unless_allowed(capsys, package, pki):
 
 
 def test_git_checkout_verifies_its_tracked_files_despite_venv(capsys, package, pki):
-    def git(*args):
-        subprocess.run(["git", "-C", str(package), *args], check=True, capture_output=True)
-
-    git("init", "-q")
-    git("add", "-A")
-    git("-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "release")
+    git_commit_all(package)
     assert sign(capsys, package, pki)[0] == 0
     (package / ".venv" / "bin").mkdir(parents=True)  # ignored by .gitignore, never ships
     (package / ".venv" / "bin" / "python").write_text("x")
