@@ -149,15 +149,26 @@ def test_bytecode_caches_do_not_break_a_used_copy(package, material, pki):
 # --------------------------------------------------------------------------- cross-compat
 
 
-def test_cli_signature_verifies_with_ours(package, pki):
+def cli_sign(package: Path, key: Path, cert: Path, chain: Path) -> None:
     result = subprocess.run(
         [*MODEL_SIGNING, "sign", "certificate", str(package), "--signature", str(package / "skill.oms.sig"),
-         "--private_key", str(pki.leaf_key), "--signing_certificate", str(pki.leaf_cert),
-         "--certificate_chain", str(pki.chain)],
+         "--private_key", str(key), "--signing_certificate", str(cert), "--certificate_chain", str(chain)],
         capture_output=True, text=True, timeout=120,
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_cli_signature_verifies_with_ours(package, pki):
+    cli_sign(package, pki.leaf_key, pki.leaf_cert, pki.chain)
     assert verify(package, pki.root_cert).ok
+
+
+def test_cli_signature_from_a_tls_certificate_is_rejected_by_ours(package, pki):
+    """The plain CLI signs and accepts a serverAuth certificate; we refuse to trust it."""
+    cli_sign(package, pki.tls_key, pki.tls_cert, pki.chain)
+    outcome = verify(package, pki.root_cert)
+    assert not outcome.ok and outcome.failure.kind == "certificate-usage"
+    assert "Test TLS Server" in outcome.failure.message
 
 
 def test_our_signature_verifies_with_cli(package, material, pki):

@@ -49,14 +49,16 @@ class CertInfo:
     not_before: str
     not_after: str
     sha256: str
+    code_signing: bool = False
 
-    def as_dict(self) -> dict[str, str]:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "subject": self.subject,
             "issuer": self.issuer,
             "not_before": self.not_before,
             "not_after": self.not_after,
             "sha256": self.sha256,
+            "code_signing": self.code_signing,
         }
 
 
@@ -114,6 +116,16 @@ def _fingerprint(cert: Any) -> str:
     return ":".join(f"{b:02X}" for b in cert.fingerprint(hashes.SHA256()))
 
 
+def _has_code_signing(cert: Any) -> bool:
+    from cryptography import x509
+    from cryptography.x509.oid import ExtendedKeyUsageOID
+
+    try:
+        return ExtendedKeyUsageOID.CODE_SIGNING in cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    except x509.ExtensionNotFound:
+        return False
+
+
 def cert_info(cert: Any) -> CertInfo:
     return CertInfo(
         subject=cert.subject.rfc4514_string(),
@@ -121,6 +133,7 @@ def cert_info(cert: Any) -> CertInfo:
         not_before=cert.not_valid_before_utc.isoformat(),
         not_after=cert.not_valid_after_utc.isoformat(),
         sha256=_fingerprint(cert),
+        code_signing=_has_code_signing(cert),
     )
 
 
@@ -182,7 +195,6 @@ def check_key_material(material: KeyMaterial, now: _dt.datetime | None = None) -
     """
     from cryptography import x509
     from cryptography.hazmat.primitives import serialization
-    from cryptography.x509.oid import ExtendedKeyUsageOID
 
     key = _load_private_key(material.private_key)
     cert = load_certificates(material.signing_cert, "signing certificate")[0]
@@ -202,11 +214,7 @@ def check_key_material(material: KeyMaterial, now: _dt.datetime | None = None) -
         raise InputError(f"signing certificate {material.signing_cert} expired on {cert.not_valid_after_utc:%Y-%m-%d}; sign with a current certificate")
     if now < cert.not_valid_before_utc:
         raise InputError(f"signing certificate {material.signing_cert} is not valid before {cert.not_valid_before_utc:%Y-%m-%d}")
-    try:
-        eku = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
-    except x509.ExtensionNotFound:
-        eku = []
-    if ExtendedKeyUsageOID.CODE_SIGNING not in eku:
+    if not _has_code_signing(cert):
         raise InputError(f"signing certificate {material.signing_cert} is not a code-signing certificate (extendedKeyUsage lacks codeSigning)")
     try:
         usage = cert.extensions.get_extension_for_class(x509.KeyUsage).value
@@ -359,8 +367,19 @@ def compare(expected: Mapping[str, str], actual: Mapping[str, str]) -> Drift:
 
 
 def verify_with_report(tree: Path, signature: Path, anchors: Sequence[Path], statement: SignedStatement) -> VerifyOutcome:
-    """verify_tree plus, on failure, which files changed, appeared or disappeared."""
+    """verify_tree plus, on failure, which files changed, appeared or disappeared.
+
+    Stricter than the plain CLI in one point: the signing certificate must carry the
+    codeSigning extended key usage (model_signing also accepts any certificate whose
+    keyUsage allows digitalSignature, such as a TLS server certificate).
+    """
     failure = verify_tree(tree, signature, anchors)
+    if failure is None and statement.signer is not None and not statement.signer.code_signing:
+        failure = Failure(
+            "certificate-usage",
+            f"the signing certificate in {signature} ({statement.signer.subject}) is not a code-signing "
+            "certificate (extendedKeyUsage lacks codeSigning)",
+        )
     if failure is None:
         return VerifyOutcome(None)
     actual = actual_digests(tree, signature, statement)
