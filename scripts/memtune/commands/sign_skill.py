@@ -57,7 +57,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="{sign,verify}")
     common = {"formatter_class": argparse.RawDescriptionHelpFormatter}
 
-    sign = sub.add_parser("sign", help="write skill.oms.sig for a package tree", epilog=EPILOG, **common)
+    sign = sub.add_parser(
+        "sign", help="write skill.oms.sig for a package tree", epilog=EPILOG, **common,
+        description="Sign the files the package ships (git-tracked files of a clean work tree, or every file of a\n"
+        "plain folder) with the release key. Nothing is written unless the key material is valid (matching\n"
+        "key, current code-signing certificate) and the new signature verifies against --root-cert.\n"
+        "Exit 0 signed, 2 bad input.",
+    )
     sign.add_argument("directory", nargs="?", type=Path, default=paths.SKILL_ROOT, help="package root (default: this package)")
     sign.add_argument("--private-key", type=Path, help=f"leaf private key, PEM (or ${ENV_KEY}); must be outside the package")
     sign.add_argument("--signing-cert", type=Path, help=f"leaf code-signing certificate, PEM (or ${ENV_CERT})")
@@ -67,7 +73,13 @@ def build_parser() -> argparse.ArgumentParser:
     sign.add_argument("--allow-dirty", action="store_true", help="sign a git work tree with uncommitted changes (the signature then matches no commit)")
     sign.add_argument("--json", action="store_true", help="print one JSON document")
 
-    verify = sub.add_parser("verify", help="strictly verify a package tree against skill.oms.sig", epilog=EPILOG, **common)
+    verify = sub.add_parser(
+        "verify", help="strictly verify a package tree against skill.oms.sig", epilog=EPILOG, **common,
+        description="Strictly verify a package tree (a git checkout: its tracked files; any other folder, such as an\n"
+        "installed copy: every file) against skill.oms.sig and the trust anchor. A symlinked DIRECTORY is\n"
+        "resolved. On failure, lists the changed, added and missing files.\n"
+        "Exit 0 verified, 1 verification failed, 2 bad input.",
+    )
     verify.add_argument("directory", nargs="?", type=Path, default=paths.SKILL_ROOT, help="package root (default: this package)")
     verify.add_argument("--signature", type=Path, help=f"signature file (default: DIRECTORY/{SIGNATURE_NAME})")
     verify.add_argument("--root-cert", type=Path, default=DEFAULT_ROOT_CERT, help="trust anchor, PEM (default: signing/root-cert.pem of this package)")
