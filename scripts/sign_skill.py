@@ -7,6 +7,8 @@ Thin entry point: the work is done by memtune.commands.sign_skill. Run with --he
 import sys
 from pathlib import Path
 
+# Bytecode caches would appear inside the very tree this helper verifies.
+sys.dont_write_bytecode = True
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from memtune.bootstrap import launch  # noqa: E402

@@ -1,14 +1,287 @@
-"""sign_skill.py: Sign or verify skill.oms.sig over every shipped file."""
+"""sign_skill.py: sign or verify skill.oms.sig over every file the skill ships."""
 
 from __future__ import annotations
 
-from typing import Sequence
+import argparse
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any, Sequence
 
-from memtune.cli import InputError, make_parser
+from memtune import paths, shipped_files
+from memtune.cli import EXIT_FINDINGS, EXIT_OK, InputError, make_parser, print_json
+from memtune.shipped_files import SIGNATURE_NAME
+
+DEFAULT_ROOT_CERT = paths.SKILL_ROOT / "signing" / "root-cert.pem"
+ENV_KEY = "MEMTUNE_SIGNING_KEY"
+ENV_CERT = "MEMTUNE_SIGNING_CERT"
+ENV_CHAIN = "MEMTUNE_SIGNING_CHAIN"
+MAX_LISTED = 20
+
+DESCRIPTION = """\
+Sign or verify skill.oms.sig, the OMS (Sigstore bundle) signature over every file the
+skill ships. `npx skills add` copies the whole package minus .git, __pycache__ and
+metadata.json, so the signature covers all of it and the strict form of
+`model_signing verify certificate` (no --ignore_unsigned_files) passes.
+
+  sign    sign the git-tracked files of a clean work tree (or every file of a plain
+          folder) with the release key; key material comes from options or environment
+          variables, never from inside the repository; the new signature must verify
+          against the trust anchor before it replaces the old one.
+  verify  strict verification against the trust anchor (default: this package's
+          signing/root-cert.pem); on failure, which files changed, were added or are
+          missing. Exit 0 verified, 1 verification failed, 2 bad input.
+"""
+
+EPILOG = f"""\
+examples:
+  # verify this package (a git checkout checks its tracked files)
+  python3 scripts/sign_skill.py verify
+  # verify an installed copy; the Claude Code path is a symlink and is resolved
+  python3 scripts/sign_skill.py verify .claude/skills/nemo-mbridge-perf-memory-tuning --json
+  # the same check with the plain model_signing CLI (strict)
+  model_signing verify certificate .agents/skills/nemo-mbridge-perf-memory-tuning \\
+    --signature .agents/skills/nemo-mbridge-perf-memory-tuning/skill.oms.sig \\
+    --certificate_chain signing/root-cert.pem
+  # sign (release key kept outside the repo)
+  {ENV_KEY}=../shared/signing/signing-key.pem {ENV_CERT}=../shared/signing/signing-cert.pem \\
+  {ENV_CHAIN}=../shared/signing/chain.pem python3 scripts/sign_skill.py sign
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = make_parser("sign_skill.py", DESCRIPTION, EPILOG)
+    # Not required=True: argparse would then report a missing subcommand before an unknown
+    # option, hiding the option the user mistyped.
+    sub = parser.add_subparsers(dest="command", metavar="{sign,verify}")
+    common = {"formatter_class": argparse.RawDescriptionHelpFormatter}
+
+    sign = sub.add_parser(
+        "sign", help="write skill.oms.sig for a package tree", epilog=EPILOG, **common,
+        description="Sign the files the package ships (git-tracked files of a clean work tree, or every file of a\n"
+        "plain folder) with the release key. Nothing is written unless the key material is valid (matching\n"
+        "key, current code-signing certificate) and the new signature verifies against --root-cert.\n"
+        "Exit 0 signed, 2 bad input.",
+    )
+    sign.add_argument("directory", nargs="?", type=Path, default=paths.SKILL_ROOT, help="package root (default: this package)")
+    sign.add_argument("--private-key", type=Path, help=f"leaf private key, PEM (or ${ENV_KEY}); must be outside the package")
+    sign.add_argument("--signing-cert", type=Path, help=f"leaf code-signing certificate, PEM (or ${ENV_CERT})")
+    sign.add_argument("--cert-chain", type=Path, action="append", help=f"intermediate + root certificates, PEM; repeatable (or ${ENV_CHAIN}, {os.pathsep}-separated)")
+    sign.add_argument("--signature", type=Path, help=f"where to write the signature (default: DIRECTORY/{SIGNATURE_NAME})")
+    sign.add_argument("--root-cert", type=Path, default=DEFAULT_ROOT_CERT, help="trust anchor the new signature must verify against (default: signing/root-cert.pem)")
+    sign.add_argument("--allow-dirty", action="store_true", help="sign a git work tree with uncommitted changes (the signature then matches no commit)")
+    sign.add_argument("--json", action="store_true", help="print one JSON document")
+
+    verify = sub.add_parser(
+        "verify", help="strictly verify a package tree against skill.oms.sig", epilog=EPILOG, **common,
+        description="Strictly verify a package tree (a git checkout: its tracked files; any other folder, such as an\n"
+        "installed copy: every file) against skill.oms.sig and the trust anchor. A symlinked DIRECTORY is\n"
+        "resolved. On failure, lists the changed, added and missing files.\n"
+        "Exit 0 verified, 1 verification failed, 2 bad input.",
+    )
+    verify.add_argument("directory", nargs="?", type=Path, default=paths.SKILL_ROOT, help="package root (default: this package)")
+    verify.add_argument("--signature", type=Path, help=f"signature file (default: DIRECTORY/{SIGNATURE_NAME})")
+    verify.add_argument("--root-cert", type=Path, default=DEFAULT_ROOT_CERT, help="trust anchor, PEM (default: signing/root-cert.pem of this package)")
+    verify.add_argument("--all-files", action="store_true", help="in a git work tree, check every file (as a local `npx skills add DIR` would ship) instead of the tracked ones")
+    verify.add_argument("--json", action="store_true", help="print one JSON document")
+    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = make_parser("sign_skill.py", "Sign or verify skill.oms.sig over every shipped file.")
-    parser.add_argument("--json", action="store_true", help="print one JSON document")
-    parser.parse_args(argv)
-    raise InputError("not implemented yet")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.error("choose a subcommand: sign or verify")
+    root, notes = _resolve_root(args.directory)
+    if args.command == "sign":
+        return _sign(args, root, notes)
+    return _verify(args, root, notes)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _resolve_root(directory: Path) -> tuple[Path, list[str]]:
+    """Resolve symlinks (the Claude Code install path is one; model_signing refuses a
+    symlinked root) and say so, so the user knows which folder was actually checked."""
+    if not directory.exists():
+        raise InputError(f"package directory {directory} does not exist")
+    if not directory.is_dir():
+        raise InputError(f"{directory} is not a directory; pass the package root (the folder holding SKILL.md)")
+    resolved = directory.resolve()
+    notes = []
+    if resolved != directory.absolute():
+        notes.append(f"{directory} is a symlink (or lies under one); checked its target {resolved}")
+    return resolved, notes
+
+
+def _skill_name(root: Path) -> str:
+    """The export folder is named after the skill, as an installed copy is."""
+    try:
+        text = (root / "SKILL.md").read_text(encoding="utf-8")
+    except OSError:
+        return root.name
+    match = re.search(r"^name:\s*['\"]?([A-Za-z0-9][A-Za-z0-9-]*)", text, re.MULTILINE)
+    return match.group(1) if match else root.name
+
+
+def _listed(items: Sequence[str]) -> str:
+    shown = ", ".join(items[:MAX_LISTED])
+    return shown + (f", … ({len(items) - MAX_LISTED} more)" if len(items) > MAX_LISTED else "")
+
+
+def _key_material(args: argparse.Namespace, root: Path) -> Any:
+    from memtune.signing import KeyMaterial
+
+    def pick(option: Path | None, env: str, flag: str, what: str) -> Path:
+        value = option or (Path(os.environ[env]) if os.environ.get(env) else None)
+        if value is None:
+            raise InputError(f"no {what}: pass {flag} PATH or set {env}")
+        return value
+
+    key = pick(args.private_key, ENV_KEY, "--private-key", "private key")
+    cert = pick(args.signing_cert, ENV_CERT, "--signing-cert", "signing certificate")
+    if args.cert_chain:
+        chain = tuple(args.cert_chain)
+    elif os.environ.get(ENV_CHAIN):
+        chain = tuple(Path(p) for p in os.environ[ENV_CHAIN].split(os.pathsep) if p)
+    else:
+        raise InputError(f"no certificate chain: pass --cert-chain PATH or set {ENV_CHAIN}")
+    if key.exists() and key.resolve().is_relative_to(root):
+        raise InputError(f"private key {key} lies inside the package {root}: it would ship to every user; keep the release key outside the repository")
+    return KeyMaterial(private_key=key, signing_cert=cert, chain=chain)
+
+
+# --------------------------------------------------------------------------- sign
+
+
+def _sign(args: argparse.Namespace, root: Path, notes: list[str]) -> int:
+    from memtune import signing
+
+    material = _key_material(args, root)
+    signer = signing.check_key_material(material)
+    anchor = signing.trust_anchor_info(args.root_cert)
+    target = (args.signature or root / SIGNATURE_NAME).absolute()
+    own = target.resolve().relative_to(root).as_posix() if target.resolve().is_relative_to(root) else None
+
+    shipped = shipped_files.shipped_set(root, signature_rel=own)
+    commit = None
+    if shipped.mode == shipped_files.MODE_GIT:
+        dirty = shipped_files.git_dirty_paths(root, ignore=(own,) if own else ())
+        if dirty and not args.allow_dirty:
+            raise InputError(
+                f"{root} has uncommitted changes ({_listed(dirty)}); commit them so the signature matches a commit, "
+                "or pass --allow-dirty"
+            )
+        commit = shipped_files.git_head(root) + ("-dirty" if dirty else "")
+    if not shipped.files:
+        raise InputError(f"{root} has no files to sign")
+    ignore = sorted({SIGNATURE_NAME, *([own] if own else [])}) + list(shipped_files.bytecode_cache_dirs(shipped.files))
+
+    with tempfile.TemporaryDirectory(prefix="sign_skill.") as tmp:
+        tree = shipped_files.export(shipped, Path(tmp) / _skill_name(root))
+        draft = Path(tmp) / SIGNATURE_NAME
+        signing.sign_tree(tree, draft, material, ignore)
+        # Never replace a signature with one the trust anchor rejects.
+        failure = signing.verify_tree(tree, draft, [args.root_cert])
+        if failure is not None:
+            raise InputError(f"the new signature does not verify against {args.root_cert}: {failure.message}; nothing was written")
+        signing.write_atomically(draft.read_bytes(), target)
+
+    if shipped.unsignable:
+        notes.append(f"shipped but not covered (model_signing always skips git metadata): {_listed(shipped.unsignable)}")
+    result = {
+        "signature": str(target),
+        "root": str(root),
+        "mode": shipped.mode,
+        "commit": commit,
+        "files_signed": len(shipped.files),
+        "ignored": ignore,
+        "signer": signer.as_dict(),
+        "trust_anchor": {"path": str(args.root_cert), **anchor.as_dict()},
+        "notes": notes,
+    }
+    if args.json:
+        print_json(result)
+    else:
+        where = f" (commit {commit})" if commit else ""
+        print(f"signed {len(shipped.files)} files of {root}{where} -> {target}")
+        print(f"signer: {signer.subject} (valid until {signer.not_after[:10]})")
+        print(f"verified against trust anchor {args.root_cert} (SHA-256 {anchor.sha256})")
+        for note in notes:
+            print(f"note: {note}")
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------- verify
+
+
+def _verify(args: argparse.Namespace, root: Path, notes: list[str]) -> int:
+    from memtune import signing
+
+    signature = (args.signature or root / SIGNATURE_NAME).absolute()
+    statement = signing.read_statement(signature)
+    anchor = signing.trust_anchor_info(args.root_cert)
+    if args.root_cert.resolve().is_relative_to(root):
+        notes.append(
+            f"the trust anchor {args.root_cert} lies inside the tree being verified: compare its SHA-256 "
+            "fingerprint with the one published in the README, or pass --root-cert with your own copy"
+        )
+    own = signature.resolve().relative_to(root).as_posix() if signature.resolve().is_relative_to(root) else None
+    use_git = shipped_files.is_git_root(root) and not args.all_files
+    shipped = shipped_files.shipped_set(root, signature_rel=own, use_git=use_git)
+
+    with tempfile.TemporaryDirectory(prefix="sign_skill.") as tmp:
+        # A git work tree holds a venv and caches that never ship: check an export of
+        # what does ship. Any other folder is checked in place, as model_signing would.
+        tree = shipped_files.export(shipped, Path(tmp) / root.name) if use_git else root
+        outcome = signing.verify_with_report(tree, signature, [args.root_cert], statement)
+
+    if shipped.unsignable:
+        notes.append(f"shipped but not covered (model_signing always skips git metadata): {_listed(shipped.unsignable)}")
+    if shipped.untracked:
+        notes.append(f"{len(shipped.untracked)} untracked file(s) not checked (they do not ship from git): {_listed(shipped.untracked)}")
+    caches = sorted(str(p.relative_to(root)) for p in root.rglob("__pycache__") if p.is_dir())
+    if caches and not use_git:
+        notes.append(f"bytecode caches present and not covered by the signature: {_listed(caches)}")
+
+    result = {
+        "ok": outcome.ok,
+        "root": str(root),
+        "signature": str(signature),
+        "mode": shipped.mode,
+        "files_checked": len(shipped.files),
+        "files_signed": len(statement.digests),
+        "signer": statement.signer.as_dict() if statement.signer else None,
+        "trust_anchor": {"path": str(args.root_cert), **anchor.as_dict()},
+        "failure": {"kind": outcome.failure.kind, "message": outcome.failure.message} if outcome.failure else None,
+        "drift": outcome.drift.as_dict(),
+        "notes": notes,
+    }
+    if args.json:
+        print_json(result)
+    else:
+        _print_verify(result, outcome)
+    return EXIT_OK if outcome.ok else EXIT_FINDINGS
+
+
+def _print_verify(result: dict[str, Any], outcome: Any) -> None:
+    anchor = result["trust_anchor"]
+    signer = result["signer"] or {}
+    if outcome.ok:
+        print(f"verified: {result['root']} matches {result['signature']} ({result['files_signed']} signed files, {result['mode']})")
+        print(f"signer: {signer.get('subject', '?')}; trust anchor {anchor['path']} (SHA-256 {anchor['sha256']})")
+    else:
+        print(f"FAILED: {result['root']} does not verify against {result['signature']}")
+        print(f"reason: {outcome.failure.message}")
+        drift = outcome.drift
+        for label, items in (("changed", drift.changed), ("added", drift.added), ("missing", drift.missing)):
+            for item in items[:MAX_LISTED]:
+                print(f"  {label + ':':9}{item}")
+            if len(items) > MAX_LISTED:
+                print(f"  {label + ':':9}… {len(items) - MAX_LISTED} more")
+        if outcome.failure.kind == "drift" and not drift:
+            print("  (the file-level report is unavailable for this signature's serialization method)")
+    for note in result["notes"]:
+        print(f"note: {note}")

@@ -1,0 +1,231 @@
+"""sign_skill.py sign / verify as a user runs them: exit codes, one-line errors, reports.
+
+Most cases run the command in-process through memtune.cli.run (the same path the entry
+point takes); a few run the real entry point to check stderr is one line, no traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from memtune import cli
+from memtune.commands import sign_skill
+from signing_pki import export_tracked, git_commit_all, make_pki
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+ENTRY = REPO_ROOT / "scripts" / "sign_skill.py"
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture
+def package(tmp_path):
+    return export_tracked(REPO_ROOT, tmp_path / "src")
+
+
+@pytest.fixture(autouse=True)
+def no_key_env(monkeypatch):
+    for name in (sign_skill.ENV_KEY, sign_skill.ENV_CERT, sign_skill.ENV_CHAIN):
+        monkeypatch.delenv(name, raising=False)
+
+
+def invoke(capsys, *argv: str) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as stop:
+        cli.run(sign_skill.main, "sign_skill.py", list(argv))
+    out, err = capsys.readouterr()
+    return stop.value.code, out, err
+
+
+def key_args(pki, key=None, cert=None) -> list[str]:
+    return ["--private-key", str(key or pki.leaf_key), "--signing-cert", str(cert or pki.leaf_cert),
+            "--cert-chain", str(pki.chain), "--root-cert", str(pki.root_cert)]
+
+
+def sign(capsys, package, pki, *extra: str) -> tuple[int, str, str]:
+    return invoke(capsys, "sign", str(package), *key_args(pki), *extra)
+
+
+def verify(capsys, target, pki, *extra: str, root=None) -> tuple[int, str, str]:
+    return invoke(capsys, "verify", str(target), "--root-cert", str(root or pki.root_cert), *extra)
+
+
+# --------------------------------------------------------------------------- sign
+
+
+def test_sign_then_verify(capsys, package, pki):
+    code, out, err = sign(capsys, package, pki, "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["mode"] == "directory" and report["files_signed"] > 30
+    assert "CN=Test Release Signing" in report["signer"]["subject"]
+    assert (package / "skill.oms.sig").is_file()
+    code, out, err = verify(capsys, package, pki)
+    assert code == 0, out + err
+    assert out.startswith("verified:")
+
+
+def test_signature_written_elsewhere_never_signs_an_old_one(capsys, package, pki, tmp_path):
+    (package / "skill.oms.sig").write_text("stale")
+    elsewhere = tmp_path / "out" / "release.sig"
+    code, out, err = sign(capsys, package, pki, "--signature", str(elsewhere), "--json")
+    assert code == 0, err
+    assert (package / "skill.oms.sig").read_text() == "stale"
+    code, out, _ = verify(capsys, package, pki, "--signature", str(elsewhere), "--json")
+    assert code == 0, out
+
+
+def test_sign_reads_key_material_from_environment(capsys, package, pki, monkeypatch):
+    monkeypatch.setenv(sign_skill.ENV_KEY, str(pki.leaf_key))
+    monkeypatch.setenv(sign_skill.ENV_CERT, str(pki.leaf_cert))
+    monkeypatch.setenv(sign_skill.ENV_CHAIN, str(pki.chain))
+    code, _, err = invoke(capsys, "sign", str(package), "--root-cert", str(pki.root_cert))
+    assert code == 0, err
+
+
+def test_missing_key_is_one_line_exit_2(package, pki):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMTUNE_SIGNING")}
+    result = subprocess.run(
+        [sys.executable, str(ENTRY), "sign", str(package), "--signing-cert", str(pki.leaf_cert), "--cert-chain", str(pki.chain)],
+        capture_output=True, text=True, env=env, timeout=120,
+    )
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert "--private-key" in result.stderr and sign_skill.ENV_KEY in result.stderr
+    assert not (package / "skill.oms.sig").exists()
+
+
+@pytest.mark.parametrize(
+    "variant, expected",
+    [
+        ("mismatch", "does not match signing certificate"),
+        ("expired", "expired on"),
+        ("tls", "not a code-signing certificate"),
+        ("other_root", "does not verify against"),
+    ],
+)
+def test_bad_key_material_keeps_the_good_signature(capsys, package, pki, variant, expected):
+    assert sign(capsys, package, pki)[0] == 0
+    good = (package / "skill.oms.sig").read_bytes()
+    args = key_args(pki)
+    if variant == "mismatch":
+        args = key_args(pki, key=pki.stray_key)
+    elif variant == "expired":
+        args = key_args(pki, key=pki.expired_key, cert=pki.expired_cert)
+    elif variant == "tls":
+        args = key_args(pki, key=pki.tls_key, cert=pki.tls_cert)
+    elif variant == "other_root":
+        args = [*key_args(pki)[:-1], str(pki.other_root_cert)]
+    code, out, err = invoke(capsys, "sign", str(package), *args)
+    assert code == 2 and expected in err
+    assert err.count("\n") == 1 and out == ""
+    assert (package / "skill.oms.sig").read_bytes() == good
+    assert sorted(p.name for p in package.iterdir() if p.name.startswith(".skill.oms.sig")) == []
+
+
+def test_private_key_inside_the_package_is_refused(capsys, package, pki):
+    inside = package / "release-key.pem"
+    inside.write_bytes(pki.leaf_key.read_bytes())
+    code, _, err = invoke(capsys, "sign", str(package), *key_args(pki, key=inside))
+    assert code == 2 and "inside the package" in err
+
+
+def test_dirty_git_tree_is_refused_unless_allowed(capsys, package, pki):
+    git_commit_all(package)
+    (package / "SKILL.md").write_text("edited\n")
+    code, _, err = sign(capsys, package, pki)
+    assert code == 2 and "uncommitted changes (SKILL.md)" in err and "--allow-dirty" in err
+    assert not (package / "skill.oms.sig").exists()
+    code, out, err = sign(capsys, package, pki, "--allow-dirty", "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["mode"] == "git-tracked" and report["commit"].endswith("-dirty")
+
+
+def test_git_checkout_verifies_its_tracked_files_despite_venv(capsys, package, pki):
+    git_commit_all(package)
+    assert sign(capsys, package, pki)[0] == 0
+    (package / ".venv" / "bin").mkdir(parents=True)  # ignored by .gitignore, never ships
+    (package / ".venv" / "bin" / "python").write_text("x")
+    code, out, err = verify(capsys, package, pki, "--json")
+    assert code == 0, out + err
+    assert json.loads(out)["mode"] == "git-tracked"
+    code, out, _ = verify(capsys, package, pki, "--all-files", "--json")
+    assert code == 1 and ".venv/bin/python" in json.loads(out)["drift"]["added"]
+
+
+# --------------------------------------------------------------------------- verify
+
+
+def test_drift_report_names_changed_added_and_missing_files(capsys, package, pki):
+    assert sign(capsys, package, pki)[0] == 0
+    (package / "SKILL.md").write_text((package / "SKILL.md").read_text() + " ")
+    (package / "evil.sh").write_text("echo planted\n")
+    (package / "LICENSE").unlink()
+    code, out, _ = verify(capsys, package, pki)
+    assert code == 1
+    assert "changed: SKILL.md" in out and "added:   evil.sh" in out and "missing: LICENSE" in out
+    code, out, _ = verify(capsys, package, pki, "--json")
+    report = json.loads(out)
+    assert code == 1 and report["ok"] is False and report["failure"]["kind"] == "drift"
+    assert report["drift"] == {"changed": ["SKILL.md"], "added": ["evil.sh"], "missing": ["LICENSE"]}
+
+
+def test_verify_against_another_root_fails_with_exit_1(capsys, package, pki):
+    assert sign(capsys, package, pki)[0] == 0
+    code, out, _ = verify(capsys, package, pki, root=pki.other_root_cert)
+    assert code == 1 and "does not chain to the trust anchor" in out and str(pki.other_root_cert) in out
+
+
+def test_symlinked_root_is_resolved_and_said(capsys, package, pki, tmp_path):
+    assert sign(capsys, package, pki)[0] == 0
+    link = tmp_path / "claude-skill"
+    link.symlink_to(package)
+    code, out, _ = verify(capsys, link, pki, "--json")
+    report = json.loads(out)
+    assert code == 0 and report["root"] == str(package.resolve())
+    assert any("symlink" in note for note in report["notes"])
+
+
+@pytest.mark.parametrize(
+    "content, expected, code_expected",
+    [
+        (b"this is not json", "is not JSON", 2),
+        (b'{"dsseEnvelope": {}}', "not a model_signing bundle", 2),
+    ],
+)
+def test_bad_signature_file_is_bad_input(capsys, package, pki, content, expected, code_expected):
+    (package / "skill.oms.sig").write_bytes(content)
+    code, out, err = verify(capsys, package, pki)
+    assert code == code_expected and expected in err and out == ""
+    assert err.count("\n") == 1
+
+
+def test_unreadable_or_missing_signature_is_bad_input(capsys, package, pki):
+    code, _, err = verify(capsys, package, pki)
+    assert code == 2 and "does not exist" in err
+    code, _, err = verify(capsys, package, pki, "--signature", str(package / "scripts"))
+    assert code == 2 and "is a directory" in err
+
+
+def test_missing_trust_anchor_is_bad_input(capsys, package, pki, tmp_path):
+    assert sign(capsys, package, pki)[0] == 0
+    code, _, err = verify(capsys, package, pki, root=tmp_path / "absent.pem")
+    assert code == 2 and "trust anchor" in err and "does not exist" in err
+
+
+def test_entry_point_verify_failure_has_no_traceback(package, pki):
+    result = subprocess.run(
+        [sys.executable, str(ENTRY), "verify", str(package), "--root-cert", str(pki.root_cert)],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.count("\n") == 1
