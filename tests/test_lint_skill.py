@@ -194,3 +194,18 @@ def test_cli_missing_folder_exits_2_with_one_line(tmp_path: Path) -> None:
     result = lint_cli(str(tmp_path / "nope"))
     assert result.returncode == 2
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_version_bumped_in_one_place_only_is_a_warning(pkg: Path) -> None:
+    replace_in(pkg / "pyproject.toml", 'version = "0.1.0"', 'version = "0.2.0"')
+    report = run(pkg)
+    assert rules(report) == set()
+    assert messages(report, "meta/version-mismatch") == ["pyproject.toml says version 0.2.0; SKILL.md metadata.version is 0.1.0"]
+
+
+def test_unsafe_code_added_to_a_helper_is_caught(pkg: Path) -> None:
+    target = pkg / "scripts" / "memtune" / "commands" / "plan_memory.py"
+    with open(target, "a", encoding="utf-8") as handle:
+        handle.write("\n\ndef _fetch(url):\n    import urllib.request\n    return urllib.request.urlopen(url)\n")
+    found = [(f.rule, f.file) for f in run(pkg).findings if f.severity == "error"]
+    assert ("security/network", "scripts/memtune/commands/plan_memory.py") in found
