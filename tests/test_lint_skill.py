@@ -209,3 +209,13 @@ def test_unsafe_code_added_to_a_helper_is_caught(pkg: Path) -> None:
         handle.write("\n\ndef _fetch(url):\n    import urllib.request\n    return urllib.request.urlopen(url)\n")
     found = [(f.rule, f.file) for f in run(pkg).findings if f.severity == "error"]
     assert ("security/network", "scripts/memtune/commands/plan_memory.py") in found
+
+
+def test_reference_not_linked_from_skill_md_is_a_warning(pkg: Path) -> None:
+    (pkg / "references" / "hidden.md").write_text("# Hidden\n\nNobody links here.\n", encoding="utf-8")
+    report = run(pkg)
+    assert rules(report) == set()
+    assert [(f.rule, f.file) for f in report.findings if f.severity == "warning"] == [("links/orphan-reference", "references/hidden.md")]
+    with open(pkg / "references" / "measured-results.md", "a", encoding="utf-8") as handle:
+        handle.write("\nSee also [hidden](hidden.md).\n")  # reachable through a linked reference
+    assert rules(run(pkg), "warning") == set()

@@ -29,14 +29,40 @@ def markdown_files(package: Package, patterns: list[str]) -> list[Path]:
 def check(package: Package, rules: dict[str, Any]) -> list[Finding]:
     findings: list[Finding] = []
     anchor_cache: dict[Path, set[str]] = {}
+    graph: dict[Path, set[Path]] = {}
     root = package.root.resolve()
     for source in markdown_files(package, rules["files"]):
         label = package.rel(source)
         toks = markdown.tokens(source.read_text(encoding="utf-8", errors="replace"))
         anchor_cache[source.resolve()] = markdown.anchors(markdown.headings(toks))
+        targets = graph.setdefault(source.resolve(), set())
         for link in markdown.links(toks):
             findings += _check_link(link, source, label, root, anchor_cache)
-    return findings
+            resolved = _local_target(link.target, source)
+            if resolved is not None:
+                targets.add(resolved)
+    return findings + _orphans(package, graph, rules)
+
+
+def _local_target(target: str, source: Path) -> Path | None:
+    target = target.strip()
+    if not target or SCHEME.match(target) or target.startswith(("//", "/", "#")):
+        return None
+    return (source.parent / unquote(target.partition("#")[0].split("?", 1)[0])).resolve()
+
+
+def _orphans(package: Package, graph: dict[Path, set[Path]], rules: dict[str, Any]) -> list[Finding]:
+    """Reference files no chain of links from SKILL.md reaches: an agent would never open them."""
+    start = (package.root / rules["entry"]).resolve()
+    seen, todo = {start}, [start]
+    while todo:
+        for nxt in graph.get(todo.pop(), ()):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return [warning("links/orphan-reference", f"{package.rel(path)} is not reachable by links from {rules['entry']}",
+                    f"link it from {rules['entry']} (or from a reference that is linked)", package.rel(path))
+            for path in markdown_files(package, rules["must_be_linked"]) if path.resolve() not in seen]
 
 
 def _check_link(link: markdown.Link, source: Path, label: str, root: Path, anchor_cache: dict[Path, set[str]]) -> list[Finding]:
