@@ -219,3 +219,22 @@ def test_reference_not_linked_from_skill_md_is_a_warning(pkg: Path) -> None:
     with open(pkg / "references" / "measured-results.md", "a", encoding="utf-8") as handle:
         handle.write("\nSee also [hidden](hidden.md).\n")  # reachable through a linked reference
     assert rules(run(pkg), "warning") == set()
+
+
+def test_upstream_shaped_skill_md_fails_the_checks_this_package_passes(pkg: Path) -> None:
+    """DESIGN §5 anchor: the upstream SKILL.md's header (name, description, license, when_to_use)
+    and section layout (no Instructions/Examples, no metadata) fail exactly these rules."""
+    upstream_sections = ["What It Is", "Quick Decision", "Enablement", "A Note on VPP", "Compatibility and Constraints",
+                         "Measured Results", "Code Anchors", "Failure Diagnosis", "Known Limitations", "Verification"]
+    body = "\n".join(f"## {title}\n\nText.\n" for title in upstream_sections)
+    (pkg / "SKILL.md").write_text(
+        f"---\n{NAME_LINE}\ndescription: Lowering peak GPU memory in Megatron Bridge.\nlicense: Apache-2.0\n"
+        "when_to_use: GPU OOM errors; 'out of memory', 'OOM'\n---\n\n# Memory Tuning\n\n" + body,
+        encoding="utf-8",
+    )
+    report = run(pkg)
+    assert messages(report, "spec/unknown-field") and "spec/skills-ref" in rules(report)
+    missing = messages(report, "body/section-missing")
+    assert missing == ["SKILL.md has no '## Instructions' section", "SKILL.md has no '## Examples' section",
+                       "SKILL.md has no '## Constraints' section"]
+    assert "frontmatter has no 'metadata' map (author, version, tags)" in messages(report, "meta/missing")
