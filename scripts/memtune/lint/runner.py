@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memtune.lint import cards, frontmatter, links, reference_validator, security, skill_body, versions
-from memtune.lint.findings import Finding, error, info, sort_key
+from memtune.lint.findings import Finding, counts, error, info, sort_key
 from memtune.lint.package import Package, load_rules, shipped_files
 
 
@@ -24,8 +24,6 @@ class Report:
     file_list_method: str
 
     def as_dict(self) -> dict:
-        from memtune.lint.findings import counts
-
         return {
             "root": str(self.root),
             "summary": {**counts(self.findings), "files_scanned": self.files_scanned, "file_list": self.file_list_method},
