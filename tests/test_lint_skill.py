@@ -238,3 +238,11 @@ def test_upstream_shaped_skill_md_fails_the_checks_this_package_passes(pkg: Path
     assert missing == ["SKILL.md has no '## Instructions' section", "SKILL.md has no '## Examples' section",
                        "SKILL.md has no '## Constraints' section"]
     assert "frontmatter has no 'metadata' map (author, version, tags)" in messages(report, "meta/missing")
+
+
+def test_symlink_pointing_out_of_the_package(pkg: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "secret.txt"
+    outside.write_text("not part of the skill\n", encoding="utf-8")
+    (pkg / "references" / "notes.txt").symlink_to(outside)
+    found = [(f.rule, f.file) for f in run(pkg).findings if f.severity == "error"]
+    assert found == [("security/symlink-outside", "references/notes.txt")]

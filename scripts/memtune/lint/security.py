@@ -101,7 +101,15 @@ def scan_file(path: Path, label: str, rules: ScanRules) -> list[Finding]:
 
 def check(package: Package, files: list[Path], table: dict[str, Any]) -> list[Finding]:
     rules = ScanRules.from_table(table)
+    root = package.root.resolve()
     findings: list[Finding] = []
     for path in files:
-        findings += scan_file(path, package.rel(path), rules)
+        label = path.relative_to(package.root).as_posix() if path.is_relative_to(package.root) else str(path)
+        if path.is_symlink():
+            target = path.resolve()
+            if target != root and root not in target.parents:
+                findings.append(error("security/symlink-outside", f"symbolic link to {target}, outside the package",
+                                      "ship the file itself, not a link out of the package", label))
+                continue
+        findings += scan_file(path, label, rules)
     return findings
