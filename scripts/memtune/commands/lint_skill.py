@@ -2,13 +2,68 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Sequence
 
-from memtune.cli import InputError, make_parser
+from memtune import paths
+from memtune.cli import EXIT_FINDINGS, EXIT_OK, InputError, make_parser, print_json
+
+DESCRIPTION = """\
+Tier-1 static validation of an Agent Skill package (this one by default).
+
+Checks: the agentskills.io frontmatter rules (name, description <= 1024 chars, allowed
+fields, string metadata) and the reference validator skills-ref on a copy named after the
+skill; body <= 500 lines with the required sections and a Failure Diagnosis table;
+metadata author 'Name <email>', version and tags; skill-card.md governance sections;
+card.yaml and evals/evals.json against their JSON Schemas; every relative Markdown link;
+and a security scan of every shipped file (private keys and tokens, network calls,
+shell=True, eval/exec, unsafe yaml.load, download piped into a shell).
+
+Exit 0: no errors. Exit 1: at least one error (or warning, with --strict). Exit 2: bad usage."""
+
+EPILOG = """\
+examples:
+  python3 scripts/lint_skill.py                      # lint this package
+  python3 scripts/lint_skill.py --json               # one JSON document: summary + findings
+  python3 scripts/lint_skill.py -v ~/.agents/skills/nemo-mbridge-perf-memory-tuning --strict-dirname
+"""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = make_parser("lint_skill.py", "Tier-1 static validation of this skill package.")
+    parser = make_parser("lint_skill.py", DESCRIPTION, EPILOG)
+    parser.add_argument("root", nargs="?", default=str(paths.SKILL_ROOT),
+                        help="package folder to lint (default: the package this script belongs to)")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
-    parser.parse_args(argv)
-    raise InputError("not implemented yet")
+    parser.add_argument("-v", "--verbose", action="store_true", help="also print info findings")
+    parser.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
+    parser.add_argument("--strict-dirname", action="store_true",
+                        help="require the folder name to equal the skill name (for installed copies)")
+    parser.add_argument("--no-skills-ref", action="store_true", help="skip the skills-ref reference validator")
+    args = parser.parse_args(argv)
+
+    root = Path(args.root).expanduser()
+    if not root.is_dir():
+        raise InputError(f"{root}: not a directory; pass the skill package folder (the one holding SKILL.md)")
+
+    from memtune.lint.findings import counts
+    from memtune.lint.runner import Options, lint
+
+    report = lint(root, Options(run_skills_ref=not args.no_skills_ref, strict_dirname=args.strict_dirname))
+    tally = counts(report.findings)
+    if args.json:
+        print_json(report.as_dict())
+    else:
+        _print_text(report, args.verbose, tally)
+    failed = tally["errors"] > 0 or (args.strict and tally["warnings"] > 0)
+    return EXIT_FINDINGS if failed else EXIT_OK
+
+
+def _print_text(report, verbose: bool, tally: dict[str, int]) -> None:
+    for finding in report.findings:
+        if finding.severity == "info" and not verbose:
+            continue
+        print(f"{finding.severity:<7} {finding.rule:<28} {finding.location()}: {finding.message}")
+        if finding.fix and finding.severity != "info":
+            print(f"{'':<37}fix: {finding.fix}")
+    print(f"lint_skill: {tally['errors']} error(s), {tally['warnings']} warning(s), {tally['info']} info "
+          f"in {report.root} ({report.files_scanned} shipped files scanned)")

@@ -1,0 +1,99 @@
+"""The package being linted: its root, its rule tables, and the files it ships.
+
+"Shipped" means what a user receives: ``npx skills add`` copies the whole repository
+minus ``.git`` and caches, so every file git would commit is in scope. In a git checkout
+that is ``git ls-files --cached --others --exclude-standard`` (tracked plus new files that
+are not ignored); in a plain folder (an installed copy, a test's temp copy) it is the tree
+minus version-control, virtual-env and cache folders.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from memtune import paths
+
+LINT_DATA_DIR = paths.DATA_DIR / "lint"
+
+# Folders that never ship when walking a tree that is not a git checkout.
+WALK_SKIP_DIRS = frozenset({".git", ".venv", "venv", "__pycache__", ".pytest_cache", ".hypothesis", ".mypy_cache", ".ruff_cache"})
+WALK_SKIP_SUFFIXES = (".egg-info",)
+
+
+@functools.lru_cache(maxsize=None)
+def load_rules(name: str) -> dict[str, Any]:
+    """A rule table from ``memtune/data/lint/<name>.yaml`` (read once per process).
+
+    The tables come from the linter's own install, not from the package being linted,
+    so a broken copy cannot weaken the rules it is checked against.
+    """
+    import yaml
+
+    with open(LINT_DATA_DIR / f"{name}.yaml", encoding="utf-8") as handle:
+        return yaml.safe_load(handle)
+
+
+@dataclass(frozen=True)
+class Package:
+    root: Path
+
+    def rel(self, path: Path) -> str:
+        """``path`` relative to the root, with forward slashes (how findings name files)."""
+        try:
+            return path.resolve().relative_to(self.root.resolve()).as_posix()
+        except ValueError:
+            return path.as_posix()
+
+    def read_text(self, relative: str) -> str | None:
+        """The file's text, or None when it does not exist."""
+        path = self.root / relative
+        if not path.is_file():
+            return None
+        return path.read_text(encoding="utf-8", errors="replace")
+
+
+def shipped_files(root: Path) -> tuple[list[Path], str]:
+    """Every file the package ships, sorted, and how the list was made (for the report)."""
+    listed = _git_files(root)
+    if listed is not None:
+        return listed, "git ls-files"
+    return _walk_files(root), "directory walk"
+
+
+def _git_files(root: Path) -> list[Path] | None:
+    """Files git would commit, or None when ``root`` is not the top of a git work tree."""
+    git = shutil.which("git")
+    if git is None or not (root / ".git").exists():
+        return None
+    try:
+        top = subprocess.run(
+            [git, "-C", str(root), "rev-parse", "--show-toplevel"],
+            capture_output=True, text=True, timeout=60, check=True,
+        ).stdout.strip()
+        if Path(top).resolve() != root.resolve():
+            return None
+        out = subprocess.run(
+            [git, "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            capture_output=True, timeout=60, check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    names = sorted({name for name in out.decode("utf-8", "surrogateescape").split("\0") if name})
+    # A tracked file deleted in the work tree does not ship.
+    return [root / name for name in names if (root / name).is_file()]
+
+
+def _walk_files(root: Path) -> list[Path]:
+    found: list[Path] = []
+    for directory, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(
+            d for d in dirnames if d not in WALK_SKIP_DIRS and not d.endswith(WALK_SKIP_SUFFIXES)
+        )
+        found.extend(Path(directory) / name for name in filenames)
+    return sorted(path for path in found if path.is_file())
