@@ -1,0 +1,30 @@
+"""Glue: inputs -> streamed candidate lines -> findings -> report (what diagnose.py runs)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memtune.diagnosis_table import Row
+from memtune.log_reader import Source, candidate_lines, read_chunks
+from memtune.oom_patterns import PatternSet, load_patterns
+from memtune.oom_report import build_report
+from memtune.oom_scan import Finding, Scanner
+
+
+def scan_source(source: Source, patterns: PatternSet) -> list[Finding]:
+    """Findings of one input, streamed in constant memory."""
+    label = "<stdin>" if source.is_stdin else source.name
+    scanner = Scanner(patterns, label)
+    for line_no, raw, _hit in candidate_lines(read_chunks(source), patterns.triggers):
+        scanner.feed(line_no, raw)
+    return scanner.finish()
+
+
+def diagnose_sources(names: list[str], rows: list[Row], patterns: PatternSet | None = None) -> dict[str, Any]:
+    patterns = patterns or load_patterns()
+    sources = [Source(n) for n in names]
+    findings: list[Finding] = []
+    for src in sources:
+        findings.extend(scan_source(src, patterns))
+    labels = ["<stdin>" if s.is_stdin else s.name for s in sources]
+    return build_report(findings, rows, patterns, labels)

@@ -1,0 +1,239 @@
+"""Stream a (possibly huge, possibly gzip-compressed) log and hand on only the lines worth parsing.
+
+A multi-rank training log can be many GB, so the file is never read into memory: it is
+read in large binary chunks, each chunk is searched with ``bytes.find`` for the literal
+trigger strings (C speed, close to grep), and only a hit line plus the few lines after
+it (a wrapped OOM message continues there) are decoded and parsed.  Memory stays at a
+couple of chunks whatever the file size.
+
+This module also knows the line prefixes launchers put in front of a message
+(``[rank3]:``, ``3: [rank3]:``, ``[1,3]<stderr>:``, ``[default3]:``, ``host: ``, ``> ``
+quoting, timestamps), because a wrapped message's continuation lines carry the same
+prefix and must be re-joined per rank.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, Iterable, Iterator
+
+from memtune.cli import InputError
+
+CHUNK_SIZE = 8 << 20
+WINDOW_LINES = 24  # lines after a hit that may continue its message (interleaved ranks)
+MAX_CARRY = 4 * CHUNK_SIZE  # bound on carried-over text, so one giant line cannot grow memory
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+@dataclass(frozen=True)
+class Source:
+    """One input: a path, or ``-`` for standard input."""
+
+    name: str
+
+    @property
+    def is_stdin(self) -> bool:
+        return self.name == "-"
+
+
+def open_source(source: Source) -> BinaryIO:
+    """A binary stream of the decompressed text, or an InputError naming the problem."""
+    if source.is_stdin:
+        raw: BinaryIO = sys.stdin.buffer
+    else:
+        path = Path(source.name)
+        if not path.exists():
+            raise InputError(f"{source.name}: no such file; pass an existing log path, or - to read standard input")
+        if path.is_dir():
+            raise InputError(f"{source.name}: is a directory; pass the log file(s) inside it, e.g. {source.name}/*.log")
+        try:
+            raw = path.open("rb")
+        except OSError as exc:
+            raise InputError(f"{source.name}: cannot open ({exc.strerror or exc})") from exc
+    buffered = raw if isinstance(raw, io.BufferedReader) else io.BufferedReader(raw)  # type: ignore[arg-type]
+    head = buffered.peek(2)[:2]
+    stream: BinaryIO = gzip.GzipFile(fileobj=buffered, mode="rb") if head == GZIP_MAGIC else buffered
+    return stream
+
+
+def _check_text(source: Source, first: bytes) -> None:
+    """Refuse binaries early: a NUL byte in the first 64 KiB never occurs in a text log."""
+    if b"\x00" in first[: 64 << 10]:
+        raise InputError(
+            f"{source.name}: looks like a binary file (NUL bytes), not a text log; pass the training log (plain or .gz)"
+        )
+
+
+def read_chunks(source: Source, chunk_size: int = CHUNK_SIZE) -> Iterator[bytes]:
+    """Decompressed chunks of ``source``; checks for binary content and bad gzip data."""
+    stream = open_source(source)
+    try:
+        first = True
+        while True:
+            try:
+                data = stream.read(chunk_size)
+            except (OSError, EOFError, gzip.BadGzipFile) as exc:  # type: ignore[attr-defined]
+                raise InputError(f"{source.name}: cannot decompress ({exc}); is the .gz file complete?") from exc
+            if first:
+                _check_text(source, data)
+                first = False
+            if not data:
+                return
+            yield data
+    finally:
+        if not source.is_stdin:
+            stream.close()
+
+
+def find_hits(block: bytes, triggers: Iterable[bytes]) -> list[int]:
+    """Start offsets of the lines in ``block`` that contain any trigger (sorted, unique)."""
+    starts: set[int] = set()
+    for trig in triggers:
+        pos = block.find(trig)
+        while pos != -1:
+            start = block.rfind(b"\n", 0, pos) + 1
+            starts.add(start)
+            end = block.find(b"\n", pos)
+            if end == -1:
+                break
+            pos = block.find(trig, end)
+    return sorted(starts)
+
+
+def candidate_lines(
+    chunks: Iterable[bytes], triggers: tuple[bytes, ...], window: int = WINDOW_LINES
+) -> Iterator[tuple[int, bytes, bool]]:
+    """``(line_number, raw_line, is_hit)`` for every hit line and the ``window`` lines after it.
+
+    Line numbers are 1-based over the whole stream.  Lines come in increasing order with
+    gaps where nothing was of interest; the consumer flushes pending state at a gap.
+    """
+    carry = b""
+    base = 1  # line number of the first line in ``carry``
+    emitted_upto = 0  # last line number already yielded
+    chunk_iter = iter(chunks)
+    eof = False
+    while not eof:
+        data = next(chunk_iter, None)
+        if data is None:
+            eof = True
+            block, carry = carry, b""
+        else:
+            buf = carry + data
+            cut = buf.rfind(b"\n") + 1
+            if cut == 0 and len(buf) < MAX_CARRY:
+                carry = buf  # no complete line yet
+                continue
+            if cut == 0:
+                cut = len(buf)  # one enormous line: cut it (it keeps its line number)
+            block, carry = buf[:cut], buf[cut:]
+        if not block:
+            continue
+        line_no = base
+        pos = 0
+        deferred = False
+        for start in find_hits(block, triggers):
+            line_no += block.count(b"\n", pos, start)
+            pos = start
+            # Walk the hit line and the window after it.
+            cur, cur_no = start, line_no
+            last_no = line_no + window
+            while cur < len(block) and cur_no <= last_no:
+                end = block.find(b"\n", cur)
+                if end == -1:
+                    end = len(block)
+                if cur_no > emitted_upto:
+                    yield cur_no, block[cur:end], cur_no == line_no or _line_has(block, cur, end, triggers)
+                    emitted_upto = cur_no
+                cur, cur_no = end + 1, cur_no + 1
+            if cur >= len(block) and cur_no <= last_no and not eof and len(block) - start < MAX_CARRY:
+                # The window runs past this block: continue it with the next chunk.  Lines
+                # already yielded are skipped there thanks to ``emitted_upto``.
+                carry = block[start:] + carry
+                base = line_no
+                deferred = True
+                break
+        if not deferred:
+            base = line_no + block.count(b"\n", pos)
+
+
+def _line_has(block: bytes, start: int, end: int, triggers: tuple[bytes, ...]) -> bool:
+    line = block[start:end]
+    return any(t in line for t in triggers)
+
+
+# --------------------------------------------------------------------------- prefixes
+
+_TIMESTAMP = re.compile(
+    r"^\[?\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?\]?[ \t]+"
+    r"|^\[?\d{2}:\d{2}:\d{2}(?:[.,]\d+)?\]?[ \t]+"
+    r"|^(?:[A-Z][a-z]{2} +\d{1,2} \d{2}:\d{2}:\d{2})[ \t]+"
+)
+_QUOTE = re.compile(r"^[ \t]*>[ \t]?")
+_SRUN_LABEL = re.compile(r"^[ \t]*(\d+):[ \t]")
+_RANK = re.compile(r"^[ \t]*\[rank(\d+)\]:[ \t]?")
+_MPI_TAG = re.compile(r"^[ \t]*\[\d+,(\d+)\]<std(?:out|err)>:[ \t]?")
+_TORCHRUN = re.compile(r"^[ \t]*\[default(\d+)\]:[ \t]?")
+_HOST = re.compile(r"^[ \t]*([a-z0-9][a-z0-9.-]*\d[a-z0-9.-]*):[ \t]")
+_NCCL = re.compile(r"(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\]")
+
+
+@dataclass(frozen=True)
+class LinePrefix:
+    """What the launcher prefix says about a line, and the message text after it."""
+
+    text: str
+    rank: int | None = None
+    host: str | None = None
+
+    @property
+    def stream_key(self) -> str:
+        """Continuation lines of one message share this key (same rank, or same host)."""
+        if self.rank is not None:
+            return f"rank{self.rank}"
+        return self.host or ""
+
+
+def strip_prefixes(line: str) -> LinePrefix:
+    """Peel quoting, timestamps and rank/host labels off the front of a log line."""
+    text = line.rstrip("\r\n")
+    rank: int | None = None
+    host: str | None = None
+    label: int | None = None
+    for _ in range(8):  # prefixes nest ("> 2025-... 3: [rank3]: ..."); bounded loop
+        m = _QUOTE.match(text) or _TIMESTAMP.match(text)
+        if m:
+            text = text[m.end():]
+            continue
+        m = _RANK.match(text) or _MPI_TAG.match(text) or _TORCHRUN.match(text)
+        if m:
+            rank = int(m.group(1)) if rank is None else rank
+            text = text[m.end():]
+            continue
+        m = _SRUN_LABEL.match(text)
+        if m:
+            label = int(m.group(1)) if label is None else label
+            text = text[m.end():]
+            continue
+        m = _HOST.match(text)
+        if m and host is None:
+            host = m.group(1)
+            text = text[m.end():]
+            continue
+        break
+    if rank is None:
+        rank = label
+    return LinePrefix(text=text, rank=rank, host=host)
+
+
+def nccl_origin(text: str) -> dict[str, str | int] | None:
+    """``host:pid:tid [dev]`` of an NCCL log line (dev is the CUDA device, not the rank)."""
+    m = _NCCL.search(text)
+    if not m:
+        return None
+    return {"host": m.group("host"), "pid": int(m.group("pid")), "device": int(m.group("dev"))}
