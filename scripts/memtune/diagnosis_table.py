@@ -161,6 +161,8 @@ def _tokens(text: str) -> list[str]:
         if w in _STOP:
             continue
         out.extend(_SYNONYMS.get(w, (w,)))
+        if "_" in w:  # CUBLAS_STATUS_ALLOC_FAILED should answer to "cublas alloc failed"
+            out.extend(p for p in w.split("_") if p and p not in _STOP)
     return out
 
 
