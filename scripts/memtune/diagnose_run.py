@@ -15,7 +15,7 @@ def scan_source(source: Source, patterns: PatternSet) -> list[Finding]:
     """Findings of one input, streamed in constant memory."""
     label = "<stdin>" if source.is_stdin else source.name
     scanner = Scanner(patterns, label)
-    for line_no, raw, _hit in candidate_lines(read_chunks(source), patterns.triggers):
+    for line_no, raw, _hit in candidate_lines(read_chunks(source), patterns.triggers, patterns.window_triggers):
         scanner.feed(line_no, raw)
     return scanner.finish()
 

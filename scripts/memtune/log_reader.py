@@ -90,28 +90,36 @@ def read_chunks(source: Source, chunk_size: int = CHUNK_SIZE) -> Iterator[bytes]
             stream.close()
 
 
-def find_hits(block: bytes, triggers: Iterable[bytes]) -> list[int]:
-    """Start offsets of the lines in ``block`` that contain any trigger (sorted, unique)."""
+def find_hits(block: bytes, triggers: Iterable[bytes], limit: int | None = None) -> list[int]:
+    """Start offsets of the lines in ``block[:limit]`` that contain any trigger (sorted, unique)."""
+    limit = len(block) if limit is None else limit
     starts: set[int] = set()
     for trig in triggers:
-        pos = block.find(trig)
+        pos = block.find(trig, 0, limit)
         while pos != -1:
-            start = block.rfind(b"\n", 0, pos) + 1
-            starts.add(start)
-            end = block.find(b"\n", pos)
+            starts.add(block.rfind(b"\n", 0, pos) + 1)
+            end = block.find(b"\n", pos, limit)
             if end == -1:
                 break
-            pos = block.find(trig, end)
+            pos = block.find(trig, end, limit)
     return sorted(starts)
 
 
 def candidate_lines(
-    chunks: Iterable[bytes], triggers: tuple[bytes, ...], window: int = WINDOW_LINES
+    chunks: Iterable[bytes],
+    triggers: tuple[bytes, ...],
+    window_triggers: tuple[bytes, ...] = (),
+    window: int = WINDOW_LINES,
 ) -> Iterator[tuple[int, bytes, bool]]:
-    """``(line_number, raw_line, is_hit)`` for every hit line and the ``window`` lines after it.
+    """``(line_number, raw_line, is_hit)`` for every hit line, plus the ``window`` lines
+    after a hit that contains one of ``window_triggers`` (a message that may be wrapped).
 
     Line numbers are 1-based over the whole stream.  Lines come in increasing order with
     gaps where nothing was of interest; the consumer flushes pending state at a gap.
+    Only wrapped-message starts get a window: other failures are one line, and walking
+    24 lines after every benign hit (an env dump mentioning expandable_segments) would
+    cost more than the search itself.  The buffer is searched in place up to its last
+    newline (``limit``) rather than sliced, to copy each byte of a huge log only once.
     """
     carry = b""
     base = 1  # line number of the first line in ``carry``
@@ -122,49 +130,47 @@ def candidate_lines(
         data = next(chunk_iter, None)
         if data is None:
             eof = True
-            block, carry = carry, b""
+            buf, carry = carry, b""
+            limit = len(buf)
         else:
-            buf = carry + data
-            cut = buf.rfind(b"\n") + 1
-            if cut == 0 and len(buf) < MAX_CARRY:
+            buf = carry + data if carry else data
+            limit = buf.rfind(b"\n") + 1
+            if limit == 0 and len(buf) < MAX_CARRY:
                 carry = buf  # no complete line yet
                 continue
-            if cut == 0:
-                cut = len(buf)  # one enormous line: cut it (it keeps its line number)
-            block, carry = buf[:cut], buf[cut:]
-        if not block:
+            if limit == 0:
+                limit = len(buf)  # one enormous line: cut it (it keeps its line number)
+            carry = buf[limit:]
+        if not limit:
             continue
         line_no = base
         pos = 0
         deferred = False
-        for start in find_hits(block, triggers):
-            line_no += block.count(b"\n", pos, start)
+        for start in find_hits(buf, triggers, limit):
+            line_no += buf.count(b"\n", pos, start)
             pos = start
-            # Walk the hit line and the window after it.
+            # Walk the hit line and, for a wrapped-message start, the window after it.
+            hit_end = buf.find(b"\n", start, limit)
+            hit_line = buf[start : limit if hit_end == -1 else hit_end]
+            last_no = line_no + (window if any(t in hit_line for t in window_triggers) else 0)
             cur, cur_no = start, line_no
-            last_no = line_no + window
-            while cur < len(block) and cur_no <= last_no:
-                end = block.find(b"\n", cur)
+            while cur < limit and cur_no <= last_no:
+                end = buf.find(b"\n", cur, limit)
                 if end == -1:
-                    end = len(block)
+                    end = limit
                 if cur_no > emitted_upto:
-                    yield cur_no, block[cur:end], cur_no == line_no or _line_has(block, cur, end, triggers)
+                    yield cur_no, buf[cur:end], cur_no == line_no
                     emitted_upto = cur_no
                 cur, cur_no = end + 1, cur_no + 1
-            if cur >= len(block) and cur_no <= last_no and not eof and len(block) - start < MAX_CARRY:
-                # The window runs past this block: continue it with the next chunk.  Lines
+            if cur >= limit and cur_no <= last_no and not eof and limit - start < MAX_CARRY:
+                # The window runs past this buffer: continue it with the next chunk.  Lines
                 # already yielded are skipped there thanks to ``emitted_upto``.
-                carry = block[start:] + carry
+                carry = buf[start:]
                 base = line_no
                 deferred = True
                 break
         if not deferred:
-            base = line_no + block.count(b"\n", pos)
-
-
-def _line_has(block: bytes, start: int, end: int, triggers: tuple[bytes, ...]) -> bool:
-    line = block[start:end]
-    return any(t in line for t in triggers)
+            base = line_no + buf.count(b"\n", pos, limit)
 
 
 # --------------------------------------------------------------------------- prefixes

@@ -43,6 +43,7 @@ class KindInfo:
 @dataclass(frozen=True)
 class PatternSet:
     triggers: tuple[bytes, ...]
+    window_triggers: tuple[bytes, ...]
     detectors: tuple[Detector, ...]
     kinds: dict[str, KindInfo]
 
@@ -86,6 +87,7 @@ def load_patterns(path: Path = PATTERNS_FILE) -> PatternSet:
     doc = _load_yaml(path)
     try:
         triggers = tuple(str(t).encode("utf-8") for t in doc["triggers"])
+        window_triggers = tuple(str(t).encode("utf-8") for t in doc["window_triggers"])
         detectors = []
         for entry in doc["detectors"]:
             kind = entry.get("kind")
@@ -109,4 +111,6 @@ def load_patterns(path: Path = PATTERNS_FILE) -> PatternSet:
     named = {d.kind for d in detectors if d.kind} | set(ALLOCATOR_KINDS)
     if named != set(kinds):
         raise PatternError(f"{path}: detectors and kinds disagree: {sorted(named ^ set(kinds))}")
-    return PatternSet(triggers=triggers, detectors=tuple(detectors), kinds=kinds)
+    if not all(any(w.find(t) != -1 for t in triggers) for w in window_triggers):
+        raise PatternError(f"{path}: every window trigger must contain a trigger")
+    return PatternSet(triggers=triggers, window_triggers=window_triggers, detectors=tuple(detectors), kinds=kinds)

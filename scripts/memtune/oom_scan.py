@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Iterable, Iterator
 
 from memtune import oom_parse
-from memtune.log_reader import LinePrefix, nccl_origin, strip_prefixes
+from memtune.log_reader import WINDOW_LINES, LinePrefix, nccl_origin, strip_prefixes
 from memtune.oom_patterns import PatternSet
 
 MAX_MESSAGE_LINES = 10  # an allocator message never spans more lines than this
@@ -139,10 +139,12 @@ class Scanner:
         stripped = body.strip()
         if not stripped or _NEW_STATEMENT.match(body):
             return False
-        return len(pend.parts) < MAX_MESSAGE_LINES and line_no - pend.last_line <= 24
+        # Bounded by the first line, the same window the streaming reader reads after it,
+        # so a streamed scan and a scan of every line give identical findings.
+        return len(pend.parts) < MAX_MESSAGE_LINES and line_no - pend.first_line <= WINDOW_LINES
 
     def _expire(self, line_no: int) -> None:
-        for key in [k for k, p in self.pending.items() if line_no - p.last_line > 24]:
+        for key in [k for k, p in self.pending.items() if line_no - p.first_line > WINDOW_LINES]:
             self._emit_allocator(self.pending.pop(key))
 
     def _flush_all(self) -> None:
