@@ -119,3 +119,40 @@ def test_bad_inputs_raise_one_line_input_errors(tmp_path: Path) -> None:
     broken.write_bytes(gzip.compress(CORPUS)[:200])
     with pytest.raises(InputError, match="decompress"):
         list(read_chunks(Source(str(broken))))
+
+
+def test_streaming_memory_does_not_grow_with_input_size() -> None:
+    """64 MiB streamed through the reader: traced peak stays near a few chunks."""
+    import tracemalloc
+
+    pats = load_patterns()
+    line = b"[rank3]: iteration 100 | lm loss: 2.0E+00 | grad norm: 0.5 | throughput 700\n"
+    chunk = line * ((1 << 20) // len(line))
+    oom = b"[rank5]: RuntimeError: CUDA error: out of memory\n"
+
+    def gen():
+        for i in range(64):
+            yield chunk + (oom if i == 40 else b"")
+
+    tracemalloc.start()
+    hits = [(n, raw) for n, raw, hit in candidate_lines(gen(), pats.triggers, pats.window_triggers) if hit]
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert hits == [(41 * chunk.count(b"\n") + 1, oom.rstrip(b"\n"))]
+    assert peak < 8 << 20, peak
+
+
+def test_enormous_line_without_newline_is_cut_not_buffered(monkeypatch) -> None:
+    import memtune.log_reader as lr
+
+    monkeypatch.setattr(lr, "MAX_CARRY", 100)
+    pats = load_patterns()
+    data = b"x" * 500 + b" CUDA error: out of memory " + b"y" * 500 + b"\nnext\n"
+    got = [(n, hit) for n, raw, hit in candidate_lines(_chunks(data, 64), pats.triggers, pats.window_triggers) if hit]
+    assert got and all(n == 1 for n, _ in got)
+
+
+def test_crlf_line_endings() -> None:
+    text = "a\r\nRuntimeError: CUDA error: out of memory\r\n"
+    (f,) = scan_lines(numbered(text), load_patterns())
+    assert (f.kind, f.line, f.evidence) == ("cuda-runtime-oom", 2, "RuntimeError: CUDA error: out of memory")
