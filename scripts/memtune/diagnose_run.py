@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from memtune.diagnosis_table import Row
-from memtune.log_reader import Source, candidate_lines, read_chunks
+from memtune.log_reader import Source, TextStream, candidate_lines
 from memtune.oom_patterns import PatternSet, load_patterns
 from memtune.oom_report import build_report
 from memtune.oom_scan import Finding, Scanner
@@ -15,8 +15,9 @@ def scan_source(source: Source, patterns: PatternSet) -> list[Finding]:
     """Findings of one input, streamed in constant memory."""
     label = "<stdin>" if source.is_stdin else source.name
     scanner = Scanner(patterns, label)
-    for line_no, raw, _hit in candidate_lines(read_chunks(source), patterns.triggers, patterns.window_triggers):
-        scanner.feed(line_no, raw)
+    with TextStream(source) as stream:
+        for line_no, raw, _hit in candidate_lines(stream, patterns.triggers, patterns.window_triggers):
+            scanner.feed(line_no, raw)
     return scanner.finish()
 
 

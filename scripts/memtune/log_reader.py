@@ -69,25 +69,49 @@ def _check_text(source: Source, first: bytes) -> None:
         )
 
 
+class TextStream:
+    """The decompressed bytes of one source, read with ``readinto`` into the caller's buffer.
+
+    ``readinto`` lets the scanner reuse one buffer for a whole multi-GB log instead of
+    allocating (and copying) a fresh chunk per read.  The first read is checked for
+    binary content; decompression errors become one-line InputErrors.
+    """
+
+    def __init__(self, source: Source) -> None:
+        self.source = source
+        self._stream = open_source(source)
+        self._checked = False
+
+    def readinto(self, view: memoryview) -> int:
+        try:
+            got = self._stream.readinto(view) or 0  # type: ignore[attr-defined]
+        except (OSError, EOFError, gzip.BadGzipFile) as exc:  # type: ignore[attr-defined]
+            raise InputError(f"{self.source.name}: cannot decompress ({exc}); is the .gz file complete?") from exc
+        if not self._checked:
+            self._checked = True
+            _check_text(self.source, bytes(view[: min(got, 64 << 10)]))
+        return got
+
+    def close(self) -> None:
+        if not self.source.is_stdin:
+            self._stream.close()
+
+    def __enter__(self) -> "TextStream":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 def read_chunks(source: Source, chunk_size: int = CHUNK_SIZE) -> Iterator[bytes]:
-    """Decompressed chunks of ``source``; checks for binary content and bad gzip data."""
-    stream = open_source(source)
-    try:
-        first = True
+    """Decompressed chunks of ``source`` as bytes (for callers that want whole chunks)."""
+    buf = bytearray(chunk_size)
+    with TextStream(source) as stream, memoryview(buf) as view:
         while True:
-            try:
-                data = stream.read(chunk_size)
-            except (OSError, EOFError, gzip.BadGzipFile) as exc:  # type: ignore[attr-defined]
-                raise InputError(f"{source.name}: cannot decompress ({exc}); is the .gz file complete?") from exc
-            if first:
-                _check_text(source, data)
-                first = False
-            if not data:
+            got = stream.readinto(view)
+            if not got:
                 return
-            yield data
-    finally:
-        if not source.is_stdin:
-            stream.close()
+            yield bytes(view[:got])
 
 
 def find_hits(block: bytes, triggers: Iterable[bytes], limit: int | None = None) -> list[int]:
@@ -106,46 +130,51 @@ def find_hits(block: bytes, triggers: Iterable[bytes], limit: int | None = None)
 
 
 def candidate_lines(
-    chunks: Iterable[bytes],
+    stream: "TextStream | BinaryIO",
     triggers: tuple[bytes, ...],
     window_triggers: tuple[bytes, ...] = (),
     window: int = WINDOW_LINES,
+    chunk_size: int = CHUNK_SIZE,
 ) -> Iterator[tuple[int, bytes, bool]]:
     """``(line_number, raw_line, is_hit)`` for every hit line, plus the ``window`` lines
     after a hit that contains one of ``window_triggers`` (a message that may be wrapped).
 
-    Line numbers are 1-based over the whole stream.  Lines come in increasing order with
-    gaps where nothing was of interest; the consumer flushes pending state at a gap.
-    Only wrapped-message starts get a window: other failures are one line, and walking
-    24 lines after every benign hit (an env dump mentioning expandable_segments) would
-    cost more than the search itself.  The buffer is searched in place up to its last
-    newline (``limit``) rather than sliced, to copy each byte of a huge log only once.
+    ``stream`` only needs ``readinto``.  Line numbers are 1-based over the whole stream.
+    Lines come in increasing order with gaps where nothing was of interest; the consumer
+    flushes pending state at a gap.  Only wrapped-message starts get a window: other
+    failures are one line, and walking 24 lines after every benign hit (an env dump
+    mentioning expandable_segments) would cost more than the search itself.
+
+    One buffer is reused for the whole stream: each read lands after the carried-over
+    partial line, the buffer is searched in place up to its last newline (``limit``),
+    and only the short tail is moved to the front for the next read.
     """
-    carry = b""
-    base = 1  # line number of the first line in ``carry``
+    buf = bytearray(chunk_size)
+    n = 0  # bytes carried over at the front of ``buf``
+    base = 1  # line number of the first line in ``buf``
     emitted_upto = 0  # last line number already yielded
-    chunk_iter = iter(chunks)
     eof = False
     while not eof:
-        data = next(chunk_iter, None)
-        if data is None:
+        if len(buf) - n < chunk_size:
+            buf.extend(bytes(chunk_size - (len(buf) - n)))  # a long carry: grow (rare)
+        with memoryview(buf) as view, view[n : n + chunk_size] as target:
+            got = stream.readinto(target)
+        if not got:
             eof = True
-            buf, carry = carry, b""
-            limit = len(buf)
+            valid = limit = n
         else:
-            buf = carry + data if carry else data
-            limit = buf.rfind(b"\n") + 1
-            if limit == 0 and len(buf) < MAX_CARRY:
-                carry = buf  # no complete line yet
+            valid = n + got
+            limit = buf.rfind(b"\n", 0, valid) + 1
+            if limit == 0 and valid < MAX_CARRY:
+                n = valid  # no complete line yet
                 continue
             if limit == 0:
-                limit = len(buf)  # one enormous line: cut it (it keeps its line number)
-            carry = buf[limit:]
+                limit = valid  # one enormous line: cut it (it keeps its line number)
         if not limit:
-            continue
+            break
         line_no = base
         pos = 0
-        deferred = False
+        keep_from = limit
         for start in find_hits(buf, triggers, limit):
             line_no += buf.count(b"\n", pos, start)
             pos = start
@@ -159,18 +188,19 @@ def candidate_lines(
                 if end == -1:
                     end = limit
                 if cur_no > emitted_upto:
-                    yield cur_no, buf[cur:end], cur_no == line_no
+                    yield cur_no, bytes(buf[cur:end]), cur_no == line_no
                     emitted_upto = cur_no
                 cur, cur_no = end + 1, cur_no + 1
-            if cur >= limit and cur_no <= last_no and not eof and limit - start < MAX_CARRY:
-                # The window runs past this buffer: continue it with the next chunk.  Lines
-                # already yielded are skipped there thanks to ``emitted_upto``.
-                carry = buf[start:]
-                base = line_no
-                deferred = True
+            if cur >= limit and cur_no <= last_no and not eof and valid - start < MAX_CARRY:
+                # The window runs past this buffer: re-read from the hit line once the next
+                # chunk is in.  Lines already yielded are skipped thanks to ``emitted_upto``.
+                keep_from = start
                 break
-        if not deferred:
-            base = line_no + buf.count(b"\n", pos, limit)
+        if keep_from == limit:
+            line_no += buf.count(b"\n", pos, limit)
+        base = line_no
+        buf[0 : valid - keep_from] = buf[keep_from:valid]
+        n = valid - keep_from
 
 
 # --------------------------------------------------------------------------- prefixes
