@@ -127,3 +127,14 @@ def test_every_pattern_example_is_found_as_its_kind(kind: str, example: str) -> 
 def test_every_kind_has_an_example() -> None:
     assert all(info.examples for info in PATTERNS.kinds.values())
     assert set(ALLOCATOR_KINDS) <= set(PATTERNS.kinds)
+
+
+def test_torch_side_nccl_oom_with_rank_prefix() -> None:
+    text = (
+        "[rank7]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:275, unhandled cuda error\n"
+        "[rank7]: ncclUnhandledCudaError: Call to CUDA function failed.\n"
+        "[rank7]: Last error:\n"
+        "[rank7]: Cuda failure 2 'out of memory'\n"
+    )
+    (f,) = scan(text)
+    assert (f.kind, f.rank, f.line) == ("nccl-oom", 7, 4)
