@@ -165,3 +165,22 @@ def test_samples_through_the_cli_match_the_library() -> None:
     (f,) = doc["findings"]
     assert (f["kind"], f["line"], f["line_end"], f["device"], f["numbers"]["requested_bytes"]) == ("nccl-oom", 2, 4, 3, 6291456)
     assert f["source"] == "ng30903:3063028"
+
+
+def test_next_step_uses_the_layout_and_gpu_size_the_log_printed(tmp_path: Path) -> None:
+    p = tmp_path / "megatron.log"
+    p.write_text(
+        "using world size: 32, data-parallel size: 2, context-parallel size: 1, hierarchical context-parallel sizes: None, "
+        "tensor-model-parallel size: 4, pipeline-model-parallel size: 4\n"
+        "[rank9]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB. GPU 1 has a total capacity of "
+        "79.11 GiB of which 1.00 GiB is free. Of the allocated memory 77.00 GiB is allocated by PyTorch, and 100.00 MiB is "
+        "reserved by PyTorch but unallocated.\n",
+        encoding="utf-8",
+    )
+    doc = run_json(str(p))
+    (f,) = doc["findings"]
+    assert f["kind"] == "capacity"
+    assert "--tp 4 --pp 4 --cp 1 --gpus 32 --gpu-memory 79.11GiB" in f["next_step"]
+    assert doc["run"][str(p)] == {"gpus": 32, "dp": 2, "cp": 1, "tp": 4, "pp": 4}
+    plain = run_json(str(SAMPLES / "03_transformers_issue3360_legacy.txt"))["findings"][0]["next_step"]
+    assert "--tp TP --pp PP --gpus N --gpu-memory 14.73GiB" in plain

@@ -45,6 +45,7 @@ class PatternSet:
     triggers: tuple[bytes, ...]
     window_triggers: tuple[bytes, ...]
     detectors: tuple[Detector, ...]
+    context: tuple[re.Pattern[str], ...]
     kinds: dict[str, KindInfo]
 
     def grep_pattern(self) -> str:
@@ -57,6 +58,14 @@ class PatternSet:
             if m:
                 return det, m
         return None
+
+    def run_facts(self, text: str) -> dict[str, int]:
+        """Run parameters a start-up line states (e.g. Megatron's parallel layout)."""
+        for rx in self.context:
+            m = rx.search(text)
+            if m:
+                return {k: int(v) for k, v in m.groupdict().items() if v is not None}
+        return {}
 
     def has_trigger(self, text: str) -> bool:
         raw = text.encode("utf-8", "replace")
@@ -88,6 +97,7 @@ def load_patterns(path: Path = PATTERNS_FILE) -> PatternSet:
     try:
         triggers = tuple(str(t).encode("utf-8") for t in doc["triggers"])
         window_triggers = tuple(str(t).encode("utf-8") for t in doc["window_triggers"])
+        context = tuple(re.compile(entry["regex"]) for entry in doc.get("context") or ())
         detectors = []
         for entry in doc["detectors"]:
             kind = entry.get("kind")
@@ -113,4 +123,6 @@ def load_patterns(path: Path = PATTERNS_FILE) -> PatternSet:
         raise PatternError(f"{path}: detectors and kinds disagree: {sorted(named ^ set(kinds))}")
     if not all(any(w.find(t) != -1 for t in triggers) for w in window_triggers):
         raise PatternError(f"{path}: every window trigger must contain a trigger")
-    return PatternSet(triggers=triggers, window_triggers=window_triggers, detectors=tuple(detectors), kinds=kinds)
+    return PatternSet(
+        triggers=triggers, window_triggers=window_triggers, detectors=tuple(detectors), context=context, kinds=kinds
+    )

@@ -43,7 +43,29 @@ def order_findings(findings: list[Finding], patterns: PatternSet) -> list[Findin
     return sorted(findings, key=key)
 
 
-def finding_json(f: Finding, row: Row, patterns: PatternSet) -> dict[str, Any]:
+def parallel_flags(facts: dict[str, int]) -> str:
+    """``--tp 4 --pp 4 --cp 1 --gpus 32`` from what the log said, placeholders otherwise."""
+    if not facts:
+        return "--tp TP --pp PP --gpus N"
+    names = (("tp", "--tp"), ("pp", "--pp"), ("cp", "--cp"), ("gpus", "--gpus"))
+    return " ".join(f"{flag} {facts[key]}" for key, flag in names if key in facts)
+
+
+def gpu_memory_flag(total_bytes: int | None) -> str:
+    """The device size the OOM message printed, in the estimator's GiB syntax."""
+    if total_bytes is None:
+        return "GPU_GiB"
+    return f"{total_bytes / (1 << 30):.2f}GiB"
+
+
+def next_step(f: Finding, patterns: PatternSet, facts: dict[str, int], total_bytes: int | None) -> str:
+    template = patterns.kinds[f.kind].next_step
+    return template.replace("{parallel}", parallel_flags(facts)).replace("{gpu_memory}", gpu_memory_flag(total_bytes))
+
+
+def finding_json(
+    f: Finding, row: Row, patterns: PatternSet, facts: dict[str, int] | None = None, total_bytes: int | None = None
+) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "kind": f.kind,
         "cause": row.cause_md,
@@ -61,7 +83,7 @@ def finding_json(f: Finding, row: Row, patterns: PatternSet) -> dict[str, Any]:
         "source": f.source,
         "numbers": dict(f.numbers),
         "occurrences": f.occurrences,
-        "next_step": patterns.kinds[f.kind].next_step,
+        "next_step": next_step(f, patterns, facts or {}, total_bytes),
     }
     if f.details:
         doc["details"] = dict(f.details)
@@ -92,12 +114,25 @@ def summarize(ordered: list[Finding]) -> dict[str, Any]:
     }
 
 
-def build_report(findings: list[Finding], rows: list[Row], patterns: PatternSet, inputs: list[str]) -> dict[str, Any]:
+def build_report(
+    findings: list[Finding],
+    rows: list[Row],
+    patterns: PatternSet,
+    inputs: list[str],
+    facts: dict[str, dict[str, int]] | None = None,
+) -> dict[str, Any]:
+    facts = facts or {}
     ordered = order_findings(findings, patterns)
     table = {kind: row_for_kind(rows, kind, info.table_key) for kind, info in patterns.kinds.items()}
+    # The GPU size any allocator message of the same file printed (all ranks share a type).
+    totals = {f.file: f.numbers["total_bytes"] for f in reversed(ordered) if f.numbers.get("total_bytes")}
     return {
-        "findings": [finding_json(f, table[f.kind], patterns) for f in ordered],
+        "findings": [
+            finding_json(f, table[f.kind], patterns, facts.get(f.file), f.numbers.get("total_bytes") or totals.get(f.file))
+            for f in ordered
+        ],
         "summary": summarize(ordered),
+        "run": facts,
         "inputs": inputs,
         "message": None if ordered else NO_FINDING,
     }

@@ -91,6 +91,7 @@ class Scanner:
         self.file = file
         self.pending: dict[str, _Pending] = {}
         self.findings: list[Finding] = []
+        self.run_facts: dict[str, int] = {}  # latest parallel layout the log printed
         self._last_line = 0
 
     # -- input
@@ -102,7 +103,8 @@ class Scanner:
         prefix = strip_prefixes(text)
         body = prefix.text
         key = prefix.stream_key
-        detected = self.patterns.detect(body) if self.patterns.has_trigger(body) else None
+        triggered = self.patterns.has_trigger(body)
+        detected = self.patterns.detect(body) if triggered else None
 
         pend = self.pending.get(key)
         if pend is not None and detected is None:
@@ -117,6 +119,8 @@ class Scanner:
             self._emit_allocator(self.pending.pop(key))
         self._expire(line_no)
         if detected is None:
+            if triggered:
+                self.run_facts.update(self.patterns.run_facts(body))
             return
         det, match = detected
         if det.is_allocator:
