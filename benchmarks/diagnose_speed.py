@@ -107,6 +107,10 @@ def generate(path: Path, size: int, seed: int = 7) -> int:
     where = {rng.randrange(n_blocks): f for f in failures}
     written = 0
     with path.open("wb", buffering=1 << 20) as fh:
+        fh.write(
+            b"using world size: 64, data-parallel size: 4, context-parallel size: 1, hierarchical context-parallel "
+            b"sizes: None, tensor-model-parallel size: 4, pipeline-model-parallel size: 4\n"
+        )
         for k in range(n_blocks):
             block = blocks[k % len(blocks)]
             if k in where:

@@ -171,6 +171,9 @@ def render_text(report: dict[str, Any]) -> str:
             f"{k} x{n}" for k, n in s["kinds"].items()
         )
     lines.append(head)
+    for name, facts in report.get("run", {}).items():
+        layout = ", ".join(f"{k.upper() if k != 'gpus' else 'GPUs'} {v}" for k, v in facts.items())
+        lines.append(f"run layout printed in {name}: {layout}")
     for i, f in enumerate(findings, 1):
         where = f"{f['file']}:{f['line']}" + (f"-{f['line_end']}" if f.get("line_end") else "")
         who = f["source"] + (f", GPU {f['device']}" if f["device"] is not None and "GPU" not in f["source"] else "")
