@@ -138,3 +138,14 @@ def test_torch_side_nccl_oom_with_rank_prefix() -> None:
     )
     (f,) = scan(text)
     assert (f.kind, f.rank, f.line) == ("nccl-oom", 7, 4)
+
+
+def test_many_distinct_findings_stay_separate() -> None:
+    text = "".join(
+        f"[rank{i % 512}]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {i}.00 MiB (GPU 0; 79.00 GiB total capacity; "
+        f"70.00 GiB already allocated; 1.00 GiB free; 71.00 GiB reserved in total by PyTorch)\n"
+        for i in range(1, 4001)
+    )
+    found = scan(text)
+    assert len(found) == 4000
+    assert {f.rank for f in found} == set(range(512))

@@ -23,6 +23,7 @@ MAX_MESSAGE_LINES = 10  # an allocator message never spans more lines than this
 EVIDENCE_CHARS = 600
 _OOM_START = re.compile(r"CUDA out of memory|cuda runtime error \(2\) : out of memory")
 _CALLOC = re.compile(r"Failed to CUDA calloc (\d+) bytes")
+_EXC_NAME = re.compile(r"[\w.]*(?:Error|Exception|Wrapper)\)?:?\s*\(?\w*\)?\s*$")
 _NEW_STATEMENT = re.compile(r"^(?:Traceback |\s*File \"|frame #\d|Exception raised from )")
 
 
@@ -91,6 +92,7 @@ class Scanner:
         self.file = file
         self.pending: dict[str, _Pending] = {}
         self.findings: list[Finding] = []
+        self._index: dict[tuple, int] = {}  # dedupe key -> position in findings
         self.run_facts: dict[str, int] = {}  # latest parallel layout the log printed
         self._last_line = 0
 
@@ -202,7 +204,9 @@ class Scanner:
                     and line_no - (prev.line_end or prev.line) <= 4
                 ):
                     merged = dict(prev.numbers, requested_bytes=numbers["requested_bytes"])
+                    self._index.pop(prev.dedupe_key(), None)
                     self.findings[i] = replace(prev, numbers=merged, line_end=line_no, evidence=_clip(prev.evidence + " | " + body.strip()))
+                    self._index.setdefault(self.findings[i].dedupe_key(), i)
                     return
         self._add(
             Finding(
@@ -220,19 +224,22 @@ class Scanner:
         )
 
     def _add(self, finding: Finding) -> None:
+        # A dict, not a scan of the list: a long log can hold thousands of distinct findings.
         key = finding.dedupe_key()
-        for i, prev in enumerate(self.findings):
-            if prev.dedupe_key() == key:
-                self.findings[i] = replace(prev, occurrences=prev.occurrences + finding.occurrences)
-                return
+        i = self._index.get(key)
+        if i is not None:
+            prev = self.findings[i]
+            self.findings[i] = replace(prev, occurrences=prev.occurrences + finding.occurrences)
+            return
+        self._index[key] = len(self.findings)
         self.findings.append(finding)
 
 
 def _exception_lead(body: str, oom_at: int) -> str:
     """Keep the exception name in the evidence (``torch.OutOfMemoryError: CUDA out of ...``)."""
-    head = body[:oom_at]
-    m = re.search(r"(?:[\w.]*(?:Error|Exception|Wrapper)\)?:?\s*\(?\w*\)?\s*)$", head)
-    return body[m.start():] if m else body[oom_at:]
+    lo = max(0, oom_at - 200)  # an exception name is short; bound the backtracking
+    m = _EXC_NAME.search(body[lo:oom_at])
+    return body[lo + m.start():] if m else body[oom_at:]
 
 
 def _clip(text: str) -> str:
