@@ -179,3 +179,14 @@ def test_crlf_line_endings() -> None:
     text = "a\r\nRuntimeError: CUDA error: out of memory\r\n"
     (f,) = scan_lines(numbered(text), load_patterns())
     assert (f.kind, f.line, f.evidence) == ("cuda-runtime-oom", 2, "RuntimeError: CUDA error: out of memory")
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be"])
+def test_utf16_log_from_powershell_is_read_not_refused(tmp_path: Path, encoding: str) -> None:
+    text = "caf\u00e9 start\r\n[rank2]: RuntimeError: CUDA error: out of memory\r\n"
+    raw = text.encode(encoding)
+    if encoding == "utf-16-be":
+        raw = b"\xfe\xff" + raw
+    p = tmp_path / "ps.log"
+    p.write_bytes(raw)
+    assert b"".join(read_chunks(Source(str(p)))).decode("utf-8") == text

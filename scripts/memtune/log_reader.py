@@ -28,6 +28,7 @@ CHUNK_SIZE = 8 << 20
 WINDOW_LINES = 24  # lines after a hit that may continue its message (interleaved ranks)
 MAX_CARRY = 4 * CHUNK_SIZE  # bound on carried-over text, so one giant line cannot grow memory
 GZIP_MAGIC = b"\x1f\x8b"
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,32 @@ def open_source(source: Source) -> BinaryIO:
     buffered = raw if isinstance(raw, io.BufferedReader) else io.BufferedReader(raw)  # type: ignore[arg-type]
     head = buffered.peek(2)[:2]
     stream: BinaryIO = gzip.GzipFile(fileobj=buffered, mode="rb") if head == GZIP_MAGIC else buffered
+    bom = stream.peek(2)[:2]  # type: ignore[attr-defined]
+    if bom in UTF16_BOMS:
+        return _Utf16AsUtf8(stream)  # type: ignore[return-value]
     return stream
+
+
+class _Utf16AsUtf8:
+    """UTF-16 text (what PowerShell's ``>`` writes) re-encoded to UTF-8 as it streams."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self._text = io.TextIOWrapper(stream, encoding="utf-16", errors="replace", newline="")
+        self._pending = b""
+
+    def readinto(self, view: memoryview) -> int:
+        while len(self._pending) < len(view):
+            chunk = self._text.read(1 << 20)
+            if not chunk:
+                break
+            self._pending += chunk.encode("utf-8")
+        k = min(len(view), len(self._pending))
+        view[:k] = self._pending[:k]
+        self._pending = self._pending[k:]
+        return k
+
+    def close(self) -> None:
+        self._text.close()
 
 
 def _check_text(source: Source, first: bytes) -> None:
