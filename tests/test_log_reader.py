@@ -190,3 +190,10 @@ def test_utf16_log_from_powershell_is_read_not_refused(tmp_path: Path, encoding:
     p = tmp_path / "ps.log"
     p.write_bytes(raw)
     assert b"".join(read_chunks(Source(str(p)))).decode("utf-8") == text
+
+
+def test_gzip_cut_inside_its_header_is_an_input_error(tmp_path: Path) -> None:
+    p = tmp_path / "cut.gz"
+    p.write_bytes(gzip.compress(b"hello\n" * 1000)[:30])
+    with pytest.raises(InputError, match="decompress"):
+        list(read_chunks(Source(str(p))))

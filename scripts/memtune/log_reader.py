@@ -59,7 +59,10 @@ def open_source(source: Source) -> BinaryIO:
     buffered = raw if isinstance(raw, io.BufferedReader) else io.BufferedReader(raw)  # type: ignore[arg-type]
     head = buffered.peek(2)[:2]
     stream: BinaryIO = gzip.GzipFile(fileobj=buffered, mode="rb") if head == GZIP_MAGIC else buffered
-    bom = stream.peek(2)[:2]  # type: ignore[attr-defined]
+    try:
+        bom = stream.peek(2)[:2]  # type: ignore[attr-defined]
+    except (OSError, EOFError) as exc:  # a cut or corrupt .gz fails on its first read
+        raise InputError(f"{source.name}: cannot decompress ({exc}); is the .gz file complete?") from exc
     if bom in UTF16_BOMS:
         return _Utf16AsUtf8(stream)  # type: ignore[return-value]
     return stream
