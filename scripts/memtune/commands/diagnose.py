@@ -1,14 +1,90 @@
-"""diagnose.py: Read an OOM error or a training log: fragmentation or real capacity, and what to do."""
+"""diagnose.py: read an OOM error or a training log; fragmentation or real capacity, and what to do.
+
+Imports only the stdlib and stdlib-only memtune modules at the top, so --help works in a
+bare interpreter; the scanner (pyyaml) and the table reader (markdown-it-py) are
+imported after the arguments are parsed.
+"""
 
 from __future__ import annotations
 
 from typing import Sequence
 
-from memtune.cli import InputError, make_parser
+from memtune.cli import InputError, make_parser, print_json
+
+DESCRIPTION = """\
+Find every memory-related failure in an error message or a (multi-GB, multi-rank, .gz)
+training log and answer with the matching row of SKILL.md's Failure Diagnosis table.
+
+For a PyTorch allocator OOM it extracts the request, GPU total, free, allocated and
+reserved-but-unallocated bytes and decides: fragmentation (the idle reserve could have
+served the request: enable expandable segments), capacity (plan a memory change) or
+impossible-request (larger than the GPU: a shape bug).  It also recognises NCCL, cuBLAS
+and CUDA-driver OOMs, Megatron config errors (CPU offloading + PP, NCCL UB + expandable
+segments, CUDA graphs without NCCL_GRAPH_REGISTER=0, VPP/PP divisibility, VPP micro-batch
+range) and allocator-config errors.  Each finding says where (file:line, rank, GPU), the
+cause, how to confirm, the fix and which helper to run next; a summary says how many
+ranks failed, the worst one, and whether they all failed the same way."""
+
+EPILOG = """\
+examples:
+  python3 scripts/diagnose.py train.log
+  python3 scripts/diagnose.py logs/rank*.log.gz --json
+  pbpaste | python3 scripts/diagnose.py -
+  python3 scripts/diagnose.py --symptom "OOM on one rank only"
+
+exit codes: 0 ran (findings or "no memory-related failure found"); 2 bad input
+(missing file, directory, binary file, unreadable .gz) with a one-line reason."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = make_parser("diagnose.py", "Read an OOM error or a training log: fragmentation or real capacity, and what to do.")
-    parser.add_argument("--json", action="store_true", help="print one JSON document")
-    parser.parse_args(argv)
-    raise InputError("not implemented yet")
+    parser = make_parser("diagnose.py", DESCRIPTION, EPILOG)
+    parser.add_argument("inputs", nargs="*", metavar="FILE", help="log files (plain or .gz); - reads standard input")
+    parser.add_argument("--json", action="store_true", help="print one JSON document (DESIGN.md §3 findings + summary)")
+    parser.add_argument("--symptom", metavar="TEXT", help="look a symptom up in the Failure Diagnosis table (fuzzy, ranked)")
+    parser.add_argument("--limit", type=int, default=3, metavar="N", help="rows to show for --symptom (default 3)")
+    args = parser.parse_args(argv)
+
+    if args.symptom is None and not args.inputs:
+        raise InputError("give a log FILE (or - for standard input), or --symptom \"TEXT\"; see --help")
+    if args.symptom is not None and args.inputs:
+        raise InputError("use either log FILE(s) or --symptom, not both")
+    if args.limit < 1:
+        raise InputError(f"--limit must be at least 1, got {args.limit}")
+
+    from memtune import diagnosis_table, oom_report
+
+    rows = diagnosis_table.load_rows()
+    if args.symptom is not None:
+        if not args.symptom.strip():
+            raise InputError('--symptom needs some text, e.g. --symptom "OOM on one rank only"')
+        matches = diagnosis_table.lookup_symptom(rows, args.symptom, limit=args.limit)
+        if args.json:
+            print_json(
+                {
+                    "query": args.symptom,
+                    "matches": [
+                        {
+                            "score": m.score,
+                            "symptom": m.row.symptom_md,
+                            "cause": m.row.cause_md,
+                            "confirm": m.row.confirm_md,
+                            "fix": m.row.fix_md,
+                        }
+                        for m in matches
+                    ],
+                }
+            )
+        else:
+            print(oom_report.render_symptom_matches(args.symptom, matches), end="")
+        return 0
+
+    from memtune.diagnose_run import diagnose_sources
+
+    if args.inputs.count("-") > 1:
+        raise InputError("- (standard input) can be given only once")
+    report = diagnose_sources(args.inputs, rows)
+    if args.json:
+        print_json(report)
+    else:
+        print(oom_report.render_text(report), end="")
+    return 0

@@ -1,0 +1,189 @@
+"""Numbers out of a PyTorch caching-allocator OOM message, and the kind they imply.
+
+Every message format PyTorch has printed since 2017 is covered, because users paste
+whatever their version produced:
+
+* pre-1.0 THC: ``cuda runtime error (2) : out of memory at .../THCStorage.cu:66`` (no numbers);
+* 1.0-1.4: ``(GPU 0; 31.72 GiB total capacity; 25.59 GiB already allocated; 5.39 GiB free;
+  14.59 MiB cached)`` where *cached* already is the reserved-but-unallocated memory (the
+  allocator's own comment defined it as "memory held by the allocator but not used");
+* 1.5-2.0: ``...; 13.38 GiB reserved in total by PyTorch)``, a *total*, so the idle reserve
+  is reserved - allocated;
+* 2.1+: ``GPU 0 has a total capacity of ... of which ... is free. [Process N has ...]
+  [Including non-PyTorch memory, this process has ...] Of the allocated memory X is
+  allocated by PyTorch, [with Y allocated in private pools (e.g., CUDA Graphs),] and Z is
+  reserved by PyTorch but unallocated.`` (2.1 spelled it ``capacty``).
+
+A truncated message yields ``None`` for every number it does not state in full: a number
+is read only when its unit follows it, so ``of which 1.2`` at the end of a cut-off line
+is unknown rather than 1.2 bytes.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
+
+# PyTorch's format_size() prints binary units with two decimals; older messages said "KB"
+# style names for the same binary multiples, so both spellings map to powers of 1024.
+_UNIT_POWER = {"": 0, "B": 0, "BYTES": 0, "BYTE": 0, "K": 1, "M": 2, "G": 3, "T": 4, "P": 5, "E": 6}
+
+SIZE = r"(\d+(?:\.\d+)?)\s*([KMGTPE]i?B|bytes?|B)(?![A-Za-z])"
+
+_RE = {
+    "requested": re.compile(r"Tried to allocate\s+" + SIZE),
+    "requested_huge": re.compile(r"Tried to allocate\s+more than\s+1\s*EB", re.I),
+    "device_legacy": re.compile(r"\(GPU\s+(\d+);"),
+    "device_new": re.compile(r"GPU\s+(\d+)\s+has a total capac"),
+    "total_legacy": re.compile(SIZE + r"\s+total capacity"),
+    "total_new": re.compile(r"total capac(?:i)?ty of\s+" + SIZE),
+    "free_legacy": re.compile(SIZE + r"\s+free[;)]"),
+    "free_new": re.compile(r"of which\s+" + SIZE + r"\s+is free"),
+    "allocated_legacy": re.compile(SIZE + r"\s+already allocated"),
+    "allocated_new": re.compile(r"Of the allocated memory\s+" + SIZE + r"\s+is allocated by PyTorch"),
+    "reserved_total": re.compile(SIZE + r"\s+reserved in total by PyTorch"),
+    "cached": re.compile(SIZE + r"\s+cached\)"),
+    "reserved_unallocated": re.compile(SIZE + r"\s+is reserved by PyTorch but unallocated"),
+    "thc": re.compile(r"cuda runtime error \(2\) : out of memory"),
+}
+
+# A message is complete (for numbers) once its last number has been printed.
+_COMPLETE = re.compile(
+    r"reserved in total by PyTorch\)|cached\)|is reserved by PyTorch but unallocated|"
+    r"cuda runtime error \(2\) : out of memory"
+)
+
+ONE_EB = 1 << 60
+
+
+def size_to_bytes(value: str, unit: str) -> int:
+    """``("13.38", "GiB")`` -> bytes, rounded half-up to an int (the message has 2 decimals)."""
+    u = unit.strip().upper()
+    if u.startswith("BYTE") or u == "B":
+        power = 0
+    else:
+        power = _UNIT_POWER[u[0]]
+    exact = Decimal(value) * (1 << (10 * power))
+    return int(exact.to_integral_value(rounding=ROUND_HALF_UP))
+
+
+def format_bytes(n: int | None) -> str:
+    """Bytes as PyTorch prints them (two decimals, binary units) for human output."""
+    if n is None:
+        return "unknown"
+    value = float(n)
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if abs(value) < 1024 or unit == "PiB":
+            return f"{n} bytes" if unit == "bytes" else f"{value:.2f} {unit}"
+        value /= 1024
+    return f"{n} bytes"  # pragma: no cover - loop always returns
+
+
+@dataclass(frozen=True)
+class AllocatorNumbers:
+    """The five numbers of DESIGN.md §3, in bytes, ``None`` when the message does not say."""
+
+    requested_bytes: int | None = None
+    total_bytes: int | None = None
+    free_bytes: int | None = None
+    allocated_bytes: int | None = None
+    reserved_unallocated_bytes: int | None = None
+    device: int | None = None
+    requested_more_than_1eb: bool = False
+    legacy_form: str | None = None  # "thc", "cached", "reserved-total" or None (2.1+ prose)
+
+    def as_json(self) -> dict[str, int | None]:
+        return {
+            "requested_bytes": self.requested_bytes,
+            "total_bytes": self.total_bytes,
+            "free_bytes": self.free_bytes,
+            "allocated_bytes": self.allocated_bytes,
+            "reserved_unallocated_bytes": self.reserved_unallocated_bytes,
+        }
+
+
+def _first(name: str, text: str) -> int | None:
+    m = _RE[name].search(text)
+    return size_to_bytes(m.group(1), m.group(2)) if m else None
+
+
+def is_complete(text: str) -> bool:
+    """True once the message has printed its last number (later lines are only hints)."""
+    return _COMPLETE.search(text) is not None
+
+
+def parse_allocator_message(text: str) -> AllocatorNumbers:
+    """Read every number the (possibly re-joined, possibly truncated) message states."""
+    if _RE["thc"].search(text):
+        return AllocatorNumbers(legacy_form="thc")
+    huge = _RE["requested_huge"].search(text) is not None
+    requested = None if huge else _first("requested", text)
+    dev = _RE["device_legacy"].search(text) or _RE["device_new"].search(text)
+    device = int(dev.group(1)) if dev else None
+    total = _first("total_legacy", text)
+    if total is None:
+        total = _first("total_new", text)
+    free = _first("free_new", text)
+    if free is None:
+        free = _first("free_legacy", text)
+    allocated_legacy = _first("allocated_legacy", text)
+    allocated = allocated_legacy if allocated_legacy is not None else _first("allocated_new", text)
+
+    legacy_form = None
+    unallocated = _first("reserved_unallocated", text)
+    if unallocated is None:
+        reserved_total = _first("reserved_total", text)
+        cached = _first("cached", text)
+        if reserved_total is not None:
+            legacy_form = "reserved-total"
+            # The 1.5-2.0 form prints the total reserved; the idle part is the difference.
+            if allocated is not None:
+                unallocated = reserved_total - allocated
+        elif cached is not None:
+            legacy_form = "cached"
+            unallocated = cached
+    return AllocatorNumbers(
+        requested_bytes=requested,
+        total_bytes=total,
+        free_bytes=free,
+        allocated_bytes=allocated,
+        reserved_unallocated_bytes=unallocated,
+        device=device,
+        requested_more_than_1eb=huge,
+        legacy_form=legacy_form,
+    )
+
+
+@dataclass(frozen=True)
+class Verdict:
+    kind: str
+    note: str | None = None
+
+
+def classify(numbers: AllocatorNumbers) -> Verdict:
+    """DESIGN.md §3: impossible-request if the request exceeds the whole GPU (or "more than
+    1EB"); fragmentation if the idle reserve could have served it; capacity otherwise.
+
+    When a number the rule needs is missing the kind falls back to ``capacity`` and the
+    note says the split could not be decided, rather than guessing fragmentation.
+    """
+    n = numbers
+    if n.requested_more_than_1eb:
+        return Verdict("impossible-request")
+    if n.requested_bytes is not None and n.total_bytes is not None and n.requested_bytes > n.total_bytes:
+        return Verdict("impossible-request")
+    if n.requested_bytes is None or n.reserved_unallocated_bytes is None:
+        if n.legacy_form == "thc":
+            why = "the pre-1.0 message prints no numbers"
+        else:
+            missing = [
+                label
+                for label, value in (("requested", n.requested_bytes), ("reserved-but-unallocated", n.reserved_unallocated_bytes))
+                if value is None
+            ]
+            why = "the message does not state " + " and ".join(missing) + " (truncated?)"
+        return Verdict("capacity", f"fragmentation vs capacity undecided: {why}; treat as capacity after trying expandable segments")
+    if n.reserved_unallocated_bytes >= n.requested_bytes:
+        return Verdict("fragmentation")
+    return Verdict("capacity")

@@ -1,0 +1,128 @@
+"""The failure patterns diagnose.py looks for, loaded from data/oom_patterns.yaml.
+
+Patterns are data so that a new error string (a new Megatron guard, a new PyTorch wording)
+is a one-line YAML change with an example the tests pick up, not a code change.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from memtune.paths import DATA_DIR
+
+PATTERNS_FILE: Path = DATA_DIR / "oom_patterns.yaml"
+
+ALLOCATOR_KINDS = ("fragmentation", "capacity", "impossible-request")
+
+
+@dataclass(frozen=True)
+class Detector:
+    """One line-level test: ``kind`` is None for the allocator family (decided by numbers)."""
+
+    kind: str | None
+    regex: re.Pattern[str]
+    numbers: re.Pattern[str] | None = None
+
+    @property
+    def is_allocator(self) -> bool:
+        return self.kind is None
+
+
+@dataclass(frozen=True)
+class KindInfo:
+    kind: str
+    priority: int
+    table_key: str
+    next_step: str
+    examples: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class PatternSet:
+    triggers: tuple[bytes, ...]
+    window_triggers: tuple[bytes, ...]
+    detectors: tuple[Detector, ...]
+    context: tuple[re.Pattern[str], ...]
+    kinds: dict[str, KindInfo]
+
+    def grep_pattern(self) -> str:
+        """The triggers as one ``grep -E`` alternation (for the speed baseline)."""
+        return "|".join(_ere_escape(t.decode("utf-8")) for t in self.triggers)
+
+    def detect(self, text: str) -> tuple[Detector, re.Match[str]] | None:
+        for det in self.detectors:
+            m = det.regex.search(text)
+            if m:
+                return det, m
+        return None
+
+    def run_facts(self, text: str) -> dict[str, int]:
+        """Run parameters a start-up line states (e.g. Megatron's parallel layout)."""
+        for rx in self.context:
+            m = rx.search(text)
+            if m:
+                return {k: int(v) for k, v in m.groupdict().items() if v is not None}
+        return {}
+
+    def has_trigger(self, text: str) -> bool:
+        raw = text.encode("utf-8", "replace")
+        return any(t in raw for t in self.triggers)
+
+
+def _ere_escape(literal: str) -> str:
+    """Escape only POSIX ERE metacharacters (Python's re.escape adds escapes grep warns about)."""
+    return "".join("\\" + ch if ch in ".[]()*+?{}|^$\\" else ch for ch in literal)
+
+
+class PatternError(ValueError):
+    """The pattern file is malformed (a packaging bug, reported with the file name)."""
+
+
+def _load_yaml(path: Path) -> dict:
+    import yaml  # lazy: --help must work without third-party packages
+
+    with path.open(encoding="utf-8") as fh:
+        doc = yaml.safe_load(fh)
+    if not isinstance(doc, dict):
+        raise PatternError(f"{path}: expected a mapping at the top level")
+    return doc
+
+
+@lru_cache(maxsize=4)
+def load_patterns(path: Path = PATTERNS_FILE) -> PatternSet:
+    doc = _load_yaml(path)
+    try:
+        triggers = tuple(str(t).encode("utf-8") for t in doc["triggers"])
+        window_triggers = tuple(str(t).encode("utf-8") for t in doc["window_triggers"])
+        context = tuple(re.compile(entry["regex"]) for entry in doc.get("context") or ())
+        detectors = []
+        for entry in doc["detectors"]:
+            kind = entry.get("kind")
+            if kind is None and entry.get("family") != "allocator":
+                raise PatternError(f"{path}: detector {entry!r} needs `kind` or `family: allocator`")
+            numbers = entry.get("numbers")
+            detectors.append(
+                Detector(kind=kind, regex=re.compile(entry["regex"]), numbers=re.compile(numbers) if numbers else None)
+            )
+        kinds = {}
+        for name, info in doc["kinds"].items():
+            kinds[name] = KindInfo(
+                kind=name,
+                priority=int(info["priority"]),
+                table_key=str(info["table_key"]),
+                next_step=str(info["next_step"]),
+                examples=tuple(str(e) for e in info.get("examples", ())),
+            )
+    except (KeyError, TypeError, re.error) as exc:
+        raise PatternError(f"{path}: malformed pattern entry ({exc})") from exc
+    named = {d.kind for d in detectors if d.kind} | set(ALLOCATOR_KINDS)
+    if named != set(kinds):
+        raise PatternError(f"{path}: detectors and kinds disagree: {sorted(named ^ set(kinds))}")
+    if not all(any(w.find(t) != -1 for t in triggers) for w in window_triggers):
+        raise PatternError(f"{path}: every window trigger must contain a trigger")
+    return PatternSet(
+        triggers=triggers, window_triggers=window_triggers, detectors=tuple(detectors), context=context, kinds=kinds
+    )

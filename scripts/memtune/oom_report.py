@@ -1,0 +1,211 @@
+"""Findings + the Failure Diagnosis table -> the report (JSON document and human text).
+
+Order matters because an agent acts on the first finding: a configuration error stops
+the run before anything can run out of memory, so it comes first; then allocator OOMs
+(an impossible request is a bug, capacity needs a plan, fragmentation a one-line fix);
+then driver/cuBLAS/NCCL OOMs, which are usually the echo of the same shortage; the
+deprecation warning last.  Within a kind, the worst shortfall comes first.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memtune.diagnosis_table import Row, row_for_kind
+from memtune.oom_parse import format_bytes
+from memtune.oom_patterns import PatternSet
+from memtune.oom_scan import Finding
+
+NO_FINDING = "no memory-related failure found"
+WARNING_KINDS = frozenset({"alloc-conf-deprecated"})
+
+
+def shortfall(f: Finding) -> int:
+    """Bytes the allocator was short by (request - idle reserve); larger is worse."""
+    req = f.numbers.get("requested_bytes")
+    if req is None:
+        return -1
+    idle = f.numbers.get("reserved_unallocated_bytes") or 0
+    return req - idle
+
+
+def order_findings(findings: list[Finding], patterns: PatternSet) -> list[Finding]:
+    def key(f: Finding) -> tuple:
+        free = f.numbers.get("free_bytes")
+        return (
+            patterns.kinds[f.kind].priority,
+            -shortfall(f),
+            free if free is not None else 1 << 62,
+            f.file,
+            f.line,
+        )
+
+    return sorted(findings, key=key)
+
+
+def parallel_flags(facts: dict[str, int]) -> str:
+    """``--tp 4 --pp 4 --cp 1 --gpus 32`` from what the log said, placeholders otherwise."""
+    if not facts:
+        return "--tp TP --pp PP --gpus N"
+    names = (("tp", "--tp"), ("pp", "--pp"), ("cp", "--cp"), ("gpus", "--gpus"))
+    return " ".join(f"{flag} {facts[key]}" for key, flag in names if key in facts)
+
+
+def gpu_memory_flag(total_bytes: int | None) -> str:
+    """The device size the OOM message printed, in the estimator's GiB syntax."""
+    if total_bytes is None:
+        return "GPU_GiB"
+    return f"{total_bytes / (1 << 30):.2f}GiB"
+
+
+def next_step(f: Finding, patterns: PatternSet, facts: dict[str, int], total_bytes: int | None) -> str:
+    template = patterns.kinds[f.kind].next_step
+    return template.replace("{parallel}", parallel_flags(facts)).replace("{gpu_memory}", gpu_memory_flag(total_bytes))
+
+
+def finding_json(
+    f: Finding, row: Row, patterns: PatternSet, facts: dict[str, int] | None = None, total_bytes: int | None = None
+) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "kind": f.kind,
+        "cause": row.cause_md,
+        "confirm": row.confirm_md,
+        "fix": row.fix_md,
+        "symptom": row.symptom_md,
+        "evidence": f.evidence,
+        "line": f.line,
+        "line_end": f.line_end,
+        "file": f.file,
+        "rank": f.rank,
+        "device": f.device,
+        "host": f.host,
+        "pid": f.pid,
+        "source": f.source,
+        "numbers": dict(f.numbers),
+        "occurrences": f.occurrences,
+        "next_step": next_step(f, patterns, facts or {}, total_bytes),
+    }
+    if f.details:
+        doc["details"] = dict(f.details)
+    if f.note:
+        doc["note"] = f.note
+    return doc
+
+
+def summarize(ordered: list[Finding]) -> dict[str, Any]:
+    """Across ranks: how many sources failed, the worst one, and whether all agree."""
+    failures = [f for f in ordered if f.kind not in WARNING_KINDS]
+    sources = sorted({f.source for f in failures})
+    kinds: dict[str, int] = {}
+    for f in failures:
+        kinds[f.kind] = kinds.get(f.kind, 0) + f.occurrences
+    worst = failures[0] if failures else None
+    ranks = sorted({f.rank for f in failures if f.rank is not None})
+    return {
+        "failures": sum(f.occurrences for f in failures),
+        "sources_failed": len(sources),
+        "sources": sources,
+        "ranks_failed": len(ranks),
+        "ranks": ranks,
+        "worst": None if worst is None else {"source": worst.source, "kind": worst.kind, "file": worst.file, "line": worst.line},
+        "same_kind": len(kinds) == 1 if kinds else None,
+        "kinds": kinds,
+        "warnings": sum(f.occurrences for f in ordered if f.kind in WARNING_KINDS),
+    }
+
+
+def build_report(
+    findings: list[Finding],
+    rows: list[Row],
+    patterns: PatternSet,
+    inputs: list[str],
+    facts: dict[str, dict[str, int]] | None = None,
+) -> dict[str, Any]:
+    facts = facts or {}
+    ordered = order_findings(findings, patterns)
+    table = {kind: row_for_kind(rows, kind, info.table_key) for kind, info in patterns.kinds.items()}
+    # The GPU size any allocator message of the same file printed (all ranks share a type).
+    totals = {f.file: f.numbers["total_bytes"] for f in reversed(ordered) if f.numbers.get("total_bytes")}
+    return {
+        "findings": [
+            finding_json(f, table[f.kind], patterns, facts.get(f.file), f.numbers.get("total_bytes") or totals.get(f.file))
+            for f in ordered
+        ],
+        "summary": summarize(ordered),
+        "run": facts,
+        "inputs": inputs,
+        "message": None if ordered else NO_FINDING,
+    }
+
+
+def _numbers_text(numbers: dict[str, int | None]) -> str | None:
+    labels = (
+        ("requested_bytes", "requested"),
+        ("total_bytes", "GPU total"),
+        ("free_bytes", "free"),
+        ("allocated_bytes", "allocated"),
+        ("reserved_unallocated_bytes", "reserved-but-unallocated"),
+    )
+    if all(numbers.get(k) is None for k, _ in labels):
+        return None
+    parts = []
+    for key, label in labels:
+        value = numbers.get(key)
+        parts.append(f"{label} {format_bytes(value)}" + ("" if value is None else f" ({value} B)"))
+    return "; ".join(parts)
+
+
+def render_text(report: dict[str, Any]) -> str:
+    findings = report["findings"]
+    if not findings:
+        return f"diagnose.py: {NO_FINDING} in {', '.join(report['inputs'])}\n"
+    s = report["summary"]
+    lines = []
+    head = f"{len(findings)} finding(s) in {', '.join(report['inputs'])}: {s['failures']} failure(s) from {s['sources_failed']} source(s)"
+    if s["ranks_failed"]:
+        head += f" ({s['ranks_failed']} rank(s): {', '.join(map(str, s['ranks']))})"
+    if s["worst"]:
+        head += f"; worst: {s['worst']['source']} ({s['worst']['kind']})"
+    if s["same_kind"] is not None:
+        head += "; every failure is the same kind" if s["same_kind"] else "; failures of different kinds: " + ", ".join(
+            f"{k} x{n}" for k, n in s["kinds"].items()
+        )
+    lines.append(head)
+    for name, facts in report.get("run", {}).items():
+        layout = ", ".join(f"{k.upper() if k != 'gpus' else 'GPUs'} {v}" for k, v in facts.items())
+        lines.append(f"run layout printed in {name}: {layout}")
+    for i, f in enumerate(findings, 1):
+        where = f"{f['file']}:{f['line']}" + (f"-{f['line_end']}" if f.get("line_end") else "")
+        who = f["source"] + (f", GPU {f['device']}" if f["device"] is not None and "GPU" not in f["source"] else "")
+        times = f" (x{f['occurrences']})" if f["occurrences"] > 1 else ""
+        lines.append("")
+        lines.append(f"[{i}] {f['kind']} - {who} - {where}{times}")
+        lines.append(f"    evidence: {f['evidence']}")
+        nums = _numbers_text(f["numbers"])
+        if nums:
+            lines.append(f"    numbers:  {nums}")
+        if f.get("details"):
+            lines.append("    details:  " + ", ".join(f"{k}={v}" for k, v in f["details"].items()))
+        if f.get("note"):
+            lines.append(f"    note:     {f['note']}")
+        lines.append(f"    cause:    {f['cause']}")
+        lines.append(f"    confirm:  {f['confirm']}")
+        lines.append(f"    fix:      {f['fix']}")
+        lines.append(f"    next:     {f['next_step']}")
+    return "\n".join(lines) + "\n"
+
+
+def render_symptom_matches(query: str, matches: list) -> str:
+    if not matches:
+        return f'diagnose.py: no Failure Diagnosis row matches "{query}"; try words from the error message\n'
+    lines = [f'Failure Diagnosis rows for "{query}" (best first):']
+    for i, m in enumerate(matches, 1):
+        r = m.row
+        lines += [
+            "",
+            f"[{i}] score {m.score:.2f}  symptom: {r.symptom_md}",
+            f"    cause:   {r.cause_md}",
+            f"    confirm: {r.confirm_md}",
+            f"    fix:     {r.fix_md}",
+        ]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,260 @@
+"""Turn log lines into findings: which failure, where, and with which numbers.
+
+The scanner is fed the candidate lines of memtune.log_reader (a hit line and the lines
+after it) and keeps, per rank stream, at most one allocator message that is still being
+re-joined: PyTorch's OOM text is often wrapped over several lines, and with several ranks
+writing to one file the continuation of rank 3's message can sit between rank 5's lines.
+Everything else is a one-line match.  Identical failures of one source (retries, the
+same NCCL warning per channel) fold into one finding with an occurrence count, so a
+5 GB log gives a short report.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from typing import Iterable, Iterator
+
+from memtune import oom_parse
+from memtune.log_reader import WINDOW_LINES, LinePrefix, nccl_origin, strip_prefixes
+from memtune.oom_patterns import PatternSet
+
+MAX_MESSAGE_LINES = 10  # an allocator message never spans more lines than this
+EVIDENCE_CHARS = 600
+_OOM_START = re.compile(r"CUDA out of memory|cuda runtime error \(2\) : out of memory")
+_CALLOC = re.compile(r"Failed to CUDA calloc (\d+) bytes")
+_EXC_NAME = re.compile(r"[\w.]*(?:Error|Exception|Wrapper)\)?:?\s*\(?\w*\)?\s*$")
+_NEW_STATEMENT = re.compile(r"^(?:Traceback |\s*File \"|frame #\d|Exception raised from )")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One failure seen in the log.  ``numbers`` keys follow DESIGN.md §3 (bytes or None)."""
+
+    kind: str
+    evidence: str
+    line: int
+    file: str
+    rank: int | None = None
+    device: int | None = None
+    host: str | None = None
+    pid: int | None = None
+    numbers: dict[str, int | None] = field(default_factory=dict)
+    details: dict[str, int] = field(default_factory=dict)
+    line_end: int | None = None
+    occurrences: int = 1
+    note: str | None = None
+
+    @property
+    def source(self) -> str:
+        """Who failed, as precisely as the log says: rank, else host:pid, else device."""
+        if self.rank is not None:
+            return f"rank {self.rank}"
+        if self.host is not None and self.pid is not None:
+            return f"{self.host}:{self.pid}"
+        if self.host is not None and self.device is not None:
+            return f"{self.host} GPU {self.device}"
+        if self.host is not None:
+            return self.host
+        if self.device is not None:
+            return f"GPU {self.device}"
+        return self.file
+
+    def dedupe_key(self) -> tuple:
+        return (self.kind, self.source, self.device, tuple(sorted(self.numbers.items())), _strip_digits(self.evidence))
+
+
+def _strip_digits(text: str) -> str:
+    return re.sub(r"\d+", "#", text)
+
+
+def empty_numbers() -> dict[str, int | None]:
+    return oom_parse.AllocatorNumbers().as_json()
+
+
+@dataclass
+class _Pending:
+    prefix: LinePrefix
+    parts: list[str]
+    first_line: int
+    last_line: int
+    file: str
+
+    def text(self) -> str:
+        return re.sub(r"\s+", " ", " ".join(p.strip() for p in self.parts)).strip()
+
+
+class Scanner:
+    """Stateful line consumer; call :meth:`feed` per candidate line, then :meth:`finish`."""
+
+    def __init__(self, patterns: PatternSet, file: str) -> None:
+        self.patterns = patterns
+        self.file = file
+        self.pending: dict[str, _Pending] = {}
+        self.findings: list[Finding] = []
+        self._index: dict[tuple, int] = {}  # dedupe key -> position in findings
+        self.run_facts: dict[str, int] = {}  # latest parallel layout the log printed
+        self._last_line = 0
+
+    # -- input
+    def feed(self, line_no: int, raw: bytes | str) -> None:
+        text = raw.decode("utf-8", "replace") if isinstance(raw, (bytes, bytearray)) else raw
+        if line_no != self._last_line + 1:
+            self._flush_all()  # a gap: no message continues across lines we never saw
+        self._last_line = line_no
+        prefix = strip_prefixes(text)
+        body = prefix.text
+        key = prefix.stream_key
+        triggered = self.patterns.has_trigger(body)
+        detected = self.patterns.detect(body) if triggered else None
+
+        pend = self.pending.get(key)
+        if pend is not None and detected is None:
+            if self._continues(pend, body, line_no):
+                pend.parts.append(body)
+                pend.last_line = line_no
+                if oom_parse.is_complete(pend.text()):
+                    self._emit_allocator(self.pending.pop(key))
+                return
+            self._emit_allocator(self.pending.pop(key))
+        elif pend is not None:
+            self._emit_allocator(self.pending.pop(key))
+        self._expire(line_no)
+        if detected is None:
+            if triggered:
+                self.run_facts.update(self.patterns.run_facts(body))
+            return
+        det, match = detected
+        if det.is_allocator:
+            start = _OOM_START.search(body)
+            lead = _exception_lead(body, start.start() if start else match.start())
+            pend = _Pending(prefix=prefix, parts=[lead], first_line=line_no, last_line=line_no, file=self.file)
+            if oom_parse.is_complete(pend.text()):
+                self._emit_allocator(pend)
+            else:
+                self.pending[key] = pend
+            return
+        self._emit_simple(det.kind, det.numbers, body, prefix, line_no)
+
+    def finish(self) -> list[Finding]:
+        self._flush_all()
+        return self.findings
+
+    # -- helpers
+    def _continues(self, pend: _Pending, body: str, line_no: int) -> bool:
+        stripped = body.strip()
+        if not stripped or _NEW_STATEMENT.match(body):
+            return False
+        # Bounded by the first line, the same window the streaming reader reads after it,
+        # so a streamed scan and a scan of every line give identical findings.
+        return len(pend.parts) < MAX_MESSAGE_LINES and line_no - pend.first_line <= WINDOW_LINES
+
+    def _expire(self, line_no: int) -> None:
+        for key in [k for k, p in self.pending.items() if line_no - p.first_line > WINDOW_LINES]:
+            self._emit_allocator(self.pending.pop(key))
+
+    def _flush_all(self) -> None:
+        for key in list(self.pending):
+            self._emit_allocator(self.pending.pop(key))
+
+    def _emit_allocator(self, pend: _Pending) -> None:
+        text = pend.text()
+        nums = oom_parse.parse_allocator_message(text)
+        verdict = oom_parse.classify(nums)
+        self._add(
+            Finding(
+                kind=verdict.kind,
+                evidence=_clip(text),
+                line=pend.first_line,
+                line_end=pend.last_line if pend.last_line != pend.first_line else None,
+                file=pend.file,
+                rank=pend.prefix.rank,
+                host=pend.prefix.host,
+                device=nums.device,
+                numbers=nums.as_json(),
+                note=verdict.note,
+            )
+        )
+
+    def _emit_simple(self, kind: str, numbers_rx: re.Pattern[str] | None, body: str, prefix: LinePrefix, line_no: int) -> None:
+        numbers = empty_numbers()
+        details: dict[str, int] = {}
+        origin = nccl_origin(body) if kind == "nccl-oom" else None
+        host = prefix.host
+        pid = device = None
+        if origin:
+            host, pid, device = str(origin["host"]), int(origin["pid"]), int(origin["device"])
+        if numbers_rx is not None:
+            m = numbers_rx.search(body)
+            if m:
+                details = {k.removesuffix("_b"): int(v) for k, v in m.groupdict().items() if v is not None}
+        calloc = _CALLOC.search(body) if kind == "nccl-oom" else None
+        if calloc:
+            numbers["requested_bytes"] = int(calloc.group(1))
+            # NCCL prints "Cuda failure 'out of memory'" and then, a line or two later from
+            # the same thread, the size it failed to calloc: one failure, not two.
+            for i in range(len(self.findings) - 1, max(-1, len(self.findings) - 4), -1):
+                prev = self.findings[i]
+                if (
+                    prev.kind == "nccl-oom"
+                    and prev.file == self.file
+                    and prev.host == host
+                    and prev.pid == pid
+                    and prev.numbers.get("requested_bytes") is None
+                    and line_no - (prev.line_end or prev.line) <= 4
+                ):
+                    merged = dict(prev.numbers, requested_bytes=numbers["requested_bytes"])
+                    self._index.pop(prev.dedupe_key(), None)
+                    self.findings[i] = replace(prev, numbers=merged, line_end=line_no, evidence=_clip(prev.evidence + " | " + body.strip()))
+                    self._index.setdefault(self.findings[i].dedupe_key(), i)
+                    return
+        self._add(
+            Finding(
+                kind=kind,
+                evidence=_clip(body.strip()),
+                line=line_no,
+                file=self.file,
+                rank=prefix.rank,
+                host=host,
+                pid=pid,
+                device=device,
+                numbers=numbers,
+                details=details,
+            )
+        )
+
+    def _add(self, finding: Finding) -> None:
+        # A dict, not a scan of the list: a long log can hold thousands of distinct findings.
+        key = finding.dedupe_key()
+        i = self._index.get(key)
+        if i is not None:
+            prev = self.findings[i]
+            self.findings[i] = replace(prev, occurrences=prev.occurrences + finding.occurrences)
+            return
+        self._index[key] = len(self.findings)
+        self.findings.append(finding)
+
+
+def _exception_lead(body: str, oom_at: int) -> str:
+    """Keep the exception name in the evidence (``torch.OutOfMemoryError: CUDA out of ...``)."""
+    lo = max(0, oom_at - 200)  # an exception name is short; bound the backtracking
+    m = _EXC_NAME.search(body[lo:oom_at])
+    return body[lo + m.start():] if m else body[oom_at:]
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= EVIDENCE_CHARS else text[: EVIDENCE_CHARS - 1] + "…"
+
+
+def scan_lines(lines: Iterable[tuple[int, bytes | str]], patterns: PatternSet, file: str = "<input>") -> list[Finding]:
+    """Findings of already-selected ``(line_number, text)`` pairs (tests, small inputs)."""
+    scanner = Scanner(patterns, file)
+    for line_no, raw in lines:
+        scanner.feed(line_no, raw)
+    return scanner.finish()
+
+
+def numbered(text: str, first_line: int = 1) -> Iterator[tuple[int, str]]:
+    """``(line_number, line)`` pairs of a text, for :func:`scan_lines`."""
+    for i, line in enumerate(text.splitlines(), start=first_line):
+        yield i, line

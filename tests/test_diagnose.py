@@ -1,0 +1,186 @@
+"""diagnose.py end to end: inputs (files, -, .gz), JSON contract, order, summary, bad input."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = REPO_ROOT / "scripts" / "diagnose.py"
+SAMPLES = Path(__file__).resolve().parent / "data" / "oom-samples"
+KEYS = {"requested_bytes", "total_bytes", "free_bytes", "allocated_bytes", "reserved_unallocated_bytes"}
+
+FRAG = (
+    "[rank{r}]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {req}.00 MiB. GPU {r} has a total capacity of "
+    "79.10 GiB of which 10.00 MiB is free. Of the allocated memory 70.00 GiB is allocated by PyTorch, and {idle}.00 MiB is "
+    "reserved by PyTorch but unallocated.\n"
+)
+
+
+def run(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args], input=stdin, capture_output=True, timeout=120
+    )
+
+
+def run_json(*args: str, stdin: bytes | None = None) -> dict:
+    res = run(*args, "--json", stdin=stdin)
+    assert res.returncode == 0, res.stderr.decode()
+    return json.loads(res.stdout)  # exactly one document, or this raises
+
+
+def multi_rank_log(tmp_path: Path) -> Path:
+    lines = ["[rank0]: iteration 5 | loss 2.0\n"]
+    lines.append(FRAG.format(r=0, req=100, idle=900))  # fragmentation, shortfall < 0
+    lines.append(FRAG.format(r=1, req=800, idle=100))  # capacity, shortfall 700 MiB
+    lines.append(FRAG.format(r=2, req=500, idle=100))  # capacity, shortfall 400 MiB
+    lines.append("[W AllocatorConfig.cpp:28] Warning: PYTORCH_CUDA_ALLOC_CONF is deprecated, use PYTORCH_ALLOC_CONF instead\n")
+    lines.append("3: [rank3]: ValueError: Currently there is no support for Pipeline parallelism with CPU offloading\n")
+    p = tmp_path / "train.log"
+    p.write_text("".join(lines), encoding="utf-8")
+    return p
+
+
+def test_json_contract_order_and_summary(tmp_path: Path) -> None:
+    doc = run_json(str(multi_rank_log(tmp_path)))
+    kinds = [f["kind"] for f in doc["findings"]]
+    # config error first, then allocator OOMs worst shortfall first, deprecation warning last
+    assert kinds == ["cpu-offload-pp", "capacity", "capacity", "fragmentation", "alloc-conf-deprecated"]
+    assert [f["rank"] for f in doc["findings"]] == [3, 1, 2, 0, None]
+    for f in doc["findings"]:
+        assert set(f["numbers"]) >= KEYS
+        assert all(v is None or isinstance(v, int) for v in f["numbers"].values())
+        assert f["cause"] and f["confirm"] and f["fix"] and f["evidence"] and f["next_step"]
+        assert isinstance(f["line"], int)
+    assert doc["findings"][1]["numbers"]["requested_bytes"] == 800 << 20
+    s = doc["summary"]
+    assert (s["ranks_failed"], s["ranks"], s["same_kind"], s["warnings"]) == (4, [0, 1, 2, 3], False, 1)
+    assert s["worst"]["source"] == "rank 3"
+    assert doc["message"] is None
+
+
+def test_all_same_kind_summary(tmp_path: Path) -> None:
+    p = tmp_path / "a.log"
+    p.write_text("".join(FRAG.format(r=r, req=100, idle=900) for r in range(4)), encoding="utf-8")
+    s = run_json(str(p))["summary"]
+    assert (s["ranks_failed"], s["same_kind"], s["kinds"]) == (4, True, {"fragmentation": 4})
+
+
+def test_table_row_is_quoted_from_skill_md(tmp_path: Path) -> None:
+    doc = run_json(str(SAMPLES / "12_lmcache_issue3430_newest_docs_url_private_pools.txt"))
+    (f,) = doc["findings"]
+    skill = (REPO_ROOT / "SKILL.md").read_text(encoding="utf-8")
+    assert f["kind"] == "fragmentation"
+    for cell in (f["cause"], f["confirm"], f["fix"]):
+        assert f"| {cell} |" in skill or f"| {cell}" in skill
+
+
+def test_human_output_names_kind_location_and_next_step(tmp_path: Path) -> None:
+    res = run(str(multi_rank_log(tmp_path)))
+    out = res.stdout.decode()
+    assert res.returncode == 0
+    assert "[1] cpu-offload-pp - rank 3" in out
+    assert "train.log:2" in out and "next:" in out and "reserved-but-unallocated" in out
+
+
+def test_stdin_and_gzip_and_several_files(tmp_path: Path) -> None:
+    text = (SAMPLES / "29_gpt4llm_issue16_a100_legacy_max_split.txt").read_bytes()
+    gz = tmp_path / "r.log.gz"
+    gz.write_bytes(gzip.compress(text))
+    from_stdin = run_json("-", stdin=text)
+    from_gz = run_json(str(gz))
+    assert from_stdin["findings"][0]["numbers"] == from_gz["findings"][0]["numbers"]
+    assert from_stdin["findings"][0]["file"] == "<stdin>"
+    gz_stdin = run_json("-", stdin=gzip.compress(text))
+    assert gz_stdin["findings"][0]["kind"] == "fragmentation"
+    both = run_json(str(gz), str(SAMPLES / "15_megatron_bridge_issue2992_cpu_offload_pp_valueerror.txt"))
+    assert [f["kind"] for f in both["findings"]] == ["cpu-offload-pp", "fragmentation"]
+    assert len(both["inputs"]) == 2
+
+
+def test_invalid_utf8_is_still_diagnosed(tmp_path: Path) -> None:
+    p = tmp_path / "latin1.log"
+    p.write_bytes(b"caf\xe9 \xff\xfe log\nRuntimeError: CUDA error: out of memory \xe9\n")
+    doc = run_json(str(p))
+    assert [(f["kind"], f["line"]) for f in doc["findings"]] == [("cuda-runtime-oom", 2)]
+
+
+def test_empty_input_is_a_clear_no_finding_exit_0(tmp_path: Path) -> None:
+    p = tmp_path / "empty.log"
+    p.write_bytes(b"")
+    res = run(str(p))
+    assert res.returncode == 0
+    assert "no memory-related failure found" in res.stdout.decode()
+    doc = run_json("-", stdin=b"")
+    assert doc["findings"] == [] and doc["message"] == "no memory-related failure found"
+
+
+@pytest.mark.parametrize(
+    "make,needle",
+    [
+        (lambda d: d / "nope.log", "no such file"),
+        (lambda d: d, "is a directory"),
+        (lambda d: (d / "x.bin").write_bytes(b"\x00\x01\x02ELF" * 50) and d / "x.bin", "binary"),
+        (lambda d: (d / "x.gz").write_bytes(gzip.compress(b"hello\n" * 1000)[:30]) and d / "x.gz", "decompress"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(tmp_path: Path, make, needle: str) -> None:
+    target = make(tmp_path)
+    res = run(str(target))
+    err = res.stderr.decode()
+    assert res.returncode == 2
+    assert needle in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+    assert res.stdout == b""
+
+
+@pytest.mark.parametrize(
+    "args",
+    [(), ("--symptom", "x", "a.log"), ("--symptom", "  "), ("-", "-"), ("--symptom", "oom", "--limit", "0")],
+)
+def test_usage_errors_exit_2(args) -> None:
+    res = run(*args)
+    assert res.returncode == 2
+    assert len(res.stderr.decode().strip().splitlines()) == 1
+
+
+def test_symptom_lookup_text_and_json() -> None:
+    res = run("--symptom", "OOM on one rank only")
+    assert res.returncode == 0
+    assert "[1] score" in res.stdout.decode()
+    doc = run_json("--symptom", "CUBLAS_STATUS_ALLOC_FAILED")
+    assert "CUBLAS_STATUS_ALLOC_FAILED" in doc["matches"][0]["symptom"]
+    assert all({"score", "symptom", "cause", "confirm", "fix"} <= set(m) for m in doc["matches"])
+
+
+def test_samples_through_the_cli_match_the_library() -> None:
+    """The whole file, metadata line included, gives the library's findings plus only
+    what the `# source:` line itself quotes (it names the error it is about)."""
+    doc = run_json(str(SAMPLES / "38_nccl_issue1235_alloc_h_calloc_oom_multinode.txt"))
+    (f,) = doc["findings"]
+    assert (f["kind"], f["line"], f["line_end"], f["device"], f["numbers"]["requested_bytes"]) == ("nccl-oom", 2, 4, 3, 6291456)
+    assert f["source"] == "ng30903:3063028"
+
+
+def test_next_step_uses_the_layout_and_gpu_size_the_log_printed(tmp_path: Path) -> None:
+    p = tmp_path / "megatron.log"
+    p.write_text(
+        "using world size: 32, data-parallel size: 2, context-parallel size: 1, hierarchical context-parallel sizes: None, "
+        "tensor-model-parallel size: 4, pipeline-model-parallel size: 4\n"
+        "[rank9]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB. GPU 1 has a total capacity of "
+        "79.11 GiB of which 1.00 GiB is free. Of the allocated memory 77.00 GiB is allocated by PyTorch, and 100.00 MiB is "
+        "reserved by PyTorch but unallocated.\n",
+        encoding="utf-8",
+    )
+    doc = run_json(str(p))
+    (f,) = doc["findings"]
+    assert f["kind"] == "capacity"
+    assert "--tp 4 --pp 4 --cp 1 --gpus 32 --gpu-memory 79.11GiB" in f["next_step"]
+    assert doc["run"][str(p)] == {"gpus": 32, "dp": 2, "cp": 1, "tp": 4, "pp": 4}
+    plain = run_json(str(SAMPLES / "03_transformers_issue3360_legacy.txt"))["findings"][0]["next_step"]
+    assert "--tp TP --pp PP --gpus N --gpu-memory 14.73GiB" in plain

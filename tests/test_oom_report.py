@@ -1,0 +1,69 @@
+"""Report assembly: order (most important first), cross-rank summary, text rendering."""
+
+from __future__ import annotations
+
+from memtune.diagnosis_table import load_rows
+from memtune.oom_patterns import load_patterns
+from memtune.oom_report import NO_FINDING, build_report, order_findings, render_text, summarize
+from memtune.oom_scan import Finding, empty_numbers
+
+PATTERNS = load_patterns()
+MiB = 1 << 20
+
+
+def alloc(kind: str, rank: int, req: int, idle: int, free: int = 0, line: int = 1) -> Finding:
+    nums = dict(empty_numbers(), requested_bytes=req * MiB, reserved_unallocated_bytes=idle * MiB, free_bytes=free)
+    return Finding(kind=kind, evidence="CUDA out of memory", line=line, file="t.log", rank=rank, numbers=nums)
+
+
+def simple(kind: str, rank: int | None = None, line: int = 1) -> Finding:
+    return Finding(kind=kind, evidence=kind, line=line, file="t.log", rank=rank, numbers=empty_numbers())
+
+
+def test_order_config_then_allocator_by_shortfall_then_others_then_warning() -> None:
+    fs = [
+        simple("alloc-conf-deprecated", line=1),
+        alloc("fragmentation", 0, 100, 900, line=2),
+        simple("nccl-oom", 5, line=3),
+        alloc("capacity", 1, 300, 100, line=4),
+        alloc("capacity", 2, 900, 100, line=5),
+        simple("vpp-divisibility", 3, line=6),
+        alloc("impossible-request", 4, 90000, 0, line=7),
+    ]
+    got = [(f.kind, f.rank) for f in order_findings(fs, PATTERNS)]
+    assert got == [
+        ("vpp-divisibility", 3),
+        ("impossible-request", 4),
+        ("capacity", 2),
+        ("capacity", 1),
+        ("fragmentation", 0),
+        ("nccl-oom", 5),
+        ("alloc-conf-deprecated", None),
+    ]
+
+
+def test_summary_counts_ranks_and_ignores_the_warning_for_same_kind() -> None:
+    fs = order_findings([alloc("fragmentation", r, 10, 20) for r in range(3)] + [simple("alloc-conf-deprecated")], PATTERNS)
+    s = summarize(fs)
+    assert (s["ranks_failed"], s["same_kind"], s["warnings"], s["failures"]) == (3, True, 1, 3)
+    assert s["worst"]["kind"] == "fragmentation"
+
+
+def test_occurrences_count_in_failures() -> None:
+    from dataclasses import replace
+
+    s = summarize([replace(simple("cuda-runtime-oom", 1), occurrences=4)])
+    assert (s["failures"], s["kinds"]) == (4, {"cuda-runtime-oom": 4})
+
+
+def test_empty_report_and_text() -> None:
+    rep = build_report([], load_rows(), PATTERNS, ["a.log"])
+    assert rep["findings"] == [] and rep["message"] == NO_FINDING and rep["summary"]["same_kind"] is None
+    assert render_text(rep) == f"diagnose.py: {NO_FINDING} in a.log\n"
+
+
+def test_text_shows_unknown_numbers_as_unknown() -> None:
+    f = alloc("capacity", 0, 10, 0)
+    f.numbers["reserved_unallocated_bytes"] = None
+    out = render_text(build_report([f], load_rows(), PATTERNS, ["t.log"]))
+    assert "reserved-but-unallocated unknown" in out and "requested 10.00 MiB" in out
