@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import time
@@ -41,8 +42,9 @@ DATA = ROOT / "tests" / "data" / "estimator"
 
 # Bridge rows that leave run fields out: what we assume for them (printed with the rows).
 # The LoRA re-gather rows come from one measurement campaign (seed page): we assume the
-# Qwen3-8B row's sequence length and one micro-batch of 1 for all three.
-BRIDGE_RUN_DEFAULTS = {"mbs": 1, "seq_length": 8192}
+# Qwen3-8B row's sequence length and one micro-batch of 1 for all three, and ETP 1 for
+# the MoE rows (Megatron Bridge's MoE recipes default to expert_tensor_parallel_size=1).
+BRIDGE_RUN_DEFAULTS = {"mbs": 1, "seq_length": 8192, "etp": 1}
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -87,11 +89,13 @@ def _bridge_run(raw: dict) -> RunSpec:
         granularity = "full"
     precision = str(raw.get("precision", "bf16")).lower()
     fp8 = "tensorwise" if "current scaling" in precision else ("delayed" if "fp8" in precision else None)
-    tp, pp, cp = raw.get("tp", 1), raw.get("pp", 1), raw.get("cp", 1)
+    tp, pp, cp, ep = raw.get("tp", 1), raw.get("pp", 1), raw.get("cp", 1), raw.get("ep", 1)
+    etp = raw.get("etp") or (BRIDGE_RUN_DEFAULTS["etp"] if ep > 1 else None)
     dp = raw.get("dp") or 1
-    gpus = raw.get("gpus") or tp * pp * cp * dp
+    # Unknown GPU count: the smallest legal one (dense and expert grids both fit).
+    gpus = raw.get("gpus") or math.lcm(tp * pp * cp * dp, pp * ep * (etp or tp))
     return RunSpec(
-        world_size=gpus, tp=tp, pp=pp, vpp=raw.get("vpp"), cp=cp, ep=raw.get("ep", 1),
+        world_size=gpus, tp=tp, pp=pp, vpp=raw.get("vpp"), cp=cp, ep=ep, etp=etp,
         mbs=raw.get("mbs") or BRIDGE_RUN_DEFAULTS["mbs"], gbs=raw.get("gbs"),
         seq_length=raw.get("seq_length") or BRIDGE_RUN_DEFAULTS["seq_length"],
         sequence_parallel=bool(raw.get("sequence_parallel")),

@@ -64,6 +64,8 @@ class RunSpec:
     hidden_dropout: float = 0.0
     transformer_impl: str = "transformer_engine"  # transformer_engine | local
     cross_entropy_loss_fusion: bool = False
+    defer_embedding_wgrad_compute: bool = False  # keep output-layer inputs/grads for a late wgrad
+    wgrad_deferral_limit: int = 0  # 0 = defer for every micro-batch of the step
     moe_token_dispatcher_type: str = "alltoall"
     moe_expert_capacity_factor: float | None = None
     cpu_offloading: bool = False
