@@ -134,6 +134,12 @@ class RunSpec:
         return replace(self, **changes)
 
 
+def normalize_dtype(value: Any) -> str:
+    """'torch.bfloat16' / 'bfloat16' / 'bf16' -> 'bf16' (fp32, fp16, fp8 likewise)."""
+    text = str(value).replace("torch.", "").lower()
+    return {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "uint8": "fp8"}.get(text, text)
+
+
 def stage_layer_counts(model: ModelSpec, run: RunSpec) -> tuple[int, ...]:
     """Decoder layers on each pipeline stage, first to last (uneven PP honoured).
 
