@@ -307,23 +307,15 @@ def regather_saving_bytes(model: ModelSpec, run: RunSpec) -> int:
 
     For every eligible column-parallel adapter (linear_qkv, and linear_fc1 of dense
     layers) the LoRA-A input is kept as the sequence-local shard instead of the
-    all-gathered sequence, on every micro-batch in flight on the most-loaded stage.
+    all-gathered sequence, on every micro-batch in flight. Returned for the stage where
+    it matters most (the difference between the two estimates, so it always agrees with
+    ``estimate``); 0 when the run is ineligible (TP=1, SP off, CUDA graphs, ...).
     """
     if run.peft is None:
         run = run.with_(peft="lora")
-    counts = stage_layer_counts(model, run)
-    pattern = model.moe_layers()
-    best = 0.0
-    start = 0
-    for stage, n in enumerate(counts):
-        moe_n = sum(pattern[start:start + n])
-        start += n
-        dense = layer_activations(model, run, False).lora_regather_saving
-        moe = layer_activations(model, run, True).lora_regather_saving if model.is_moe else dense
-        inflight = in_flight_layer_microbatches(run, stage, n)
-        per_layer = (dense * (n - moe_n) + moe * moe_n) / max(1, n)
-        best = max(best, per_layer * inflight)
-    return int(best)
+    without = estimate(model, run.with_(sequence_parallel_input_regather=False))
+    with_ = estimate(model, run.with_(sequence_parallel_input_regather=True))
+    return max(a.activations - b.activations for a, b in zip(without.stages, with_.stages))
 
 
 def in_flight_layer_microbatches(run: RunSpec, stage: int, layers: int) -> float:
