@@ -156,16 +156,19 @@ def main(argv=None) -> int:
         rows.append(row)
     elapsed = time.perf_counter() - started
 
-    def summary(key: str) -> dict:
-        errs = [abs(r[key]) for r in rows if key in r]
+    def summary(key: str, group: str | None = None) -> dict:
+        chosen = [r for r in rows if group is None or r["group"] == group]
+        errs = [abs(r[key]) for r in chosen if key in r]
         return {
-            "covered": len(errs), "cases": len(rows),
-            "coverage": len(errs) / len(rows) if rows else 0.0,
+            "covered": len(errs), "cases": len(chosen),
+            "coverage": len(errs) / len(chosen) if chosen else 0.0,
             "median_abs_err": statistics.median(errs) if errs else float("nan"),
             "p90_abs_err": _percentile(errs, 0.9),
         }
 
-    result = {"rows": rows, "ours": summary("ours_err"), "reference": summary("ref_err"), "seconds": elapsed}
+    groups = sorted({r["group"] for r in rows})
+    result = {"rows": rows, "ours": summary("ours_err"), "reference": summary("ref_err"), "seconds": elapsed,
+              "by_group": {g: {"ours": summary("ours_err", g), "reference": summary("ref_err", g)} for g in groups}}
     if args.json:
         json.dump(result, sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -179,6 +182,11 @@ def main(argv=None) -> int:
     print("(GB = 1e9 bytes; err = estimate / measured - 1; Megatron-LM goldens compare the last pipeline stage,"
           " Bridge rows the peak stage; runtime overhead excluded from ours)")
     print(f"Bridge rows without mbs/seq_length assume {BRIDGE_RUN_DEFAULTS}.")
+    for group in groups:
+        for label, key in (("ours", "ours"), ("reference", "reference")):
+            s = result["by_group"][group][key]
+            print(f"  {group:<26} {label:<10} {s['covered']}/{s['cases']} cases, median |err| "
+                  f"{s['median_abs_err']:.1%}, P90 |err| {s['p90_abs_err']:.1%}")
     for label, key in (("ours", "ours"), ("Megatron-LM theoretical_memory_usage", "reference")):
         s = result[key]
         print(f"SUMMARY {label}: coverage {s['covered']}/{s['cases']} ({s['coverage']:.0%}), "
