@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from memtune.model_spec import ModelSpec, count_parameters, layer_params, mtp_layer_params
@@ -348,16 +349,27 @@ def _microbatches_in_flight(run: RunSpec, stage: int) -> float:
 
 
 # ---------------------------------------------------------------------- estimate
+@lru_cache(maxsize=512)
+def _model_facts(model: ModelSpec, tp: int):
+    """Per-model arithmetic reused across the planner's thousands of calls (ModelSpec is
+    frozen and hashable): MoE-layer prefix sums, per-layer parameters, totals, MTP layer."""
+    pattern = model.moe_layers()
+    prefix = [0]
+    for is_moe in pattern:
+        prefix.append(prefix[-1] + int(is_moe))
+    dense_layer = layer_params(model, False)
+    moe_layer = layer_params(model, True) if model.is_moe else dense_layer
+    mtp = mtp_layer_params(model) if model.mtp_num_layers else None
+    return tuple(prefix), dense_layer, moe_layer, count_parameters(model, padded_tp=tp), mtp
+
+
 def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
     """Peak memory per pipeline stage, first to last. Raises InputError on impossible runs."""
     validate(model, run)
     assumptions: list[str] = []
     t, pp = run.tp, run.pp
     counts = stage_layer_counts(model, run)
-    pattern = model.moe_layers()
-    dense_layer = layer_params(model, False)
-    moe_layer = layer_params(model, True) if model.is_moe else dense_layer
-    pcount = count_parameters(model, padded_tp=t)
+    moe_prefix, dense_layer, moe_layer, pcount, mtp = _model_facts(model, t)
     vocab = model.padded_vocab_size(t)
     h = model.hidden_size
     emb = pcount.embedding
@@ -376,7 +388,7 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
     start = 0
     for stage, n in enumerate(counts):
         is_first, is_last = stage == 0, stage == pp - 1
-        moe_n = sum(pattern[start:start + n])
+        moe_n = moe_prefix[start + n] - moe_prefix[start]
         dense_n = n - moe_n
         start += n
         dense_params = (
@@ -389,10 +401,9 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
         if is_last:
             dense_params += (out if (pp > 1 or model.untie_embeddings_and_output_weights) else 0) / t
             dense_params += model.layer_norm_width * h
-            if model.mtp_num_layers:
-                mt = mtp_layer_params(model)
-                dense_params += model.mtp_num_layers * (mt.dense / t + mt.replicated)
-                expert_params += model.mtp_num_layers * mt.expert / max(1, run.ep * run.expert_tp)
+            if mtp is not None:
+                dense_params += model.mtp_num_layers * (mtp.dense / t + mtp.replicated)
+                expert_params += model.mtp_num_layers * mtp.expert / max(1, run.ep * run.expert_tp)
         stage_params = dense_params + expert_params
 
         vocab_params = (emb / t if is_first else 0.0) + (out / t if is_last else 0.0)
