@@ -48,6 +48,9 @@ UNFUSED_DROPOUT_BYTES = 3
 #: Backward materialises the gradients of one layer's activations while that layer's saved
 #: tensors are still alive; we charge one extra layer's activations as working set.
 BACKWARD_WORKING_LAYERS = 1.0
+#: Fine-grained activation offloading overlaps copies with compute: two layers' offloaded
+#: tensors (the one in flight to/from host and the one being computed) stay on the GPU.
+OFFLOAD_RESIDENT_LAYERS = 2
 #: GEMM workspaces that live in the PyTorch allocator (so they count as allocated): the
 #: cuBLAS/cuBLASLt workspace of PyTorch and Transformer Engine's per-stream GEMM workspaces,
 #: about 4 x 32 MiB on Hopper.
@@ -166,6 +169,7 @@ class LayerActivations:
     full: float  # what it would keep with no recompute or offload at all
     checkpoint_input: float  # the layer input (all that full recompute keeps)
     lora_regather_saving: float  # bytes sequence_parallel_input_regather removes
+    offloaded: float = 0.0  # bytes fine-grained offloading moves to host memory
     terms: tuple[tuple[str, float], ...] = ()  # named saved tensors (before recompute/offload)
 
 
@@ -177,7 +181,7 @@ RECOMPUTE_DROPS = {
     "moe_act": ("moe_act_out",),
     "moe": ("router", "expert_fc1_in", "moe_fc1_out", "moe_act_out", "moe_fc2_out", "shared_fc1_out", "shared_act_out"),
     "shared_experts": ("shared_fc1_out", "shared_act_out"),
-    "mla_up_proj": ("mla_up", "qkv"),
+    "mla_up_proj": ("qkv",),
 }
 #: Which saved tensors each fine-grained activation-offload module moves to host memory.
 OFFLOAD_TERMS = {
@@ -214,7 +218,8 @@ def layer_activation_terms(model: ModelSpec, run: RunSpec, moe: bool) -> dict[st
     if model.multi_latent_attention:
         q_dim = model.qk_head_dim + model.qk_pos_emb_head_dim
         terms["mla_latent"] = act * tokens * ((model.q_lora_rank or 0) + model.kv_lora_rank + model.qk_pos_emb_head_dim)
-        terms["mla_up"] = act * tokens * a * (q_dim + model.qk_head_dim + model.v_head_dim) / t
+        # The up-projection outputs are split, rotated and concatenated into new Q/K/V
+        # tensors; only the latents (up-proj inputs) and Q/K/V themselves are kept.
         terms["qkv"] = act * tokens * a * (2 * q_dim + model.v_head_dim) / t
         ctx_dim = a * model.v_head_dim
     else:
@@ -264,8 +269,11 @@ def layer_activations(model: ModelSpec, run: RunSpec, moe: bool) -> LayerActivat
     if run.recompute_granularity == "selective":
         for module in run.recompute_modules:
             dropped.update(RECOMPUTE_DROPS.get(module, ()))
+    offload: set[str] = set()
     for module in run.fine_grained_offload_modules:
-        dropped.update(OFFLOAD_TERMS.get(module, ()))
+        offload.update(OFFLOAD_TERMS.get(module, ()))
+    offload -= dropped
+    dropped |= offload
     tokens = run.seq_length / max(1, run.cp) * run.mbs
     spt = _sp_div(run)
     act = 2 if run.params_dtype != "fp32" else 4
@@ -279,7 +287,7 @@ def layer_activations(model: ModelSpec, run: RunSpec, moe: bool) -> LayerActivat
             if module == "linear_qkv" or (module == "linear_fc1" and not moe):
                 gathered = act * tokens * h  # A input all-gathered over the sequence
                 shard = act * tokens * h / spt
-                if spt > 1 and _regather_eligible(run, module):
+                if spt > 1 and regather_eligible(run, module):
                     saving += gathered - shard
                     lora += shard if run.sequence_parallel_input_regather else gathered
                 else:
@@ -288,11 +296,12 @@ def layer_activations(model: ModelSpec, run: RunSpec, moe: bool) -> LayerActivat
     stored = sum(v for k, v in terms.items() if k not in dropped) + lora
     return LayerActivations(
         stored=stored, full=full, checkpoint_input=terms["attn_norm_in"],
-        lora_regather_saving=saving, terms=tuple(terms.items()),
+        lora_regather_saving=saving, offloaded=sum(terms[k] for k in offload if k in terms),
+        terms=tuple(terms.items()),
     )
 
 
-def _regather_eligible(run: RunSpec, module: str) -> bool:
+def regather_eligible(run: RunSpec, module: str) -> bool:
     """Megatron Bridge falls back to the gathered path in these cases (seed page)."""
     if run.tp <= 1 or not run.sequence_parallel or run.cuda_graph_scope or run.cpu_offloading:
         return False
@@ -434,6 +443,10 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
             if model.mtp_num_layers:
                 extra += model.mtp_num_layers * (act_moe.stored + logits * 4 + 2 * tokens * h * 2 / spt)
         working = BACKWARD_WORKING_LAYERS * per_layer_full if n else 0.0
+        if act_dense.offloaded or act_moe.offloaded:
+            # Offload copies are asynchronous: the layer being computed and the one being
+            # copied out (forward) or prefetched (backward) keep their tensors on the GPU.
+            extra += OFFLOAD_RESIDENT_LAYERS * max(act_dense.offloaded, act_moe.offloaded if moe_n else 0.0)
         activations = layer_acts + extra + working
         activations = _apply_offload(run, activations, layer_acts, n)
 
