@@ -569,7 +569,8 @@ def _describe(model: ModelSpec, run: RunSpec, vocab: int) -> list[str]:
     out = [
         f"parallelism TP{run.tp} PP{run.pp}" + (f" VPP{run.vpp_chunks}" if run.vpp_chunks > 1 else "")
         + f" CP{run.cp} EP{run.ep} ETP{run.expert_tp} DP{run.dp} on {run.world_size} GPUs",
-        f"micro-batch {run.mbs}, global batch {run.global_batch}, {run.num_microbatches} micro-batches per step, sequence {run.seq_length}",
+        f"micro-batch {run.mbs}, global batch {run.global_batch}, {run.num_microbatches} "
+        f"micro-batch{'es' if run.num_microbatches != 1 else ''} per step per DP rank, sequence {run.seq_length}",
         f"sequence parallel {'on' if _sp_div(run) > 1 else 'off'}; recompute {run.recompute}; attention kernel {attention_kernel(run)}",
         f"params {('fp8 (fp8 param gather)' if run.fp8_param_gather else run.params_dtype)}"
         + (f" with fp8 {run.fp8} GEMMs" if run.fp8 else "")
