@@ -149,12 +149,23 @@ def test_cli_example_text_and_json():
     assert doc["peak_stage"] in range(4) and len(doc["stages"]) == 4
 
 
+def test_cli_overrides_and_flags_change_the_run():
+    doc = json.loads(run_cli("--example", "model.pipeline_model_parallel_size=8", "--json").stdout)
+    assert len(doc["stages"]) == 8
+    flags = json.loads(run_cli("--example", "--recompute-modules", "core_attn,mlp", "--json").stdout)
+    base = json.loads(run_cli("--example", "--json").stdout)
+    assert flags["stages"][0]["total_bytes"] < base["stages"][0]["total_bytes"]
+
+
 @pytest.mark.parametrize("args,needle", [
     (("--preset", "nope"), "known presets"),
     (("--preset", "llama3-8b", "--gpus", "6", "--tp", "4"), "not divisible"),
     (("--example", "model.tensor_model_parallel_size=-2"), "positive integer"),
     (("--example", "--gpu-memory", "lots"), "--gpu-memory"),
     (("--preset", "llama3-8b", "--tp", "-1"), "positive integer"),
+    (("--example", "model.virtual_pipeline_model_parallel_size=3"), "not divisible by virtual"),
+    (("--preset", "mixtral-8x7b", "--gpus", "8", "--ep", "3"), "does not divide num_moe_experts"),
+    (("--config", "/nonexistent/run.yaml"), "No such file"),
 ])
 def test_cli_bad_input_is_one_line_exit_2(args, needle):
     res = run_cli(*args)

@@ -132,6 +132,8 @@ def _load(args) -> tuple[Any, Any, list[str], dict[str, Any]]:
     if args.megatron_args:
         from memtune.megatron_args import load_megatron_args, specs_from_megatron_args
 
+        if base is not None:
+            raise InputError("--megatron-args carries the model itself; drop --preset/--hf-config")
         if args.overrides:
             raise InputError("Hydra overrides apply to --config/--example, not to --megatron-args")
         model, run, notes = specs_from_megatron_args(load_megatron_args(args.megatron_args), world_size=args.gpus)
