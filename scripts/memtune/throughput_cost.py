@@ -24,7 +24,7 @@ from typing import Any, Mapping
 
 from memtune import model_spec as ms
 from memtune.paths import DATA_DIR
-from memtune.plan_knobs import Knobs
+from memtune.run_spec import RunSpec
 
 COSTS_FILE: Path = DATA_DIR / "throughput_costs.yaml"
 
@@ -135,19 +135,18 @@ def _load_yaml(path: Path) -> Mapping[str, Any]:
         return yaml.safe_load(fh)
 
 
-def knobs_from_mapping(values: Mapping[str, Any]) -> Knobs:
-    data = dict(values)
-    if "recompute_modules" in data:
-        data["recompute_modules"] = tuple(data["recompute_modules"] or ())
-    return Knobs(**data)
+def run_from_mapping(values: Mapping[str, Any]) -> RunSpec:
+    """A RunSpec from a YAML mapping of its field names (lists become tuples)."""
+    data = {key: tuple(value) if isinstance(value, list) else value for key, value in values.items()}
+    return RunSpec(**data)
 
 
-def anchor_workload(raw: Mapping[str, Any], name: str) -> tuple[ms.ModelSpec, Knobs]:
+def anchor_workload(raw: Mapping[str, Any], name: str) -> tuple[ms.ModelSpec, RunSpec]:
     spec = raw["workloads"][name]
-    return ms.model_from_mapping(spec["model"]), knobs_from_mapping(spec["run"])
+    return ms.model_from_mapping(spec["model"]), run_from_mapping(spec["run"])
 
 
-def anchor_change(raw: Mapping[str, Any], factor: str) -> tuple[ms.ModelSpec, Knobs, Knobs, float]:
+def anchor_change(raw: Mapping[str, Any], factor: str) -> tuple[ms.ModelSpec, RunSpec, RunSpec, float]:
     """(model, measured baseline, measured candidate, measured change) of a factor's anchor."""
     anchor = raw["factors"][factor]["anchor"]
     model, base = anchor_workload(raw, anchor["workload"])
@@ -200,10 +199,15 @@ def _flops_cached(m: ms.ModelSpec, seq: int, rate: float, hbm: float) -> LayerFl
     return layer_flops(m, seq, rate, hbm)
 
 
-def recompute_flops(f: LayerFlops, k: Knobs) -> float:
+def recompute_set(run: RunSpec) -> frozenset[str]:
+    """The selectively recomputed modules (RunSpec keeps a default list even when off)."""
+    return frozenset(run.recompute_modules) if run.recompute_granularity == "selective" else frozenset()
+
+
+def recompute_flops(f: LayerFlops, k: RunSpec) -> float:
     """Forward FLOPs per token that the recompute setting runs a second time."""
     if k.recompute_granularity == "full":
-        per_chunk = f.num_layers / max(1, k.pp * k.vpp_size)
+        per_chunk = f.num_layers / max(1, k.pp * k.vpp_chunks)
         n = k.recompute_num_layers or 1
         if (k.recompute_method or "uniform") == "uniform":
             share = 1.0  # every layer's input is kept, every layer is re-run
@@ -211,7 +215,7 @@ def recompute_flops(f: LayerFlops, k: Knobs) -> float:
             share = min(1.0, n / per_chunk) if per_chunk else 1.0
         return share * f.layers_total
     total = 0.0
-    for module in k.recompute_set:
+    for module in recompute_set(k):
         if module == "mlp":
             total += f.by_module["mlp"]
         elif module == "moe":
@@ -221,23 +225,23 @@ def recompute_flops(f: LayerFlops, k: Knobs) -> float:
     return total
 
 
-def step_terms(m: ms.ModelSpec, k: Knobs, table: CostTable) -> dict[str, float]:
+def step_terms(m: ms.ModelSpec, k: RunSpec, table: CostTable) -> dict[str, float]:
     """Each overhead as a fraction of the GPU's compute time (see the YAML's formulas)."""
     rate = table.hw("achieved_flops_per_gpu")
     nvlink, ib = table.hw("nvlink_bytes_per_s"), table.hw("inter_node_bytes_per_s")
     per_node = int(table.hw("gpus_per_node"))
-    f = _flops_cached(m, k.seq, rate, table.hw("hbm_bytes_per_s"))
+    f = _flops_cached(m, k.seq_length, rate, table.hw("hbm_bytes_per_s"))
     c = table.coefficients
     h = m.hidden_size
     terms: dict[str, float] = {}
     tp_bw_ratio = nvlink / ib if k.tp > per_node else 1.0
     terms["tp"] = c.get("tp", 1.0) * (k.tp - 1) * h / f.per_layer * tp_bw_ratio
     pipelined = k.pp > 1
-    terms["pp"] = c.get("pp", 1.0) * k.pp * k.vpp_size * h / (f.per_layer * f.num_layers) if pipelined else 0.0
+    terms["pp"] = c.get("pp", 1.0) * k.pp * k.vpp_chunks * h / (f.per_layer * f.num_layers) if pipelined else 0.0
     m_batches = k.num_microbatches or 1
-    terms["bubble"] = (k.pp - 1) / (k.vpp_size * m_batches) if pipelined else 0.0
+    terms["bubble"] = (k.pp - 1) / (k.vpp_chunks * m_batches) if pipelined else 0.0
     terms["recompute"] = c.get("recompute", 1.0) * recompute_flops(f, k) / (3.0 * f.total)
-    tokens = k.seq * k.mbs / max(1, k.cp)
+    tokens = k.seq_length * k.mbs / max(1, k.cp)
     terms["gemm"] = float(table.factor("gemm_size")["tokens_overhead"]) / max(1.0, tokens)
     if k.cp > 1:
         cp_f = table.factor("context_parallel")
@@ -266,15 +270,15 @@ def step_terms(m: ms.ModelSpec, k: Knobs, table: CostTable) -> dict[str, float]:
     else:
         terms["offload"] = 0.0
     optimizer = 0.0
-    if k.fsdp:
+    if k.use_megatron_fsdp:
         optimizer = -float(table.factor("megatron_fsdp")["value"]) - float(table.factor("distributed_optimizer")["value"])
-    elif k.distributed_optimizer:
+    elif k.use_distributed_optimizer:
         optimizer = -float(table.factor("distributed_optimizer")["value"])
     terms["optimizer"] = optimizer / (1 - optimizer) if optimizer < 1 else optimizer
     return terms
 
 
-def step_time(m: ms.ModelSpec, k: Knobs, table: CostTable) -> float:
+def step_time(m: ms.ModelSpec, k: RunSpec, table: CostTable) -> float:
     """Step time relative to pure compute (1.0 = no overhead at all)."""
     t = 1.0
     for value in step_terms(m, k, table).values():
@@ -304,7 +308,7 @@ def _pct(x: float) -> str:
     return f"{x * 100:+.1f}%"
 
 
-def _matches_anchor(table: CostTable, m: ms.ModelSpec, base: Knobs, cand: Knobs) -> tuple[str, float] | None:
+def _matches_anchor(table: CostTable, m: ms.ModelSpec, base: RunSpec, cand: RunSpec) -> tuple[str, float] | None:
     """The measured (source, value) when this exact change on this exact workload was measured."""
     for factor, _ in CALIBRATED:
         am, ab, ac, measured = anchor_change(table.raw, factor)
@@ -315,25 +319,25 @@ def _matches_anchor(table: CostTable, m: ms.ModelSpec, base: Knobs, cand: Knobs)
     return None
 
 
-RUN_KEYS = ("world", "tp", "pp", "vpp_size", "cp", "ep", "mbs", "gbs", "seq", "recompute_granularity",
-            "recompute_set", "cpu_offloading", "fsdp")
+RUN_KEYS = ("world_size", "tp", "pp", "vpp_chunks", "cp", "ep", "mbs", "global_batch", "seq_length",
+            "recompute_granularity", "cpu_offloading", "use_megatron_fsdp", "use_distributed_optimizer")
 
 
-def _same_run(a: Knobs, b: Knobs) -> bool:
-    return all(getattr(a, key) == getattr(b, key) for key in RUN_KEYS)
+def _same_run(a: RunSpec, b: RunSpec) -> bool:
+    return all(getattr(a, key) == getattr(b, key) for key in RUN_KEYS) and recompute_set(a) == recompute_set(b)
 
 
-def throughput_change(m: ms.ModelSpec, base: Knobs, cand: Knobs, table: CostTable,
-                      regather_saved_fraction: float | None = None) -> Cost:
+def throughput_change(m: ms.ModelSpec, base: RunSpec, cand: RunSpec, table: CostTable,
+                      regather_saved_fraction: float | None = None, enables_expandable_segments: bool = False) -> Cost:
     """Relative throughput of ``cand`` vs ``base`` with one evidence line per changed factor."""
     evidence: list[str] = []
     kinds: list[str] = []
     extra = 1.0
-    if cand.expandable_segments and not base.expandable_segments:
+    if enables_expandable_segments:  # an environment setting, not part of the RunSpec
         f = table.factor("expandable_segments")
         evidence.append(f"expandable segments {_pct(float(f['value']))} (measured; {f['source']})")
         kinds.append("measured")
-    if cand.lora_regather and not base.lora_regather:
+    if cand.sequence_parallel_input_regather and not base.sequence_parallel_input_regather:
         f = table.factor("lora_regather")
         lo = min(float(p["change"]) for p in f["points"])
         hi = max(float(p["change"]) for p in f["points"])
@@ -355,7 +359,7 @@ def throughput_change(m: ms.ModelSpec, base: Knobs, cand: Knobs, table: CostTabl
             continue
         term_ratio = (1.0 + tb[name]) / (1.0 + tc[name])
         ratio *= term_ratio
-        factor = "megatron_fsdp" if name == "optimizer" and (cand.fsdp or base.fsdp) else TERM_FACTOR[name]
+        factor = "megatron_fsdp" if name == "optimizer" and (cand.use_megatron_fsdp or base.use_megatron_fsdp) else TERM_FACTOR[name]
         spec = table.factor(factor)
         kind = str(spec["kind"])
         kinds.append(kind)
