@@ -311,7 +311,12 @@ def candidates(model: ms.ModelSpec, base: RunSpec, settings: PlanSettings) -> It
             if pp == base.pp and vpp == (base.vpp if base.vpp_chunks > 1 else None):
                 continue
             run = base.with_(pp=pp, vpp=vpp, **stage_split(model, pp))
-            yield Candidate(f"PP {base.pp}->{pp}" + (f" VPP {vpp}" if vpp else " no VPP"), "pipeline", run)
+            chunks = f"VPP {vpp}" if vpp else "no VPP"
+            if pp == base.pp:
+                title = f"VPP {base.vpp_chunks if base.vpp_chunks > 1 else 'off'}->{vpp or 'off'}"
+            else:
+                title = f"PP {base.pp}->{pp}, {chunks}"
+            yield Candidate(title, "pipeline", run)
     for tp in powers_of_two_upto(world):
         if tp == base.tp:
             continue
@@ -561,3 +566,20 @@ def exact_change(base: RunSpec, cand: Candidate) -> dict[str, list[str]]:
         bridge.append("ddp.data_parallel_sharding_strategy=optim_grads_params")
         flags.append("--data-parallel-sharding-strategy optim_grads_params")
     return {"env": env, "bridge_overrides": bridge, "megatron_args": flags, "python": python}
+
+
+def plan_sweep(model: ms.ModelSpec, base: RunSpec, settings: PlanSettings, table: tc.CostTable | None = None,
+               estimator: Estimator = estimate_peak) -> Plan:
+    """Like :func:`plan`, but the ranking covers every combination (the single-step
+    rejections are kept so the reasons are still shown)."""
+    start = time.perf_counter()
+    single = plan(model, base, settings, table, estimator, sweep_if_needed=False)
+    ev = Evaluator(model, base, settings, table or tc.load_costs(), estimator)
+    base_peak = single.baseline.peak_bytes or 0
+    swept = list(sweep_evaluations(ev, base_peak))
+    expandable = [e for e in single.ranked if e.candidate.expandable]
+    ranked, not_fitting, _, no_saving = _split(swept, settings)
+    ranked = sorted(expandable + ranked, key=lambda e: rank_key(e, settings))
+    return Plan(model=model, base=base, settings=settings, baseline=single.baseline, ranked=tuple(ranked),
+                not_fitting=tuple(not_fitting), rejected=single.rejected, no_saving=tuple(no_saving),
+                evaluated=single.evaluated + ev.count, seconds=time.perf_counter() - start)

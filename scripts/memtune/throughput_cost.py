@@ -120,6 +120,8 @@ class CostTable:
     raw: Mapping[str, Any]
     coefficients: Mapping[str, float] = field(default_factory=dict)
     regather_slope: float = 0.0
+    # (factor, model, measured baseline, measured candidate, measured change) per anchor
+    anchors: tuple[tuple[str, ms.ModelSpec, RunSpec, RunSpec, float], ...] = ()
 
     def hw(self, name: str) -> float:
         return float(self.raw["hardware"][name]["value"])
@@ -185,7 +187,8 @@ def build_table(raw: Mapping[str, Any]) -> CostTable:
     points = raw["factors"]["lora_regather"]["points"]
     sxy = sum(float(p["saved_fraction"]) * float(p["change"]) for p in points)
     sxx = sum(float(p["saved_fraction"]) ** 2 for p in points)
-    return CostTable(raw=raw, coefficients=coefficients, regather_slope=sxy / sxx if sxx else 0.0)
+    anchors = tuple((factor, *anchor_change(raw, factor)) for factor, _ in CALIBRATED)
+    return CostTable(raw=raw, coefficients=coefficients, regather_slope=sxy / sxx if sxx else 0.0, anchors=anchors)
 
 
 @lru_cache(maxsize=4)
@@ -293,7 +296,8 @@ class Cost:
 
     change: float  # e.g. -0.059 for 5.9% slower
     kind: str  # measured | calibrated | first-principles | assumption
-    evidence: tuple[str, ...]
+    evidence: tuple[str, ...]  # one short line per factor that changed
+    details: tuple[str, ...] = ()  # the formula / source behind each line
 
 
 TERM_FACTOR = {
@@ -310,8 +314,7 @@ def _pct(x: float) -> str:
 
 def _matches_anchor(table: CostTable, m: ms.ModelSpec, base: RunSpec, cand: RunSpec) -> tuple[str, float] | None:
     """The measured (source, value) when this exact change on this exact workload was measured."""
-    for factor, _ in CALIBRATED:
-        am, ab, ac, measured = anchor_change(table.raw, factor)
+    for factor, am, ab, ac, measured in table.anchors:
         same_model = all(getattr(am, f) == getattr(m, f) for f in
                          ("num_layers", "hidden_size", "num_attention_heads", "query_groups", "ffn", "vocab_size", "is_moe"))
         if same_model and _same_run(ab, base) and _same_run(ac, cand):
@@ -331,47 +334,45 @@ def throughput_change(m: ms.ModelSpec, base: RunSpec, cand: RunSpec, table: Cost
                       regather_saved_fraction: float | None = None, enables_expandable_segments: bool = False) -> Cost:
     """Relative throughput of ``cand`` vs ``base`` with one evidence line per changed factor."""
     evidence: list[str] = []
+    details: list[str] = []
     kinds: list[str] = []
     extra = 1.0
+
+    def note(name: str, factor: str, value: float) -> None:
+        spec = table.factor(factor)
+        kinds.append(str(spec["kind"]))
+        evidence.append(f"{name} {_pct(value)} ({spec['kind']}: {spec['label']})")
+        how = spec.get("formula")
+        source = spec["anchor"]["source"] if "anchor" in spec else spec.get("source", "")
+        details.append(f"{name}: " + "; ".join(str(x) for x in (how, source) if x))
+
     if enables_expandable_segments:  # an environment setting, not part of the RunSpec
-        f = table.factor("expandable_segments")
-        evidence.append(f"expandable segments {_pct(float(f['value']))} (measured; {f['source']})")
-        kinds.append("measured")
+        note("expandable segments", "expandable_segments", float(table.factor("expandable_segments")["value"]))
     if cand.sequence_parallel_input_regather and not base.sequence_parallel_input_regather:
-        f = table.factor("lora_regather")
-        lo = min(float(p["change"]) for p in f["points"])
-        hi = max(float(p["change"]) for p in f["points"])
+        points = table.factor("lora_regather")["points"]
+        lo = min(float(p["change"]) for p in points)
+        hi = max(float(p["change"]) for p in points)
         saved = regather_saved_fraction or 0.0
         value = min(hi, max(lo, table.regather_slope * saved))
         extra *= 1.0 + value
-        evidence.append(f"LoRA input re-gather {_pct(value)} = {table.regather_slope:.2f} x {saved * 100:.1f}% memory saved, "
-                        f"fit to 3 measured runs ({f['source']})")
-        kinds.append("measured")
+        note(f"LoRA re-gather ({table.regather_slope:.2f} x {saved * 100:.1f}% saved)", "lora_regather", value)
     anchor = _matches_anchor(table, m, base, cand)
     if anchor is not None:
         source, measured = anchor
         change = (1.0 + measured) * extra - 1.0
-        return Cost(change=change, kind="measured", evidence=tuple([f"{_pct(measured)} measured ({source})"] + evidence))
-    tb, tc = step_terms(m, base, table), step_terms(m, cand, table)
+        return Cost(change=change, kind="measured", evidence=tuple([f"{_pct(measured)} measured ({source})"] + evidence),
+                    details=tuple(["this exact change was measured on this workload"] + details))
+    tb, tc_ = step_terms(m, base, table), step_terms(m, cand, table)
     ratio = extra
     for name in tb:
-        if abs(tb[name] - tc[name]) < 1e-12:
+        if abs(tb[name] - tc_[name]) < 1e-12:
             continue
-        term_ratio = (1.0 + tb[name]) / (1.0 + tc[name])
+        term_ratio = (1.0 + tb[name]) / (1.0 + tc_[name])
         ratio *= term_ratio
         factor = "megatron_fsdp" if name == "optimizer" and (cand.use_megatron_fsdp or base.use_megatron_fsdp) else TERM_FACTOR[name]
-        spec = table.factor(factor)
-        kind = str(spec["kind"])
-        kinds.append(kind)
-        if kind == "calibrated":
-            why = f"calibrated: {spec['formula']}; coefficient solved from {spec['anchor']['source']}"
-        elif kind == "measured":
-            why = f"measured: {spec['source']}"
-        else:
-            why = f"{kind}: {spec.get('formula') or spec['source']}"
-        evidence.append(f"{name} {_pct(term_ratio - 1.0)} ({why})")
+        note(name, factor, term_ratio - 1.0)
     if not evidence:
         evidence.append("no modelled throughput effect")
         kinds.append("first-principles")
     kind = max(kinds, key=KIND_ORDER.index)
-    return Cost(change=ratio - 1.0, kind=kind, evidence=tuple(evidence))
+    return Cost(change=ratio - 1.0, kind=kind, evidence=tuple(evidence), details=tuple(details))
