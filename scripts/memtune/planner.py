@@ -326,7 +326,9 @@ def candidates(model: ms.ModelSpec, base: RunSpec, settings: PlanSettings) -> It
         if cp != base.cp:
             yield Candidate(f"CP {base.cp}->{cp}", "context", base.with_(cp=cp))
     if model.is_moe:
-        for ep in divisors(model.num_moe_experts or 1):
+        # powers of two as well as the expert count's divisors, so "EP must divide the
+        # experts" shows up as a rejection instead of silently missing options
+        for ep in sorted(set(divisors(model.num_moe_experts or 1)) | set(powers_of_two_upto(world))):
             if ep != base.ep and ep <= world:
                 yield Candidate(f"EP {base.ep}->{ep}", "expert", base.with_(ep=ep))
         for etp in sorted({1, base.tp}):
