@@ -251,8 +251,8 @@ def vpp_options(model: ms.ModelSpec, pp: int, keep: int | None) -> list[int | No
     return options
 
 
-def recompute_options(model: ms.ModelSpec, base: RunSpec) -> list[dict[str, Any]]:
-    """Selective sets (each module alone, pairs, all applicable) and full recompute."""
+def recompute_modules_for(model: ms.ModelSpec) -> list[str]:
+    """The selective-recompute modules that exist in this model."""
     modules = ["core_attn", "layernorm"]
     if not model.is_moe or not all(model.moe_layers()):
         modules.append("mlp")
@@ -262,18 +262,37 @@ def recompute_options(model: ms.ModelSpec, base: RunSpec) -> list[dict[str, Any]
             modules.append("shared_experts")
     if model.multi_latent_attention:
         modules.append("mla_up_proj")
+    return modules
+
+
+def recompute_options(model: ms.ModelSpec, base: RunSpec,
+                      ladder_costs: Mapping[str, float] | None = None) -> list[dict[str, Any]]:
+    """Selective sets and full recompute.
+
+    Without ``ladder_costs``: each module alone, every pair, all modules (the single-step
+    list). With ``ladder_costs`` (module -> cost): each module alone, the cumulative
+    cheapest-first ladder and all modules - the sets an engineer climbs through, and a
+    chain whose memory only falls as it grows, which keeps the full sweep fast.
+    """
+    modules = recompute_modules_for(model)
     sets: list[tuple[str, ...]] = [(m,) for m in modules]
-    sets += [pair for pair in itertools.combinations(modules, 2) if not ({"moe", "moe_act"} <= set(pair))]
+    if ladder_costs is None:
+        sets += [pair for pair in itertools.combinations(modules, 2) if not ({"moe", "moe_act"} <= set(pair))]
+    else:
+        climbed: list[str] = []
+        for m in sorted(modules, key=lambda x: ladder_costs.get(x, 0.0)):
+            climbed = [x for x in climbed if not (m == "moe" and x == "moe_act")]
+            if not ("moe" in climbed and m == "moe_act"):
+                climbed.append(m)
+            if len(climbed) > 1:
+                sets.append(tuple(climbed))
     whole = tuple(m for m in modules if m != "moe_act") if "moe" in modules else tuple(modules)
     if len(whole) > 2:
         sets.append(whole)
-    out: list[dict[str, Any]] = [{"recompute_granularity": "selective", "recompute_modules": s} for s in sets]
+    unique = list(dict.fromkeys(tuple(sorted(x)) for x in sets))
+    out: list[dict[str, Any]] = [{"recompute_granularity": "selective", "recompute_modules": s} for s in unique]
     out.append({"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1})
     return out
-
-
-def _is_same(a: RunSpec, b: RunSpec) -> bool:
-    return a == b
 
 
 def _sp_for(base: RunSpec, tp: int) -> bool:
@@ -393,10 +412,12 @@ class Evaluator:
                          reduces_memory=reduces, cost=cost)
 
 
-def rank_key(e: Evaluated, settings: PlanSettings) -> tuple[float, float]:
-    """Least throughput loss first; among equals, the most headroom."""
+def rank_key(e: Evaluated, settings: PlanSettings) -> tuple[float, int, float]:
+    """Least throughput loss first (to 0.1%, the model's resolution); among equals the
+    better-evidenced number (measured before modelled), then the most headroom."""
     assert e.cost is not None and e.peak_bytes is not None
-    return (-round(e.cost.change, 6), float(e.peak_bytes))
+    kind = tc.KIND_ORDER.index(e.cost.kind) if e.cost.kind in tc.KIND_ORDER else len(tc.KIND_ORDER)
+    return (-round(e.cost.change, 3), kind, float(e.peak_bytes))
 
 
 def _split(evaluated: Iterable[Evaluated], settings: PlanSettings) -> tuple[list, list, list, list]:
@@ -423,31 +444,35 @@ def plan(model: ms.ModelSpec, base: RunSpec, settings: PlanSettings, table: tc.C
     baseline = ev.baseline()
     results = [ev.evaluate(c, baseline.peak_bytes or 0) for c in candidates(model, base, settings)]
     ranked, not_fitting, rejected, no_saving = _split(results, settings)
-    combined: list[Evaluated] = []
+    combined: tuple[Evaluated, ...] = ()
+    evaluated = ev.count
     if not ranked and sweep_if_needed:
-        combined = [e for e in sweep_evaluations(ev, baseline.peak_bytes or 0) if e.fits and e.reduces_memory]
-        combined.sort(key=lambda e: rank_key(e, settings))
+        result = sweep(model, base, settings, ev.table, estimator)
+        combined = result.fitting
+        evaluated += result.space
+        if not combined and result.closest:
+            not_fitting = sorted(not_fitting + list(result.closest[:5]), key=lambda e: e.peak_bytes or 0)
     return Plan(model=model, base=base, settings=settings, baseline=baseline, ranked=tuple(ranked),
                 not_fitting=tuple(not_fitting), rejected=tuple(rejected), no_saving=tuple(no_saving),
-                evaluated=ev.count, seconds=time.perf_counter() - start, combined=tuple(combined[:50]))
+                evaluated=evaluated, seconds=time.perf_counter() - start, combined=combined)
 
 
 # ------------------------------------------------------------------ full sweep
-def sweep_runs(model: ms.ModelSpec, base: RunSpec, settings: PlanSettings) -> Iterator[Candidate]:
-    """Every combination at the same GPU count: layout (TP, PP, VPP, CP, EP, ETP) x MBS x
-    recompute x optimizer sharding. Layouts that break a divisibility rule are skipped
-    here (they are the same rejections the single-step list explains one by one)."""
+#: CP chunks shorter than this many tokens per GPU are not worth their ring traffic.
+MIN_TOKENS_PER_CP_RANK = 1024
+
+
+def sweep_layouts(model: ms.ModelSpec, base: RunSpec, settings: PlanSettings) -> Iterator[RunSpec]:
+    """Every parallel layout at the same GPU count: TP (within the NVLink domain, dividing
+    heads and query groups) x CP x PP (uneven split when the layers do not divide) x VPP
+    x EP x ETP x MBS. Recompute and optimizer settings are varied per layout by ``sweep``."""
     world = base.world_size
     tps = [t for t in powers_of_two_upto(min(world, settings.gpus_per_node))
            if model.num_attention_heads % t == 0 and (model.multi_latent_attention or model.query_groups % t == 0)]
-    cps = [c for c in powers_of_two_upto(world) if base.seq_length % (2 * c) == 0 or c == 1]
+    cps = [c for c in powers_of_two_upto(world)
+           if c == 1 or (base.seq_length % (2 * c) == 0 and base.seq_length // c >= MIN_TOKENS_PER_CP_RANK)]
     eps = [e for e in divisors(model.num_moe_experts) if e <= world] if model.is_moe else [1]
     mbss = [m for m in range(1, base.mbs + 1) if base.mbs % m == 0]
-    recomputes = [{"recompute_granularity": None}] + recompute_options(model, base)
-    optimizers = [{"use_distributed_optimizer": True, "use_megatron_fsdp": False},
-                  {"use_distributed_optimizer": True, "use_megatron_fsdp": True}]
-    if not base.use_distributed_optimizer:
-        optimizers.insert(0, {"use_distributed_optimizer": False, "use_megatron_fsdp": False})
     for tp, cp in itertools.product(tps, cps):
         if world % (tp * cp):
             continue
@@ -456,21 +481,15 @@ def sweep_runs(model: ms.ModelSpec, base: RunSpec, settings: PlanSettings) -> It
             if pp > model.num_layers:
                 continue
             split = stage_split(model, pp)
-            for vpp in vpp_options(model, pp, base.vpp):
-                for ep in eps:
-                    per_stage = world // pp
-                    for etp in sorted({1, tp}) if model.is_moe else [None]:
-                        if model.is_moe and per_stage % (ep * (etp or tp)):
-                            continue
-                        for mbs in mbss:
-                            dp = rest // pp
-                            if base.gbs and base.gbs % (mbs * dp):
-                                continue
-                            layout = base.with_(tp=tp, cp=cp, pp=pp, vpp=vpp, ep=ep, etp=etp, mbs=mbs,
-                                                sequence_parallel=_sp_for(base, tp), **split)
-                            for rc, opt in itertools.product(recomputes, optimizers):
-                                run = layout.with_(**rc, **opt)
-                                yield Candidate(describe(base, run), "combined", run)
+            dp = rest // pp
+            for vpp, ep, etp, mbs in itertools.product(vpp_options(model, pp, base.vpp), eps,
+                                                      sorted({1, tp}) if model.is_moe else [None], mbss):
+                if model.is_moe and (world // pp) % (ep * (etp or tp)):
+                    continue
+                if base.gbs and base.gbs % (mbs * dp):
+                    continue
+                yield base.with_(tp=tp, cp=cp, pp=pp, vpp=vpp, ep=ep, etp=etp, mbs=mbs,
+                                 sequence_parallel=_sp_for(base, tp), **split)
 
 
 def describe(base: RunSpec, run: RunSpec) -> str:
@@ -479,7 +498,7 @@ def describe(base: RunSpec, run: RunSpec) -> str:
     for name, label in (("tp", "TP"), ("pp", "PP"), ("vpp", "VPP"), ("cp", "CP"), ("ep", "EP"), ("etp", "ETP"), ("mbs", "MBS")):
         old, new = getattr(base, name), getattr(run, name)
         if old != new:
-            parts.append(f"{label} {old or '-'}->{new or '-'}")
+            parts.append(f"{label} {old or 'off'}->{new or 'off'}")
     if (run.recompute_granularity, tc.recompute_set(run)) != (base.recompute_granularity, tc.recompute_set(base)):
         parts.append(f"recompute {run.recompute}")
     if run.use_megatron_fsdp != base.use_megatron_fsdp:
@@ -489,40 +508,162 @@ def describe(base: RunSpec, run: RunSpec) -> str:
     return ", ".join(parts) or "current configuration"
 
 
-def sweep_evaluations(ev: Evaluator, base_peak: int) -> Iterator[Evaluated]:
-    for cand in sweep_runs(ev.model, ev.base, ev.settings):
-        if cand.run == ev.base:
-            continue
-        yield ev.evaluate(cand, base_peak)
-
-
 @dataclass(frozen=True)
 class SweepResult:
-    evaluated: int
-    legal: int
-    fitting: tuple[Evaluated, ...]
+    """What a sweep decided. ``space`` counts every configuration (layout x recompute x
+    optimizer); each is decided by a legality check, a memory estimate, or an exact
+    dominance argument (see :func:`sweep`)."""
+
+    space: int
+    layouts: int
+    illegal_layouts: int
+    estimates: int
+    fitting: tuple[Evaluated, ...]  # best per (layout, optimizer), ranked
+    closest: tuple[Evaluated, ...]  # most memory-saving setting of infeasible layouts, smallest peak first
     seconds: float
 
     @property
     def per_second(self) -> float:
-        return self.evaluated / self.seconds if self.seconds else float("inf")
+        return self.space / self.seconds if self.seconds else float("inf")
+
+    @property
+    def estimates_per_second(self) -> float:
+        return self.estimates / self.seconds if self.seconds else float("inf")
+
+
+def _optimizer_options(base: RunSpec) -> list[dict[str, bool]]:
+    """Cheapest first; the last one (Megatron-FSDP) saves the most memory."""
+    opts = [{"use_distributed_optimizer": True, "use_megatron_fsdp": False},
+            {"use_distributed_optimizer": True, "use_megatron_fsdp": True}]
+    if not base.use_distributed_optimizer and not base.use_megatron_fsdp:
+        opts.insert(0, {"use_distributed_optimizer": False, "use_megatron_fsdp": False})
+    return opts
 
 
 def sweep(model: ms.ModelSpec, base: RunSpec, settings: PlanSettings, table: tc.CostTable | None = None,
-          estimator: Estimator = estimate_peak) -> SweepResult:
-    """Evaluate every combination; return the fitting ones ranked (for benchmarks and --sweep)."""
+          estimator: Estimator = estimate_peak, keep: int = 50) -> SweepResult:
+    """Find, for every layout, its cheapest recompute x optimizer setting that fits; rank.
+
+    A branch-and-bound, exact under one assumption (more sharding and a larger recompute
+    set never add memory):
+
+    1. an illegal layout is decided by one legality check;
+    2. the throughput of every (optimizer, recompute) pair of a layout comes from the
+       cost model without the estimator (step time is a product of factors, and the
+       recompute factor does not depend on the layout), and pairs are tried cheapest
+       first: the first one that fits is the layout's answer, the rest are slower;
+    3. the most memory-saving pairs (Megatron-FSDP with the widest selective set, and
+       with full recompute) bound the layout: if neither fits, nothing of it does;
+    4. a pair dominated by one that already failed (less sharding, a subset of its
+       recompute modules) is skipped without an estimate.
+
+    The counts (space, legality checks, estimates) are reported so the pruning is visible.
+    """
     start = time.perf_counter()
-    ev = Evaluator(model, base, settings, table or tc.load_costs(), estimator)
-    base_peak = ev.baseline().peak_bytes or 0
-    legal = 0
+    table = table or tc.load_costs()
+    ev = Evaluator(model, base, settings, table, estimator)
+    baseline_peak = ev.baseline().peak_bytes or 0
+    base_fits = baseline_peak <= settings.limit_bytes
+    base_time = tc.step_time(model, base, table)
+    module_cost = {m: tc.step_terms(model, base.with_(recompute_granularity="selective", recompute_modules=(m,)),
+                                    table)["recompute"] for m in recompute_modules_for(model)}
+    rcs = [{"recompute_granularity": None}] + recompute_options(model, base, module_cost)
+    none_terms = tc.step_terms(model, base.with_(recompute_granularity=None), table)["recompute"]
+    rc_factor = [(1 + tc.step_terms(model, base.with_(**rc), table)["recompute"]) / (1 + none_terms) for rc in rcs]
+    rc_sets = [frozenset(rc.get("recompute_modules", ())) if rc.get("recompute_granularity") == "selective" else
+               (frozenset({"*full*"}) if rc.get("recompute_granularity") == "full" else frozenset()) for rc in rcs]
+    selective = [i for i, rc in enumerate(rcs) if rc.get("recompute_granularity") == "selective"]
+    widest = max(selective, key=lambda i: len(rc_sets[i]))
+    full = next(i for i, rc in enumerate(rcs) if rc.get("recompute_granularity") == "full")
+    # the ladder as a chain of rc indices: none, then every set that contains all smaller
+    # ladder sets (the cumulative cheapest-first sets and the widest one)
+    nested = sorted((i for i, st in enumerate(rc_sets) if "*full*" not in st), key=lambda i: (len(rc_sets[i]), rc_factor[i]))
+    chain: list[int] = []
+    for i in nested:
+        if not chain or rc_sets[chain[-1]] <= rc_sets[i] and rc_sets[chain[-1]] != rc_sets[i]:
+            chain.append(i)
+    opts = _optimizer_options(base)  # index = how much it shards (more = less memory)
+    expandable = bool(settings.expandable_segments)
+    space = layouts = illegal = 0
     fitting: list[Evaluated] = []
-    for e in sweep_evaluations(ev, base_peak):
-        if not e.rejected:
-            legal += 1
-            if e.fits:
-                fitting.append(e)
+    closest: list[Evaluated] = []
+
+    def ok(peak: int) -> bool:
+        return peak <= settings.limit_bytes and (peak < baseline_peak or not base_fits)
+
+    def peak_of(run: RunSpec) -> int | None:
+        if extra_violations(model, base, run, settings):
+            return None
+        return ev.peak(run, expandable)
+
+    def row(run: RunSpec, peak: int, change: float) -> Evaluated:
+        return Evaluated(Candidate("", "combined", run), peak_bytes=peak, fits=peak <= settings.limit_bytes,
+                         reduces_memory=peak < baseline_peak, cost=tc.Cost(change=change, kind="", evidence=()))
+
+    for layout in sweep_layouts(model, base, settings):
+        layouts += 1
+        space += len(rcs) * len(opts)
+        if rs.violations(model, layout):
+            illegal += 1
+            continue
+        opt_time = [tc.step_time(model, layout.with_(recompute_granularity=None, **o), table) for o in opts]
+        pairs = sorted(((opt_time[o] * rc_factor[i], o, i) for o in range(len(opts)) for i in range(len(rcs))))
+        failed: list[tuple[int, frozenset]] = []
+        bounded: set[int] = set()
+        dead = -1  # optimizer settings up to this index cannot fit with any recompute
+        found = None
+        for t, o, i in pairs:
+            if o <= dead or any(o <= fo and (rc_sets[i] <= fs or fs == {"*full*"} == rc_sets[i]) for fo, fs in failed):
+                continue
+            run = layout.with_(**opts[o], **rcs[i])
+            if run == base:
+                continue  # the current configuration is not a change
+            peak = peak_of(run)
+            if peak is not None and ok(peak):
+                found = row(run, peak, base_time / t - 1.0)
+                break
+            failed.append((o, rc_sets[i]))
+            if o not in bounded:
+                bounded.add(o)
+                bound_runs = [layout.with_(**opts[o], **rcs[j]) for j in (widest, full)]
+                bounds = [(p, r) for r in bound_runs if (p := peak_of(r)) is not None]
+                if not any(ok(p) for p, _ in bounds):
+                    dead = max(dead, o)
+                    if o == len(opts) - 1:  # even the most sharding cannot fit
+                        if bounds:
+                            p, r = min(bounds, key=lambda x: x[0])
+                            closest.append(row(r, p, base_time / tc.step_time(model, r, table) - 1.0))
+                        break
+                    continue
+                # bisect the ladder (memory only falls along it): every rung below the
+                # first that fits fails, and so does every subset of those rungs
+                lo, hi = 0, len(chain) - 1
+                while lo < hi:
+                    mid = (lo + hi) // 2
+                    p = peak_of(layout.with_(**opts[o], **rcs[chain[mid]]))
+                    if p is not None and ok(p):
+                        hi = mid
+                    else:
+                        lo = mid + 1
+                if lo > 0:
+                    failed.append((o, rc_sets[chain[lo - 1]]))
+        if found is not None:
+            fitting.append(found)
     fitting.sort(key=lambda e: rank_key(e, settings))
-    return SweepResult(evaluated=ev.count, legal=legal, fitting=tuple(fitting), seconds=time.perf_counter() - start)
+    closest.sort(key=lambda e: e.peak_bytes or 0)
+    kept = tuple(_finalise(e, model, base, table, baseline_peak) for e in fitting[:keep])
+    return SweepResult(space=space, layouts=layouts, illegal_layouts=illegal, estimates=len(ev.cache),
+                       fitting=kept, closest=tuple(_finalise(e, model, base, table, baseline_peak) for e in closest[:keep]),
+                       seconds=time.perf_counter() - start)
+
+
+def _finalise(e: Evaluated, model: ms.ModelSpec, base: RunSpec, table: tc.CostTable, base_peak: int) -> Evaluated:
+    """Write out the title and the evidence lines of a row that will be shown."""
+    run = e.candidate.run
+    saved = (base_peak - (e.peak_bytes or 0)) / base_peak if base_peak else 0.0
+    cost = tc.throughput_change(model, base, run, table, regather_saved_fraction=saved)
+    return Evaluated(Candidate(describe(base, run), "combined", run), peak_bytes=e.peak_bytes, fits=e.fits,
+                     reduces_memory=e.reduces_memory, cost=cost)
 
 
 # ------------------------------------------------------------------ the exact change
@@ -565,7 +706,10 @@ def exact_change(base: RunSpec, cand: Candidate) -> dict[str, list[str]]:
         else:
             flags.append(f"{flag} {new}")
     if cand.run.use_megatron_fsdp and not base.use_megatron_fsdp:
-        bridge.append("ddp.data_parallel_sharding_strategy=optim_grads_params")
+        # Megatron Bridge's FSDP enablement: both switches, ZeRO-3 style sharding, and the
+        # only checkpoint format it supports (existing checkpoints need converting)
+        bridge += ["dist.use_megatron_fsdp=true", "ddp.data_parallel_sharding_strategy=optim_grads_params",
+                   "ddp.average_in_collective=false", "checkpoint.ckpt_format=fsdp_dtensor"]
         flags.append("--data-parallel-sharding-strategy optim_grads_params")
     return {"env": env, "bridge_overrides": bridge, "megatron_args": flags, "python": python}
 
@@ -576,12 +720,9 @@ def plan_sweep(model: ms.ModelSpec, base: RunSpec, settings: PlanSettings, table
     rejections are kept so the reasons are still shown)."""
     start = time.perf_counter()
     single = plan(model, base, settings, table, estimator, sweep_if_needed=False)
-    ev = Evaluator(model, base, settings, table or tc.load_costs(), estimator)
-    base_peak = single.baseline.peak_bytes or 0
-    swept = list(sweep_evaluations(ev, base_peak))
+    result = sweep(model, base, settings, table, estimator)
     expandable = [e for e in single.ranked if e.candidate.expandable]
-    ranked, not_fitting, _, no_saving = _split(swept, settings)
-    ranked = sorted(expandable + ranked, key=lambda e: rank_key(e, settings))
+    ranked = sorted(expandable + list(result.fitting), key=lambda e: rank_key(e, settings))
     return Plan(model=model, base=base, settings=settings, baseline=single.baseline, ranked=tuple(ranked),
-                not_fitting=tuple(not_fitting), rejected=single.rejected, no_saving=tuple(no_saving),
-                evaluated=single.evaluated + ev.count, seconds=time.perf_counter() - start)
+                not_fitting=result.closest, rejected=single.rejected, no_saving=single.no_saving,
+                evaluated=single.evaluated + result.space, seconds=time.perf_counter() - start)

@@ -273,12 +273,40 @@ def step_terms(m: ms.ModelSpec, k: RunSpec, table: CostTable) -> dict[str, float
     else:
         terms["offload"] = 0.0
     optimizer = 0.0
-    if k.use_megatron_fsdp:
-        optimizer = -float(table.factor("megatron_fsdp")["value"]) - float(table.factor("distributed_optimizer")["value"])
-    elif k.use_distributed_optimizer:
-        optimizer = -float(table.factor("distributed_optimizer")["value"])
-    terms["optimizer"] = optimizer / (1 - optimizer) if optimizer < 1 else optimizer
+    if k.use_distributed_optimizer or k.use_megatron_fsdp:
+        cost = -float(table.factor("distributed_optimizer")["value"])
+        optimizer = cost / (1 - cost)
+    terms["optimizer"] = optimizer
+    terms["fsdp"] = fsdp_exposed(m, k, table, f) if k.use_megatron_fsdp else 0.0
     return terms
+
+
+def fsdp_exposed(m: ms.ModelSpec, k: RunSpec, table: CostTable, f: LayerFlops) -> float:
+    """Megatron-FSDP parameter traffic per micro-batch beyond what compute can hide."""
+    if k.dp * k.cp <= 1:
+        return 0.0
+    dense, expert = _param_split(m)
+    experts = m.num_moe_experts or 1
+    topk = min(m.moe_router_topk, experts) if m.is_moe else 0
+    held = dense / k.tp + expert / (k.ep * k.expert_tp)
+    active = dense / k.tp + topk * expert / experts / k.expert_tp
+    tokens = k.seq_length * k.mbs / max(1, k.cp)
+    per_node = int(table.hw("gpus_per_node"))
+    bw = table.hw("nvlink_bytes_per_s") if k.tp * k.cp * k.dp <= per_node else table.hw("inter_node_bytes_per_s")
+    ratio = held * table.hw("achieved_flops_per_gpu") / (tokens * active * bw) * (k.dp * k.cp - 1) / (k.dp * k.cp)
+    return max(0.0, ratio - 1.0)
+
+
+@lru_cache(maxsize=64)
+def _param_split(m: ms.ModelSpec) -> tuple[float, float]:
+    """(non-expert, routed-expert) decoder parameters."""
+    dense_layer = ms.layer_params(m, False)
+    moe_layer = ms.layer_params(m, True) if m.is_moe else dense_layer
+    pattern = m.moe_layers()
+    n_moe = sum(pattern)
+    n_dense = len(pattern) - n_moe
+    dense = n_dense * (dense_layer.dense + dense_layer.replicated) + n_moe * (moe_layer.dense + moe_layer.replicated)
+    return float(dense), float(n_moe * moe_layer.expert)
 
 
 def step_time(m: ms.ModelSpec, k: RunSpec, table: CostTable) -> float:
@@ -304,6 +332,7 @@ TERM_FACTOR = {
     "tp": "tensor_parallel", "pp": "pipeline_parallel", "bubble": "pipeline_bubble",
     "recompute": "activation_recompute", "gemm": "gemm_size", "cp": "context_parallel",
     "ep": "expert_parallel", "offload": "cpu_offloading", "optimizer": "distributed_optimizer",
+    "fsdp": "megatron_fsdp",
 }
 KIND_ORDER = ("measured", "calibrated", "first-principles", "assumption")
 
@@ -369,8 +398,7 @@ def throughput_change(m: ms.ModelSpec, base: RunSpec, cand: RunSpec, table: Cost
             continue
         term_ratio = (1.0 + tb[name]) / (1.0 + tc_[name])
         ratio *= term_ratio
-        factor = "megatron_fsdp" if name == "optimizer" and (cand.use_megatron_fsdp or base.use_megatron_fsdp) else TERM_FACTOR[name]
-        note(name, factor, term_ratio - 1.0)
+        note(name, TERM_FACTOR[name], term_ratio - 1.0)
     if not evidence:
         evidence.append("no modelled throughput effect")
         kinds.append("first-principles")
