@@ -76,6 +76,7 @@ def test_nothing_fits_exits_zero_with_closest_candidates():
     (("--example", "--top", "0"), "--top"),
     (("--example", "--headroom", "150%"), "--headroom"),
     (("--example", "--gpu-memory", "lots"), "lots"),
+    (("--example", "--headroom", "much"), "--headroom"),
     (("--example", "--headroom", "200GiB"), "--headroom"),
     (("--example", "--expandable-segments", "maybe"), "expandable"),
 ])
@@ -88,12 +89,27 @@ def test_bad_input_is_one_line_and_exit_2(args, needle):
     assert "Traceback" not in out.stderr
 
 
-@pytest.mark.parametrize("text, expected", [("80GiB", 80 * 1024**3), ("80GB", 80 * 10**9), ("81559MiB", 81559 * 1024**2),
-                                            ("80", 80 * 1024**3)])
-def test_sizes(text, expected):
-    assert cmd.parse_size(text, "--gpu-memory") == expected
-
-
 def test_headroom_as_share_or_size():
     assert cmd.parse_headroom("10%", 1000) == 100
     assert cmd.parse_headroom("1KiB", 10**6) == 1024
+
+
+def test_run_inputs_are_the_estimators(tmp_path):
+    """The same flags as estimate_memory.py build the run (preset + plain flags)."""
+    out = run("--preset", "llama3-8b", "--gpus", "8", "--tp", "2", "--mbs", "1", "--gbs", "64", "--seq-length", "8192",
+              "--sequence-parallel", "--gpu-memory", "80GiB", "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["model"] == "llama3-8b" and doc["current"]["layout"] == "TP2 PP1 DP4"
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("--preset", "no-such-model"), "no-such-model"),
+    (("--preset", "llama3-70b", "--gpus", "30", "--tp", "4"), "not divisible"),
+    (("--preset", "llama3-70b", "--gpus", "32", "--tp", "0"), "--tp"),
+])
+def test_estimator_input_errors_carry_over(args, needle):
+    out = run(*args)
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], out.stderr

@@ -651,7 +651,8 @@ def sweep(model: ms.ModelSpec, base: RunSpec, settings: PlanSettings, table: tc.
             fitting.append(found)
     fitting.sort(key=lambda e: rank_key(e, settings))
     closest.sort(key=lambda e: e.peak_bytes or 0)
-    kept = tuple(_finalise(e, model, base, table, baseline_peak) for e in fitting[:keep])
+    kept = tuple(sorted((_finalise(e, model, base, table, baseline_peak) for e in fitting[:keep]),
+                        key=lambda e: rank_key(e, settings)))
     return SweepResult(space=space, layouts=layouts, illegal_layouts=illegal, estimates=len(ev.cache),
                        fitting=kept, closest=tuple(_finalise(e, model, base, table, baseline_peak) for e in closest[:keep]),
                        seconds=time.perf_counter() - start)
