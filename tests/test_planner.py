@@ -133,7 +133,7 @@ def test_vpp_divisibility_is_a_rejection_reason(table):
     assert any("not divisible by virtual_pipeline_model_parallel_size 8" in x for x in reasons)
 
 
-def test_cpu_offloading_is_legal_at_pp1_and_drops_recompute_conflict(table):
+def test_cpu_offloading_is_legal_at_pp1_and_turns_recompute_off(table):
     run = RunSpec(world_size=8, tp=8, pp=1, mbs=1, gbs=8, seq_length=8192, sequence_parallel=True,
                   use_distributed_optimizer=True)
     plan = pl.plan(llama8b(), run, settings(), table, sweep_if_needed=False)
@@ -142,7 +142,16 @@ def test_cpu_offloading_is_legal_at_pp1_and_drops_recompute_conflict(table):
     assert offload and all(e.cost.change < 0 for e in offload)
     with_recompute = pl.plan(llama8b(), run.with_(recompute_granularity="selective"), settings(), table,
                              sweep_if_needed=False)
-    assert any("activation recomputation" in x for x in rejected(with_recompute)["CPU offloading 8 layer(s)"])
+    row = next(e for e in with_recompute.ranked + with_recompute.not_fitting if e.candidate.category == "offload")
+    assert row.candidate.run.recompute_granularity is None and "recompute off" in row.candidate.title
+
+
+def test_offloading_with_recompute_or_cuda_graphs_names_megatrons_reason():
+    run = RunSpec(world_size=8, tp=8, pp=1, mbs=1, gbs=8, seq_length=8192, cpu_offloading=True,
+                  cpu_offloading_num_layers=4, recompute_granularity="selective", cuda_graph_scope=("mlp",))
+    reasons = pl.extra_violations(llama8b(), run.with_(cpu_offloading=False), run, settings())
+    assert any("activation recomputation" in r for r in reasons)
+    assert any("CUDA graphs" in r for r in reasons)
 
 
 def test_expert_parallel_must_divide_the_experts(table):

@@ -62,7 +62,7 @@ def blocked_by(plan: Plan, e: Evaluated) -> str:
     return f"{gib(over)} over the limit ({gib(plan.settings.limit_bytes)} = GPU memory minus headroom)"
 
 
-def to_json(plan: Plan, top: int) -> dict[str, Any]:
+def to_json(plan: Plan, top: int, input_notes: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
     s = plan.settings
     best = plan.best
     doc: dict[str, Any] = {
@@ -90,7 +90,7 @@ def to_json(plan: Plan, top: int) -> dict[str, Any]:
         "rejected": [{"change": e.candidate.title, "category": e.candidate.category, "reasons": list(e.rejected)}
                      for e in plan.rejected],
         "no_saving": [e.candidate.title for e in plan.no_saving],
-        "notes": notes(plan),
+        "notes": [*input_notes, *notes(plan)],
         "evaluated": plan.evaluated,
         "seconds": round(plan.seconds, 4),
     }
@@ -129,8 +129,8 @@ def _table(rows: list[dict[str, Any]], with_rank: bool = True) -> list[str]:
     return [fmt.format(*header)] + [fmt.format(*b) for b in body]
 
 
-def to_text(plan: Plan, top: int) -> str:
-    doc = to_json(plan, top)
+def to_text(plan: Plan, top: int, input_notes: list[str] | tuple[str, ...] = ()) -> str:
+    doc = to_json(plan, top, input_notes)
     s = plan.settings
     cur = doc["current"]
     lines = [

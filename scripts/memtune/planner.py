@@ -360,8 +360,11 @@ def candidates(model: ms.ModelSpec, base: RunSpec, settings: PlanSettings) -> It
         for n in (1, model.num_layers // 4, model.num_layers // 2):
             if n >= 1 and n not in seen:
                 seen.add(n)
-                run = base.with_(cpu_offloading=True, cpu_offloading_num_layers=n)
-                yield Candidate(f"CPU offloading {n} layer(s)", "offload", run)
+                # Megatron-Core refuses offloading together with recompute, so the
+                # candidate an engineer would try turns recompute off
+                run = base.with_(cpu_offloading=True, cpu_offloading_num_layers=n, recompute_granularity=None)
+                off = ", recompute off" if base.recompute_granularity else ""
+                yield Candidate(f"CPU offloading {n} layer(s){off}", "offload", run)
 
 
 # ------------------------------------------------------------------ evaluation

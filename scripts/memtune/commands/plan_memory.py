@@ -82,10 +82,13 @@ def _load(args):
     """(model, run, GPU memory bytes) through the estimator's own loaders."""
     from memtune.commands import estimate_memory
 
-    model, run, _notes, extras = estimate_memory._load(args)
+    model, run, notes, extras = estimate_memory._load(args)
     run = estimate_memory._apply_flags(args, run)
-    memory = args.gpu_memory or extras.get("gpu_memory") or DEFAULT_GPU_MEMORY
-    return model, run, estimate_memory.parse_memory(str(memory))
+    memory = args.gpu_memory or extras.get("gpu_memory")
+    if not memory:
+        memory = DEFAULT_GPU_MEMORY
+        notes = [*notes, f"GPU memory not given: assumed {DEFAULT_GPU_MEMORY}; pass --gpu-memory"]
+    return model, run, estimate_memory.parse_memory(str(memory)), notes
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -102,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from memtune import plan_report, planner
     from memtune import run_spec as rs
 
-    model, run, gpu = _load(args)
+    model, run, gpu, notes = _load(args)
     rs.validate(model, run)
     expandable = {"on": True, "off": False, "unknown": None}[args.expandable_segments]
     settings = planner.PlanSettings(gpu_memory_bytes=gpu, headroom_bytes=parse_headroom(args.headroom, gpu),
@@ -114,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         result = planner.plan(model, run, settings)
     if args.json:
-        print_json(plan_report.to_json(result, args.top))
+        print_json(plan_report.to_json(result, args.top, notes))
     else:
-        print(plan_report.to_text(result, args.top))
+        print(plan_report.to_text(result, args.top, notes))
     return 0
