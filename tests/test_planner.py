@@ -4,22 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from test_throughput_cost import llama8b, seed, table  # noqa: F401  (shared fixtures)
+
 from memtune import model_spec as ms
 from memtune import planner as pl
 from memtune import throughput_cost as tc
 from memtune.run_spec import RunSpec
 
 GIB = pl.GIB
-
-
-@pytest.fixture(scope="module")
-def table() -> tc.CostTable:
-    return tc.load_costs()
-
-
-@pytest.fixture(scope="module")
-def seed(table):
-    return tc.anchor_workload(table.raw, "llama3_70b_sft_32xh100")
 
 
 def settings(**kw) -> pl.PlanSettings:
@@ -120,11 +112,6 @@ def test_exact_change_spells_out_bridge_and_megatron_settings(seed, seed_plan):
 
 
 # ------------------------------------------------------------- legality on other runs
-def llama8b() -> ms.ModelSpec:
-    return ms.ModelSpec(num_layers=32, hidden_size=4096, num_attention_heads=32, num_query_groups=8,
-                        ffn_hidden_size=14336, vocab_size=128256, name="llama3-8b-like")
-
-
 def test_vpp_divisibility_is_a_rejection_reason(table):
     run = RunSpec(world_size=16, tp=2, pp=2, vpp=8, mbs=1, gbs=64, seq_length=4096, sequence_parallel=True,
                   use_distributed_optimizer=True)
