@@ -113,3 +113,13 @@ def test_estimator_input_errors_carry_over(args, needle):
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0], out.stderr
+
+
+def test_capacity_shortfall_still_reminds_to_set_expandable_segments():
+    out = run("--preset", "llama3-70b", "--gpus", "32", "--tp", "4", "--pp", "4", "--mbs", "1", "--gbs", "32",
+              "--seq-length", "8192", "--sequence-parallel", "--gpu-memory", "80GiB", "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["current"]["fits"] is False
+    assert not any(r["change"] == "set expandable segments" for r in doc["ranked"])
+    assert any("expandable_segments:True (free)" in n for n in doc["notes"])

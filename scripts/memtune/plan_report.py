@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from memtune.planner import GIB, Evaluated, Plan, exact_change, fragmentation_note
+from memtune.planner import EXPANDABLE_ENV, GIB, Evaluated, Plan, exact_change, fragmentation_note
 
 
 def gib(n: int | None) -> str:
@@ -110,6 +110,9 @@ def notes(plan: Plan) -> list[str]:
             "fragmentation, which expandable segments removes at no throughput cost")
     if any(e.candidate.expandable for e in plan.ranked):
         out.append(fragmentation_note())
+    elif not plan.baseline.fits and plan.settings.expandable_segments is not True:
+        out.append(f"also set {EXPANDABLE_ENV} (free): it cannot fix a capacity shortfall, but the estimates "
+                   "exclude allocator fragmentation, so a plan that fits can still run out of memory without it")
     if plan.combined:
         out.append("no single change fits: the combined rows come from the full sweep of every combination")
     if not plan.ranked and not plan.combined:
