@@ -23,11 +23,12 @@ import itertools
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from memtune import model_spec as ms
 from memtune import run_spec as rs
 from memtune import throughput_cost as tc
+from memtune.estimator import estimate
 from memtune.run_spec import RunSpec
 
 GIB = 1024**3
@@ -152,11 +153,10 @@ def fragmentation_note() -> str:
 
 
 def estimate_peak(model: ms.ModelSpec, run: RunSpec, expandable: bool | None) -> int:
-    """Peak bytes on the most-loaded GPU, as the estimator computes them."""
-    from memtune.estimator import estimate
-
-    result = estimate(model, run)
-    return int(result.peak_bytes)
+    """Peak bytes on the most-loaded GPU (tensors + runtime overhead), as the estimator
+    computes them. ``expandable`` is accepted so an estimator that models allocator
+    fragmentation can be plugged in; the current one leaves fragmentation out."""
+    return int(estimate(model, run).peak_bytes)
 
 
 # ------------------------------------------------------------------ legality
