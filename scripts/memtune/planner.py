@@ -19,6 +19,7 @@ combination (the whole configuration space), for when no single step is enough.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import math
 import time
@@ -520,6 +521,7 @@ class SweepResult:
     space: int
     layouts: int
     illegal_layouts: int
+    cost_bounded_layouts: int  # legal, but even their fastest setting is slower than every kept row
     estimates: int
     fitting: tuple[Evaluated, ...]  # best per (layout, optimizer), ranked
     closest: tuple[Evaluated, ...]  # most memory-saving setting of infeasible layouts, smallest peak first
@@ -558,7 +560,10 @@ def sweep(model: ms.ModelSpec, base: RunSpec, settings: PlanSettings, table: tc.
     3. the most memory-saving pairs (Megatron-FSDP with the widest selective set, and
        with full recompute) bound the layout: if neither fits, nothing of it does;
     4. a pair dominated by one that already failed (less sharding, a subset of its
-       recompute modules) is skipped without an estimate.
+       recompute modules) is skipped without an estimate;
+    5. layouts are visited fastest-first (by their fastest possible setting); once
+       ``keep`` rows are found, anything slower than all of them is not estimated
+       (the kept rows are the answer; rows beyond ``keep`` are not listed).
 
     The counts (space, legality checks, estimates) are reported so the pruning is visible.
     """
@@ -603,6 +608,9 @@ def sweep(model: ms.ModelSpec, base: RunSpec, settings: PlanSettings, table: tc.
         return Evaluated(Candidate("", "combined", run), peak_bytes=peak, fits=peak <= settings.limit_bytes,
                          reduces_memory=peak < baseline_peak, cost=tc.Cost(change=change, kind="", evidence=()))
 
+    # pass 1: legality and the optimistic (fastest possible) step time of every layout
+    legal: list[tuple[float, int, RunSpec, list[float]]] = []
+    fastest_rc = min(rc_factor)
     for layout in sweep_layouts(model, base, settings):
         layouts += 1
         space += len(rcs) * len(opts)
@@ -610,12 +618,24 @@ def sweep(model: ms.ModelSpec, base: RunSpec, settings: PlanSettings, table: tc.
             illegal += 1
             continue
         opt_time = [tc.step_time(model, layout.with_(recompute_granularity=None, **o), table) for o in opts]
+        legal.append((min(opt_time) * fastest_rc, layouts, layout, opt_time))
+    legal.sort(key=lambda x: (x[0], x[1]))
+    # pass 2: fastest layouts first; once ``keep`` rows are found, a layout whose fastest
+    # possible setting is slower than the slowest kept row cannot enter the answer
+    kept_times: list[float] = []  # max-heap (negated) of the kept rows' step times
+    cost_bounded = 0
+    for n, (optimistic, _, layout, opt_time) in enumerate(legal):
+        if len(kept_times) >= keep and optimistic >= -kept_times[0]:
+            cost_bounded = len(legal) - n
+            break
         pairs = sorted(((opt_time[o] * rc_factor[i], o, i) for o in range(len(opts)) for i in range(len(rcs))))
         failed: list[tuple[int, frozenset]] = []
         bounded: set[int] = set()
         dead = -1  # optimizer settings up to this index cannot fit with any recompute
         found = None
         for t, o, i in pairs:
+            if len(kept_times) >= keep and t >= -kept_times[0]:
+                break  # slower than every kept row: the rest of this layout cannot enter either
             if o <= dead or any(o <= fo and (rc_sets[i] <= fs or fs == {"*full*"} == rc_sets[i]) for fo, fs in failed):
                 continue
             run = layout.with_(**opts[o], **rcs[i])
@@ -652,11 +672,15 @@ def sweep(model: ms.ModelSpec, base: RunSpec, settings: PlanSettings, table: tc.
                     failed.append((o, rc_sets[chain[lo - 1]]))
         if found is not None:
             fitting.append(found)
+            heapq.heappush(kept_times, -(base_time / (1.0 + (found.cost.change if found.cost else 0.0))))
+            if len(kept_times) > keep:
+                heapq.heappop(kept_times)
     fitting.sort(key=lambda e: rank_key(e, settings))
     closest.sort(key=lambda e: e.peak_bytes or 0)
     kept = tuple(sorted((_finalise(e, model, base, table, baseline_peak) for e in fitting[:keep]),
                         key=lambda e: rank_key(e, settings)))
-    return SweepResult(space=space, layouts=layouts, illegal_layouts=illegal, estimates=len(ev.cache),
+    return SweepResult(space=space, layouts=layouts, illegal_layouts=illegal, cost_bounded_layouts=cost_bounded,
+                       estimates=len(ev.cache),
                        fitting=kept, closest=tuple(_finalise(e, model, base, table, baseline_peak) for e in closest[:keep]),
                        seconds=time.perf_counter() - start)
 
