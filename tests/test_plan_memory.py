@@ -123,3 +123,14 @@ def test_capacity_shortfall_still_reminds_to_set_expandable_segments():
     assert doc["current"]["fits"] is False
     assert not any(r["change"] == "set expandable segments" for r in doc["ranked"])
     assert any("expandable_segments:True (free)" in n for n in doc["notes"])
+
+
+def test_sweep_mode_ranks_combinations_with_evidence():
+    out = run("--example", "--sweep", "--json", "--top", "5")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    rows = doc["ranked"]
+    assert len(rows) == 5 and doc["ranked_total"] > 5
+    assert all(r["evidence"] and r["peak_bytes"] <= doc["limit_bytes"] for r in rows)
+    changes = [r["throughput_change"] for r in rows]
+    assert all(a >= b - 1e-3 for a, b in zip(changes, changes[1:]))
