@@ -76,6 +76,8 @@ MEGATRON_FLAGS: Mapping[str, str] = {
     "num_layers_in_last_pipeline_stage": "--decoder-last-pipeline-num-layers",
 }
 EXPANDABLE_ENV = "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+#: CP chunks shorter than this many tokens per GPU are not worth their ring traffic.
+MIN_TOKENS_PER_CP_RANK = 1024
 
 
 # ------------------------------------------------------------------ settings
@@ -238,13 +240,19 @@ def stage_split(model: ms.ModelSpec, pp: int) -> dict[str, int | None]:
 
 
 def vpp_options(model: ms.ModelSpec, pp: int, keep: int | None) -> list[int | None]:
-    """No interleaving, the current VPP if it still divides, and every divisor of the
-    layers per stage up to 10 chunks (more chunks only add p2p traffic)."""
+    """No interleaving, the current VPP (kept even if it no longer divides: the rejection
+    explains why), and every chunk count up to 10 that divides every stage's layers (more
+    chunks only add p2p traffic)."""
     if pp == 1:
         return [None]
-    per_stage = model.num_layers // pp
+    split = stage_split(model, pp)
+    try:
+        counts = rs.stage_layer_counts(model, RunSpec(world_size=pp, pp=pp, **split))
+    except ValueError:
+        counts = (model.num_layers // pp,)
+    common = math.gcd(*counts) if counts else 0
     options: list[int | None] = [None]
-    for v in divisors(per_stage) if per_stage else []:
+    for v in divisors(common) if common else []:
         if 2 <= v <= 10:
             options.append(v)
     if keep and keep > 1 and keep not in options:
@@ -327,6 +335,8 @@ def candidates(model: ms.ModelSpec, base: RunSpec, settings: PlanSettings) -> It
                         base.with_(use_megatron_fsdp=True, use_distributed_optimizer=True))
     # pipeline: every PP that divides the GPUs left by TP x CP, each with its VPP options
     for pp in divisors(world // max(1, base.tp * base.cp)) if world % (base.tp * base.cp) == 0 else []:
+        if pp > model.num_layers:
+            continue
         for vpp in vpp_options(model, pp, base.vpp):
             if pp == base.pp and vpp == (base.vpp if base.vpp_chunks > 1 else None):
                 continue
@@ -337,18 +347,20 @@ def candidates(model: ms.ModelSpec, base: RunSpec, settings: PlanSettings) -> It
             else:
                 title = f"PP {base.pp}->{pp}, {chunks}"
             yield Candidate(title, "pipeline", run)
-    for tp in powers_of_two_upto(world):
+    # one step beyond the NVLink domain is enough to show why TP stops there
+    for tp in powers_of_two_upto(min(world, 2 * settings.gpus_per_node)):
         if tp == base.tp:
             continue
         run = base.with_(tp=tp, sequence_parallel=_sp_for(base, tp))
         yield Candidate(f"TP {base.tp}->{tp}", "tensor", run)
     for cp in powers_of_two_upto(world):
-        if cp != base.cp:
+        if cp != base.cp and (cp == 1 or base.seq_length // cp >= MIN_TOKENS_PER_CP_RANK):
             yield Candidate(f"CP {base.cp}->{cp}", "context", base.with_(cp=cp))
     if model.is_moe:
         # powers of two as well as the expert count's divisors, so "EP must divide the
         # experts" shows up as a rejection instead of silently missing options
-        for ep in sorted(set(divisors(model.num_moe_experts or 1)) | set(powers_of_two_upto(world))):
+        experts = model.num_moe_experts or 1
+        for ep in sorted(set(divisors(experts)) | set(powers_of_two_upto(min(world, 2 * experts)))):
             if ep != base.ep and ep <= world:
                 yield Candidate(f"EP {base.ep}->{ep}", "expert", base.with_(ep=ep))
         for etp in sorted({1, base.tp}):
@@ -462,8 +474,6 @@ def plan(model: ms.ModelSpec, base: RunSpec, settings: PlanSettings, table: tc.C
 
 
 # ------------------------------------------------------------------ full sweep
-#: CP chunks shorter than this many tokens per GPU are not worth their ring traffic.
-MIN_TOKENS_PER_CP_RANK = 1024
 
 
 def sweep_layouts(model: ms.ModelSpec, base: RunSpec, settings: PlanSettings) -> Iterator[RunSpec]:
