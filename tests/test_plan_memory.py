@@ -134,3 +134,26 @@ def test_sweep_mode_ranks_combinations_with_evidence():
     assert all(r["evidence"] and r["peak_bytes"] <= doc["limit_bytes"] for r in rows)
     changes = [r["throughput_change"] for r in rows]
     assert all(a >= b - 1e-3 for a, b in zip(changes, changes[1:]))
+
+
+def test_bridge_overrides_change_the_planned_run():
+    out = run("--example", "model.pipeline_model_parallel_size=8", "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["current"]["layout"] == "TP4 PP8 VPP5 DP1"
+    assert not any(r["change"] == "PP 4->8, VPP 5" for r in doc["ranked"])
+
+
+def test_megatron_launch_flags_are_accepted(tmp_path):
+    script = tmp_path / "launch.sh"
+    script.write_text(
+        "torchrun --nproc-per-node 8 pretrain_gpt.py \\\n"
+        "  --num-layers 32 --hidden-size 4096 --num-attention-heads 32 --group-query-attention \\\n"
+        "  --num-query-groups 8 --ffn-hidden-size 14336 --swiglu --seq-length 8192 \\\n"
+        "  --max-position-embeddings 8192 --tensor-model-parallel-size 2 --sequence-parallel \\\n"
+        "  --micro-batch-size 2 --global-batch-size 128 --vocab-size 128256 --bf16 \\\n"
+        "  --use-distributed-optimizer\n")
+    out = run("--megatron-args", str(script), "--gpus", "8", "--gpu-memory", "40GiB", "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["current"]["layout"] == "TP2 PP1 DP4" and doc["gpus"] == 8
