@@ -10,6 +10,7 @@ the planner can show as "rejected because ..."; :func:`validate` raises the firs
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any
 
 from memtune.cli import InputError
@@ -90,33 +91,33 @@ class RunSpec:
     use_nccl_ub: bool = False
 
     # ------------------------------------------------------------ derived quantities
-    @property
+    @cached_property
     def model_parallel(self) -> int:
         return self.tp * self.pp * self.cp
 
-    @property
+    @cached_property
     def dp(self) -> int:
         return max(1, self.world_size // max(1, self.model_parallel))
 
-    @property
+    @cached_property
     def expert_tp(self) -> int:
         return self.etp if self.etp else self.tp
 
-    @property
+    @cached_property
     def expert_dp(self) -> int:
         """Data-parallel replicas of each expert: GPUs per PP stage / (EP x ETP)."""
         per_stage = max(1, self.world_size // max(1, self.pp))
         return max(1, per_stage // max(1, self.ep * self.expert_tp))
 
-    @property
+    @cached_property
     def vpp_chunks(self) -> int:
         return self.vpp if self.vpp and self.vpp > 1 else 1
 
-    @property
+    @cached_property
     def global_batch(self) -> int:
         return self.gbs if self.gbs else self.mbs * self.dp
 
-    @property
+    @cached_property
     def num_microbatches(self) -> int:
         """Micro-batches per DP rank per step (gradient-accumulation steps)."""
         return max(1, self.global_batch // max(1, self.mbs * self.dp))
