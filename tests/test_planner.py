@@ -154,7 +154,7 @@ def test_expert_parallel_must_divide_the_experts(table):
 def test_lora_regather_without_sequence_parallel_is_rejected(table):
     run = RunSpec(world_size=8, tp=1, pp=1, mbs=1, gbs=8, seq_length=8192, peft="lora")
     plan = pl.plan(llama8b(), run, settings(), table, sweep_if_needed=False)
-    assert any("without sequence parallelism" in x for x in rejected(plan)["LoRA input re-gather"])
+    assert any("needs sequence parallelism" in x for x in rejected(plan)["LoRA input re-gather"])
 
 
 def test_lora_regather_is_costed_from_its_memory_saving(table):

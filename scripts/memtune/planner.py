@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 from memtune import model_spec as ms
 from memtune import run_spec as rs
 from memtune import throughput_cost as tc
-from memtune.estimator import estimate
+from memtune.estimator import estimate, regather_eligible
 from memtune.run_spec import RunSpec
 
 GIB = 1024**3
@@ -189,15 +189,18 @@ def extra_violations(model: ms.ModelSpec, base: RunSpec, run: RunSpec, settings:
     if run.sequence_parallel_input_regather and not base.sequence_parallel_input_regather:
         if run.peft not in ("lora", "dora"):
             out.append("sequence_parallel_input_regather is a LoRA option; this run has no LoRA/PEFT")
-        else:
-            if not run.sequence_parallel or run.tp == 1:
-                out.append("LoRA input re-gather has no effect without sequence parallelism (TP > 1 with SP on)")
-            if run.cuda_graph_scope:
-                out.append("LoRA input re-gather falls back to the default path with CUDA graphs")
-            if run.cpu_offloading:
-                out.append("LoRA input re-gather falls back to the default path with CPU activation offload")
-            if run.recompute_granularity == "full" or "mlp" in tc.recompute_set(run):
-                out.append("LoRA input re-gather falls back when full-layer or selective mlp recompute overlaps it")
+        elif not any(regather_eligible(run, m) for m in ("linear_qkv", "linear_fc1") if m in run.lora_target_modules):
+            # the estimator decides eligibility; this only names what blocks it
+            blockers = [text for cond, text in (
+                (run.tp <= 1 or not run.sequence_parallel, "needs sequence parallelism (TP > 1 with SP on)"),
+                (bool(run.cuda_graph_scope), "CUDA graphs are on"),
+                (run.cpu_offloading, "CPU activation offloading is on"),
+                (run.recompute_granularity == "full", "full-layer recompute overlaps it"),
+                ("mlp" in tc.recompute_set(run), "selective mlp recompute overlaps linear_fc1"),
+                (not {"linear_qkv", "linear_fc1"} & set(run.lora_target_modules), "no linear_qkv/linear_fc1 adapters"),
+            ) if cond]
+            out.append("LoRA input re-gather has no effect here (Megatron Bridge falls back to the gathered path): "
+                       + "; ".join(blockers or ["no eligible adapter"]))
     if run.use_distributed_optimizer and not base.use_distributed_optimizer and run.dp * run.cp == 1:
         out.append("distributed optimizer shards over DP x CP = 1 rank: nothing to shard")
     if run.use_megatron_fsdp and not base.use_megatron_fsdp and run.dp * run.cp == 1:
