@@ -102,7 +102,9 @@ def to_json(plan: Plan, top: int, input_notes: list[str] | tuple[str, ...] = ())
 
 
 def notes(plan: Plan) -> list[str]:
-    out = []
+    out = ["memory figures come from estimate_memory.py's model (tensors plus CUDA/NCCL overhead of the most-loaded "
+           "GPU, allocator fragmentation excluded); throughput figures from data/throughput_costs.yaml, "
+           "labelled measured / calibrated / first-principles / assumption"]
     if plan.baseline.fits:
         out.append(
             f"the estimate says the current configuration fits ({gib(plan.baseline.peak_bytes)} of "
