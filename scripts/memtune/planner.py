@@ -184,8 +184,6 @@ def extra_violations(model: ms.ModelSpec, base: RunSpec, run: RunSpec, settings:
     if run.tp > settings.gpus_per_node and run.tp != base.tp:
         out.append(f"TP {run.tp} would span more than one {settings.gpus_per_node}-GPU NVLink domain "
                    "(practical limit; set --gpus-per-node if your NVLink domain is larger)")
-    if run.ep > 1 and not model.is_moe:
-        pass  # run_spec.violations already reports it
     if run.sequence_parallel_input_regather and not base.sequence_parallel_input_regather:
         if run.peft not in ("lora", "dora"):
             out.append("sequence_parallel_input_regather is a LoRA option; this run has no LoRA/PEFT")
@@ -655,7 +653,9 @@ def sweep(model: ms.ModelSpec, base: RunSpec, settings: PlanSettings, table: tc.
             if run == base:
                 continue  # the current configuration is not a change
             peak = peak_of(run)
-            if peak is not None and ok(peak):
+            if peak is None:
+                continue  # illegal combination (e.g. full recompute with CUDA graphs): proves nothing
+            if ok(peak):
                 found = row(run, peak, base_time / t - 1.0)
                 break
             failed.append((o, rc_sets[i]))
@@ -663,12 +663,13 @@ def sweep(model: ms.ModelSpec, base: RunSpec, settings: PlanSettings, table: tc.
                 bounded.add(o)
                 bound_runs = [layout.with_(**opts[o], **rcs[j]) for j in (widest, full)]
                 bounds = [(p, r) for r in bound_runs if (p := peak_of(r)) is not None]
+                if len(bounds) < 2 and not any(ok(p) for p, _ in bounds):
+                    continue  # a bound is illegal here: no conclusion, keep walking
                 if not any(ok(p) for p, _ in bounds):
                     dead = max(dead, o)
                     if o == len(opts) - 1:  # even the most sharding cannot fit
-                        if bounds:
-                            p, r = min(bounds, key=lambda x: x[0])
-                            closest.append(row(r, p, base_time / tc.step_time(model, r, table) - 1.0))
+                        p, r = min(bounds, key=lambda x: x[0])
+                        closest.append(row(r, p, base_time / tc.step_time(model, r, table) - 1.0))
                         break
                     continue
                 # bisect the ladder (memory only falls along it): every rung below the
@@ -677,7 +678,10 @@ def sweep(model: ms.ModelSpec, base: RunSpec, settings: PlanSettings, table: tc.
                 while lo < hi:
                     mid = (lo + hi) // 2
                     p = peak_of(layout.with_(**opts[o], **rcs[chain[mid]]))
-                    if p is not None and ok(p):
+                    if p is None:
+                        lo = 0  # an illegal rung: no conclusion from the ladder
+                        break
+                    if ok(p):
                         hi = mid
                     else:
                         lo = mid + 1
