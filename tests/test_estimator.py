@@ -159,3 +159,23 @@ def test_cli_bad_input_is_one_line_exit_2(args, needle):
     res = run_cli(*args)
     assert res.returncode == 2 and needle in res.stderr
     assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr
+
+
+def test_cuda_graph_pool_is_reserved_not_allocated_after_capture():
+    plain = estimate(LLAMA70, BASE).stages[0]
+    graphed = estimate(LLAMA70, BASE.with_(cuda_graph_scope=("mlp",))).stages[0]
+    assert graphed.cuda_graphs > 0
+    assert graphed.activations + graphed.cuda_graphs == pytest.approx(plain.activations, rel=1e-6)
+    assert graphed.total_bytes == pytest.approx(plain.total_bytes, abs=16)  # same GPU memory, other pool
+    # capture after warm-up steps: optimizer states exist while the graphed tensors are allocated
+    assert graphed.allocated_bytes == graphed.capture_bytes > plain.allocated_bytes - plain.activations
+    at_step0 = estimate(LLAMA70, BASE.with_(cuda_graph_scope=("mlp",), cuda_graph_warmup_steps=0)).stages[0]
+    assert at_step0.capture_bytes < graphed.capture_bytes
+
+
+def test_optimizer_step_casts_bf16_grads_to_fp32():
+    bf16 = estimate(LLAMA70, BASE.with_(grad_reduce_in_fp32=False, gbs=2)).stages[3]
+    fp32 = estimate(LLAMA70, BASE.with_(grad_reduce_in_fp32=True, gbs=2)).stages[3]
+    assert fp32.optimizer_step == 0
+    copy = 4 * bf16.params / 2  # fp32 copy of the gradient shard (DP 2)
+    assert bf16.optimizer_step == pytest.approx(max(0, copy - bf16.activations), rel=1e-3)
