@@ -133,7 +133,7 @@ def test_sweep_mode_ranks_combinations_with_evidence():
     assert len(rows) == 5 and doc["ranked_total"] > 5
     assert all(r["evidence"] and r["peak_bytes"] <= doc["limit_bytes"] for r in rows)
     changes = [r["throughput_change"] for r in rows]
-    assert all(a >= b - 1e-3 for a, b in zip(changes, changes[1:]))
+    assert all(a >= b - 1e-3 for a, b in zip(changes, changes[1:]))  # the sweep ranks true speed
 
 
 def test_bridge_overrides_change_the_planned_run():

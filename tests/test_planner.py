@@ -77,8 +77,18 @@ def test_every_ranked_row_fits_and_lowers_memory(seed_plan):
     for e in seed_plan.ranked:
         assert e.peak_bytes <= limit
         assert e.candidate.expandable or e.peak_bytes < seed_plan.baseline.peak_bytes
-    costs = [e.cost.change for e in seed_plan.ranked]
+    costs = [min(0.0, e.cost.change) for e in seed_plan.ranked]  # a predicted gain ranks as "free"
     assert all(a >= b - 1e-3 for a, b in zip(costs, costs[1:]))  # ranked to 0.1%
+
+
+def test_a_predicted_speed_up_does_not_outrank_the_free_measured_fix(seed_plan):
+    first = seed_plan.ranked[0]
+    assert first.candidate.expandable
+    faster = pl.Evaluated(first.candidate, peak_bytes=first.peak_bytes - GIB, fits=True, reduces_memory=True,
+                          cost=tc.Cost(change=0.05, kind="calibrated", evidence=("model",)))
+    s = seed_plan.settings
+    assert pl.rank_key(first, s, cap_gain=True) < pl.rank_key(faster, s, cap_gain=True)
+    assert pl.rank_key(faster, s) < pl.rank_key(first, s)  # the sweep ranks true speed
 
 
 def test_changes_that_raise_memory_are_not_offered(seed_plan):

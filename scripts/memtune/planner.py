@@ -429,15 +429,21 @@ class Evaluator:
                          reduces_memory=reduces, cost=cost)
 
 
-def rank_key(e: Evaluated, settings: PlanSettings) -> tuple[float, int, float]:
+def rank_key(e: Evaluated, settings: PlanSettings, cap_gain: bool = False) -> tuple[float, int, float]:
     """Least throughput loss first (to 0.1%, the model's resolution); among equals the
-    better-evidenced number (measured before modelled), then the most headroom."""
+    better-evidenced number (measured before modelled), then the most headroom.
+
+    With ``cap_gain`` (one-step fixes) a predicted speed-up counts as "no cost": the
+    question is which fix costs least, and a gain is the least certain output of the cost
+    model (an extrapolation), so it must not push a free, measured fix such as
+    expandable segments down the list."""
     assert e.cost is not None and e.peak_bytes is not None
     kind = tc.KIND_ORDER.index(e.cost.kind) if e.cost.kind in tc.KIND_ORDER else len(tc.KIND_ORDER)
-    return (-round(e.cost.change, 3), kind, float(e.peak_bytes))
+    change = min(0.0, e.cost.change) if cap_gain else e.cost.change
+    return (-round(change, 3), kind, float(e.peak_bytes))
 
 
-def _split(evaluated: Iterable[Evaluated], settings: PlanSettings) -> tuple[list, list, list, list]:
+def _split(evaluated: Iterable[Evaluated], settings: PlanSettings, cap_gain: bool = False) -> tuple[list, list, list, list]:
     ranked, not_fitting, rejected, no_saving = [], [], [], []
     for e in evaluated:
         if e.rejected:
@@ -448,7 +454,7 @@ def _split(evaluated: Iterable[Evaluated], settings: PlanSettings) -> tuple[list
             ranked.append(e)
         else:
             not_fitting.append(e)
-    ranked.sort(key=lambda e: rank_key(e, settings))
+    ranked.sort(key=lambda e: rank_key(e, settings, cap_gain))
     not_fitting.sort(key=lambda e: (e.peak_bytes, -e.cost.change if e.cost else 0))
     return ranked, not_fitting, rejected, no_saving
 
@@ -460,7 +466,7 @@ def plan(model: ms.ModelSpec, base: RunSpec, settings: PlanSettings, table: tc.C
     ev = Evaluator(model, base, settings, table or tc.load_costs(), estimator)
     baseline = ev.baseline()
     results = [ev.evaluate(c, baseline.peak_bytes or 0) for c in candidates(model, base, settings)]
-    ranked, not_fitting, rejected, no_saving = _split(results, settings)
+    ranked, not_fitting, rejected, no_saving = _split(results, settings, cap_gain=True)
     combined: tuple[Evaluated, ...] = ()
     evaluated = ev.count
     if not ranked and sweep_if_needed:
