@@ -28,10 +28,6 @@ from memtune.run_spec import RunSpec
 
 COSTS_FILE: Path = DATA_DIR / "throughput_costs.yaml"
 
-# Modules Megatron-Core's selective recompute accepts (TransformerConfig.recompute_modules).
-MEMORY_BOUND_MODULES = frozenset({"layernorm", "moe_act"})
-
-
 # ------------------------------------------------------------------ FLOPs of a model
 @dataclass(frozen=True)
 class LayerFlops:
@@ -217,15 +213,10 @@ def recompute_flops(f: LayerFlops, k: RunSpec) -> float:
         else:
             share = min(1.0, n / per_chunk) if per_chunk else 1.0
         return share * f.layers_total
-    total = 0.0
-    for module in recompute_set(k):
-        if module == "mlp":
-            total += f.by_module["mlp"]
-        elif module == "moe":
-            total += f.by_module["moe"]
-        else:
-            total += f.by_module.get(module, 0.0)
-    return total
+    modules = recompute_set(k)
+    if "moe" in modules:
+        modules = modules - {"moe_act"}  # recomputing the whole MoE block includes its activation
+    return sum(f.by_module.get(module, 0.0) for module in modules)
 
 
 def step_terms(m: ms.ModelSpec, k: RunSpec, table: CostTable) -> dict[str, float]:
