@@ -5,6 +5,20 @@ person reads): the current run's estimate, the ranked changes that fit with thei
 throughput cost and its evidence, the first step spelled out as the exact change, the
 closest candidates with what blocks them when nothing fits, and the rejections with the
 constraint that rules each one out.
+
+JSON shape (``plan_memory.py --json``)::
+
+    {"model", "gpus", "gpu_memory_bytes", "headroom_bytes", "limit_bytes",
+     "current": {"layout", "recompute", "peak_bytes", "headroom_bytes", "fits", "expandable_segments"},
+     "nothing_fits": bool,
+     "ranked": [{"rank", "change", "category", "layout", "peak_bytes", "headroom_bytes", "fits",
+                 "throughput_change", "evidence_kind", "evidence": [...], "evidence_details": [...],
+                 "exact_change": {"env", "bridge_overrides", "megatron_args", "python"}}],
+     "ranked_total", "recommendation": {"change", "exact_change", "throughput_change",
+                                        "peak_bytes", "headroom_bytes"} | null,
+     "combined": [rows from the full sweep when no single change fits],
+     "closest": [rows + "blocked_by"], "rejected": [{"change", "category", "reasons"}],
+     "no_saving": [titles], "notes": [...], "evaluated", "seconds"}
 """
 
 from __future__ import annotations
