@@ -1,14 +1,123 @@
-"""plan_memory.py: This run does not fit: which change makes it fit at the lowest throughput cost?"""
+"""plan_memory.py: this run does not fit - which change makes it fit at the lowest throughput cost?"""
 
 from __future__ import annotations
 
 from typing import Sequence
 
-from memtune.cli import InputError, make_parser
+from memtune.cli import InputError, print_json
+
+DESCRIPTION = """\
+This run does not fit (or barely fits): which change makes it fit at the lowest throughput cost?
+
+Takes the same run description as estimate_memory.py, enumerates the changes you could make
+at the same GPU count (expandable segments, LoRA input re-gather, selective/full recompute,
+distributed optimizer / Megatron-FSDP, PP with and without VPP, TP, SP, CP, EP/ETP, micro-batch
+size, CPU offloading), rejects the ones Megatron would refuse (with the reason), estimates the
+peak memory of the rest and ranks those that fit with headroom by estimated throughput.
+Throughput numbers are measured where measurements exist (Llama3-70B on 32xH100: TP 4->8 -28.4%,
+PP 4->8 with DP halved -5.9%, mlp recompute ~-16%, ...) and otherwise first-principles
+estimates; every row says which.
+"""
+
+EPILOG = """\
+examples:
+  # the seed's Llama3-70B SFT case (TP4 PP4 VPP5 DP2 on 32x H100 80GB)
+  python3 scripts/plan_memory.py --example
+  python3 scripts/plan_memory.py --example --json --top 3
+  # your own run: same inputs as estimate_memory.py
+  python3 scripts/plan_memory.py --preset llama3-70b --gpus 32 --tp 4 --pp 4 --vpp 5 \\
+      --mbs 1 --gbs 32 --seq-length 4096 --sequence-parallel --gpu-memory 80GiB --headroom 10%
+  python3 scripts/plan_memory.py --preset deepseek-v3 --gpus 1024 --tp 8 --ep 64 --etp 1 \\
+      --mbs 1 --gbs 4096 --sequence-parallel --gpu-memory 80GiB --top 5
+  python3 scripts/plan_memory.py --config run.yaml --preset llama3-70b --gpus 32 model.pipeline_model_parallel_size=8
+  python3 scripts/plan_memory.py --megatron-args launch.sh --gpus 64 --json
+  # every combination instead of one change at a time
+  python3 scripts/plan_memory.py --example --sweep --top 5
+
+exit codes: 0 a plan was made (including "nothing fits"), 2 bad usage or input.
+"""
+
+DEFAULT_GPU_MEMORY = "80GiB"
+
+
+def parse_headroom(text: str, gpu_bytes: int) -> int:
+    """'10%' of the GPU memory, or an absolute size such as '4GiB'."""
+    from memtune.commands.estimate_memory import parse_memory
+
+    t = str(text).strip()
+    if t.endswith("%"):
+        try:
+            share = float(t[:-1])
+        except ValueError:
+            raise InputError(f"--headroom {text!r} is not a percentage; use e.g. 10% or 4GiB") from None
+        if not 0 <= share < 100:
+            raise InputError(f"--headroom {text!r} must be between 0% and 100%")
+        return int(gpu_bytes * share / 100)
+    try:
+        return parse_memory(t)
+    except InputError:
+        raise InputError(f"--headroom {text!r}: expected a share like 10% or a size like 4GiB") from None
+
+
+def build_parser():
+    """estimate_memory.py's parser (so the run inputs are exactly the estimator's),
+    renamed, with the planner's own options added."""
+    from memtune.commands import estimate_memory
+
+    parser = estimate_memory.build_parser()
+    parser.prog, parser.description, parser.epilog = "plan_memory.py", DESCRIPTION, EPILOG
+    plan = parser.add_argument_group("planner")
+    plan.add_argument("--headroom", default="10%", metavar="SIZE|PCT",
+                      help="memory to keep free per GPU: a share of --gpu-memory (default 10%%) or a size (4GiB)")
+    plan.add_argument("--top", type=int, default=10, metavar="N", help="show the N best rows (default 10)")
+    plan.add_argument("--expandable-segments", choices=("on", "off", "unknown"), default="unknown",
+                      help="is PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True already set? (default unknown: offered)")
+    plan.add_argument("--gpus-per-node", type=int, default=8, metavar="N",
+                      help="GPUs per NVLink domain; TP beyond it is rejected (default 8)")
+    plan.add_argument("--sweep", action="store_true", help="rank every combination, not one change at a time")
+    return parser
+
+
+def _load(args):
+    """(model, run, GPU memory bytes) through the estimator's own loaders."""
+    from memtune.commands import estimate_memory
+
+    model, run, notes, extras = estimate_memory._load(args)
+    run = estimate_memory._apply_flags(args, run)
+    memory = args.gpu_memory or extras.get("gpu_memory")
+    if not memory:
+        memory = DEFAULT_GPU_MEMORY
+        notes = [*notes, f"GPU memory not given: assumed {DEFAULT_GPU_MEMORY}; pass --gpu-memory"]
+    return model, run, estimate_memory.parse_memory(str(memory)), notes
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = make_parser("plan_memory.py", "This run does not fit: which change makes it fit at the lowest throughput cost?")
-    parser.add_argument("--json", action="store_true", help="print one JSON document")
-    parser.parse_args(argv)
-    raise InputError("not implemented yet")
+    args = build_parser().parse_args(argv)
+    if args.list_presets:
+        from memtune import presets
+
+        print("\n".join(presets.preset_names()))
+        return 0
+    if args.top < 1:
+        raise InputError(f"--top must be at least 1, got {args.top}")
+    if args.gpus_per_node < 1:
+        raise InputError(f"--gpus-per-node must be at least 1, got {args.gpus_per_node}")
+    from memtune import plan_report, planner
+    from memtune import run_spec as rs
+
+    model, run, gpu, notes = _load(args)
+    rs.validate(model, run)
+    expandable = {"on": True, "off": False, "unknown": None}[args.expandable_segments]
+    settings = planner.PlanSettings(gpu_memory_bytes=gpu, headroom_bytes=parse_headroom(args.headroom, gpu),
+                                    expandable_segments=expandable, gpus_per_node=args.gpus_per_node)
+    if settings.limit_bytes <= 0:
+        raise InputError(f"--headroom {args.headroom} leaves no memory of --gpu-memory {plan_report.gib(gpu)}")
+    if args.sweep:
+        result = planner.plan_sweep(model, run, settings)
+    else:
+        result = planner.plan(model, run, settings)
+    if args.json:
+        print_json(plan_report.to_json(result, args.top, notes))
+    else:
+        print(plan_report.to_text(result, args.top, notes))
+    return 0

@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""How fast is the memory planner's full sweep? (issue: whole sweep < 2 s on a 2-core box)
+
+Runs ``memtune.planner.sweep`` - every parallel layout at the same GPU count x recompute
+ladder x optimizer sharding - for Llama3-70B and DeepSeek-V3 on 1024 H100 80GB GPUs and
+prints, per model: the size of the configuration space (layouts x recompute x optimizer
+settings), how many layouts were checked, how many were illegal, how many legal ones were
+bounded out by cost (even their fastest setting is slower than the 50 kept rows), how many
+memory estimates were made (everything else was decided by legality or an exact bound),
+wall and CPU seconds, configurations decided per second and estimates per second. Wall time on a shared machine includes other people's load; CPU time is this
+process's own work. Run: python3 benchmarks/planner_speed.py [--repeat N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+
+from memtune import planner as pl  # noqa: E402
+from memtune import presets  # noqa: E402
+from memtune import throughput_cost as tc  # noqa: E402
+from memtune.run_spec import RunSpec  # noqa: E402
+
+GPUS = 1024
+BUDGET_SECONDS = 2.0
+
+# Realistic starting points at 1024 GPUs (the sweep explores everything around them).
+CASES = {
+    "llama3-70b": dict(world_size=GPUS, tp=4, pp=4, vpp=5, mbs=1, gbs=1024, seq_length=4096, sequence_parallel=True,
+                       use_distributed_optimizer=True, recompute_granularity="selective", recompute_modules=("core_attn",),
+                       fp8="tensorwise", grad_reduce_in_fp32=False),
+    "deepseek-v3": dict(world_size=GPUS, tp=2, pp=16, ep=64, etp=1, mbs=1, gbs=4096, seq_length=4096,
+                        sequence_parallel=True, use_distributed_optimizer=True, recompute_granularity="selective",
+                        recompute_modules=("mla_up_proj", "moe_act", "layernorm")),
+}
+
+
+def run_case(name: str, table: tc.CostTable, settings: pl.PlanSettings) -> tuple[pl.SweepResult, float, float]:
+    model = presets.load_preset(name)
+    fields = dict(CASES[name])
+    fields.update(pl.stage_split(model, fields["pp"]))
+    base = RunSpec(**fields)
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    result = pl.sweep(model, base, settings, table)
+    return result, time.perf_counter() - wall0, time.process_time() - cpu0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3, help="runs per model; the fastest is reported (default 3)")
+    args = parser.parse_args()
+    table = tc.load_costs()  # parsed and calibrated once, as the CLI does
+    settings = pl.PlanSettings(gpu_memory_bytes=80 * pl.GIB, headroom_bytes=8 * pl.GIB)
+    print(f"planner sweep on {GPUS} GPUs, 80 GiB each, 8 GiB headroom (best of {args.repeat})")
+    print(f"{'model':<12} {'space':>8} {'layouts':>8} {'illegal':>8} {'bounded':>8} {'estimates':>9} {'kept':>5} "
+          f"{'wall s':>7} {'cpu s':>6} {'configs/s':>10} {'estimates/s':>11}")
+    total_wall = total_cpu = 0.0
+    for name in CASES:
+        runs = [run_case(name, table, settings) for _ in range(max(1, args.repeat))]
+        result, wall, cpu = min(runs, key=lambda r: r[1])
+        total_wall += wall
+        total_cpu += cpu
+        print(f"{name:<12} {result.space:>8} {result.layouts:>8} {result.illegal_layouts:>8} "
+              f"{result.cost_bounded_layouts:>8} {result.estimates:>9} {len(result.fitting):>5} {wall:>7.2f} {cpu:>6.2f} {result.space / wall:>10.0f} "
+              f"{result.estimates / wall:>11.0f}")
+        best = result.fitting[0] if result.fitting else None
+        if best is not None:
+            print(f"  best: {best.candidate.title} -> {best.peak_bytes / pl.GIB:.1f} GiB, "
+                  f"throughput {best.cost.change * 100:+.1f}% ({best.cost.kind})")
+    verdict = "PASS" if total_wall < BUDGET_SECONDS else "OVER BUDGET"
+    print(f"whole sweep: {total_wall:.2f} s wall, {total_cpu:.2f} s CPU (budget {BUDGET_SECONDS:.0f} s): {verdict}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

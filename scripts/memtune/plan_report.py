@@ -1,0 +1,195 @@
+"""Turn a :class:`memtune.planner.Plan` into the JSON document and the text report.
+
+Both outputs carry the same content (the JSON is what agents parse; the text is what a
+person reads): the current run's estimate, the ranked changes that fit with their
+throughput cost and its evidence, the first step spelled out as the exact change, the
+closest candidates with what blocks them when nothing fits, and the rejections with the
+constraint that rules each one out.
+
+JSON shape (``plan_memory.py --json``)::
+
+    {"model", "gpus", "gpu_memory_bytes", "headroom_bytes", "limit_bytes",
+     "current": {"layout", "recompute", "peak_bytes", "headroom_bytes", "fits", "expandable_segments"},
+     "nothing_fits": bool,
+     "ranked": [{"rank", "change", "category", "layout", "peak_bytes", "headroom_bytes", "fits",
+                 "throughput_change", "evidence_kind", "evidence": [...], "evidence_details": [...],
+                 "exact_change": {"env", "bridge_overrides", "megatron_args", "python"}}],
+     "ranked_total", "recommendation": {"change", "exact_change", "throughput_change",
+                                        "peak_bytes", "headroom_bytes"} | null,
+     "combined": [rows from the full sweep when no single change fits],
+     "closest": [rows + "blocked_by"], "rejected": [{"change", "category", "reasons"}],
+     "no_saving": [titles], "notes": [...], "evaluated", "seconds"}
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memtune.planner import EXPANDABLE_ENV, GIB, Evaluated, Plan, exact_change, fragmentation_note
+
+
+def gib(n: int | None) -> str:
+    return "-" if n is None else f"{n / GIB:.1f} GiB"
+
+
+def pct(x: float | None) -> str:
+    return "-" if x is None else f"{x * 100:+.1f}%"
+
+
+def _row(plan: Plan, e: Evaluated, rank: int | None = None) -> dict[str, Any]:
+    s = plan.settings
+    row: dict[str, Any] = {
+        "change": e.candidate.title,
+        "category": e.candidate.category,
+        "layout": layout(e),
+        "peak_bytes": e.peak_bytes,
+        "headroom_bytes": e.headroom(s),
+        "fits": e.fits,
+        "throughput_change": None if e.cost is None else round(e.cost.change, 4),
+        "evidence_kind": None if e.cost is None else e.cost.kind,
+        "evidence": [] if e.cost is None else list(e.cost.evidence),
+        "evidence_details": [] if e.cost is None else list(e.cost.details),
+        "exact_change": exact_change(plan.base, e.candidate),
+    }
+    if rank is not None:
+        row = {"rank": rank, **row}
+    return row
+
+
+def layout(e: Evaluated) -> str:
+    r = e.candidate.run
+    parts = [f"TP{r.tp}", f"PP{r.pp}"]
+    if r.vpp_chunks > 1:
+        parts.append(f"VPP{r.vpp_chunks}")
+    if r.cp > 1:
+        parts.append(f"CP{r.cp}")
+    if r.ep > 1:
+        parts.append(f"EP{r.ep}")
+    if r.etp and r.etp != r.tp:
+        parts.append(f"ETP{r.etp}")
+    parts.append(f"DP{r.dp}")
+    return " ".join(parts)
+
+
+def blocked_by(plan: Plan, e: Evaluated) -> str:
+    over = (e.peak_bytes or 0) - plan.settings.limit_bytes
+    return f"{gib(over)} over the limit ({gib(plan.settings.limit_bytes)} = GPU memory minus headroom)"
+
+
+def to_json(plan: Plan, top: int, input_notes: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+    s = plan.settings
+    best = plan.best
+    doc: dict[str, Any] = {
+        "model": plan.model.name,
+        "gpus": plan.base.world_size,
+        "gpu_memory_bytes": s.gpu_memory_bytes,
+        "headroom_bytes": s.headroom_bytes,
+        "limit_bytes": s.limit_bytes,
+        "current": {
+            "layout": layout(plan.baseline),
+            "recompute": plan.base.recompute,
+            "peak_bytes": plan.baseline.peak_bytes,
+            "headroom_bytes": plan.baseline.headroom(s),
+            "fits": plan.baseline.fits,
+            "expandable_segments": s.expandable_segments,
+        },
+        "nothing_fits": best is None,
+        "ranked": [_row(plan, e, i + 1) for i, e in enumerate(plan.ranked[:top])],
+        "ranked_total": len(plan.ranked),
+        "recommendation": None,
+        "combined": [_row(plan, e, i + 1) for i, e in enumerate(plan.combined[:top])],
+        "closest": [
+            {**_row(plan, e), "blocked_by": blocked_by(plan, e)} for e in plan.not_fitting[:top]
+        ],
+        "rejected": [{"change": e.candidate.title, "category": e.candidate.category, "reasons": list(e.rejected)}
+                     for e in plan.rejected],
+        "no_saving": [e.candidate.title for e in plan.no_saving],
+        "notes": [*input_notes, *notes(plan)],
+        "evaluated": plan.evaluated,
+        "seconds": round(plan.seconds, 4),
+    }
+    if best is not None:
+        doc["recommendation"] = {"change": best.candidate.title, "exact_change": exact_change(plan.base, best.candidate),
+                                 "throughput_change": round(best.cost.change, 4) if best.cost else None,
+                                 "peak_bytes": best.peak_bytes, "headroom_bytes": best.headroom(s)}
+    return doc
+
+
+def notes(plan: Plan) -> list[str]:
+    out = ["memory figures come from estimate_memory.py's model (tensors plus CUDA/NCCL overhead of the most-loaded "
+           "GPU, allocator fragmentation excluded); throughput figures from data/throughput_costs.yaml, "
+           "labelled measured / calibrated / first-principles / assumption"]
+    if plan.baseline.fits:
+        out.append(
+            f"the estimate says the current configuration fits ({gib(plan.baseline.peak_bytes)} of "
+            f"{gib(plan.settings.limit_bytes)} allowed): if it still runs out of memory, the gap is allocator "
+            "fragmentation, which expandable segments removes at no throughput cost")
+    if any(e.candidate.expandable for e in plan.ranked):
+        out.append(fragmentation_note())
+    elif not plan.baseline.fits and plan.settings.expandable_segments is not True:
+        out.append(f"also set {EXPANDABLE_ENV} (free): it cannot fix a capacity shortfall, but the estimates "
+                   "exclude allocator fragmentation, so a plan that fits can still run out of memory without it")
+    if plan.combined:
+        out.append("no single change fits: the combined rows come from the full sweep of every combination")
+    if not plan.ranked and not plan.combined:
+        out.append("nothing fits at this GPU count: the closest candidates and what blocks them are listed; "
+                   "more GPUs, a shorter sequence or a smaller global batch are the remaining levers")
+    return out
+
+
+def _table(rows: list[dict[str, Any]], with_rank: bool = True) -> list[str]:
+    header = ("#", "change", "layout", "est. peak/GPU", "headroom", "throughput", "evidence")
+    body = []
+    for r in rows:
+        body.append((str(r.get("rank", "")), r["change"], r["layout"], gib(r["peak_bytes"]), gib(r["headroom_bytes"]),
+                     pct(r["throughput_change"]), r["evidence_kind"] or "-"))
+    widths = [max(len(x) for x in col) for col in zip(header, *body)]
+    fmt = "  ".join("{:<%d}" % w for w in widths)
+    return [fmt.format(*header)] + [fmt.format(*b) for b in body]
+
+
+def to_text(plan: Plan, top: int, input_notes: list[str] | tuple[str, ...] = ()) -> str:
+    doc = to_json(plan, top, input_notes)
+    s = plan.settings
+    cur = doc["current"]
+    lines = [
+        f"{doc['model']} on {doc['gpus']} GPUs: {cur['layout']}, MBS {plan.base.mbs}, GBS {plan.base.global_batch}, "
+        f"seq {plan.base.seq_length}, recompute {cur['recompute']}",
+        f"GPU memory {gib(s.gpu_memory_bytes)}, headroom {gib(s.headroom_bytes)} -> limit {gib(s.limit_bytes)} per GPU",
+        f"current: est. peak {gib(cur['peak_bytes'])} per GPU -> "
+        + ("fits by estimate" if cur["fits"] else f"does NOT fit ({gib(-(cur['headroom_bytes'] or 0) + s.headroom_bytes)} over the limit)"),
+        "",
+    ]
+    if doc["ranked"]:
+        lines.append(f"Changes that fit, lowest throughput cost first ({len(doc['ranked'])} of {doc['ranked_total']}):")
+        lines += ["  " + x for x in _table(doc["ranked"])]
+    elif doc["combined"]:
+        lines.append("No single change fits. Combinations that fit (full sweep), lowest throughput cost first:")
+        lines += ["  " + x for x in _table(doc["combined"])]
+    else:
+        lines.append("Nothing fits at this GPU count. Closest candidates and what blocks them:")
+        for r in doc["closest"]:
+            lines.append(f"  - {r['change']} ({r['layout']}): est. {gib(r['peak_bytes'])}, {r['blocked_by']}")
+    rec = doc["recommendation"]
+    if rec:
+        lines += ["", f"Recommended first step: {rec['change']} "
+                      f"(est. {gib(rec['peak_bytes'])}, throughput {pct(rec['throughput_change'])})"]
+        ex = rec["exact_change"]
+        for key, title in (("env", "environment"), ("bridge_overrides", "Megatron Bridge overrides"),
+                           ("megatron_args", "Megatron-LM flags"), ("python", "Python")):
+            if ex[key]:
+                lines.append(f"  {title}:")
+                lines += [f"    {x}" for x in ex[key]]
+    shown = doc["ranked"] or doc["combined"]
+    if shown:
+        lines += ["", "Where the throughput numbers come from:"]
+        for r in shown:
+            lines.append(f"  [{r['rank']}] {r['change']}: " + "; ".join(r["evidence"]))
+    if doc["rejected"]:
+        lines += ["", "Rejected (Megatron would refuse to start, or the change has no effect):"]
+        for r in doc["rejected"]:
+            lines.append(f"  - {r['change']}: " + "; ".join(r["reasons"]))
+    if doc["notes"]:
+        lines += ["", "Notes:"] + [f"  - {n}" for n in doc["notes"]]
+    lines.append(f"\n({doc['evaluated']} configurations evaluated in {doc['seconds'] * 1000:.0f} ms)")
+    return "\n".join(lines)

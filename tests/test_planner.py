@@ -1,0 +1,256 @@
+"""The planner: legality with reasons, ranking, the seed's measured ordering, nothing-fits."""
+
+from __future__ import annotations
+
+import pytest
+
+from test_throughput_cost import llama8b, seed, table  # noqa: F401  (shared fixtures)
+
+from memtune import model_spec as ms
+from memtune import planner as pl
+from memtune import throughput_cost as tc
+from memtune.run_spec import RunSpec
+
+GIB = pl.GIB
+
+
+def settings(**kw) -> pl.PlanSettings:
+    base = {"gpu_memory_bytes": 80 * GIB, "headroom_bytes": 8 * GIB}
+    base.update(kw)
+    return pl.PlanSettings(**base)
+
+
+@pytest.fixture(scope="module")
+def seed_plan(seed, table) -> pl.Plan:
+    model, run = seed
+    return pl.plan(model, run, settings(), table)
+
+
+def titles(evaluated) -> list[str]:
+    return [e.candidate.title for e in evaluated]
+
+
+def rejected(plan: pl.Plan) -> dict[str, tuple[str, ...]]:
+    return {e.candidate.title: e.rejected for e in plan.rejected}
+
+
+# ------------------------------------------------------------- the seed's measured ordering
+def test_seed_expandable_segments_comes_first(seed_plan):
+    first = seed_plan.ranked[0]
+    assert first.candidate.expandable
+    assert first.cost.change == 0.0 and first.cost.kind == "measured"
+    assert seed_plan.best is first
+
+
+def test_seed_pp8_ranks_above_tp8_and_tp8_is_last(seed_plan):
+    names = titles(seed_plan.ranked)
+    pp8, tp8 = names.index("PP 4->8, VPP 5"), names.index("TP 4->8")
+    assert pp8 < tp8
+    assert tp8 == len(names) - 1
+    assert seed_plan.ranked[pp8].cost.change == pytest.approx(-0.059)
+    assert seed_plan.ranked[tp8].cost.change == pytest.approx(-0.284)
+
+
+def test_seed_mlp_recompute_sits_between_pp8_and_tp8(seed_plan):
+    names = titles(seed_plan.ranked)
+    mlp = names.index("recompute selective [mlp]")
+    assert names.index("PP 4->8, VPP 5") < mlp < names.index("TP 4->8")
+
+
+def test_seed_cpu_offloading_is_rejected_for_pp(seed_plan):
+    offload = [e for e in seed_plan.rejected if e.candidate.category == "offload"]
+    assert offload, "CPU offloading must be listed as rejected, not silently dropped"
+    for e in offload:
+        assert any("pipeline_model_parallel_size > 1" in r for r in e.rejected)
+    assert not [e for e in seed_plan.ranked if e.candidate.category == "offload"]
+
+
+def test_seed_rejections_name_the_constraint(seed_plan):
+    r = rejected(seed_plan)
+    assert any("num_query_groups 8 is not divisible by TP 16" in x for x in r["TP 4->16"])
+    assert any("world size 32 is not divisible" in x for x in r["CP 1->4"])
+    assert any("full-iteration CUDA graphs" in x for x in r["recompute full uniform x1"])
+
+
+def test_every_ranked_row_fits_and_lowers_memory(seed_plan):
+    limit = seed_plan.settings.limit_bytes
+    for e in seed_plan.ranked:
+        assert e.peak_bytes <= limit
+        assert e.candidate.expandable or e.peak_bytes < seed_plan.baseline.peak_bytes
+    costs = [min(0.0, e.cost.change) for e in seed_plan.ranked]  # a predicted gain ranks as "free"
+    assert all(a >= b - 1e-3 for a, b in zip(costs, costs[1:]))  # ranked to 0.1%
+
+
+def test_a_predicted_speed_up_does_not_outrank_the_free_measured_fix(seed_plan):
+    first = seed_plan.ranked[0]
+    assert first.candidate.expandable
+    faster = pl.Evaluated(first.candidate, peak_bytes=first.peak_bytes - GIB, fits=True, reduces_memory=True,
+                          cost=tc.Cost(change=0.05, kind="calibrated", evidence=("model",)))
+    s = seed_plan.settings
+    assert pl.rank_key(first, s, cap_gain=True) < pl.rank_key(faster, s, cap_gain=True)
+    assert pl.rank_key(faster, s) < pl.rank_key(first, s)  # the sweep ranks true speed
+
+
+def test_changes_that_raise_memory_are_not_offered(seed_plan):
+    assert "TP 4->2" in titles(seed_plan.no_saving)
+    assert "TP 4->2" not in titles(seed_plan.ranked)
+
+
+# ------------------------------------------------------------- environment-dependent answers
+def test_expandable_already_set_is_not_offered(seed, table):
+    model, run = seed
+    plan = pl.plan(model, run, settings(expandable_segments=True), table)
+    assert not any(e.candidate.expandable for e in plan.ranked)
+    assert plan.best.candidate.title != "set expandable segments"
+
+
+def test_expandable_with_nccl_user_buffers_is_rejected(seed, table):
+    model, run = seed
+    plan = pl.plan(model, run.with_(use_nccl_ub=True), settings(), table)
+    reasons = rejected(plan)["set expandable segments"]
+    assert any("NCCL user-buffer" in x for x in reasons)
+
+
+def test_exact_change_spells_out_bridge_and_megatron_settings(seed, seed_plan):
+    _, run = seed
+    pp8 = next(e for e in seed_plan.ranked if e.candidate.title == "PP 4->8, VPP 5")
+    change = pl.exact_change(run, pp8.candidate)
+    assert change["bridge_overrides"] == ["model.pipeline_model_parallel_size=8"]
+    assert change["megatron_args"] == ["--pipeline-model-parallel-size 8"]
+    first = pl.exact_change(run, seed_plan.best.candidate)
+    assert first["env"][0] == "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+
+
+# ------------------------------------------------------------- legality on other runs
+def test_vpp_divisibility_is_a_rejection_reason(table):
+    run = RunSpec(world_size=16, tp=2, pp=2, vpp=8, mbs=1, gbs=64, seq_length=4096, sequence_parallel=True,
+                  use_distributed_optimizer=True)
+    plan = pl.plan(llama8b(), run, settings(), table, sweep_if_needed=False)
+    reasons = rejected(plan)["PP 2->8, VPP 8"]
+    assert any("not divisible by virtual_pipeline_model_parallel_size 8" in x for x in reasons)
+
+
+def test_cpu_offloading_is_legal_at_pp1_and_turns_recompute_off(table):
+    run = RunSpec(world_size=8, tp=8, pp=1, mbs=1, gbs=8, seq_length=8192, sequence_parallel=True,
+                  use_distributed_optimizer=True)
+    plan = pl.plan(llama8b(), run, settings(), table, sweep_if_needed=False)
+    assert "CPU offloading 8 layer(s)" not in rejected(plan)
+    offload = [e for e in plan.ranked + plan.not_fitting if e.candidate.category == "offload"]
+    assert offload and all(e.cost.change < 0 for e in offload)
+    with_recompute = pl.plan(llama8b(), run.with_(recompute_granularity="selective"), settings(), table,
+                             sweep_if_needed=False)
+    row = next(e for e in with_recompute.ranked + with_recompute.not_fitting if e.candidate.category == "offload")
+    assert row.candidate.run.recompute_granularity is None and "recompute off" in row.candidate.title
+
+
+def test_offloading_with_recompute_or_cuda_graphs_names_megatrons_reason():
+    run = RunSpec(world_size=8, tp=8, pp=1, mbs=1, gbs=8, seq_length=8192, cpu_offloading=True,
+                  cpu_offloading_num_layers=4, recompute_granularity="selective", cuda_graph_scope=("mlp",))
+    reasons = pl.extra_violations(llama8b(), run.with_(cpu_offloading=False), run, settings())
+    assert any("activation recomputation" in r for r in reasons)
+    assert any("CUDA graphs" in r for r in reasons)
+
+
+def test_expert_parallel_must_divide_the_experts(table):
+    mixtral = ms.ModelSpec(num_layers=32, hidden_size=4096, num_attention_heads=32, num_query_groups=8,
+                           ffn_hidden_size=14336, vocab_size=32000, num_moe_experts=8, moe_router_topk=2,
+                           name="mixtral-like")
+    run = RunSpec(world_size=64, tp=2, pp=4, ep=4, mbs=1, gbs=64, seq_length=4096, sequence_parallel=True,
+                  use_distributed_optimizer=True)
+    plan = pl.plan(mixtral, run, settings(), table, sweep_if_needed=False)
+    assert any("does not divide num_moe_experts 8" in x for x in rejected(plan)["EP 4->16"])
+
+
+def test_lora_regather_without_sequence_parallel_is_rejected(table):
+    run = RunSpec(world_size=8, tp=1, pp=1, mbs=1, gbs=8, seq_length=8192, peft="lora")
+    plan = pl.plan(llama8b(), run, settings(), table, sweep_if_needed=False)
+    assert any("needs sequence parallelism" in x for x in rejected(plan)["LoRA input re-gather"])
+
+
+def test_lora_regather_is_costed_from_its_memory_saving(table):
+    run = RunSpec(world_size=8, tp=2, pp=1, mbs=1, gbs=8, seq_length=8192, peft="lora", sequence_parallel=True)
+    plan = pl.plan(llama8b(), run, settings(gpu_memory_bytes=400 * GIB), table, sweep_if_needed=False)
+    row = next(e for e in plan.ranked if e.candidate.category == "peft")
+    assert -0.0674 - 1e-9 <= row.cost.change <= -0.0034 + 1e-9
+    assert row.peak_bytes < plan.baseline.peak_bytes
+
+
+# ------------------------------------------------------------- nothing fits / combinations
+def test_nothing_fits_is_an_answer_with_the_closest_candidates(seed, table):
+    model, run = seed
+    plan = pl.plan(model, run, settings(gpu_memory_bytes=20 * GIB, headroom_bytes=0), table)
+    assert plan.best is None and not plan.ranked and not plan.combined
+    assert plan.not_fitting
+    peaks = [e.peak_bytes for e in plan.not_fitting]
+    assert peaks == sorted(peaks) and peaks[0] > 20 * GIB
+
+
+def test_when_no_single_step_fits_the_sweep_finds_a_combination(table):
+    """Synthetic memory model: only doubling both TP and PP brings the peak down enough."""
+    model = llama8b()
+    run = RunSpec(world_size=64, tp=2, pp=2, mbs=1, gbs=64, seq_length=4096, sequence_parallel=True,
+                  use_distributed_optimizer=True)
+
+    def fake(m, r, expandable):
+        return 15 * GIB if (r.tp >= 4 and r.pp >= 4) else 30 * GIB
+
+    plan = pl.plan(model, run, settings(gpu_memory_bytes=20 * GIB, headroom_bytes=0, expandable_segments=True),
+                   table, estimator=fake)
+    assert not plan.ranked
+    assert plan.combined, "the sweep must find the TP x PP combination"
+    best = plan.combined[0].candidate.run
+    assert best.tp >= 4 and best.pp >= 4
+
+
+def test_sweep_counts_what_it_decides_and_ranks_cheapest_first(table):
+    model = llama8b()
+    run = RunSpec(world_size=16, tp=2, pp=2, mbs=2, gbs=64, seq_length=4096, sequence_parallel=True,
+                  use_distributed_optimizer=True)
+    result = pl.sweep(model, run, settings(), table)
+    assert result.space > 100 and result.layouts > 10
+    assert 0 < result.estimates < result.space  # the bound decides part of the space
+    costs = [e.cost.change for e in result.fitting]
+    assert costs and all(a >= b - 1e-3 for a, b in zip(costs, costs[1:]))  # ranked to 0.1%
+    assert all(e.cost.evidence for e in result.fitting)
+
+
+@pytest.mark.parametrize("extra, memory", [({}, 30), ({"cuda_graph_scope": ("mlp",)}, 30), ({}, 18), ({}, 12)])
+def test_sweep_pruning_does_not_change_the_answer(table, extra, memory):
+    """Branch-and-bound must find the same best configuration as trying everything
+    (also when full recompute is illegal, and when memory is tight)."""
+    model = llama8b()
+    run = RunSpec(world_size=16, tp=2, pp=2, mbs=2, gbs=64, seq_length=8192, sequence_parallel=True,
+                  use_distributed_optimizer=True, **extra)
+    s = settings(gpu_memory_bytes=memory * GIB, headroom_bytes=0)
+    result = pl.sweep(model, run, s, table)
+    ev = pl.Evaluator(model, run, s, table)
+    base_peak = ev.baseline().peak_bytes
+    module_cost = {m: tc.step_terms(model, run.with_(recompute_granularity="selective", recompute_modules=(m,)),
+                                    table)["recompute"] for m in pl.recompute_modules_for(model)}
+    rcs = [{"recompute_granularity": None}] + pl.recompute_options(model, run, module_cost)
+    best = None
+    for layout in pl.sweep_layouts(model, run, s):
+        for opt in pl._optimizer_options(run):
+            for rc in rcs:
+                cand = layout.with_(**opt, **rc)
+                if cand == run or pl.rs.violations(model, cand) or pl.extra_violations(model, run, cand, s):
+                    continue
+                peak = ev.peak(cand, False)
+                if peak <= s.limit_bytes and (peak < base_peak or base_peak > s.limit_bytes):
+                    change = tc.step_time(model, run, table) / tc.step_time(model, cand, table) - 1
+                    if best is None or change > best[0] + 1e-9:
+                        best = (change, cand)
+    if best is None:
+        assert not result.fitting
+        return
+    assert result.fitting
+    assert result.fitting[0].cost.change == pytest.approx(best[0], abs=1e-3)
+
+
+def test_uneven_split_makes_a_prime_layer_count_pipelineable():
+    deep = ms.ModelSpec(num_layers=61, hidden_size=1024, num_attention_heads=8, vocab_size=1000)
+    split = pl.stage_split(deep, 16)
+    last = split["num_layers_in_last_pipeline_stage"]
+    assert last is not None and (61 - last) % 15 == 0
+    assert pl.stage_split(deep, 1) == {"num_layers_in_first_pipeline_stage": None,
+                                       "num_layers_in_last_pipeline_stage": None}

@@ -1,0 +1,136 @@
+"""The throughput cost model: anchored values are reproduced, the rest follows its formulas."""
+
+from __future__ import annotations
+
+import pytest
+
+from memtune import model_spec as ms
+from memtune import throughput_cost as tc
+
+KINDS = {"measured", "calibrated", "first-principles", "assumption"}
+
+
+@pytest.fixture(scope="module")
+def table() -> tc.CostTable:
+    return tc.load_costs()
+
+
+@pytest.fixture(scope="module")
+def seed(table):
+    return tc.anchor_workload(table.raw, "llama3_70b_sft_32xh100")
+
+
+def llama8b() -> ms.ModelSpec:
+    return ms.ModelSpec(num_layers=32, hidden_size=4096, num_attention_heads=32, num_query_groups=8,
+                        ffn_hidden_size=14336, vocab_size=128256, name="llama3-8b-like")
+
+
+def test_hardware_constants_are_numbers_with_sources(table):
+    for name, entry in table.raw["hardware"].items():
+        assert isinstance(entry["value"], (int, float)) and not isinstance(entry["value"], bool), name
+        assert entry["source"], name
+
+
+def test_every_factor_says_where_its_number_comes_from(table):
+    for name, factor in table.raw["factors"].items():
+        assert factor["kind"] in KINDS, name
+        assert factor.get("label"), f"{name} has no short label"
+        assert factor.get("source") or factor.get("anchor", {}).get("source"), f"{name} has no source"
+        if factor["kind"] == "calibrated":
+            assert "formula" in factor and "measured" in factor["anchor"], name
+
+
+@pytest.mark.parametrize("change, measured", [({"tp": 8}, -0.284), ({"pp": 8}, -0.059),
+                                              ({"recompute_modules": ("mlp",)}, -0.16)])
+def test_seed_measurements_are_reproduced_and_labelled_measured(table, seed, change, measured):
+    model, base = seed
+    cost = tc.throughput_change(model, base, base.with_(**change), table)
+    assert cost.change == pytest.approx(measured, abs=1e-9)
+    assert cost.kind == "measured"
+    assert "seed" in cost.evidence[0]
+
+
+def test_calibrated_model_alone_also_lands_on_the_anchors(table, seed):
+    """The step-time model (not the measured short-cut) must give the anchor values too,
+    otherwise neighbouring configurations would be costed off a different curve."""
+    model, base = seed
+    for change, measured in (({"tp": 8}, -0.284), ({"pp": 8}, -0.059), ({"recompute_modules": ("mlp",)}, -0.16)):
+        ratio = tc.step_time(model, base, table) / tc.step_time(model, base.with_(**change), table) - 1
+        assert ratio == pytest.approx(measured, abs=1e-6), change
+
+
+def test_expandable_segments_is_free_and_measured(table, seed):
+    model, base = seed
+    cost = tc.throughput_change(model, base, base, table, enables_expandable_segments=True)
+    assert cost.change == 0.0 and cost.kind == "measured"
+
+
+def test_distributed_optimizer_costs_the_seed_midpoint(table, seed):
+    model, base = seed
+    off = base.with_(use_distributed_optimizer=False)
+    cost = tc.throughput_change(model, off, base, table)
+    assert -0.02 <= cost.change <= -0.01
+    assert cost.kind == "measured"
+
+
+def test_regather_slope_is_the_least_squares_fit_of_the_three_runs(table):
+    pts = [(0.100, -0.0674), (0.052, -0.0289), (0.016, -0.0034)]
+    slope = sum(x * y for x, y in pts) / sum(x * x for x, _ in pts)
+    assert table.regather_slope == pytest.approx(slope)
+
+
+@pytest.mark.parametrize("saved, low, high", [(0.10, -0.0674, -0.05), (0.5, -0.0674, -0.0674), (0.0, -0.0034, -0.0034)])
+def test_regather_cost_stays_within_the_measured_range(table, seed, saved, low, high):
+    model, base = seed
+    lora = base.with_(peft="lora")
+    cost = tc.throughput_change(model, lora, lora.with_(sequence_parallel_input_regather=True), table,
+                                regather_saved_fraction=saved)
+    assert low - 1e-9 <= cost.change <= high + 1e-9
+
+
+def test_unmeasured_workload_uses_the_model_not_the_measurement(table):
+    m = llama8b()
+    base = tc.RunSpec(world_size=16, tp=2, pp=2, mbs=1, gbs=64, seq_length=8192, sequence_parallel=True)
+    cost = tc.throughput_change(m, base, base.with_(tp=4), table)
+    assert cost.kind != "measured"
+    assert cost.change < 0
+    assert any(line.startswith("tp ") for line in cost.evidence)
+
+
+def test_more_tp_always_costs_more(table):
+    m = llama8b()
+    base = tc.RunSpec(world_size=64, tp=1, pp=1, mbs=1, gbs=64, seq_length=4096, sequence_parallel=True)
+    times = [tc.step_time(m, base.with_(tp=t), table) for t in (1, 2, 4, 8)]
+    assert times == sorted(times) and len(set(times)) == 4
+    # leaving the NVLink domain is far worse than the step before it
+    t16 = tc.step_time(m, base.with_(tp=16), table)
+    assert t16 - times[-1] > times[-1] - times[-2]
+
+
+def test_bubble_is_the_interleaved_formula(table):
+    m = llama8b()
+    run = tc.RunSpec(world_size=8, tp=1, pp=4, vpp=2, mbs=1, gbs=16, seq_length=4096)
+    assert tc.step_terms(m, run, table)["bubble"] == pytest.approx((4 - 1) / (2 * 8))
+    assert tc.step_terms(m, run.with_(pp=1, vpp=None), table)["bubble"] == 0.0
+
+
+def test_recompute_cost_grows_with_what_is_recomputed(table, seed):
+    model, base = seed
+    none = base.with_(recompute_granularity=None)
+    costs = [tc.step_time(model, none.with_(**kw), table) for kw in (
+        {}, {"recompute_granularity": "selective", "recompute_modules": ("layernorm",)},
+        {"recompute_granularity": "selective", "recompute_modules": ("core_attn",)},
+        {"recompute_granularity": "selective", "recompute_modules": ("mlp",)},
+        {"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1})]
+    assert costs == sorted(costs)
+    assert costs[-1] > costs[-2] > costs[0]
+
+
+def test_moe_flops_count_only_the_routed_top_k():
+    dense = ms.ModelSpec(num_layers=2, hidden_size=1024, num_attention_heads=8, vocab_size=1000, ffn_hidden_size=4096)
+    moe = dense.with_(num_moe_experts=8, moe_router_topk=2)
+    fd = tc.layer_flops(dense, 1024, 1e15, 3e12)
+    fm = tc.layer_flops(moe, 1024, 1e15, 3e12)
+    # two experts as wide as the dense MLP, plus the router
+    assert fm.by_module["moe"] == pytest.approx(2 * fd.by_module["mlp"] + 2 * 2 * 1024 * 8)
+    assert fm.num_moe_layers == 2 and fd.num_moe_layers == 0
