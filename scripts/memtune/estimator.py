@@ -1,0 +1,546 @@
+"""Per-pipeline-stage peak GPU memory of a Megatron-Core training run.
+
+``estimate(model, run)`` walks every pipeline stage and adds up what the PyTorch caching
+allocator will hold on that stage's GPUs at the step's peak:
+
+* **weights** - the stage's parameter shard (bf16/fp16/fp32, or fp8 with fp8 param gather),
+  plus TE's cached fp8 weight copies when training in fp8;
+* **gradients** - Megatron's contiguous gradient buffer (fp32 main grads or param dtype);
+* **optimizer** - fp32 main params and moments, sharded over DP x CP by the distributed
+  optimizer (routed experts over their own expert-DP group);
+* **activations** - tensors saved for backward for every micro-batch in flight on the stage
+  (1F1B / interleaved schedule), given SP, CP, recompute, attention kernel, MoE routing,
+  LoRA and offloading, plus the loss-layer logits and a backward working set.
+
+Runtime overheads that are not PyTorch tensors (CUDA context, NCCL communicators) are a
+separate ``overhead`` line: they use GPU memory but never appear in
+``torch.cuda.max_memory_allocated``.
+
+Everything here is arithmetic on frozen dataclasses: no I/O, no third-party imports, and
+one call takes well under a millisecond, so the planner can call it in a loop.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from memtune.model_spec import ModelSpec, count_parameters, layer_params, mtp_layer_params
+from memtune.run_spec import RunSpec, stage_layer_counts, validate
+
+GIB = 1024**3
+
+DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "fp8": 1, "uint8": 1}
+
+# ---- documented global constants (physical meaning, not fitted per case) ---------------
+#: Bytes kept per logit by Megatron's unfused vocab-parallel cross entropy at its peak:
+#: the bf16 logits (2) and the fp32 copy that becomes the saved softmax (4).
+CE_BYTES_PER_LOGIT = 6
+#: With the fused cross-entropy kernel the fp32 copy is never materialised whole: the bf16
+#: logits (2) and a bf16 gradient written in place (2).
+CE_FUSED_BYTES_PER_LOGIT = 4
+#: Bytes per score element of unfused (non-flash) attention: the softmax output (2) that
+#: backward needs; dropout adds its mask (1) and its output (2).
+UNFUSED_SOFTMAX_BYTES = 2
+UNFUSED_DROPOUT_BYTES = 3
+#: Backward materialises the gradients of one layer's activations while that layer's saved
+#: tensors are still alive; we charge one extra layer's activations as working set.
+BACKWARD_WORKING_LAYERS = 1.0
+#: CUDA context + cuBLAS/cuDNN handles outside the caching allocator (H100, CUDA 12).
+CUDA_CONTEXT_BYTES = int(0.6 * GIB)
+#: NCCL communicator buffers per process group in use (intra-node NVLink defaults).
+NCCL_BYTES_PER_GROUP = int(0.1 * GIB)
+
+
+# ---------------------------------------------------------------------- results
+@dataclass(frozen=True)
+class StageEstimate:
+    """One pipeline stage (the most-loaded GPU of it), in bytes."""
+
+    stage: int
+    layers: int
+    weights: int
+    gradients: int
+    optimizer: int
+    activations: int
+    overhead: int
+    params: int
+    in_flight_microbatches: float
+
+    @property
+    def allocated_bytes(self) -> int:
+        """What torch.cuda.max_memory_allocated would report (tensors only)."""
+        return self.weights + self.gradients + self.optimizer + self.activations
+
+    @property
+    def total_bytes(self) -> int:
+        """What the GPU must hold: tensors plus the runtime overhead line."""
+        return self.allocated_bytes + self.overhead
+
+    def components(self) -> dict[str, int]:
+        return {
+            "weights": self.weights,
+            "gradients": self.gradients,
+            "optimizer": self.optimizer,
+            "activations": self.activations,
+            "overhead": self.overhead,
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "stage": self.stage,
+            "layers": self.layers,
+            "total_bytes": self.total_bytes,
+            "allocated_bytes": self.allocated_bytes,
+            "components": self.components(),
+            "parameters": self.params,
+            "in_flight_microbatches": self.in_flight_microbatches,
+        }
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    stages: tuple[StageEstimate, ...]
+    parameters_total: int
+    parameters_per_gpu_max: int
+    assumptions: tuple[str, ...]
+
+    @property
+    def peak_stage(self) -> int:
+        return max(self.stages, key=lambda s: (s.total_bytes, -s.stage)).stage
+
+    @property
+    def peak_bytes(self) -> int:
+        return self.stages[self.peak_stage].total_bytes
+
+    @property
+    def peak_allocated_bytes(self) -> int:
+        return max(s.allocated_bytes for s in self.stages)
+
+    @property
+    def last_stage(self) -> StageEstimate:
+        return self.stages[-1]
+
+    def to_json(self) -> dict[str, Any]:
+        """The DESIGN.md section-3 document (extra keys are additive)."""
+        return {
+            "peak_bytes": self.peak_bytes,
+            "peak_stage": self.peak_stage,
+            "peak_allocated_bytes": self.peak_allocated_bytes,
+            "stages": [s.to_json() for s in self.stages],
+            "parameters": {"total": self.parameters_total, "per_gpu_max": self.parameters_per_gpu_max},
+            "assumptions": list(self.assumptions),
+        }
+
+
+# ---------------------------------------------------------------------- helpers
+def _b(dtype: str) -> int:
+    return DTYPE_BYTES.get(str(dtype).lower(), 2)
+
+
+def attention_kernel(run: RunSpec) -> str:
+    """'flash' (fused/flash kernels: no score matrix kept) or 'unfused'."""
+    backend = (run.attention_backend or "auto").lower()
+    if backend in ("unfused", "local") or run.transformer_impl == "local":
+        return "unfused"
+    return "flash"
+
+
+def _sp_div(run: RunSpec) -> int:
+    return run.tp if (run.sequence_parallel and run.tp > 1) else 1
+
+
+@dataclass(frozen=True)
+class LayerActivations:
+    """Bytes one decoder layer keeps for backward, per micro-batch, per GPU."""
+
+    stored: float  # kept from forward until this layer's backward
+    full: float  # what it would keep with no recompute at all (for full-recompute replay)
+    checkpoint_input: float  # the layer input (what full recompute keeps)
+    lora_regather_saving: float  # bytes sequence_parallel_input_regather removes
+
+
+def layer_activations(model: ModelSpec, run: RunSpec, moe: bool) -> LayerActivations:
+    """Saved-tensor bytes of one layer for one micro-batch (see references/memory-model.md)."""
+    t = max(1, run.tp)
+    spt = _sp_div(run)
+    tokens = run.seq_length / max(1, run.cp) * run.mbs
+    h = model.hidden_size
+    a = model.num_attention_heads
+    act = 2 if run.params_dtype != "fp32" else 4
+    gemm_in = 1 if run.fp8 else act  # TE saves fp8 copies of GEMM inputs in fp8 training
+    selective = set(run.recompute_modules) if run.recompute_granularity == "selective" else set()
+    peft = run.peft is not None
+    targets = set(run.lora_target_modules) if peft else set()
+    drop_h = 1 if run.hidden_dropout > 0 else 0
+
+    def gemm_saved(module: str) -> int:
+        """Bytes per element the base linear keeps for its weight gradient."""
+        return 0 if peft else gemm_in  # frozen base weights need no input for wgrad
+
+    residual = act * tokens * h / spt
+    # --- attention block ---------------------------------------------------------
+    ln1_in = residual
+    ln1_out = gemm_saved("linear_qkv") * tokens * h / spt
+    if "layernorm" in selective:
+        ln1_out = 0.0
+    if model.multi_latent_attention:
+        q_dim = model.qk_head_dim + model.qk_pos_emb_head_dim
+        latent = act * tokens * ((model.q_lora_rank or 0) + model.kv_lora_rank + model.qk_pos_emb_head_dim)
+        up = act * tokens * a * (q_dim + model.qk_head_dim + model.v_head_dim) / t
+        if "mla_up_proj" in selective:
+            up = 0.0
+        qkv = latent + up + act * tokens * a * (2 * q_dim + model.v_head_dim) / t
+        ctx_dim = a * model.v_head_dim
+    else:
+        d, g = model.head_dim, model.query_groups
+        qkv = act * tokens * (a + 2 * g) * d / t
+        ctx_dim = a * d
+    proj_in = (gemm_in if not peft else act) * tokens * ctx_dim / t
+    if attention_kernel(run) == "flash":
+        core = 4 * tokens * a / t  # softmax statistics (LSE), fp32
+        if run.fp8 or peft:
+            core += act * tokens * ctx_dim / t  # kernel keeps its own bf16 output
+        core_full = core
+    else:
+        s_q = run.seq_length / max(1, run.cp)
+        scores = run.mbs * (a / t) * s_q * run.seq_length
+        per = UNFUSED_SOFTMAX_BYTES + (UNFUSED_DROPOUT_BYTES if run.attention_dropout > 0 else 0)
+        core_full = core = scores * per
+    if "core_attn" in selective:
+        core = 0.0
+    attn_drop = drop_h * tokens * h / spt
+    attention = ln1_in + ln1_out + qkv + proj_in + core + attn_drop
+    attention_full = ln1_in + gemm_saved("") * tokens * h / spt + qkv + proj_in + core_full + attn_drop
+
+    # --- MLP / MoE block -----------------------------------------------------------
+    ln2_in = residual
+    ln2_out = gemm_saved("linear_fc1") * tokens * h / spt
+    if "layernorm" in selective:
+        ln2_out = 0.0
+    gate = 2 if model.gated_linear_unit else 1
+
+    def dense_mlp(ffn: int) -> float:
+        return act * tokens * gate * ffn / t + (act if peft else gemm_in) * tokens * ffn / t
+
+    if not moe:
+        mlp = dense_mlp(model.ffn)
+        mlp_full = mlp
+        if "mlp" in selective:
+            mlp = 0.0
+    else:
+        e = model.num_moe_experts or 1
+        local_tokens = tokens / spt
+        routed = local_tokens * model.moe_router_topk  # token copies this GPU computes on (x etp rows / etp width)
+        router = 4 * local_tokens * e * 2  # fp32 logits and probabilities
+        etp = run.expert_tp
+        experts = (
+            gemm_in * routed * etp * h  # permuted fc1 input (rows gathered over ETP)
+            + act * routed * gate * model.expert_ffn  # fc1 output (width / etp, rows x etp)
+            + gemm_in * routed * model.expert_ffn  # activation output = fc2 input
+            + act * routed * etp * h  # fc2 output kept for the probability-weighted unpermute
+        )
+        if run.moe_expert_capacity_factor:
+            experts *= max(1.0, run.moe_expert_capacity_factor)
+        if "moe_act" in selective:
+            experts -= gemm_in * routed * model.expert_ffn
+        shared = dense_mlp(model.moe_shared_expert_intermediate_size) if model.moe_shared_expert_intermediate_size else 0.0
+        mlp_full = router + experts + shared
+        if "shared_experts" in selective:
+            shared = 0.0
+        if "moe" in selective:
+            experts, router = 0.0, 0.0
+        mlp = router + experts + shared
+    mlp_drop = drop_h * tokens * h / spt
+
+    # --- LoRA adapters -----------------------------------------------------------------
+    lora = 0.0
+    saving = 0.0
+    if peft:
+        r = run.lora_dim
+        for module in targets:
+            lora += 2 * act * tokens * r  # adapter A output and B input
+            if module in ("linear_qkv", "linear_fc1") and not (module == "linear_fc1" and moe):
+                gathered = act * tokens * h  # A input all-gathered over the sequence
+                shard = act * tokens * h / spt
+                if spt > 1 and _regather_eligible(run, module):
+                    saving += gathered - shard
+                    lora += shard if run.sequence_parallel_input_regather else gathered
+                else:
+                    lora += gathered if spt > 1 else shard
+    stored = attention + ln2_in + ln2_out + mlp + mlp_drop + lora
+    full = attention_full + ln2_in + gemm_saved("") * tokens * h / spt + mlp_full + mlp_drop + lora
+    return LayerActivations(stored=stored, full=full, checkpoint_input=residual, lora_regather_saving=saving)
+
+
+def _regather_eligible(run: RunSpec, module: str) -> bool:
+    """Megatron Bridge falls back to the gathered path in these cases (seed page)."""
+    if run.tp <= 1 or not run.sequence_parallel or run.cuda_graph_scope or run.cpu_offloading:
+        return False
+    if run.recompute_granularity == "full":
+        return False
+    if run.recompute_granularity == "selective" and module == "linear_fc1" and "mlp" in run.recompute_modules:
+        return False
+    return True
+
+
+def regather_saving_bytes(model: ModelSpec, run: RunSpec) -> int:
+    """Activation bytes per GPU that LoRA ``sequence_parallel_input_regather`` saves.
+
+    For every eligible column-parallel adapter (linear_qkv, and linear_fc1 of dense
+    layers) the LoRA-A input is kept as the sequence-local shard instead of the
+    all-gathered sequence, on every micro-batch in flight on the most-loaded stage.
+    """
+    if run.peft is None:
+        run = run.with_(peft="lora")
+    counts = stage_layer_counts(model, run)
+    pattern = model.moe_layers()
+    best = 0.0
+    start = 0
+    for stage, n in enumerate(counts):
+        moe_n = sum(pattern[start:start + n])
+        start += n
+        dense = layer_activations(model, run, False).lora_regather_saving
+        moe = layer_activations(model, run, True).lora_regather_saving if model.is_moe else dense
+        inflight = in_flight_layer_microbatches(run, stage, n)
+        per_layer = (dense * (n - moe_n) + moe * moe_n) / max(1, n)
+        best = max(best, per_layer * inflight)
+    return int(best)
+
+
+def in_flight_layer_microbatches(run: RunSpec, stage: int, layers: int) -> float:
+    """Layer x micro-batch activation sets alive at this stage's peak.
+
+    1F1B: stage ``i`` runs ``pp - i - 1`` warm-up forwards before its first backward,
+    so ``pp - i`` micro-batches are alive (fewer if the step has fewer micro-batches).
+    Interleaved with ``v`` chunks of ``layers / v`` layers: Megatron warms up
+    ``2(pp - i - 1) + (v - 1) * group`` chunk-forwards (group = micro-batches per
+    virtual-stage group, default pp); the peak is that plus one, capped at all chunks.
+    """
+    pp, m = run.pp, run.num_microbatches
+    if pp == 1:
+        return float(layers)
+    v = run.vpp_chunks
+    if v == 1:
+        return float(layers * min(pp - stage, m))
+    group = run.microbatch_group_size_per_vp_stage or pp
+    warmup = 2 * (pp - stage - 1) + (v - 1) * group
+    chunks = min(warmup + 1, m * v)
+    return layers / v * chunks
+
+
+def _microbatches_in_flight(run: RunSpec, stage: int) -> float:
+    if run.pp == 1:
+        return 1.0
+    if run.vpp_chunks == 1:
+        return float(min(run.pp - stage, run.num_microbatches))
+    return in_flight_layer_microbatches(run, stage, run.vpp_chunks) / run.vpp_chunks
+
+
+# ---------------------------------------------------------------------- estimate
+def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
+    """Peak memory per pipeline stage, first to last. Raises InputError on impossible runs."""
+    validate(model, run)
+    assumptions: list[str] = []
+    t, pp = run.tp, run.pp
+    counts = stage_layer_counts(model, run)
+    pattern = model.moe_layers()
+    dense_layer = layer_params(model, False)
+    moe_layer = layer_params(model, True) if model.is_moe else dense_layer
+    pcount = count_parameters(model, padded_tp=t)
+    vocab = model.padded_vocab_size(t)
+    h = model.hidden_size
+    emb = pcount.embedding
+    out = vocab * h  # the last stage always holds an output matrix (a copy when tied and pp > 1)
+
+    act_dense = layer_activations(model, run, False)
+    act_moe = layer_activations(model, run, True) if model.is_moe else act_dense
+    param_b = 1 if run.fp8_param_gather else _b(run.params_dtype)
+    grad_b = 4 if (run.grad_reduce_in_fp32 or run.params_dtype == "fp32") else _b(run.params_dtype)
+    opt_b = _optimizer_bytes_per_param(run)
+    dp_shard = max(1, run.dp * run.cp // max(1, run.num_distributed_optimizer_instances))
+    edp_shard = max(1, run.expert_dp // max(1, run.num_distributed_optimizer_instances))
+    overhead = CUDA_CONTEXT_BYTES + NCCL_BYTES_PER_GROUP * _process_groups(run)
+
+    stages: list[StageEstimate] = []
+    start = 0
+    for stage, n in enumerate(counts):
+        is_first, is_last = stage == 0, stage == pp - 1
+        moe_n = sum(pattern[start:start + n])
+        dense_n = n - moe_n
+        start += n
+        dense_params = (
+            dense_n * (dense_layer.dense / t + dense_layer.replicated + dense_layer.expert)
+            + moe_n * (moe_layer.dense / t + moe_layer.replicated)
+        )
+        expert_params = moe_n * moe_layer.expert / max(1, run.ep * run.expert_tp)
+        if is_first:
+            dense_params += emb / t
+        if is_last:
+            dense_params += (out if (pp > 1 or model.untie_embeddings_and_output_weights) else 0) / t
+            dense_params += model.layer_norm_width * h
+            if model.mtp_num_layers:
+                mt = mtp_layer_params(model)
+                dense_params += model.mtp_num_layers * (mt.dense / t + mt.replicated)
+                expert_params += model.mtp_num_layers * mt.expert / max(1, run.ep * run.expert_tp)
+        stage_params = dense_params + expert_params
+
+        weights, grads, optim = _static_bytes(run, model, dense_params, expert_params, n, param_b, grad_b, opt_b,
+                                              dp_shard, edp_shard)
+
+        # activations
+        inflight_layers = in_flight_layer_microbatches(run, stage, n)
+        per_layer_stored = (act_dense.stored * dense_n + act_moe.stored * moe_n) / max(1, n)
+        per_layer_full = max(act_dense.full, act_moe.full if moe_n else 0.0)
+        layer_acts = _recompute_layers(run, n, inflight_layers, per_layer_stored, per_layer_full,
+                                       act_dense.checkpoint_input)
+        mb = _microbatches_in_flight(run, stage)
+        tokens = run.seq_length / max(1, run.cp) * run.mbs
+        spt = _sp_div(run)
+        extra = 0.0
+        if is_first:
+            extra += mb * (8 * tokens + (tokens * h / spt if run.hidden_dropout > 0 else 0))
+        if is_last:
+            ce = CE_FUSED_BYTES_PER_LOGIT if run.cross_entropy_loss_fusion else CE_BYTES_PER_LOGIT
+            logits = tokens * vocab / t
+            extra += logits * ce + 2 * 2 * tokens * h / spt  # final norm input and output
+            if model.mtp_num_layers:
+                extra += model.mtp_num_layers * (act_moe.stored + logits * 4 + 2 * tokens * h * 2 / spt)
+        working = BACKWARD_WORKING_LAYERS * per_layer_full if n else 0.0
+        activations = layer_acts + extra + working
+        activations = _apply_offload(run, activations, layer_acts, n)
+
+        stages.append(StageEstimate(
+            stage=stage, layers=n, weights=int(weights), gradients=int(grads), optimizer=int(optim),
+            activations=int(activations), overhead=int(overhead), params=int(stage_params),
+            in_flight_microbatches=round(inflight_layers / n, 3) if n else float(mb),
+        ))
+
+    assumptions.extend(_describe(model, run, vocab))
+    return MemoryEstimate(
+        stages=tuple(stages),
+        parameters_total=pcount.total,
+        parameters_per_gpu_max=max(s.params for s in stages),
+        assumptions=tuple(assumptions),
+    )
+
+
+def _optimizer_bytes_per_param(run: RunSpec) -> float:
+    """Optimizer-state bytes per trainable parameter before sharding."""
+    main = 0 if run.params_dtype == "fp32" else (_b(run.main_params_dtype) if run.use_precision_aware_optimizer else 4)
+    if run.optimizer == "sgd":
+        return main + 4
+    if run.optimizer == "muon":
+        return main + 4  # one momentum buffer
+    if run.use_precision_aware_optimizer:
+        return main + _b(run.exp_avg_dtype) + _b(run.exp_avg_sq_dtype)
+    return main + 8  # Adam: fp32 exp_avg + exp_avg_sq
+
+
+def _lora_params(model: ModelSpec, run: RunSpec, layers: int) -> float:
+    """Adapter parameters per GPU on a stage (A: in x r, B: r x out; one side TP-sharded)."""
+    r, h, t = run.lora_dim, model.hidden_size, run.tp
+    shapes = {
+        "linear_qkv": (h, (model.num_attention_heads + 2 * model.query_groups) * model.head_dim),
+        "linear_proj": (model.num_attention_heads * model.head_dim, h),
+        "linear_fc1": (h, model.ffn * (2 if model.gated_linear_unit else 1)),
+        "linear_fc2": (model.ffn, h),
+    }
+    per_layer = 0.0
+    for module in run.lora_target_modules:
+        if module in shapes:
+            i, o = shapes[module]
+            per_layer += (i * r + r * o) / t if t > 1 else i * r + r * o
+    return per_layer * layers
+
+
+def _static_bytes(run: RunSpec, model: ModelSpec, dense: float, expert: float, layers: int,
+                  param_b: float, grad_b: float, opt_b: float, dp_shard: int, edp_shard: int):
+    """Weights, gradient buffer and optimizer states of one GPU of a stage."""
+    weights = (dense + expert) * param_b
+    if run.fp8 and not run.fp8_param_gather:
+        weights += (dense + expert) * 1  # TE's cached fp8 weight copy for the step
+    if run.peft is not None:
+        trainable = _lora_params(model, run, layers)
+        weights += trainable * _b(run.params_dtype)
+        grads = trainable * 4
+        optim = trainable * (opt_b / dp_shard if run.use_distributed_optimizer else opt_b)
+        return weights, grads, optim
+    grads = (dense + expert) * grad_b
+    if run.use_distributed_optimizer or run.use_megatron_fsdp:
+        optim = dense * opt_b / dp_shard + expert * opt_b / edp_shard
+    else:
+        optim = (dense + expert) * opt_b
+    if run.use_megatron_fsdp:
+        strategy = run.data_parallel_sharding_strategy
+        if strategy in ("optim_grads", "optim_grads_params"):
+            grads = dense * grad_b / dp_shard + expert * grad_b / edp_shard
+        if strategy == "optim_grads_params":
+            # Parameters sharded; two layers' worth gathered at a time (current + prefetch).
+            per_layer = (dense + expert) / max(1, layers)
+            weights = dense * param_b / dp_shard + expert * param_b / edp_shard + 2 * per_layer * param_b
+    if run.optimizer_cpu_offload:
+        optim *= 1 - max(0.0, min(1.0, run.optimizer_offload_fraction))
+    return weights, grads, optim
+
+
+def _recompute_layers(run: RunSpec, n: int, inflight_layers: float, stored: float, full: float, ckpt: float) -> float:
+    """Saved activations of the stage's decoder layers, given the recompute policy."""
+    if n == 0:
+        return 0.0
+    if run.recompute_granularity != "full":
+        return inflight_layers * stored
+    chunk_layers = n / run.vpp_chunks
+    k = max(1, run.recompute_num_layers or 1)
+    mbs_chunks = inflight_layers / chunk_layers  # chunk-micro-batches alive
+    if (run.recompute_method or "uniform") == "uniform":
+        groups = math.ceil(chunk_layers / k)
+        kept = mbs_chunks * groups * ckpt
+        replay = min(k, chunk_layers) * full  # one group re-materialised during backward
+        return kept + replay
+    recomputed = min(k, chunk_layers)
+    kept = mbs_chunks * (recomputed * ckpt + (chunk_layers - recomputed) * stored)
+    return kept + (full if recomputed else 0.0)
+
+
+def _apply_offload(run: RunSpec, activations: float, layer_acts: float, n: int) -> float:
+    if run.cpu_offloading and run.cpu_offloading_activations and n:
+        share = min(n, run.cpu_offloading_num_layers) / n
+        # Offloaded layers leave the GPU; one layer stays resident as the copy buffer.
+        return activations - layer_acts * share + layer_acts / n
+    if run.fine_grained_offload_modules:
+        return activations * 0.6
+    return activations
+
+
+def _process_groups(run: RunSpec) -> int:
+    groups = 1  # data parallel
+    for size in (run.tp, run.pp, run.cp, run.ep):
+        if size > 1:
+            groups += 1
+    return groups
+
+
+def _describe(model: ModelSpec, run: RunSpec, vocab: int) -> list[str]:
+    out = [
+        f"parallelism TP{run.tp} PP{run.pp}" + (f" VPP{run.vpp_chunks}" if run.vpp_chunks > 1 else "")
+        + f" CP{run.cp} EP{run.ep} ETP{run.expert_tp} DP{run.dp} on {run.world_size} GPUs",
+        f"micro-batch {run.mbs}, global batch {run.global_batch}, {run.num_microbatches} micro-batches per step, sequence {run.seq_length}",
+        f"sequence parallel {'on' if _sp_div(run) > 1 else 'off'}; recompute {run.recompute}; attention kernel {attention_kernel(run)}",
+        f"params {('fp8 (fp8 param gather)' if run.fp8_param_gather else run.params_dtype)}"
+        + (f" with fp8 {run.fp8} GEMMs" if run.fp8 else "")
+        + f", main grads {'fp32' if run.grad_reduce_in_fp32 else run.params_dtype}, optimizer {run.optimizer}"
+        + (" (distributed over DP x CP)" if run.use_distributed_optimizer else " (replicated)")
+        + (", Megatron-FSDP " + run.data_parallel_sharding_strategy if run.use_megatron_fsdp else ""),
+        f"vocabulary padded to {vocab} (multiple of {model.make_vocab_size_divisible_by} x TP); logits and cross entropy in fp32 on the last stage",
+        "overhead = CUDA context + NCCL buffers (not PyTorch tensors: excluded from allocated_bytes); allocator fragmentation is not included (set expandable_segments:True)",
+    ]
+    if run.peft:
+        out.append(
+            f"PEFT {run.peft} rank {run.lora_dim} on {', '.join(run.lora_target_modules)}: base weights frozen, "
+            f"input re-gather {'on' if run.sequence_parallel_input_regather else 'off'}"
+        )
+    if run.cpu_offloading:
+        out.append(f"CPU offloading of {run.cpu_offloading_num_layers} layers' activations")
+    return out

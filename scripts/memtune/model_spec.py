@@ -1,0 +1,294 @@
+"""The architecture of a decoder-only transformer, and its exact parameter count.
+
+One frozen dataclass, :class:`ModelSpec`, names every architectural choice that changes
+how many parameters a Megatron-Core GPT model has (GQA, gated MLP, MoE with routed and
+shared experts and a layer pattern, multi-latent attention, multi-token prediction,
+biases, QK-norm, attention sinks, tied embeddings, padded vocabulary). The counting
+functions below are exact for Hugging Face checkpoints (every weight and bias, each
+matrix once) and, with ``padded=True``, for Megatron's padded vocabulary.
+
+Only the standard library is imported: the CLI's ``--help`` must work without
+third-party packages, and the planner calls these functions thousands of times.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Mapping
+
+# Field names whose absence makes a model unusable (reported by name by the loaders).
+REQUIRED_FIELDS = ("num_layers", "hidden_size", "num_attention_heads", "vocab_size")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Architecture facts, using Megatron-Core's TransformerConfig names where one exists.
+
+    Defaults describe a Llama-style model (RMSNorm, no linear biases, SwiGLU, RoPE,
+    untied embeddings) because that is what most presets are; loaders set every field
+    they know. ``None`` for an optional size means "derive it" (see the properties).
+    """
+
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    vocab_size: int
+    ffn_hidden_size: int | None = None  # dense MLP width; default 4*hidden
+    num_query_groups: int | None = None  # GQA groups (KV heads); None = MHA
+    kv_channels: int | None = None  # head dim; None = hidden/heads
+    name: str = "custom"
+    gated_linear_unit: bool = True  # SwiGLU/GeGLU: fc1 produces gate and up halves
+    activation: str = "swiglu"  # swiglu | gelu | squared_relu | relu (for the record)
+    normalization: str = "RMSNorm"  # RMSNorm (weight) | LayerNorm (weight + bias)
+    add_bias_linear: bool = False  # biases on every linear (qkv, proj, fc1, fc2)
+    add_qkv_bias: bool = False  # biases on qkv only (Qwen2)
+    add_attn_output_bias: bool = False  # bias on the attention output projection (gpt-oss)
+    qk_layernorm: bool = False  # per-head-dim norm on Q and K (Qwen3, OLMo2)
+    softmax_sinks: bool = False  # one learned sink logit per head (gpt-oss)
+    untie_embeddings_and_output_weights: bool = True
+    position_embedding_type: str = "rope"  # rope | learned_absolute | none
+    max_position_embeddings: int = 4096
+    make_vocab_size_divisible_by: int = 128
+    # --- mixture of experts -------------------------------------------------------
+    num_moe_experts: int | None = None
+    moe_router_topk: int = 2
+    moe_ffn_hidden_size: int | None = None  # per-expert width; default ffn_hidden_size
+    moe_shared_expert_intermediate_size: int | None = None  # all shared experts together
+    moe_shared_expert_gate: bool = False  # sigmoid gate on the shared expert (Qwen2-MoE)
+    moe_layer_pattern: tuple[int, ...] | None = None  # 1 = MoE layer; None = all MoE
+    moe_router_bias: bool = False  # router linear has a bias (gpt-oss)
+    moe_router_enable_expert_bias: bool = False  # score-correction bias per expert (DeepSeek-V3)
+    moe_expert_bias: bool = False  # expert fc1/fc2 have biases (gpt-oss)
+    # --- multi-latent attention (DeepSeek-V2/V3) ----------------------------------
+    multi_latent_attention: bool = False
+    q_lora_rank: int | None = None
+    kv_lora_rank: int = 512
+    qk_head_dim: int = 128
+    qk_pos_emb_head_dim: int = 64
+    v_head_dim: int = 128
+    # --- multi-token prediction ---------------------------------------------------
+    mtp_num_layers: int = 0
+    extra: tuple[tuple[str, Any], ...] = field(default=(), compare=False)
+
+    # ----------------------------------------------------------------- derived sizes
+    @property
+    def ffn(self) -> int:
+        return self.ffn_hidden_size if self.ffn_hidden_size else 4 * self.hidden_size
+
+    @property
+    def head_dim(self) -> int:
+        return self.kv_channels if self.kv_channels else self.hidden_size // self.num_attention_heads
+
+    @property
+    def query_groups(self) -> int:
+        return self.num_query_groups if self.num_query_groups else self.num_attention_heads
+
+    @property
+    def is_moe(self) -> bool:
+        return bool(self.num_moe_experts)
+
+    @property
+    def expert_ffn(self) -> int:
+        return self.moe_ffn_hidden_size if self.moe_ffn_hidden_size else self.ffn
+
+    @property
+    def layer_norm_width(self) -> int:
+        """Parameters per normalised feature: LayerNorm has a bias, RMSNorm does not."""
+        return 2 if self.normalization.lower().startswith("layernorm") else 1
+
+    def moe_layers(self) -> tuple[bool, ...]:
+        """Per decoder layer: is its MLP a mixture of experts?"""
+        if not self.is_moe:
+            return (False,) * self.num_layers
+        if self.moe_layer_pattern is None:
+            return (True,) * self.num_layers
+        return tuple(bool(x) for x in self.moe_layer_pattern)
+
+    def padded_vocab_size(self, tp: int = 1) -> int:
+        """Megatron pads the vocabulary to a multiple of make_vocab_size_divisible_by x TP."""
+        multiple = max(1, self.make_vocab_size_divisible_by) * max(1, tp)
+        return -(-self.vocab_size // multiple) * multiple
+
+    def with_(self, **changes: Any) -> "ModelSpec":
+        return replace(self, **changes)
+
+
+def model_field_names() -> tuple[str, ...]:
+    return tuple(f.name for f in fields(ModelSpec) if f.name != "extra")
+
+
+def model_from_mapping(values: Mapping[str, Any], name: str | None = None) -> ModelSpec:
+    """Build a ModelSpec from a flat mapping of field names (preset files, tests).
+
+    Raises ``ValueError`` naming the missing fields or the unknown ones, so every loader
+    reports the same message.
+    """
+    known = set(model_field_names())
+    unknown = sorted(k for k in values if k not in known)
+    if unknown:
+        raise ValueError(f"unknown model field(s): {', '.join(unknown)}")
+    missing = [k for k in REQUIRED_FIELDS if values.get(k) in (None, "")]
+    if missing:
+        raise ValueError(f"missing model field(s): {', '.join(missing)}")
+    kwargs = dict(values)
+    if name is not None:
+        kwargs["name"] = name
+    if kwargs.get("moe_layer_pattern") is not None:
+        kwargs["moe_layer_pattern"] = tuple(int(x) for x in kwargs["moe_layer_pattern"])
+    return ModelSpec(**kwargs)
+
+
+# ---------------------------------------------------------------------- counting
+@dataclass(frozen=True)
+class LayerParams:
+    """Parameters of one decoder layer, split by how Megatron shards them.
+
+    ``dense`` is sharded by TP (attention, dense MLP, shared expert); ``replicated`` is
+    the same on every TP rank (norms, router); ``expert`` holds the routed experts,
+    sharded by EP x ETP.
+    """
+
+    dense: int
+    replicated: int
+    expert: int
+
+    @property
+    def total(self) -> int:
+        return self.dense + self.replicated + self.expert
+
+
+def attention_params(m: ModelSpec) -> tuple[int, int]:
+    """(TP-sharded, replicated) parameters of one self-attention block incl. its input norm."""
+    h, a = m.hidden_size, m.num_attention_heads
+    norm = m.layer_norm_width
+    replicated = norm * h  # input layernorm
+    if m.multi_latent_attention:
+        q_dim = m.qk_head_dim + m.qk_pos_emb_head_dim
+        if m.q_lora_rank:
+            sharded = m.q_lora_rank * a * q_dim
+            replicated += h * m.q_lora_rank + norm * m.q_lora_rank  # down-proj + its norm
+        else:
+            sharded = h * a * q_dim
+        replicated += h * (m.kv_lora_rank + m.qk_pos_emb_head_dim) + norm * m.kv_lora_rank
+        sharded += m.kv_lora_rank * a * (m.qk_head_dim + m.v_head_dim)
+        sharded += a * m.v_head_dim * h
+        if m.add_bias_linear:
+            replicated += h
+        return sharded, replicated
+    d, g = m.head_dim, m.query_groups
+    qkv_out = (a + 2 * g) * d
+    sharded = h * qkv_out + a * d * h
+    if m.add_bias_linear or m.add_qkv_bias:
+        sharded += qkv_out
+    if m.add_bias_linear or m.add_attn_output_bias:
+        replicated += h  # row-parallel output bias is not split
+    if m.qk_layernorm:
+        replicated += 2 * norm * d
+    if m.softmax_sinks:
+        sharded += a
+    return sharded, replicated
+
+
+def _mlp_params(h: int, ffn: int, gated: bool, bias: bool) -> tuple[int, int]:
+    """(column+row weights incl. column bias, row-parallel output bias)."""
+    up = ffn * (2 if gated else 1)
+    weights = h * up + ffn * h + (up if bias else 0)
+    return weights, (h if bias else 0)
+
+
+def layer_params(m: ModelSpec, moe: bool) -> LayerParams:
+    attn_sharded, attn_rep = attention_params(m)
+    h = m.hidden_size
+    replicated = attn_rep + m.layer_norm_width * h  # pre-MLP norm
+    dense = attn_sharded
+    expert = 0
+    if not moe:
+        w, b = _mlp_params(h, m.ffn, m.gated_linear_unit, m.add_bias_linear)
+        dense += w
+        replicated += b
+    else:
+        e = m.num_moe_experts or 0
+        replicated += h * e + (e if m.moe_router_bias else 0)
+        replicated += e if m.moe_router_enable_expert_bias else 0
+        ew, eb = _mlp_params(h, m.expert_ffn, m.gated_linear_unit, m.moe_expert_bias)
+        expert = e * (ew + eb)
+        if m.moe_shared_expert_intermediate_size:
+            sw, sb = _mlp_params(h, m.moe_shared_expert_intermediate_size, m.gated_linear_unit, m.add_bias_linear)
+            dense += sw
+            replicated += sb + (h if m.moe_shared_expert_gate else 0)
+    return LayerParams(dense=dense, replicated=replicated, expert=expert)
+
+
+def mtp_layer_params(m: ModelSpec) -> LayerParams:
+    """One multi-token-prediction module: two norms, the 2h->h projection, a decoder
+    layer shaped like the last main layer, and its final norm (embedding and output
+    head are shared with the main model)."""
+    inner = layer_params(m, m.moe_layers()[-1] if m.num_layers else False)
+    h = m.hidden_size
+    return LayerParams(
+        dense=inner.dense + 2 * h * h,
+        replicated=inner.replicated + 3 * m.layer_norm_width * h,
+        expert=inner.expert,
+    )
+
+
+def embedding_params(m: ModelSpec, padded_tp: int | None = None) -> int:
+    """Input embedding (vocab x hidden, plus learned positions if used)."""
+    v = m.vocab_size if padded_tp is None else m.padded_vocab_size(padded_tp)
+    pos = m.max_position_embeddings * m.hidden_size if m.position_embedding_type == "learned_absolute" else 0
+    return v * m.hidden_size + pos
+
+
+def output_params(m: ModelSpec, padded_tp: int | None = None) -> int:
+    """Separate output projection; 0 when tied to the input embedding."""
+    if not m.untie_embeddings_and_output_weights:
+        return 0
+    v = m.vocab_size if padded_tp is None else m.padded_vocab_size(padded_tp)
+    return v * m.hidden_size
+
+
+@dataclass(frozen=True)
+class ParamCount:
+    """A model's parameters by part (all integers, exact)."""
+
+    embedding: int
+    decoder: int
+    final_norm: int
+    output: int
+    mtp: int
+    expert: int  # routed-expert share of decoder + mtp
+    active: int  # parameters touched per token (top-k experts only)
+
+    @property
+    def total(self) -> int:
+        return self.embedding + self.decoder + self.final_norm + self.output + self.mtp
+
+
+def count_parameters(m: ModelSpec, padded_tp: int | None = None, include_mtp: bool = True) -> ParamCount:
+    """Exact parameter count; ``padded_tp`` pads the vocabulary as Megatron does for that TP."""
+    dense_layer = layer_params(m, False)
+    moe_layer = layer_params(m, True) if m.is_moe else dense_layer
+    pattern = m.moe_layers()
+    n_moe = sum(pattern)
+    n_dense = m.num_layers - n_moe
+    decoder = n_dense * dense_layer.total + n_moe * moe_layer.total
+    expert = n_moe * moe_layer.expert
+    mtp = 0
+    if include_mtp and m.mtp_num_layers:
+        mt = mtp_layer_params(m)
+        mtp = m.mtp_num_layers * mt.total
+        expert += m.mtp_num_layers * mt.expert
+    emb = embedding_params(m, padded_tp)
+    out = output_params(m, padded_tp)
+    final_norm = m.layer_norm_width * m.hidden_size
+    total = emb + decoder + final_norm + out + mtp
+    active = total
+    if m.is_moe and m.num_moe_experts:
+        per_expert = expert / (n_moe + (m.mtp_num_layers if include_mtp else 0)) / m.num_moe_experts if expert else 0
+        unused = (m.num_moe_experts - min(m.moe_router_topk, m.num_moe_experts)) * per_expert
+        active = int(round(total - unused * (n_moe + (m.mtp_num_layers if include_mtp else 0))))
+    return ParamCount(embedding=emb, decoder=decoder, final_norm=final_norm, output=out, mtp=mtp, expert=expert, active=active)
+
+
+def total_parameters(m: ModelSpec, padded_tp: int | None = None, include_mtp: bool = True) -> int:
+    return count_parameters(m, padded_tp, include_mtp).total
