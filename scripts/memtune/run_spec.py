@@ -76,6 +76,7 @@ class RunSpec:
     num_layers_in_last_pipeline_stage: int | None = None
     account_for_embedding_in_pipeline_split: bool = False
     account_for_loss_in_pipeline_split: bool = False
+    stage_layers: tuple[int, ...] | None = None  # explicit decoder layers per PP stage (layout)
     microbatch_group_size_per_vp_stage: int | None = None
     # --- PEFT -----------------------------------------------------------------------
     peft: str | None = None  # None | lora | dora
@@ -139,6 +140,12 @@ def stage_layer_counts(model: ModelSpec, run: RunSpec) -> tuple[int, ...]:
     the split is impossible; :func:`violations` turns that into a message.
     """
     pp, n = run.pp, model.num_layers
+    if run.stage_layers is not None:
+        if len(run.stage_layers) != pp or sum(run.stage_layers) != n:
+            raise ValueError(
+                f"pipeline layout {list(run.stage_layers)} must have {pp} stages summing to {n} layers"
+            )
+        return tuple(run.stage_layers)
     if pp == 1:
         return (n,)
     first, last = run.num_layers_in_first_pipeline_stage, run.num_layers_in_last_pipeline_stage
@@ -220,7 +227,7 @@ def violations(model: ModelSpec, run: RunSpec) -> list[str]:
     if run.vpp_chunks > 1:
         if run.pp == 1:
             out.append("virtual pipeline parallelism needs pipeline_model_parallel_size > 1")
-        for i, c in enumerate(counts):
+        for i, c in enumerate(counts if run.stage_layers is None else ()):
             # Megatron requires every stage's layers to split evenly into VPP chunks.
             if c % run.vpp_chunks:
                 out.append(

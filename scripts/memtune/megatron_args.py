@@ -1,0 +1,376 @@
+"""Megatron-LM command-line flags: read them from a launch script or a mapping, and turn
+them into a ModelSpec and RunSpec.
+
+Two input shapes are accepted, because that is how Megatron flags live in practice:
+
+* launch text (bash / sbatch / torchrun lines, ``\\`` line continuations, comments,
+  ``--flag value``, ``--flag=value``, bare boolean ``--flag``, multi-token values);
+* a mapping ``{"--flag": value}`` (YAML or JSON), e.g. the ``MODEL_ARGS`` section of
+  Megatron-LM's functional-test ``model_config.yaml``.
+
+Defaults follow Megatron-LM's ``arguments.py`` (dropout 0.1, LayerNorm, learned absolute
+positions, tied embeddings, biases on, GPT-2 BPE vocabulary when only a vocab file is
+given); each default used is reported as an assumption. The parsing functions import only
+the standard library so the config checker can reuse them freely.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+from typing import Any, Mapping
+
+from memtune.cli import InputError
+
+GPT2_VOCAB_SIZE = 50257  # GPT2BPETokenizer (Megatron-LM's default tokenizer type)
+
+
+def normalize_flag(flag: str) -> str:
+    """'--tensor-model-parallel-size' -> 'tensor_model_parallel_size'."""
+    return flag.lstrip("-").replace("-", "_").strip()
+
+
+def _scalar(token: str) -> Any:
+    low = token.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    try:
+        return int(token)
+    except ValueError:
+        pass
+    try:
+        return float(token)
+    except ValueError:
+        return token
+
+
+def join_continuations(text: str) -> str:
+    """Undo shell line continuations and drop comment lines."""
+    text = re.sub(r"\\\r?\n", " ", text)
+    lines = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def parse_flag_tokens(tokens: list[str]) -> dict[str, Any]:
+    """``--flag v1 v2 --other`` tokens -> {'--flag': [v1, v2] or v1, '--other': True}."""
+    out: dict[str, Any] = {}
+    current: str | None = None
+    values: list[Any] = []
+
+    def flush() -> None:
+        if current is None:
+            return
+        out[current] = True if not values else (values[0] if len(values) == 1 else list(values))
+
+    for token in tokens:
+        if token.startswith("--") and len(token) > 2 and not _is_number(token):
+            flush()
+            values = []
+            if "=" in token:
+                key, _, val = token.partition("=")
+                current = key
+                values.append(_scalar(val))
+            else:
+                current = token
+        elif current is not None:
+            values.append(_scalar(token))
+    flush()
+    return out
+
+
+def _is_number(token: str) -> bool:
+    try:
+        float(token)
+        return True
+    except ValueError:
+        return False
+
+
+def parse_launch_text(text: str, source: str = "<text>") -> dict[str, Any]:
+    """Every ``--flag`` in a launch script (all commands merged, later lines win)."""
+    joined = join_continuations(text)
+    flags: dict[str, Any] = {}
+    for line in joined.splitlines():
+        try:
+            tokens = shlex.split(line, comments=True, posix=True)
+        except ValueError as exc:
+            raise InputError(f"{source}: cannot parse shell line {line.strip()[:60]!r}: {exc}") from None
+        flags.update(parse_flag_tokens(tokens))
+    return flags
+
+
+def _mapping_flags(data: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Find a {'--flag': value} mapping at the top level or under MODEL_ARGS."""
+    if "MODEL_ARGS" in data and isinstance(data["MODEL_ARGS"], Mapping):
+        data = data["MODEL_ARGS"]
+    if data and all(isinstance(k, str) and k.startswith("-") for k in data):
+        return dict(data)
+    return None
+
+
+def load_megatron_args(path: str | Path) -> dict[str, Any]:
+    """Read flags from a launch script, or a YAML/JSON mapping of flags."""
+    p = Path(path)
+    text = p.read_text(encoding="utf-8", errors="replace")
+    stripped = text.lstrip()
+    if p.suffix.lower() in (".json", ".yaml", ".yml") or stripped.startswith("{"):
+        data: Any
+        try:
+            if stripped.startswith("{"):
+                data = json.loads(text)
+            else:
+                import yaml  # lazy: --help must work without PyYAML
+
+                data = yaml.safe_load(text)
+        except Exception as exc:  # noqa: BLE001 - any parse failure is bad input
+            raise InputError(f"{p}: not valid YAML/JSON: {str(exc).splitlines()[0]}") from None
+        if isinstance(data, Mapping):
+            flags = _mapping_flags(data)
+            if flags is not None:
+                return flags
+        raise InputError(f"{p}: expected a mapping of Megatron flags like {{'--num-layers': 32}} (or MODEL_ARGS: ...)")
+    flags = parse_launch_text(text, str(p))
+    if not flags:
+        raise InputError(f"{p}: no --flags found; pass a launch script or a YAML/JSON mapping of flags")
+    return flags
+
+
+# ---------------------------------------------------------------------- to specs
+def parse_layer_pattern(value: Any, num_layers: int) -> tuple[int, ...] | None:
+    """--moe-layer-freq: an int N (every N-th layer is MoE), a list, or '([0]*3+[1]*12)'."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise InputError(f"--moe-layer-freq: expected an integer or a pattern, got {value!r}")
+    if isinstance(value, int):
+        if value <= 0:
+            raise InputError(f"--moe-layer-freq must be positive, got {value}")
+        return tuple(1 if i % value == 0 else 0 for i in range(num_layers))
+    if isinstance(value, (list, tuple)):
+        return tuple(int(x) for x in value)
+    text = str(value).replace(" ", "")
+    if text.isdigit():
+        return parse_layer_pattern(int(text), num_layers)
+    text = text.strip("()")
+    out: list[int] = []
+    for part in text.split("+"):
+        m = re.fullmatch(r"\[([0-9,]*)\](?:\*(\d+))?", part)
+        if not m:
+            raise InputError(f"--moe-layer-freq: cannot read pattern {value!r}; use e.g. '([0]*3+[1]*12)'")
+        items = [int(x) for x in m.group(1).split(",") if x]
+        out.extend(items * int(m.group(2) or 1))
+    if len(out) != num_layers:
+        raise InputError(f"--moe-layer-freq pattern has {len(out)} entries but --num-layers is {num_layers}")
+    return tuple(out)
+
+
+def parse_pipeline_layout(layout: str, pp: int) -> tuple[tuple[int, ...], int]:
+    """--pipeline-model-parallel-layout 'Et*3|(tt|)*6L' -> (decoder layers per stage, vpp)."""
+    text = str(layout).replace(" ", "").replace('"', "").replace("'", "")
+    # expand '(x)*n' then 't*n'
+    for _ in range(10):
+        new = re.sub(r"\(([^()]*)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), text)
+        if new == text:
+            break
+        text = new
+    text = re.sub(r"([A-Za-z])\*(\d+)", lambda m: m.group(1) * int(m.group(2)), text)
+    chunks = text.split("|")
+    if len(chunks) % pp:
+        raise InputError(f"--pipeline-model-parallel-layout has {len(chunks)} stages, not a multiple of PP {pp}")
+    vpp = len(chunks) // pp
+    per_stage = [0] * pp
+    for i, chunk in enumerate(chunks):
+        per_stage[i % pp] += chunk.count("t")
+    return tuple(per_stage), vpp
+
+
+def _flag(args: Mapping[str, Any], name: str, default: Any = None) -> Any:
+    value = args.get(name, default)
+    if isinstance(value, str) and value.startswith("${"):
+        return default
+    return value
+
+
+def _int(args: Mapping[str, Any], name: str, default: int | None = None) -> int | None:
+    value = _flag(args, name, default)
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise InputError(f"--{name.replace('_', '-')}: expected an integer, got a bare flag")
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise InputError(f"--{name.replace('_', '-')}: expected an integer, got {value!r}") from None
+
+
+def _bool(args: Mapping[str, Any], name: str, default: bool = False) -> bool:
+    value = _flag(args, name, None)
+    if value is None:
+        return default
+    if isinstance(value, str):
+        return value.strip().lower() not in ("false", "0", "no", "")
+    return bool(value)
+
+
+def _list(value: Any) -> tuple[str, ...]:
+    if value is None or value is True:
+        return ()
+    if isinstance(value, (list, tuple)):
+        return tuple(str(v).strip("[],") for v in value if str(v).strip("[],"))
+    return tuple(x for x in re.split(r"[\s,\[\]]+", str(value)) if x)
+
+
+def specs_from_megatron_args(flags: Mapping[str, Any], world_size: int | None = None):
+    """(ModelSpec, RunSpec, assumptions) from Megatron-LM flags (either key spelling)."""
+    from memtune.model_spec import ModelSpec
+    from memtune.run_spec import RunSpec
+
+    a = {normalize_flag(k): v for k, v in flags.items()}
+    assumptions: list[str] = []
+    missing = [f"--{k.replace('_', '-')}" for k in ("num_layers", "hidden_size", "num_attention_heads") if _flag(a, k) is None]
+    if missing:
+        raise InputError(f"Megatron args are missing {', '.join(missing)}")
+    layers = _int(a, "num_layers")
+    hidden = _int(a, "hidden_size")
+    heads = _int(a, "num_attention_heads")
+    swiglu = _bool(a, "swiglu")
+    ffn = _int(a, "ffn_hidden_size")
+    if ffn is None:
+        ffn = int(4 * hidden * 2 / 3 / 64) * 64 if swiglu else 4 * hidden
+    vocab = _int(a, "vocab_size")
+    if vocab is None:
+        tokenizer = str(_flag(a, "tokenizer_type", "GPT2BPETokenizer"))
+        if tokenizer == "GPT2BPETokenizer":
+            vocab = GPT2_VOCAB_SIZE
+            assumptions.append(f"vocabulary {GPT2_VOCAB_SIZE} (GPT-2 BPE, Megatron's default tokenizer)")
+        else:
+            raise InputError(f"Megatron args: --vocab-size is needed with --tokenizer-type {tokenizer}")
+    gqa = _bool(a, "group_query_attention")
+    groups = _int(a, "num_query_groups") if gqa else None
+    experts = _int(a, "num_experts")
+    mla = _bool(a, "multi_latent_attention")
+    mtp = _int(a, "mtp_num_layers", 0) or 0
+    model = ModelSpec(
+        name=str(_flag(a, "model_name", "megatron-args")),
+        num_layers=layers,
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        vocab_size=vocab,
+        ffn_hidden_size=ffn,
+        num_query_groups=groups,
+        kv_channels=_int(a, "kv_channels"),
+        gated_linear_unit=swiglu,
+        activation="swiglu" if swiglu else ("squared_relu" if _bool(a, "squared_relu") else "gelu"),
+        normalization=str(_flag(a, "normalization", "LayerNorm")),
+        add_bias_linear=not _bool(a, "disable_bias_linear"),
+        add_qkv_bias=_bool(a, "add_qkv_bias"),
+        qk_layernorm=_bool(a, "qk_layernorm"),
+        untie_embeddings_and_output_weights=_bool(a, "untie_embeddings_and_output_weights"),
+        position_embedding_type=str(_flag(a, "position_embedding_type", "learned_absolute")),
+        max_position_embeddings=_int(a, "max_position_embeddings", _int(a, "seq_length", 4096)) or 4096,
+        make_vocab_size_divisible_by=_int(a, "make_vocab_size_divisible_by", 128) or 128,
+        num_moe_experts=experts,
+        moe_router_topk=_int(a, "moe_router_topk", 2) or 2,
+        moe_ffn_hidden_size=_int(a, "moe_ffn_hidden_size"),
+        moe_shared_expert_intermediate_size=_int(a, "moe_shared_expert_intermediate_size"),
+        moe_layer_pattern=parse_layer_pattern(_flag(a, "moe_layer_freq"), layers) if experts else None,
+        moe_router_enable_expert_bias=_bool(a, "moe_router_enable_expert_bias"),
+        multi_latent_attention=mla,
+        q_lora_rank=_int(a, "q_lora_rank"),
+        kv_lora_rank=_int(a, "kv_lora_rank", 512) or 512,
+        qk_head_dim=_int(a, "qk_head_dim", 128) or 128,
+        qk_pos_emb_head_dim=_int(a, "qk_pos_emb_head_dim", 64) or 64,
+        v_head_dim=_int(a, "v_head_dim", 128) or 128,
+        mtp_num_layers=mtp,
+    )
+    tp = _int(a, "tensor_model_parallel_size", 1) or 1
+    pp = _int(a, "pipeline_model_parallel_size", 1) or 1
+    vpp = _int(a, "num_virtual_stages_per_pipeline_rank")
+    per_vstage = _int(a, "num_layers_per_virtual_pipeline_stage")
+    if vpp is None and per_vstage:
+        vpp = max(1, layers // pp // per_vstage)
+    stage_layers = None
+    layout = _flag(a, "pipeline_model_parallel_layout")
+    if layout:
+        stage_layers, vpp = parse_pipeline_layout(str(layout), pp)
+    if world_size is None:
+        world_size = _int(a, "world_size")
+    if world_size is None:
+        world_size = tp * pp * (_int(a, "context_parallel_size", 1) or 1)
+        assumptions.append(f"world size not given: assumed {world_size} (one data-parallel replica)")
+    fp16 = _bool(a, "fp16")
+    bf16 = _bool(a, "bf16")
+    params_dtype = "fp16" if fp16 else ("bf16" if bf16 else "fp32")
+    recompute_modules = _list(_flag(a, "recompute_modules")) or ("core_attn",)
+    cuda_graph = ()
+    if _flag(a, "cuda_graph_impl") not in (None, "none") or _bool(a, "enable_cuda_graph"):
+        cuda_graph = _list(_flag(a, "cuda_graph_scope")) or _list(_flag(a, "cuda_graph_modules")) or ("full",)
+    offload_modules = _list(_flag(a, "offload_modules")) if _bool(a, "fine_grained_activation_offloading") else ()
+    run = RunSpec(
+        world_size=world_size,
+        tp=tp,
+        pp=pp,
+        vpp=vpp,
+        cp=_int(a, "context_parallel_size", 1) or 1,
+        ep=_int(a, "expert_model_parallel_size", 1) or 1,
+        etp=_int(a, "expert_tensor_parallel_size"),
+        mbs=_int(a, "micro_batch_size", 1) or 1,
+        gbs=_int(a, "global_batch_size"),
+        seq_length=_int(a, "seq_length", 4096) or 4096,
+        sequence_parallel=_bool(a, "sequence_parallel"),
+        params_dtype=params_dtype,
+        fp8=str(_flag(a, "fp8_recipe", "delayed")) if _flag(a, "fp8_format") else None,
+        fp8_param_gather=_bool(a, "fp8_param_gather"),
+        # Megatron-LM forces fp32 gradient accumulation/all-reduce with bf16.
+        grad_reduce_in_fp32=bf16 or _bool(a, "accumulate_allreduce_grads_in_fp32"),
+        optimizer=str(_flag(a, "optimizer", "adam")),
+        use_distributed_optimizer=_bool(a, "use_distributed_optimizer"),
+        num_distributed_optimizer_instances=_int(a, "num_distributed_optimizer_instances", 1) or 1,
+        use_precision_aware_optimizer=_bool(a, "use_precision_aware_optimizer"),
+        main_params_dtype=_dtype(_flag(a, "main_params_dtype", "fp32")),
+        exp_avg_dtype=_dtype(_flag(a, "exp_avg_dtype", "fp32")),
+        exp_avg_sq_dtype=_dtype(_flag(a, "exp_avg_sq_dtype", "fp32")),
+        optimizer_cpu_offload=_bool(a, "optimizer_cpu_offload"),
+        optimizer_offload_fraction=float(_flag(a, "optimizer_offload_fraction", 1.0)),
+        use_megatron_fsdp=_bool(a, "use_megatron_fsdp"),
+        data_parallel_sharding_strategy=str(_flag(a, "data_parallel_sharding_strategy", "optim_grads_params")),
+        overlap_grad_reduce=_bool(a, "overlap_grad_reduce"),
+        overlap_param_gather=_bool(a, "overlap_param_gather"),
+        recompute_granularity=_flag(a, "recompute_granularity"),
+        recompute_method=_flag(a, "recompute_method"),
+        recompute_num_layers=_int(a, "recompute_num_layers"),
+        recompute_modules=recompute_modules,
+        attention_backend=str(_flag(a, "attention_backend", "auto")),
+        attention_dropout=float(_flag(a, "attention_dropout", 0.1)),
+        hidden_dropout=float(_flag(a, "hidden_dropout", 0.1)),
+        transformer_impl=str(_flag(a, "transformer_impl", "transformer_engine")),
+        cross_entropy_loss_fusion=_bool(a, "cross_entropy_loss_fusion"),
+        moe_token_dispatcher_type=str(_flag(a, "moe_token_dispatcher_type", "allgather")),
+        moe_expert_capacity_factor=_flag(a, "moe_expert_capacity_factor"),
+        cpu_offloading=_bool(a, "cpu_offloading"),
+        cpu_offloading_num_layers=_int(a, "cpu_offloading_num_layers", 0) or 0,
+        fine_grained_offload_modules=offload_modules,
+        num_layers_in_first_pipeline_stage=_int(a, "decoder_first_pipeline_num_layers"),
+        num_layers_in_last_pipeline_stage=_int(a, "decoder_last_pipeline_num_layers"),
+        account_for_embedding_in_pipeline_split=_bool(a, "account_for_embedding_in_pipeline_split"),
+        account_for_loss_in_pipeline_split=_bool(a, "account_for_loss_in_pipeline_split"),
+        stage_layers=stage_layers,
+        microbatch_group_size_per_vp_stage=_int(a, "microbatch_group_size_per_virtual_pipeline_stage"),
+        cuda_graph_scope=cuda_graph,
+        use_nccl_ub=_bool(a, "use_nccl_ub"),
+    )
+    if "attention_dropout" not in a or "hidden_dropout" not in a:
+        assumptions.append("dropout defaults 0.1 (Megatron-LM) where not given")
+    return model, run, assumptions
+
+
+def _dtype(value: Any) -> str:
+    text = str(value).replace("torch.", "").lower()
+    return {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "uint8": "fp8"}.get(text, text)
