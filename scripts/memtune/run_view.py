@@ -64,6 +64,8 @@ class RunView:
     mcore_version: tuple[int, ...] | None = None
     notes: list[str] = field(default_factory=list)
     unresolved: dict[str, Value] = field(default_factory=dict)  # e.g. "$TP" left literal
+    flat: dict[str, tuple[Any, str, str]] = field(default_factory=dict)  # config key -> (value, source, text)
+    flags: dict[str, ls.Flag] = field(default_factory=dict)  # training command's Megatron-LM flags
 
     def get(self, name: str, default: Any = None) -> Any:
         item = self.settings.get(name)
@@ -349,6 +351,8 @@ def build(inputs: Inputs) -> RunView:
         if view.config_form is None:
             view.config_form = "hydra"
 
+    view.flat = flat
+    view.flags = flag_values
     # --- canonical settings ------------------------------------------------------------
     for name, setting_spec in spec.items():
         kind = setting_spec.get("type", "str")
