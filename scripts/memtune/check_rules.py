@@ -36,11 +36,12 @@ class _Safe(dict):
         return "{" + key + "}"
 
 
-def make(code: str, source: str, severity: str | None = None, **values: Any) -> Finding:
+def make(code: str, where: str, /, severity: str | None = None, **values: Any) -> Finding:
+    """A finding for rule ``code`` at ``where`` (file:line), words filled from check_rules.yaml."""
     spec = rules_data()["rules"][code]
     message = _fill(spec["message"], values)
     fix = _fill(spec["fix"], values)
-    return Finding(code, severity or spec["severity"], message, fix, source or "-")
+    return Finding(code, severity or spec["severity"], message, fix, where or "-")
 
 
 def _fill(template: str, values: dict[str, Any]) -> str:
@@ -485,7 +486,7 @@ def versions_unknown(view: RunView) -> Iterable[Finding]:
     if view.torch_version is None and (state.cuda or state.generic):
         yield make("MT017", state.es_source if state.es_source != "-" else (state.cuda or state.generic).source,
                    what="--torch-version",
-                   consequence="the allocator string was checked against PyTorch 2.1, 2.8 and 2.11 and the strictest verdict is reported",
+                   consequence="the allocator string was checked against PyTorch 2.1, 2.8 and 2.11: rejected by all is an error (MT007), by some a warning (MT019)",
                    option="--torch-version", module="torch")
     vpp = view.get("vpp")
     if view.mcore_version is None and isinstance(vpp, int) and vpp > 1:
