@@ -268,8 +268,7 @@ def vpp_divisibility(view: RunView) -> Iterable[Finding]:
     options = [d for d in divisors(per_rank) if d > 1] or [1]
     suggest = min(options, key=lambda d: abs(d - vpp))
     yield make("MT005", view.where("vpp"), num_layers=layers, pp=pp, per_rank=per_rank, vpp=vpp,
-               divisors=", ".join(map(str, options)), vpp_key=change_text(view, "vpp", str(suggest)).split("=")[0].split(" ")[0],
-               suggest_vpp=suggest)
+               divisors=", ".join(map(str, options)), change=change_text(view, "vpp", str(suggest)))
 
 
 @rule("MT006")
