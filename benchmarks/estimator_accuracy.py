@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import time
@@ -41,8 +42,9 @@ DATA = ROOT / "tests" / "data" / "estimator"
 
 # Bridge rows that leave run fields out: what we assume for them (printed with the rows).
 # The LoRA re-gather rows come from one measurement campaign (seed page): we assume the
-# Qwen3-8B row's sequence length and one micro-batch of 1 for all three.
-BRIDGE_RUN_DEFAULTS = {"mbs": 1, "seq_length": 8192}
+# Qwen3-8B row's sequence length and one micro-batch of 1 for all three, and ETP 1 for
+# the MoE rows (Megatron Bridge's MoE recipes default to expert_tensor_parallel_size=1).
+BRIDGE_RUN_DEFAULTS = {"mbs": 1, "seq_length": 8192, "etp": 1}
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -87,11 +89,13 @@ def _bridge_run(raw: dict) -> RunSpec:
         granularity = "full"
     precision = str(raw.get("precision", "bf16")).lower()
     fp8 = "tensorwise" if "current scaling" in precision else ("delayed" if "fp8" in precision else None)
-    tp, pp, cp = raw.get("tp", 1), raw.get("pp", 1), raw.get("cp", 1)
+    tp, pp, cp, ep = raw.get("tp", 1), raw.get("pp", 1), raw.get("cp", 1), raw.get("ep", 1)
+    etp = raw.get("etp") or (BRIDGE_RUN_DEFAULTS["etp"] if ep > 1 else None)
     dp = raw.get("dp") or 1
-    gpus = raw.get("gpus") or tp * pp * cp * dp
+    # Unknown GPU count: the smallest legal one (dense and expert grids both fit).
+    gpus = raw.get("gpus") or math.lcm(tp * pp * cp * dp, pp * ep * (etp or tp))
     return RunSpec(
-        world_size=gpus, tp=tp, pp=pp, vpp=raw.get("vpp"), cp=cp, ep=raw.get("ep", 1),
+        world_size=gpus, tp=tp, pp=pp, vpp=raw.get("vpp"), cp=cp, ep=ep, etp=etp,
         mbs=raw.get("mbs") or BRIDGE_RUN_DEFAULTS["mbs"], gbs=raw.get("gbs"),
         seq_length=raw.get("seq_length") or BRIDGE_RUN_DEFAULTS["seq_length"],
         sequence_parallel=bool(raw.get("sequence_parallel")),
@@ -152,16 +156,19 @@ def main(argv=None) -> int:
         rows.append(row)
     elapsed = time.perf_counter() - started
 
-    def summary(key: str) -> dict:
-        errs = [abs(r[key]) for r in rows if key in r]
+    def summary(key: str, group: str | None = None) -> dict:
+        chosen = [r for r in rows if group is None or r["group"] == group]
+        errs = [abs(r[key]) for r in chosen if key in r]
         return {
-            "covered": len(errs), "cases": len(rows),
-            "coverage": len(errs) / len(rows) if rows else 0.0,
+            "covered": len(errs), "cases": len(chosen),
+            "coverage": len(errs) / len(chosen) if chosen else 0.0,
             "median_abs_err": statistics.median(errs) if errs else float("nan"),
             "p90_abs_err": _percentile(errs, 0.9),
         }
 
-    result = {"rows": rows, "ours": summary("ours_err"), "reference": summary("ref_err"), "seconds": elapsed}
+    groups = sorted({r["group"] for r in rows})
+    result = {"rows": rows, "ours": summary("ours_err"), "reference": summary("ref_err"), "seconds": elapsed,
+              "by_group": {g: {"ours": summary("ours_err", g), "reference": summary("ref_err", g)} for g in groups}}
     if args.json:
         json.dump(result, sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -175,6 +182,11 @@ def main(argv=None) -> int:
     print("(GB = 1e9 bytes; err = estimate / measured - 1; Megatron-LM goldens compare the last pipeline stage,"
           " Bridge rows the peak stage; runtime overhead excluded from ours)")
     print(f"Bridge rows without mbs/seq_length assume {BRIDGE_RUN_DEFAULTS}.")
+    for group in groups:
+        for label, key in (("ours", "ours"), ("reference", "reference")):
+            s = result["by_group"][group][key]
+            print(f"  {group:<26} {label:<10} {s['covered']}/{s['cases']} cases, median |err| "
+                  f"{s['median_abs_err']:.1%}, P90 |err| {s['p90_abs_err']:.1%}")
     for label, key in (("ours", "ours"), ("Megatron-LM theoretical_memory_usage", "reference")):
         s = result[key]
         print(f"SUMMARY {label}: coverage {s['covered']}/{s['cases']} ({s['coverage']:.0%}), "

@@ -37,9 +37,9 @@ DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "fl
 #: Bytes kept per logit by Megatron's unfused vocab-parallel cross entropy at its peak:
 #: the bf16 logits (2) and the fp32 copy that becomes the saved softmax (4).
 CE_BYTES_PER_LOGIT = 6
-#: With the fused cross-entropy kernel the fp32 copy is never materialised whole: the bf16
-#: logits (2) and a bf16 gradient written in place (2).
-CE_FUSED_BYTES_PER_LOGIT = 4
+#: The fused cross-entropy kernel computes the logits gradient already in the forward pass
+#: and keeps it (fp32, 4) next to the bf16 logits (2) and the fp32 softmax (4).
+CE_FUSED_BYTES_PER_LOGIT = 10
 #: Bytes per score element of unfused (non-flash) attention: the softmax output (2) that
 #: backward needs; dropout adds its mask (1) and its output (2).
 UNFUSED_SOFTMAX_BYTES = 2
@@ -47,6 +47,10 @@ UNFUSED_DROPOUT_BYTES = 3
 #: Backward materialises the gradients of one layer's activations while that layer's saved
 #: tensors are still alive; we charge one extra layer's activations as working set.
 BACKWARD_WORKING_LAYERS = 1.0
+#: GEMM workspaces that live in the PyTorch allocator (so they count as allocated): the
+#: cuBLAS/cuBLASLt workspace of PyTorch and Transformer Engine's per-stream GEMM workspaces,
+#: about 4 x 32 MiB on Hopper.
+WORKSPACE_BYTES = 128 * 1024**2
 #: CUDA context + cuBLAS/cuDNN handles outside the caching allocator (H100, CUDA 12).
 CUDA_CONTEXT_BYTES = int(0.6 * GIB)
 #: NCCL communicator buffers per process group in use (intra-node NVLink defaults).
@@ -64,6 +68,7 @@ class StageEstimate:
     gradients: int
     optimizer: int
     activations: int
+    workspace: int
     overhead: int
     params: int
     in_flight_microbatches: float
@@ -71,7 +76,7 @@ class StageEstimate:
     @property
     def allocated_bytes(self) -> int:
         """What torch.cuda.max_memory_allocated would report (tensors only)."""
-        return self.weights + self.gradients + self.optimizer + self.activations
+        return self.weights + self.gradients + self.optimizer + self.activations + self.workspace
 
     @property
     def total_bytes(self) -> int:
@@ -84,6 +89,7 @@ class StageEstimate:
             "gradients": self.gradients,
             "optimizer": self.optimizer,
             "activations": self.activations,
+            "workspace": self.workspace,
             "overhead": self.overhead,
         }
 
@@ -155,113 +161,121 @@ def _sp_div(run: RunSpec) -> int:
 class LayerActivations:
     """Bytes one decoder layer keeps for backward, per micro-batch, per GPU."""
 
-    stored: float  # kept from forward until this layer's backward
-    full: float  # what it would keep with no recompute at all (for full-recompute replay)
-    checkpoint_input: float  # the layer input (what full recompute keeps)
+    stored: float  # kept from forward until this layer's backward (after recompute/offload)
+    full: float  # what it would keep with no recompute or offload at all
+    checkpoint_input: float  # the layer input (all that full recompute keeps)
     lora_regather_saving: float  # bytes sequence_parallel_input_regather removes
+    terms: tuple[tuple[str, float], ...] = ()  # named saved tensors (before recompute/offload)
 
 
-def layer_activations(model: ModelSpec, run: RunSpec, moe: bool) -> LayerActivations:
-    """Saved-tensor bytes of one layer for one micro-batch (see references/memory-model.md)."""
+#: Which saved tensors each selective-recompute module discards (Megatron-Core names).
+RECOMPUTE_DROPS = {
+    "core_attn": ("core_attn",),
+    "layernorm": ("attn_norm_out", "mlp_norm_out"),
+    "mlp": ("mlp_fc1_out", "mlp_act_out"),
+    "moe_act": ("moe_act_out",),
+    "moe": ("router", "expert_fc1_in", "moe_fc1_out", "moe_act_out", "moe_fc2_out", "shared_fc1_out", "shared_act_out"),
+    "shared_experts": ("shared_fc1_out", "shared_act_out"),
+    "mla_up_proj": ("mla_up", "qkv"),
+}
+#: Which saved tensors each fine-grained activation-offload module moves to host memory.
+OFFLOAD_TERMS = {
+    "attn_norm": ("attn_norm_in",),
+    "qkv_linear": ("attn_norm_out",),
+    "core_attn": ("qkv", "core_attn"),
+    "attn_proj": ("proj_in",),
+    "mlp_norm": ("mlp_norm_in",),
+    "expert_fc1": ("expert_fc1_in",),
+    "moe_act": ("moe_fc1_out",),
+}
+
+
+def layer_activation_terms(model: ModelSpec, run: RunSpec, moe: bool) -> dict[str, float]:
+    """Named tensors one layer saves for backward (one micro-batch, one GPU), no recompute.
+
+    Sizes follow Korthikanti et al. (2022) generalised to GQA/MLA, gated MLPs, MoE and
+    fp8: residual-stream tensors are split by TP only under sequence parallelism, tensors
+    inside attention/MLP always by TP; GEMM inputs are fp8 copies in fp8 training; frozen
+    (PEFT) base linears keep no input for a weight gradient.
+    """
     t = max(1, run.tp)
     spt = _sp_div(run)
     tokens = run.seq_length / max(1, run.cp) * run.mbs
     h = model.hidden_size
     a = model.num_attention_heads
     act = 2 if run.params_dtype != "fp32" else 4
-    gemm_in = 1 if run.fp8 else act  # TE saves fp8 copies of GEMM inputs in fp8 training
-    selective = set(run.recompute_modules) if run.recompute_granularity == "selective" else set()
     peft = run.peft is not None
-    targets = set(run.lora_target_modules) if peft else set()
+    gemm_in = 0 if peft else (1 if run.fp8 else act)
     drop_h = 1 if run.hidden_dropout > 0 else 0
-
-    def gemm_saved(module: str) -> int:
-        """Bytes per element the base linear keeps for its weight gradient."""
-        return 0 if peft else gemm_in  # frozen base weights need no input for wgrad
-
-    residual = act * tokens * h / spt
-    # --- attention block ---------------------------------------------------------
-    ln1_in = residual
-    ln1_out = gemm_saved("linear_qkv") * tokens * h / spt
-    if "layernorm" in selective:
-        ln1_out = 0.0
+    terms: dict[str, float] = {}
+    terms["attn_norm_in"] = act * tokens * h / spt
+    terms["attn_norm_out"] = gemm_in * tokens * h / spt
     if model.multi_latent_attention:
         q_dim = model.qk_head_dim + model.qk_pos_emb_head_dim
-        latent = act * tokens * ((model.q_lora_rank or 0) + model.kv_lora_rank + model.qk_pos_emb_head_dim)
-        up = act * tokens * a * (q_dim + model.qk_head_dim + model.v_head_dim) / t
-        if "mla_up_proj" in selective:
-            up = 0.0
-        qkv = latent + up + act * tokens * a * (2 * q_dim + model.v_head_dim) / t
+        terms["mla_latent"] = act * tokens * ((model.q_lora_rank or 0) + model.kv_lora_rank + model.qk_pos_emb_head_dim)
+        terms["mla_up"] = act * tokens * a * (q_dim + model.qk_head_dim + model.v_head_dim) / t
+        terms["qkv"] = act * tokens * a * (2 * q_dim + model.v_head_dim) / t
         ctx_dim = a * model.v_head_dim
     else:
         d, g = model.head_dim, model.query_groups
-        qkv = act * tokens * (a + 2 * g) * d / t
+        terms["qkv"] = act * tokens * (a + 2 * g) * d / t
         ctx_dim = a * d
-    proj_in = (gemm_in if not peft else act) * tokens * ctx_dim / t
+    terms["proj_in"] = (act if peft else gemm_in) * tokens * ctx_dim / t
     if attention_kernel(run) == "flash":
         core = 4 * tokens * a / t  # softmax statistics (LSE), fp32
-        if run.fp8 or peft:
-            core += act * tokens * ctx_dim / t  # kernel keeps its own bf16 output
-        core_full = core
+        if run.fp8:
+            core += act * tokens * ctx_dim / t  # the kernel keeps its bf16 output; proj keeps an fp8 copy
     else:
-        s_q = run.seq_length / max(1, run.cp)
-        scores = run.mbs * (a / t) * s_q * run.seq_length
-        per = UNFUSED_SOFTMAX_BYTES + (UNFUSED_DROPOUT_BYTES if run.attention_dropout > 0 else 0)
-        core_full = core = scores * per
-    if "core_attn" in selective:
-        core = 0.0
-    attn_drop = drop_h * tokens * h / spt
-    attention = ln1_in + ln1_out + qkv + proj_in + core + attn_drop
-    attention_full = ln1_in + gemm_saved("") * tokens * h / spt + qkv + proj_in + core_full + attn_drop
-
-    # --- MLP / MoE block -----------------------------------------------------------
-    ln2_in = residual
-    ln2_out = gemm_saved("linear_fc1") * tokens * h / spt
-    if "layernorm" in selective:
-        ln2_out = 0.0
+        scores = run.mbs * (a / t) * (run.seq_length / max(1, run.cp)) * run.seq_length
+        core = scores * (UNFUSED_SOFTMAX_BYTES + (UNFUSED_DROPOUT_BYTES if run.attention_dropout > 0 else 0))
+    terms["core_attn"] = core
+    terms["attn_dropout"] = drop_h * tokens * h / spt
+    terms["mlp_norm_in"] = act * tokens * h / spt
+    terms["mlp_norm_out"] = gemm_in * tokens * h / spt
     gate = 2 if model.gated_linear_unit else 1
-
-    def dense_mlp(ffn: int) -> float:
-        return act * tokens * gate * ffn / t + (act if peft else gemm_in) * tokens * ffn / t
-
+    act_out = act if peft else gemm_in
     if not moe:
-        mlp = dense_mlp(model.ffn)
-        mlp_full = mlp
-        if "mlp" in selective:
-            mlp = 0.0
+        terms["mlp_fc1_out"] = act * tokens * gate * model.ffn / t
+        terms["mlp_act_out"] = act_out * tokens * model.ffn / t
     else:
         e = model.num_moe_experts or 1
-        local_tokens = tokens / spt
-        routed = local_tokens * model.moe_router_topk  # token copies this GPU computes on (x etp rows / etp width)
-        router = 4 * local_tokens * e * 2  # fp32 logits and probabilities
+        local = tokens / spt
+        routed = local * model.moe_router_topk  # token copies this GPU's experts see (x ETP rows, / ETP width)
         etp = run.expert_tp
-        experts = (
-            gemm_in * routed * etp * h  # permuted fc1 input (rows gathered over ETP)
-            + act * routed * gate * model.expert_ffn  # fc1 output (width / etp, rows x etp)
-            + gemm_in * routed * model.expert_ffn  # activation output = fc2 input
-            + act * routed * etp * h  # fc2 output kept for the probability-weighted unpermute
-        )
-        if run.moe_expert_capacity_factor:
-            experts *= max(1.0, run.moe_expert_capacity_factor)
-        if "moe_act" in selective:
-            experts -= gemm_in * routed * model.expert_ffn
-        shared = dense_mlp(model.moe_shared_expert_intermediate_size) if model.moe_shared_expert_intermediate_size else 0.0
-        mlp_full = router + experts + shared
-        if "shared_experts" in selective:
-            shared = 0.0
-        if "moe" in selective:
-            experts, router = 0.0, 0.0
-        mlp = router + experts + shared
-    mlp_drop = drop_h * tokens * h / spt
+        cap = max(1.0, run.moe_expert_capacity_factor or 1.0)
+        terms["router"] = 4 * local * e * 2  # fp32 logits and probabilities
+        terms["expert_fc1_in"] = (act if peft else gemm_in) * routed * etp * h * cap
+        terms["moe_fc1_out"] = act * routed * gate * model.expert_ffn * cap
+        terms["moe_act_out"] = act_out * routed * model.expert_ffn * cap
+        terms["moe_fc2_out"] = act * routed * etp * h * cap  # kept for the probability-weighted unpermute
+        fs = model.moe_shared_expert_intermediate_size
+        if fs:
+            terms["shared_fc1_out"] = act * tokens * gate * fs / t
+            terms["shared_act_out"] = act_out * tokens * fs / t
+    terms["mlp_dropout"] = drop_h * tokens * h / spt
+    return terms
 
-    # --- LoRA adapters -----------------------------------------------------------------
+
+def layer_activations(model: ModelSpec, run: RunSpec, moe: bool) -> LayerActivations:
+    """Saved-tensor bytes of one layer for one micro-batch after recompute, offload and LoRA."""
+    terms = layer_activation_terms(model, run, moe)
+    dropped: set[str] = set()
+    if run.recompute_granularity == "selective":
+        for module in run.recompute_modules:
+            dropped.update(RECOMPUTE_DROPS.get(module, ()))
+    for module in run.fine_grained_offload_modules:
+        dropped.update(OFFLOAD_TERMS.get(module, ()))
+    tokens = run.seq_length / max(1, run.cp) * run.mbs
+    spt = _sp_div(run)
+    act = 2 if run.params_dtype != "fp32" else 4
     lora = 0.0
     saving = 0.0
-    if peft:
+    if run.peft is not None:
         r = run.lora_dim
-        for module in targets:
+        h = model.hidden_size
+        for module in run.lora_target_modules:
             lora += 2 * act * tokens * r  # adapter A output and B input
-            if module in ("linear_qkv", "linear_fc1") and not (module == "linear_fc1" and moe):
+            if module == "linear_qkv" or (module == "linear_fc1" and not moe):
                 gathered = act * tokens * h  # A input all-gathered over the sequence
                 shard = act * tokens * h / spt
                 if spt > 1 and _regather_eligible(run, module):
@@ -269,9 +283,12 @@ def layer_activations(model: ModelSpec, run: RunSpec, moe: bool) -> LayerActivat
                     lora += shard if run.sequence_parallel_input_regather else gathered
                 else:
                     lora += gathered if spt > 1 else shard
-    stored = attention + ln2_in + ln2_out + mlp + mlp_drop + lora
-    full = attention_full + ln2_in + gemm_saved("") * tokens * h / spt + mlp_full + mlp_drop + lora
-    return LayerActivations(stored=stored, full=full, checkpoint_input=residual, lora_regather_saving=saving)
+    full = sum(terms.values()) + lora
+    stored = sum(v for k, v in terms.items() if k not in dropped) + lora
+    return LayerActivations(
+        stored=stored, full=full, checkpoint_input=terms["attn_norm_in"],
+        lora_regather_saving=saving, terms=tuple(terms.items()),
+    )
 
 
 def _regather_eligible(run: RunSpec, module: str) -> bool:
@@ -290,23 +307,15 @@ def regather_saving_bytes(model: ModelSpec, run: RunSpec) -> int:
 
     For every eligible column-parallel adapter (linear_qkv, and linear_fc1 of dense
     layers) the LoRA-A input is kept as the sequence-local shard instead of the
-    all-gathered sequence, on every micro-batch in flight on the most-loaded stage.
+    all-gathered sequence, on every micro-batch in flight. Returned for the stage where
+    it matters most (the difference between the two estimates, so it always agrees with
+    ``estimate``); 0 when the run is ineligible (TP=1, SP off, CUDA graphs, ...).
     """
     if run.peft is None:
         run = run.with_(peft="lora")
-    counts = stage_layer_counts(model, run)
-    pattern = model.moe_layers()
-    best = 0.0
-    start = 0
-    for stage, n in enumerate(counts):
-        moe_n = sum(pattern[start:start + n])
-        start += n
-        dense = layer_activations(model, run, False).lora_regather_saving
-        moe = layer_activations(model, run, True).lora_regather_saving if model.is_moe else dense
-        inflight = in_flight_layer_microbatches(run, stage, n)
-        per_layer = (dense * (n - moe_n) + moe * moe_n) / max(1, n)
-        best = max(best, per_layer * inflight)
-    return int(best)
+    without = estimate(model, run.with_(sequence_parallel_input_regather=False))
+    with_ = estimate(model, run.with_(sequence_parallel_input_regather=True))
+    return max(a.activations - b.activations for a, b in zip(without.stages, with_.stages))
 
 
 def in_flight_layer_microbatches(run: RunSpec, stage: int, layers: int) -> float:
@@ -386,8 +395,9 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
                 expert_params += model.mtp_num_layers * mt.expert / max(1, run.ep * run.expert_tp)
         stage_params = dense_params + expert_params
 
+        vocab_params = (emb / t if is_first else 0.0) + (out / t if is_last else 0.0)
         weights, grads, optim = _static_bytes(run, model, dense_params, expert_params, n, param_b, grad_b, opt_b,
-                                              dp_shard, edp_shard)
+                                              dp_shard, edp_shard, vocab_params)
 
         # activations
         inflight_layers = in_flight_layer_microbatches(run, stage, n)
@@ -405,6 +415,11 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
             ce = CE_FUSED_BYTES_PER_LOGIT if run.cross_entropy_loss_fusion else CE_BYTES_PER_LOGIT
             logits = tokens * vocab / t
             extra += logits * ce + 2 * 2 * tokens * h / spt  # final norm input and output
+            if run.defer_embedding_wgrad_compute:
+                # The output layer's weight gradient waits: its bf16 output gradient and its
+                # (gathered) input stay alive for each deferred micro-batch.
+                deferred = min(run.wgrad_deferral_limit or run.num_microbatches, run.num_microbatches)
+                extra += deferred * (2 * logits + 2 * tokens * h)
             if model.mtp_num_layers:
                 extra += model.mtp_num_layers * (act_moe.stored + logits * 4 + 2 * tokens * h * 2 / spt)
         working = BACKWARD_WORKING_LAYERS * per_layer_full if n else 0.0
@@ -413,7 +428,7 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
 
         stages.append(StageEstimate(
             stage=stage, layers=n, weights=int(weights), gradients=int(grads), optimizer=int(optim),
-            activations=int(activations), overhead=int(overhead), params=int(stage_params),
+            activations=int(activations), workspace=WORKSPACE_BYTES, overhead=int(overhead), params=int(stage_params),
             in_flight_microbatches=round(inflight_layers / n, 3) if n else float(mb),
         ))
 
@@ -456,7 +471,8 @@ def _lora_params(model: ModelSpec, run: RunSpec, layers: int) -> float:
 
 
 def _static_bytes(run: RunSpec, model: ModelSpec, dense: float, expert: float, layers: int,
-                  param_b: float, grad_b: float, opt_b: float, dp_shard: int, edp_shard: int):
+                  param_b: float, grad_b: float, opt_b: float, dp_shard: int, edp_shard: int,
+                  embedding_output_params: float = 0.0):
     """Weights, gradient buffer and optimizer states of one GPU of a stage."""
     weights = (dense + expert) * param_b
     if run.fp8 and not run.fp8_param_gather:
@@ -468,7 +484,12 @@ def _static_bytes(run: RunSpec, model: ModelSpec, dense: float, expert: float, l
         optim = trainable * (opt_b / dp_shard if run.use_distributed_optimizer else opt_b)
         return weights, grads, optim
     grads = (dense + expert) * grad_b
-    if run.use_distributed_optimizer or run.use_megatron_fsdp:
+    if run.optimizer == "muon":
+        # Muon orthogonalises whole weight matrices, so its states are not sharded by the
+        # distributed optimizer; embedding and output matrices are trained with Adam.
+        vocab_params = embedding_output_params
+        optim = (dense + expert - vocab_params) * opt_b + vocab_params * (opt_b + 4)
+    elif run.use_distributed_optimizer or run.use_megatron_fsdp:
         optim = dense * opt_b / dp_shard + expert * opt_b / edp_shard
     else:
         optim = (dense + expert) * opt_b
@@ -509,8 +530,6 @@ def _apply_offload(run: RunSpec, activations: float, layer_acts: float, n: int) 
         share = min(n, run.cpu_offloading_num_layers) / n
         # Offloaded layers leave the GPU; one layer stays resident as the copy buffer.
         return activations - layer_acts * share + layer_acts / n
-    if run.fine_grained_offload_modules:
-        return activations * 0.6
     return activations
 
 

@@ -230,7 +230,7 @@ def _list(value: Any) -> tuple[str, ...]:
 def specs_from_megatron_args(flags: Mapping[str, Any], world_size: int | None = None):
     """(ModelSpec, RunSpec, assumptions) from Megatron-LM flags (either key spelling)."""
     from memtune.model_spec import ModelSpec
-    from memtune.run_spec import RunSpec
+    from memtune.run_spec import RunSpec, normalize_dtype
 
     a = {normalize_flag(k): v for k, v in flags.items()}
     assumptions: list[str] = []
@@ -334,9 +334,9 @@ def specs_from_megatron_args(flags: Mapping[str, Any], world_size: int | None = 
         use_distributed_optimizer=_bool(a, "use_distributed_optimizer"),
         num_distributed_optimizer_instances=_int(a, "num_distributed_optimizer_instances", 1) or 1,
         use_precision_aware_optimizer=_bool(a, "use_precision_aware_optimizer"),
-        main_params_dtype=_dtype(_flag(a, "main_params_dtype", "fp32")),
-        exp_avg_dtype=_dtype(_flag(a, "exp_avg_dtype", "fp32")),
-        exp_avg_sq_dtype=_dtype(_flag(a, "exp_avg_sq_dtype", "fp32")),
+        main_params_dtype=normalize_dtype(_flag(a, "main_params_dtype", "fp32")),
+        exp_avg_dtype=normalize_dtype(_flag(a, "exp_avg_dtype", "fp32")),
+        exp_avg_sq_dtype=normalize_dtype(_flag(a, "exp_avg_sq_dtype", "fp32")),
         optimizer_cpu_offload=_bool(a, "optimizer_cpu_offload"),
         optimizer_offload_fraction=float(_flag(a, "optimizer_offload_fraction", 1.0)),
         use_megatron_fsdp=_bool(a, "use_megatron_fsdp"),
@@ -352,6 +352,8 @@ def specs_from_megatron_args(flags: Mapping[str, Any], world_size: int | None = 
         hidden_dropout=float(_flag(a, "hidden_dropout", 0.1)),
         transformer_impl=str(_flag(a, "transformer_impl", "transformer_engine")),
         cross_entropy_loss_fusion=_bool(a, "cross_entropy_loss_fusion"),
+        defer_embedding_wgrad_compute=_bool(a, "defer_embedding_wgrad_compute"),
+        wgrad_deferral_limit=_int(a, "wgrad_deferral_limit", 0) or 0,
         moe_token_dispatcher_type=str(_flag(a, "moe_token_dispatcher_type", "allgather")),
         moe_expert_capacity_factor=_flag(a, "moe_expert_capacity_factor"),
         cpu_offloading=_bool(a, "cpu_offloading"),
@@ -370,7 +372,3 @@ def specs_from_megatron_args(flags: Mapping[str, Any], world_size: int | None = 
         assumptions.append("dropout defaults 0.1 (Megatron-LM) where not given")
     return model, run, assumptions
 
-
-def _dtype(value: Any) -> str:
-    text = str(value).replace("torch.", "").lower()
-    return {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "uint8": "fp8"}.get(text, text)

@@ -64,6 +64,8 @@ class RunSpec:
     hidden_dropout: float = 0.0
     transformer_impl: str = "transformer_engine"  # transformer_engine | local
     cross_entropy_loss_fusion: bool = False
+    defer_embedding_wgrad_compute: bool = False  # keep output-layer inputs/grads for a late wgrad
+    wgrad_deferral_limit: int = 0  # 0 = defer for every micro-batch of the step
     moe_token_dispatcher_type: str = "alltoall"
     moe_expert_capacity_factor: float | None = None
     cpu_offloading: bool = False
@@ -130,6 +132,12 @@ class RunSpec:
 
     def with_(self, **changes: Any) -> "RunSpec":
         return replace(self, **changes)
+
+
+def normalize_dtype(value: Any) -> str:
+    """'torch.bfloat16' / 'bfloat16' / 'bf16' -> 'bf16' (fp32, fp16, fp8 likewise)."""
+    text = str(value).replace("torch.", "").lower()
+    return {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "uint8": "fp8"}.get(text, text)
 
 
 def stage_layer_counts(model: ModelSpec, run: RunSpec) -> tuple[int, ...]:

@@ -1,0 +1,251 @@
+"""Megatron Bridge ConfigContainer YAML -> ModelSpec and RunSpec.
+
+A Bridge run config has sections ``model`` (the GPTModelProvider / TransformerConfig:
+architecture *and* model parallelism, recompute, offloading, fp8), ``train``
+(micro/global batch), ``optimizer`` (OptimizerConfig), ``ddp``
+(DistributedDataParallelConfig), ``mixed_precision`` (a recipe name such as
+``bf16_mixed`` or a mapping), ``peft`` (LoRA settings) and ``dataset`` (``seq_length``).
+Field names are Megatron Bridge's own. Anything architectural the YAML leaves out can come
+from a ``base`` ModelSpec (a preset or an HF config).
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields as dc_fields
+from pathlib import Path
+from typing import Any, Mapping
+
+from memtune.cli import InputError
+from memtune.model_spec import ModelSpec, model_field_names
+from memtune.run_spec import LORA_DEFAULT_TARGETS, RunSpec, normalize_dtype
+
+SECTIONS = ("model", "train", "optimizer", "ddp", "mixed_precision", "peft", "dataset", "checkpoint", "logger")
+
+# Bridge / TransformerConfig name -> ModelSpec name, where they differ.
+_MODEL_ALIASES = {
+    "moe_layer_freq": "moe_layer_pattern",
+    "share_embeddings_and_output_weights": None,  # handled below (inverse)
+}
+
+# Mixed-precision recipe names -> (params dtype, fp8 recipe, grad_reduce_in_fp32).
+_MP_RECIPES = {
+    "bf16_mixed": ("bf16", None, True),
+    "fp16_mixed": ("fp16", None, False),
+    "bf16_with_fp8_delayed_scaling_mixed": ("bf16", "delayed", False),
+    "bf16_with_fp8_current_scaling_mixed": ("bf16", "tensorwise", False),
+    "bf16_with_mxfp8_mixed": ("bf16", "mxfp8", False),
+    "bf16_with_fp8_subchannel_scaling_mixed": ("bf16", "blockwise", False),
+}
+
+
+def load_bridge_yaml(path: str | Path) -> dict:
+    p = Path(path)
+    text = p.read_text(encoding="utf-8", errors="replace")
+    import yaml  # lazy: --help must work without PyYAML
+
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise InputError(f"{p}: not valid YAML: {' '.join(str(exc).split())[:160]}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise InputError(f"{p}: expected a mapping with sections like model:, train:, optimizer:, ddp:")
+    return data
+
+
+def _section(cfg: Mapping[str, Any], name: str) -> dict:
+    value = cfg.get(name)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        if name in ("mixed_precision", "peft"):
+            return {"_name": value}
+        raise InputError(f"config section {name!r} must be a mapping, got {type(value).__name__}")
+    return dict(value)
+
+
+def _int_field(section: Mapping[str, Any], key: str, where: str, default: Any = None) -> Any:
+    value = section.get(key, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise InputError(f"{where}.{key}: expected an integer, got {value!r}")
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise InputError(f"{where}.{key}: expected an integer, got {value!r}") from None
+    return number
+
+
+def _modules(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return tuple(v for v in value.replace("[", " ").replace("]", " ").replace(",", " ").split() if v)
+    return tuple(str(v) for v in value)
+
+
+def model_from_bridge(model: Mapping[str, Any], base: ModelSpec | None = None) -> ModelSpec:
+    """Architecture from the ``model`` section (on top of ``base`` when given)."""
+    known = set(model_field_names())
+    values: dict[str, Any] = {}
+    if base is not None:
+        values.update({f.name: getattr(base, f.name) for f in dc_fields(base) if f.name != "extra"})
+    for key, value in model.items():
+        target = _MODEL_ALIASES.get(key, key)
+        if target in known and value is not None:
+            values[target] = value
+    if "share_embeddings_and_output_weights" in model and model["share_embeddings_and_output_weights"] is not None:
+        values["untie_embeddings_and_output_weights"] = not bool(model["share_embeddings_and_output_weights"])
+    if "padded_vocab_size" in model and "vocab_size" not in values:
+        values["vocab_size"] = model["padded_vocab_size"]
+    act = str(model.get("activation_func", "")).lower()
+    if "squared_relu" in act or "relu2" in act:
+        values["gated_linear_unit"] = False
+        values["activation"] = "squared_relu"
+    missing = [k for k in ("num_layers", "hidden_size", "num_attention_heads", "vocab_size") if values.get(k) is None]
+    if missing:
+        raise InputError(
+            f"config model section is missing {', '.join('model.' + m for m in missing)} "
+            "(add them, or pass --preset / --hf-config for the architecture)"
+        )
+    pattern = values.get("moe_layer_pattern")
+    if isinstance(pattern, int) and not isinstance(pattern, bool):
+        n = int(values["num_layers"])
+        values["moe_layer_pattern"] = tuple(1 if i % pattern == 0 else 0 for i in range(n))
+    elif isinstance(pattern, str):
+        from memtune.megatron_args import parse_layer_pattern
+
+        values["moe_layer_pattern"] = parse_layer_pattern(pattern, int(values["num_layers"]))
+    elif pattern is not None:
+        values["moe_layer_pattern"] = tuple(int(x) for x in pattern)
+    for key in ("num_layers", "hidden_size", "num_attention_heads", "vocab_size"):
+        values[key] = _int_field(values, key, "model")
+    try:
+        return ModelSpec(**values)
+    except TypeError as exc:
+        raise InputError(f"config model section: {exc}") from None
+
+
+def specs_from_bridge(cfg: Mapping[str, Any], world_size: int | None = None, base: ModelSpec | None = None):
+    """(ModelSpec, RunSpec, assumptions) from a ConfigContainer mapping."""
+    assumptions: list[str] = []
+    unknown = [k for k in cfg if k not in SECTIONS and not str(k).startswith("_")]
+    model_s = _section(cfg, "model")
+    if not model_s and base is None and unknown:
+        raise InputError(f"config has no model section (top-level keys: {', '.join(map(str, unknown[:6]))})")
+    train = _section(cfg, "train")
+    optim = _section(cfg, "optimizer")
+    ddp = _section(cfg, "ddp")
+    mp = _section(cfg, "mixed_precision")
+    peft = _section(cfg, "peft")
+    dataset = _section(cfg, "dataset")
+    model = model_from_bridge(model_s, base)
+
+    tp = _int_field(model_s, "tensor_model_parallel_size", "model", 1)
+    pp = _int_field(model_s, "pipeline_model_parallel_size", "model", 1)
+    cp = _int_field(model_s, "context_parallel_size", "model", 1)
+    if world_size is None:
+        world_size = tp * pp * cp
+        assumptions.append(f"GPU count not given: assumed {world_size} (one data-parallel replica); pass --gpus")
+
+    params_dtype, fp8, grad_fp32 = "bf16", None, True
+    if "_name" in mp:
+        name = str(mp["_name"])
+        if name not in _MP_RECIPES:
+            raise InputError(f"mixed_precision {name!r} unknown; known: {', '.join(_MP_RECIPES)}")
+        params_dtype, fp8, grad_fp32 = _MP_RECIPES[name]
+    else:
+        if mp.get("fp16") or model_s.get("fp16"):
+            params_dtype = "fp16"
+        elif mp.get("bf16") is False and model_s.get("bf16") is False:
+            params_dtype = "fp32"
+        if mp.get("fp8") or model_s.get("fp8"):
+            fp8 = str(mp.get("fp8_recipe") or model_s.get("fp8_recipe") or "delayed")
+        if "grad_reduce_in_fp32" in mp:
+            grad_fp32 = bool(mp["grad_reduce_in_fp32"])
+    if "grad_reduce_in_fp32" in ddp:
+        grad_fp32 = bool(ddp["grad_reduce_in_fp32"])
+
+    peft_kind = None
+    lora_dim, targets, regather = 32, LORA_DEFAULT_TARGETS, False
+    if peft:
+        target = str(peft.get("_target_", peft.get("_name", "lora"))).lower()
+        peft_kind = "dora" if "dora" in target else "lora"
+        lora_dim = int(peft.get("dim", 32))
+        targets = _modules(peft.get("target_modules")) or LORA_DEFAULT_TARGETS
+        regather = bool(peft.get("sequence_parallel_input_regather", False))
+
+    seq = model_s.get("seq_length") or dataset.get("seq_length") or dataset.get("sequence_length")
+    if seq is None:
+        seq = 4096
+        assumptions.append("seq_length not given: assumed 4096")
+    cuda_graph = ()
+    if model_s.get("enable_cuda_graph") or (model_s.get("cuda_graph_impl") not in (None, "none")):
+        cuda_graph = _modules(model_s.get("cuda_graph_scope")) or ("full",)
+    vpp = model_s.get("virtual_pipeline_model_parallel_size")
+    stage_layers = None
+    layout = model_s.get("pipeline_model_parallel_layout")
+    if isinstance(layout, str) and layout:
+        from memtune.megatron_args import parse_pipeline_layout
+
+        stage_layers, vpp = parse_pipeline_layout(layout, pp)
+    run = RunSpec(
+        world_size=int(world_size),
+        tp=tp,
+        pp=pp,
+        vpp=_int_field({"v": vpp}, "v", "model.virtual_pipeline_model_parallel_size"),
+        cp=cp,
+        ep=_int_field(model_s, "expert_model_parallel_size", "model", 1),
+        etp=_int_field(model_s, "expert_tensor_parallel_size", "model"),
+        mbs=_int_field(train, "micro_batch_size", "train", 1),
+        gbs=_int_field(train, "global_batch_size", "train"),
+        seq_length=_int_field({"s": seq}, "s", "seq_length"),
+        sequence_parallel=bool(model_s.get("sequence_parallel", False)),
+        params_dtype=params_dtype,
+        fp8=fp8,
+        fp8_param_gather=bool(mp.get("fp8_param_gather") or model_s.get("fp8_param_gather") or ddp.get("fp8_param_gather")),
+        grad_reduce_in_fp32=grad_fp32,
+        optimizer=str(optim.get("optimizer", "adam")),
+        use_distributed_optimizer=bool(ddp.get("use_distributed_optimizer", optim.get("use_distributed_optimizer", False))),
+        num_distributed_optimizer_instances=int(ddp.get("num_distributed_optimizer_instances", 1) or 1),
+        use_precision_aware_optimizer=bool(optim.get("use_precision_aware_optimizer", False)),
+        main_params_dtype=normalize_dtype(optim.get("main_params_dtype", "fp32")),
+        exp_avg_dtype=normalize_dtype(optim.get("exp_avg_dtype", "fp32")),
+        exp_avg_sq_dtype=normalize_dtype(optim.get("exp_avg_sq_dtype", "fp32")),
+        optimizer_cpu_offload=bool(optim.get("optimizer_cpu_offload", False)),
+        optimizer_offload_fraction=float(optim.get("optimizer_offload_fraction", 1.0) or 0.0),
+        use_megatron_fsdp=bool(ddp.get("use_megatron_fsdp", False)),
+        data_parallel_sharding_strategy=str(ddp.get("data_parallel_sharding_strategy", "optim_grads_params")),
+        overlap_grad_reduce=bool(ddp.get("overlap_grad_reduce", False)),
+        overlap_param_gather=bool(ddp.get("overlap_param_gather", False)),
+        recompute_granularity=model_s.get("recompute_granularity"),
+        recompute_method=model_s.get("recompute_method"),
+        recompute_num_layers=model_s.get("recompute_num_layers"),
+        recompute_modules=_modules(model_s.get("recompute_modules")) or ("core_attn",),
+        attention_backend=str(model_s.get("attention_backend", "auto")).split(".")[-1],
+        attention_dropout=float(model_s.get("attention_dropout", 0.0) or 0.0),
+        hidden_dropout=float(model_s.get("hidden_dropout", 0.0) or 0.0),
+        cross_entropy_loss_fusion=bool(model_s.get("cross_entropy_loss_fusion", False)),
+        moe_token_dispatcher_type=str(model_s.get("moe_token_dispatcher_type", "alltoall")),
+        moe_expert_capacity_factor=model_s.get("moe_expert_capacity_factor"),
+        cpu_offloading=bool(model_s.get("cpu_offloading", False)),
+        cpu_offloading_num_layers=int(model_s.get("cpu_offloading_num_layers", 0) or 0),
+        cpu_offloading_activations=bool(model_s.get("cpu_offloading_activations", True)),
+        cpu_offloading_weights=bool(model_s.get("cpu_offloading_weights", False)),
+        num_layers_in_first_pipeline_stage=model_s.get("num_layers_in_first_pipeline_stage"),
+        num_layers_in_last_pipeline_stage=model_s.get("num_layers_in_last_pipeline_stage"),
+        account_for_embedding_in_pipeline_split=bool(model_s.get("account_for_embedding_in_pipeline_split", False)),
+        account_for_loss_in_pipeline_split=bool(model_s.get("account_for_loss_in_pipeline_split", False)),
+        stage_layers=stage_layers,
+        microbatch_group_size_per_vp_stage=model_s.get("microbatch_group_size_per_vp_stage"),
+        peft=peft_kind,
+        lora_dim=lora_dim,
+        lora_target_modules=targets,
+        sequence_parallel_input_regather=regather,
+        cuda_graph_scope=cuda_graph,
+        use_nccl_ub=bool(ddp.get("nccl_ub", False)),
+    )
+    return model, run, assumptions
+

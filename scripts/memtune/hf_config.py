@@ -1,0 +1,128 @@
+"""Hugging Face ``config.json`` -> ModelSpec, for Llama, Mistral, Qwen2/3, Qwen2/3-MoE,
+Mixtral, gpt-oss, DeepSeek-V2/V3 and Nemotron field names.
+
+The architecture family (``model_type``) decides what the file does not say: Qwen2 has
+QKV biases, Qwen3 has QK-norm, gpt-oss has attention/expert/router biases and attention
+sinks, DeepSeek-V3 has a per-expert score-correction bias, Nemotron uses a plain
+squared-ReLU MLP with LayerNorm. Explicit hint fields (``attention_bias``, ``qk_norm``,
+``expert_bias``, ``router_bias``, ``mlp``, ``norm``) override the family defaults.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Mapping
+
+from memtune.cli import InputError
+from memtune.model_spec import ModelSpec
+
+REQUIRED = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")
+
+
+def _first(cfg: Mapping[str, Any], *names: str, default: Any = None) -> Any:
+    for name in names:
+        if cfg.get(name) is not None:
+            return cfg[name]
+    return default
+
+
+def model_from_hf(cfg: Mapping[str, Any], name: str | None = None) -> ModelSpec:
+    """Translate one HF config mapping (raises InputError naming missing fields)."""
+    if isinstance(cfg.get("text_config"), Mapping):  # multimodal wrappers keep the LM here
+        cfg = {**cfg["text_config"], "model_type": cfg["text_config"].get("model_type", cfg.get("model_type"))}
+    missing = [f for f in REQUIRED if cfg.get(f) is None]
+    if missing:
+        raise InputError(f"HF config is missing {', '.join(missing)}")
+    kind = str(cfg.get("model_type", "")).lower()
+    layers = int(cfg["num_hidden_layers"])
+    hidden = int(cfg["hidden_size"])
+    heads = int(cfg["num_attention_heads"])
+    experts = _first(cfg, "num_local_experts", "num_experts", "n_routed_experts")
+    experts = int(experts) if experts else None
+    ffn = _first(cfg, "intermediate_size")
+    moe_ffn = _first(cfg, "moe_intermediate_size")
+    if experts and moe_ffn is None:
+        moe_ffn = ffn  # Mixtral / gpt-oss: intermediate_size is the expert width
+    if ffn is None:
+        ffn = moe_ffn
+    if ffn is None:
+        raise InputError("HF config is missing intermediate_size (or moe_intermediate_size)")
+
+    mlp_hint = str(cfg.get("mlp", cfg.get("hidden_act", ""))).lower()
+    gated = not ("not gated" in mlp_hint or "relu2" in mlp_hint or "squared" in mlp_hint or kind == "nemotron")
+    if mlp_hint in ("gelu", "gelu_new", "gelu_pytorch_tanh") and kind in ("gpt2", "gpt_neox", "starcoder2"):
+        gated = False
+    norm_hint = str(cfg.get("norm", "")).lower()
+    layer_norm = "layernorm" in norm_hint or kind in ("nemotron", "gpt_neox", "starcoder2")
+
+    shared = None
+    if cfg.get("shared_expert_intermediate_size"):
+        shared = int(cfg["shared_expert_intermediate_size"])
+    elif cfg.get("n_shared_experts"):
+        shared = int(cfg["n_shared_experts"]) * int(moe_ffn or ffn)
+
+    pattern = None
+    if experts:
+        first_dense = int(cfg.get("first_k_dense_replace") or 0)
+        step = int(cfg.get("decoder_sparse_step") or cfg.get("moe_layer_freq") or 1)
+        only_mlp = set(cfg.get("mlp_only_layers") or ())
+        pattern = tuple(
+            0 if (i < first_dense or i in only_mlp or (i - first_dense) % step) else 1 for i in range(layers)
+        )
+        if all(pattern):
+            pattern = None
+
+    mla = cfg.get("kv_lora_rank") is not None
+    attention_bias = bool(cfg.get("attention_bias", False))
+    is_gpt_oss = kind == "gpt_oss"
+    return ModelSpec(
+        name=name or str(cfg.get("_name_or_path") or cfg.get("name") or kind or "hf-model"),
+        num_layers=layers,
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        num_query_groups=None if mla else _first(cfg, "num_key_value_heads", default=None),
+        kv_channels=None if mla else _first(cfg, "head_dim", default=None),
+        ffn_hidden_size=int(ffn),
+        vocab_size=int(cfg["vocab_size"]),
+        gated_linear_unit=gated,
+        activation="swiglu" if gated else "squared_relu",
+        normalization="LayerNorm" if layer_norm else "RMSNorm",
+        add_qkv_bias=attention_bias or kind in ("qwen2", "qwen2_moe") or bool(cfg.get("qkv_bias")),
+        add_attn_output_bias=attention_bias,
+        qk_layernorm=bool(cfg.get("qk_norm")) or kind in ("qwen3", "qwen3_moe", "olmo2"),
+        softmax_sinks=is_gpt_oss or bool(cfg.get("attention_sinks_per_head")),
+        untie_embeddings_and_output_weights=not bool(cfg.get("tie_word_embeddings", False)),
+        position_embedding_type="rope",
+        max_position_embeddings=int(cfg.get("max_position_embeddings") or 4096),
+        num_moe_experts=experts,
+        moe_router_topk=int(_first(cfg, "num_experts_per_tok", "num_experts_per_token", default=2)),
+        moe_ffn_hidden_size=int(moe_ffn) if experts and moe_ffn else None,
+        moe_shared_expert_intermediate_size=shared,
+        moe_shared_expert_gate=kind == "qwen2_moe" and bool(shared),
+        moe_layer_pattern=pattern,
+        moe_router_bias=is_gpt_oss or bool(cfg.get("router_bias")),
+        moe_router_enable_expert_bias=(
+            bool(cfg.get("router_score_correction_bias")) or cfg.get("topk_method") == "noaux_tc"
+        ),
+        moe_expert_bias=is_gpt_oss or bool(cfg.get("expert_bias")),
+        multi_latent_attention=mla,
+        q_lora_rank=cfg.get("q_lora_rank"),
+        kv_lora_rank=int(cfg.get("kv_lora_rank") or 512),
+        qk_head_dim=int(cfg.get("qk_nope_head_dim") or 128),
+        qk_pos_emb_head_dim=int(cfg.get("qk_rope_head_dim") or 64),
+        v_head_dim=int(cfg.get("v_head_dim") or 128),
+        mtp_num_layers=int(cfg.get("num_nextn_predict_layers") or 0),
+    )
+
+
+def load_hf_config(path: str | Path) -> ModelSpec:
+    """Read a config.json file (InputError on bad JSON or missing fields)."""
+    p = Path(path)
+    try:
+        cfg = json.loads(p.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{p}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(cfg, Mapping):
+        raise InputError(f"{p}: expected a JSON object (a Hugging Face config.json)")
+    return model_from_hf(cfg, name=p.parent.name or None)

@@ -1,0 +1,49 @@
+"""Megatron Bridge ConfigContainer YAML (real field names) -> specs."""
+
+from __future__ import annotations
+
+import pytest
+
+from memtune.bridge_config import load_bridge_yaml, specs_from_bridge
+from memtune.cli import InputError
+from memtune.overrides import apply_overrides
+from memtune.paths import DATA_DIR
+from memtune.presets import load_preset
+
+EXAMPLE = DATA_DIR / "examples" / "llama3-70b-sft-32gpu.yaml"
+
+
+def test_example_config_maps_every_section():
+    cfg = load_bridge_yaml(EXAMPLE)
+    cfg.pop("_memtune")
+    model, run, _ = specs_from_bridge(cfg, world_size=32, base=load_preset("llama3-70b"))
+    assert (run.tp, run.pp, run.vpp, run.cp, run.dp) == (4, 4, 5, 1, 2)
+    assert run.sequence_parallel and run.use_distributed_optimizer and not run.grad_reduce_in_fp32
+    assert run.recompute_granularity == "selective" and run.recompute_modules == ("core_attn",)
+    assert run.fp8 == "tensorwise" and run.cuda_graph_scope == ("mlp",)
+    assert run.mbs == 1 and run.gbs == 32 and run.seq_length == 4096 and model.num_layers == 80
+
+
+def test_overrides_change_the_run():
+    cfg = apply_overrides(load_bridge_yaml(EXAMPLE), ["model.pipeline_model_parallel_size=8",
+                                                      "+peft.dim=16", "++peft.sequence_parallel_input_regather=true"])
+    cfg.pop("_memtune")
+    _, run, _ = specs_from_bridge(cfg, world_size=32, base=load_preset("llama3-70b"))
+    assert run.pp == 8 and run.dp == 1 and run.peft == "lora" and run.lora_dim == 16
+    assert run.sequence_parallel_input_regather
+
+
+def test_missing_model_fields_named():
+    with pytest.raises(InputError, match="model.num_layers, model.hidden_size"):
+        specs_from_bridge({"model": {"num_attention_heads": 8, "vocab_size": 100}})
+
+
+def test_bad_types_and_yaml(tmp_path):
+    with pytest.raises(InputError, match="train.micro_batch_size"):
+        specs_from_bridge({"train": {"micro_batch_size": "two"}}, base=load_preset("llama3-8b"))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: {tensor_model_parallel_size: [\n")
+    with pytest.raises(InputError, match="not valid YAML"):
+        load_bridge_yaml(bad)
+    with pytest.raises(InputError, match="mixed_precision 'bf17'"):
+        specs_from_bridge({"mixed_precision": "bf17"}, base=load_preset("llama3-8b"))

@@ -1,0 +1,161 @@
+"""The estimator models the run as configured; it meets the accuracy bar on measured runs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from memtune.cli import InputError
+from memtune.estimator import (estimate, in_flight_layer_microbatches, layer_activations,
+                               regather_saving_bytes)
+from memtune.presets import load_preset
+from memtune.run_spec import RunSpec, violations
+
+ROOT = Path(__file__).resolve().parent.parent
+LLAMA70 = load_preset("llama3-70b")
+QWEN8 = load_preset("qwen3-8b")
+BASE = RunSpec(world_size=32, tp=4, pp=4, vpp=5, mbs=1, gbs=32, seq_length=4096, sequence_parallel=True,
+               recompute_granularity="selective", use_distributed_optimizer=True)
+
+
+def acts(run, model=LLAMA70):
+    return estimate(model, run).stages[0].activations
+
+
+def test_stages_first_to_last_and_json_contract():
+    doc = estimate(LLAMA70, BASE).to_json()
+    assert [s["stage"] for s in doc["stages"]] == [0, 1, 2, 3]
+    assert doc["peak_bytes"] == max(s["total_bytes"] for s in doc["stages"])
+    assert doc["stages"][doc["peak_stage"]]["total_bytes"] == doc["peak_bytes"]
+    assert set(doc["parameters"]) == {"total", "per_gpu_max"}
+    comps = doc["stages"][0]["components"]
+    assert {"weights", "gradients", "optimizer", "activations", "overhead"} <= set(comps)
+    # total = tensors + the separately labelled overhead; allocated excludes the overhead
+    s = doc["stages"][0]
+    assert s["total_bytes"] == s["allocated_bytes"] + comps["overhead"]
+    assert json.loads(json.dumps(doc)) == doc
+
+
+def test_sequence_parallel_and_recompute_reduce_activations():
+    assert acts(BASE.with_(sequence_parallel=False)) > acts(BASE)
+    assert acts(BASE.with_(recompute_modules=("core_attn", "mlp"))) < acts(BASE)
+    assert acts(BASE.with_(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)) < acts(
+        BASE.with_(recompute_modules=("core_attn", "mlp")))
+    block_all = BASE.with_(recompute_granularity="full", recompute_method="block", recompute_num_layers=4)
+    block_two = block_all.with_(recompute_num_layers=2)
+    assert acts(block_all) < acts(block_two) < acts(BASE)
+
+
+def test_unfused_attention_keeps_score_matrix_unless_recomputed():
+    run = BASE.with_(attention_backend="unfused", recompute_granularity=None)
+    per_layer = layer_activations(LLAMA70, run, False).stored
+    flash = layer_activations(LLAMA70, run.with_(attention_backend="flash"), False).stored
+    scores = 1 * (64 / 4) * 4096 * 4096 * 2  # b * a/t * s * s * bf16
+    assert per_layer - flash == pytest.approx(scores, rel=0.01)
+    assert layer_activations(LLAMA70, run.with_(recompute_granularity="selective"), False).stored < flash + 1e6
+
+
+def test_in_flight_microbatches_1f1b_interleaved_and_short_steps():
+    run = BASE.with_(vpp=None)
+    assert [in_flight_layer_microbatches(run, s, 20) / 20 for s in range(4)] == [4, 3, 2, 1]
+    short = run.with_(gbs=4)  # 2 micro-batches per DP rank, fewer than PP
+    assert in_flight_layer_microbatches(short, 0, 20) / 20 == 2
+    # interleaved first stage: Megatron's 1 + (p-1)/(p*v) penalty, times p
+    assert in_flight_layer_microbatches(BASE, 0, 20) / 20 == pytest.approx(4 * (1 + 3 / 20))
+
+
+def test_distributed_optimizer_shards_over_dp_times_cp():
+    one = estimate(LLAMA70, BASE.with_(world_size=16, gbs=16)).stages[1]
+    two = estimate(LLAMA70, BASE).stages[1]
+    assert one.optimizer == pytest.approx(2 * two.optimizer, rel=1e-6)
+    cp2 = estimate(LLAMA70, BASE.with_(world_size=64, cp=2)).stages[1]
+    assert cp2.optimizer == pytest.approx(two.optimizer / 2, rel=1e-6)
+    plain = estimate(LLAMA70, BASE.with_(use_distributed_optimizer=False)).stages[1]
+    assert plain.optimizer == pytest.approx(2 * two.optimizer, rel=1e-6)
+
+
+def test_experts_shard_over_expert_parallel_and_expert_dp():
+    ds = load_preset("deepseek-v3")
+    run = RunSpec(world_size=1024, tp=2, pp=16, ep=64, etp=1, mbs=1, gbs=4096, seq_length=4096,
+                  sequence_parallel=True, use_distributed_optimizer=True, recompute_granularity="full",
+                  num_layers_in_first_pipeline_stage=1)
+    e = estimate(ds, run)
+    assert e.parameters_per_gpu_max < 0.02 * e.parameters_total
+    assert e.peak_bytes < estimate(ds, run.with_(ep=32)).peak_bytes
+
+
+def test_lora_freezes_base_and_regather_saves_gathered_inputs():
+    run = RunSpec(world_size=2, tp=2, seq_length=8192, sequence_parallel=True, peft="lora",
+                  use_distributed_optimizer=True)
+    base = estimate(QWEN8, run).stages[0]
+    full = estimate(QWEN8, run.with_(peft=None)).stages[0]
+    assert base.gradients < 0.01 * full.gradients and base.optimizer < 0.01 * full.optimizer
+    saving = regather_saving_bytes(QWEN8, run)
+    # linear_qkv + linear_fc1 of 36 stored layers (+1 backward working layer): gathered
+    # sequence minus the local shard, bf16
+    per_layer = 2 * 2 * 8192 * 4096 * (1 - 1 / 2)
+    assert saving == pytest.approx(37 * per_layer, rel=1e-6)
+    with_regather = estimate(QWEN8, run.with_(sequence_parallel_input_regather=True)).stages[0]
+    assert base.activations - with_regather.activations == saving
+    assert regather_saving_bytes(QWEN8, run.with_(tp=1, world_size=1)) == 0  # TP=1: no effect
+
+
+def test_fewer_bytes_with_bf16_grads_and_fp8_param_gather():
+    fp32 = estimate(LLAMA70, BASE.with_(grad_reduce_in_fp32=True)).stages[1].gradients
+    bf16 = estimate(LLAMA70, BASE.with_(grad_reduce_in_fp32=False)).stages[1].gradients
+    assert fp32 == pytest.approx(2 * bf16, rel=1e-6)
+    fp8w = estimate(LLAMA70, BASE.with_(fp8="tensorwise", fp8_param_gather=True)).stages[1].weights
+    bf16w = estimate(LLAMA70, BASE).stages[1].weights
+    assert fp8w < bf16w
+
+
+def test_impossible_parallelism_is_named():
+    assert "not divisible by TP x PP x CP" in violations(LLAMA70, BASE.with_(world_size=30))[0]
+    assert "does not divide num_moe_experts" in violations(load_preset("mixtral-8x7b"), BASE.with_(vpp=None, ep=3, world_size=96))[0]
+    assert "virtual_pipeline_model_parallel_size 3" in violations(LLAMA70, BASE.with_(vpp=3))[0]
+    assert "must be a positive integer" in violations(LLAMA70, BASE.with_(mbs=0))[0]
+    with pytest.raises(InputError):
+        estimate(LLAMA70, BASE.with_(tp=0))
+
+
+def test_accuracy_bar_on_measured_runs():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import estimator_accuracy
+
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "estimator_accuracy.py"), "--json"],
+                         capture_output=True, text=True, check=True)
+    result = json.loads(out.stdout)
+    ours, ref = result["ours"], result["reference"]
+    assert ours["coverage"] == 1.0
+    assert ours["median_abs_err"] <= 0.10 and ours["p90_abs_err"] <= 0.25
+    assert ours["median_abs_err"] < ref["median_abs_err"] and ours["p90_abs_err"] < ref["p90_abs_err"]
+    assert estimator_accuracy.DATA.is_dir()
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "estimate_memory.py"), *args],
+                          capture_output=True, text=True)
+
+
+def test_cli_example_text_and_json():
+    text = run_cli("--example")
+    assert text.returncode == 0 and "most-loaded stage" in text.stdout and "Verdict" in text.stdout
+    doc = json.loads(run_cli("--example", "--json").stdout)
+    assert doc["peak_stage"] in range(4) and len(doc["stages"]) == 4
+
+
+@pytest.mark.parametrize("args,needle", [
+    (("--preset", "nope"), "known presets"),
+    (("--preset", "llama3-8b", "--gpus", "6", "--tp", "4"), "not divisible"),
+    (("--example", "model.tensor_model_parallel_size=-2"), "positive integer"),
+    (("--example", "--gpu-memory", "lots"), "--gpu-memory"),
+    (("--preset", "llama3-8b", "--tp", "-1"), "positive integer"),
+])
+def test_cli_bad_input_is_one_line_exit_2(args, needle):
+    res = run_cli(*args)
+    assert res.returncode == 2 and needle in res.stderr
+    assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr

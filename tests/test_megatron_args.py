@@ -1,0 +1,82 @@
+"""Megatron-LM flags from launch text or a flag mapping."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from memtune.cli import InputError
+from memtune.megatron_args import (load_megatron_args, parse_launch_text, parse_layer_pattern,
+                                   parse_pipeline_layout, specs_from_megatron_args)
+
+LAUNCH = r"""#!/bin/bash
+#SBATCH --nodes=4
+export CUDA_DEVICE_MAX_CONNECTIONS=1
+torchrun --nproc-per-node 8 pretrain_gpt.py \
+    --num-layers 32 --hidden-size 4096 \
+    --num-attention-heads 32 --group-query-attention --num-query-groups 8 \
+    --swiglu --untie-embeddings-and-output-weights \
+    --tensor-model-parallel-size=2 --pipeline-model-parallel-size 2 \
+    --recompute-granularity selective --recompute-modules core_attn mlp \
+    --micro-batch-size 1 --global-batch-size 64 --seq-length 8192 \
+    --vocab-size 128256 --tokenizer-type HuggingFaceTokenizer \
+    --bf16 --use-distributed-optimizer --sequence-parallel  # comment
+"""
+
+
+def test_launch_text_with_continuations():
+    flags = parse_launch_text(LAUNCH)
+    assert flags["--num-layers"] == 32
+    assert flags["--tensor-model-parallel-size"] == 2
+    assert flags["--recompute-modules"] == ["core_attn", "mlp"]
+    assert flags["--swiglu"] is True
+
+
+def test_specs_from_launch_text():
+    model, run, _ = specs_from_megatron_args(parse_launch_text(LAUNCH), world_size=32)
+    assert model.query_groups == 8 and model.gated_linear_unit and model.ffn == 10880  # Megatron: int(8h/3 / 64) * 64
+    assert run.tp == 2 and run.pp == 2 and run.dp == 8 and run.num_microbatches == 8
+    assert run.recompute_modules == ("core_attn", "mlp") and run.grad_reduce_in_fp32
+
+
+def test_mapping_file_and_model_config_yaml(tmp_path):
+    p = tmp_path / "model_config.yaml"
+    p.write_text("MODEL_ARGS:\n  --num-layers: 12\n  --hidden-size: 512\n  --num-attention-heads: 8\n"
+                 "  --seq-length: 1024\n  --micro-batch-size: 4\n")
+    model, run, notes = specs_from_megatron_args(load_megatron_args(p), world_size=8)
+    assert model.vocab_size == 50257 and any("GPT-2" in n for n in notes)
+    assert model.add_bias_linear and model.normalization == "LayerNorm" and not model.untie_embeddings_and_output_weights
+    assert run.hidden_dropout == 0.1
+    j = tmp_path / "args.json"
+    j.write_text(json.dumps({"--num-layers": 2, "--hidden-size": 64, "--num-attention-heads": 4}))
+    assert load_megatron_args(j)["--num-layers"] == 2
+
+
+def test_moe_layer_freq_patterns():
+    assert parse_layer_pattern("([0]*3+[1]*2)", 5) == (0, 0, 0, 1, 1)
+    assert parse_layer_pattern(2, 4) == (1, 0, 1, 0)
+    with pytest.raises(InputError, match="5 entries"):
+        parse_layer_pattern("([0]*3+[1]*2)", 6)
+
+
+def test_pipeline_layout():
+    assert parse_pipeline_layout("Et*3|(tt|)*6L", 2) == ((9, 6), 4)
+
+
+def test_missing_core_flags_named():
+    with pytest.raises(InputError, match="--hidden-size, --num-attention-heads"):
+        specs_from_megatron_args({"--num-layers": 2})
+
+
+def test_unparsable_inputs(tmp_path):
+    bad = tmp_path / "x.yaml"
+    bad.write_text("a: [unclosed\n")
+    with pytest.raises(InputError, match="not valid YAML"):
+        load_megatron_args(bad)
+    empty = tmp_path / "launch.sh"
+    empty.write_text("echo hello\n")
+    with pytest.raises(InputError, match="no --flags"):
+        load_megatron_args(empty)
+    with pytest.raises(InputError, match="expected an integer"):
+        specs_from_megatron_args({"--num-layers": "many", "--hidden-size": 64, "--num-attention-heads": 4})

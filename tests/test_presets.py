@@ -1,0 +1,34 @@
+"""Presets are data files with public facts; each loads and has the published size."""
+
+from __future__ import annotations
+
+import pytest
+
+from memtune.cli import InputError
+from memtune.model_spec import count_parameters
+from memtune.presets import load_preset, preset_names, preset_source
+
+REQUIRED = ["llama3-8b", "llama3-70b", "llama3.1-405b", "qwen3-8b", "qwen3-30b-a3b", "mixtral-8x7b",
+            "gpt-oss-20b", "gpt-oss-120b", "deepseek-v3", "nemotron-4-340b"]
+
+# Published total sizes (billions) from the model cards / papers; MTP excluded for DeepSeek-V3.
+PUBLISHED = {"llama3-8b": 8.03, "llama3-70b": 70.55, "llama3.1-405b": 405.85, "qwen3-8b": 8.19,
+             "qwen3-30b-a3b": 30.53, "mixtral-8x7b": 46.70, "gpt-oss-20b": 20.91, "gpt-oss-120b": 116.83,
+             "deepseek-v3": 671.03, "nemotron-4-340b": 341.03}
+
+
+def test_required_presets_exist():
+    assert set(REQUIRED) <= set(preset_names())
+
+
+@pytest.mark.parametrize("name", REQUIRED)
+def test_preset_size_matches_publication(name):
+    m = load_preset(name)
+    total = count_parameters(m, include_mtp=False).total / 1e9
+    assert total == pytest.approx(PUBLISHED[name], abs=0.01)
+    assert preset_source(name).startswith("https://")
+
+
+def test_unknown_preset_lists_known_ones():
+    with pytest.raises(InputError, match="unknown preset 'llama9'.*llama3-8b"):
+        load_preset("llama9")
