@@ -51,7 +51,6 @@ BRIDGE_SHORTCUTS: Mapping[str, str] = {
     "-gb": "train.global_batch_size",
     "--global_batch_size": "train.global_batch_size",
 }
-_OVERRIDE = re.compile(r"^(\+\+|\+|~)?([A-Za-z_][\w\-]*(?:\.[\w\-]+|\[\d+\])*)(?:=(.*))?$", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -779,24 +778,32 @@ def _is_option(text: str) -> bool:
 
 
 def is_override(text: str) -> bool:
-    if text.startswith("-"):
-        return False
-    match = _OVERRIDE.match(text)
-    if not match:
-        return False
-    prefix, _key, value = match.groups()
-    return value is not None or prefix == "~"
+    """A Hydra override word (``key=value``, ``+key=``, ``++key=``, ``~key``)? Shared rule: memtune.overrides."""
+    from memtune import overrides
+
+    return overrides.is_override(text)
+
+
+_OPS = {"set": "", "add": "+", "force": "++", "delete": "~"}
 
 
 def parse_override(text: str, line: int = 0) -> Override | None:
-    """``model.tensor_model_parallel_size=4`` / ``+peft=lora`` / ``~model.x`` -> Override."""
-    match = _OVERRIDE.match(text.strip())
-    if not match:
+    """``model.tensor_model_parallel_size=4`` / ``+peft=lora`` / ``~model.x`` -> Override, else None.
+
+    Parsing is memtune.overrides' (Hydra's grammar); this adds the source line and keeps
+    the value as written, so a finding can quote it.
+    """
+    from memtune import overrides
+    from memtune.cli import InputError
+
+    if not overrides.is_override(text.strip()):
         return None
-    prefix, key, value = match.groups()
-    if value is None and prefix != "~":
+    try:
+        parsed = overrides.parse_override(text)
+    except InputError:
         return None
-    return Override(key, value, line, prefix or "", text)
+    value = text.strip().partition("=")[2] if parsed.has_value else None
+    return Override(".".join(parsed.path), value, line, _OPS[parsed.op], text)
 
 
 def iter_words(script: LaunchScript) -> Iterator[Word]:

@@ -102,57 +102,13 @@ def switches() -> frozenset[str]:
 
 # ------------------------------------------------------------------ value parsing
 
-_INT = re.compile(r"^[+-]?\d+$")
-_FLOAT = re.compile(r"^[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?$")
 
 
 def hydra_value(text: str | None) -> Any:
-    """Hydra override value -> Python: null, booleans, numbers, [lists], quoted strings."""
-    if text is None:
-        return None
-    raw = text.strip()
-    if raw == "":
-        return ""
-    if len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "'\"":
-        return raw[1:-1]
-    low = raw.lower()
-    if low in ("null", "none", "~"):
-        return None
-    if low == "true":
-        return True
-    if low == "false":
-        return False
-    if _INT.match(raw):
-        return int(raw)
-    if _FLOAT.match(raw):
-        return float(raw)
-    if raw.startswith("[") and raw.endswith("]"):
-        inner = raw[1:-1].strip()
-        return [hydra_value(part) for part in _split_top(inner)] if inner else []
-    return raw
+    """Hydra override value -> Python (YAML scalars / flow lists), via memtune.overrides."""
+    from memtune.overrides import parse_value
 
-
-def _split_top(text: str) -> list[str]:
-    parts, depth, buf, quote = [], 0, [], ""
-    for ch in text:
-        if quote:
-            buf.append(ch)
-            if ch == quote:
-                quote = ""
-            continue
-        if ch in "'\"":
-            quote = ch
-        elif ch in "[{(":
-            depth += 1
-        elif ch in "]})":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            parts.append("".join(buf))
-            buf = []
-            continue
-        buf.append(ch)
-    parts.append("".join(buf))
-    return [p.strip() for p in parts]
+    return None if text is None else parse_value(text)
 
 
 def coerce(value: Any, kind: str) -> tuple[Any, bool]:
@@ -181,8 +137,9 @@ def coerce(value: Any, kind: str) -> tuple[Any, bool]:
             text = str(value).strip()
             if text.startswith("["):
                 parsed = hydra_value(text)
-                return [str(v) for v in parsed] if isinstance(parsed, list) else [text], True
-            return [part for part in re.split(r"[\s,]+", text) if part], True
+                if isinstance(parsed, list):
+                    return [str(v) for v in parsed], True
+            return [part for part in re.split(r"[\s,\[\]]+", text) if part], True
         return (value if not isinstance(value, str) else value.strip()), True
     except (TypeError, ValueError):
         return value, False

@@ -182,19 +182,15 @@ def _model(view, preset):
             model = None
         else:
             return model, list(used)
-    fields = {}
-    from memtune.model_spec import model_field_names, model_from_mapping
+    section = {key[6:]: value for key, (value, _s, _t) in view.flat.items()
+               if key.startswith("model.") and key.count(".") == 1}
+    if all(section.get(k) is not None for k in ("num_layers", "hidden_size", "num_attention_heads")):
+        from memtune.bridge_config import model_from_bridge
 
-    known = set(model_field_names())
-    for key, (value, _s, _t) in view.flat.items():
-        if key.startswith("model.") and key.count(".") == 1 and key[6:] in known and value is not None:
-            fields[key[6:]] = value
-    if all(k in fields for k in ("num_layers", "hidden_size", "num_attention_heads")):
-        fields.setdefault("vocab_size", 32000)
-        try:
-            return model_from_mapping(fields, name=str(view.config_path or "config")), assumptions
-        except (ValueError, TypeError) as exc:
-            raise InputError(f"model section of {view.config_path}: {exc}") from None
+        if section.get("vocab_size") is None and section.get("padded_vocab_size") is None:
+            section["vocab_size"] = 32000
+            assumptions.append("vocab_size 32000 (not in the config; it does not change the re-gather saving)")
+        return model_from_bridge(section), assumptions
     return None, assumptions
 
 
