@@ -145,6 +145,22 @@ def test_regather_config_on_random_scripts(capsys, text: str, extra: list[str]) 
         assert len(err.strip().splitlines()) == 1
 
 
+@fast
+@given(st.one_of(st.text(max_size=200), st.lists(st.sampled_from(
+    ["cfg.peft = ", "LoRA(", "DoRA(", ")", "dim=", "8", "alpha=x", ",", "\n", "cfg.model.tensor_model_parallel_size = 2\n",
+     "target_modules=['linear_qkv']", "(", "[", "\x00", "def f(:", "    ", "**kw", "sequence_parallel_input_regather=True"]),
+    max_size=30).map("".join)))
+def test_regather_config_on_random_recipes(capsys, text: str) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "recipe.py")
+        with open(path, "w", encoding="utf-8", errors="surrogatepass") as handle:
+            handle.write(text)
+        code, err = run_main(regather_config.main, ["--recipe", path, "--json"], capsys)
+    assert code in (0, 2)
+    if code == 2:
+        assert len(err.strip().splitlines()) == 1
+
+
 def test_invalid_yaml_is_exit_2_with_line(capsys, tmp_path) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text("model:\n  num_layers: [1, 2\n")

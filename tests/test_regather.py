@@ -140,3 +140,32 @@ def test_cli_bad_input_exit_2() -> None:
     assert result.returncode == 2 and "Traceback" not in result.stderr
     result = run_cli("--tp", "0")
     assert result.returncode == 2 and "--tp" in result.stderr
+
+
+def test_recipe_call_found_and_kept_verbatim() -> None:
+    calls = regather.find_lora_calls(str(DATA / "qwen3_8b_lora_recipe.py"))
+    assert len(calls) == 1 and calls[0].target == "cfg.peft" and calls[0].line == 9
+    snippet = regather.recipe_call_snippet(calls[0])
+    assert "dim=RANK," in snippet and "dropout=0.05," in snippet  # expressions kept as written
+    assert snippet.strip().endswith("sequence_parallel_input_regather=True,\n)".strip())
+    settings = {key: value for key, value, _ in regather.find_recipe_settings(str(DATA / "qwen3_8b_lora_recipe.py"))}
+    assert settings == {"model.tensor_model_parallel_size": 2, "model.sequence_parallel": True}
+
+
+def test_cli_recipe_form_reads_tp_and_sp_from_the_recipe() -> None:
+    result = run_cli("--recipe", str(DATA / "qwen3_8b_lora_recipe.py"), "--preset", "qwen3-8b", "--seq-length", "8192", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["eligible"] and report["change"]["form"] == "python"
+    assert "cfg.peft = LoRA(" in report["change"]["text"] and "alpha=32," in report["change"]["text"]
+    assert report["saving_bytes_per_gpu"] == qwen3_8b_saving(1)
+
+
+def test_cli_recipe_without_lora_is_exit_2(tmp_path: Path) -> None:
+    recipe = tmp_path / "r.py"
+    recipe.write_text("cfg = make()\n")
+    result = run_cli("--recipe", str(recipe))
+    assert result.returncode == 2 and "no LoRA" in result.stderr
+    recipe.write_text("def broken(:\n")
+    result = run_cli("--recipe", str(recipe))
+    assert result.returncode == 2 and "not valid Python" in result.stderr

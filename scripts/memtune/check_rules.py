@@ -103,9 +103,14 @@ def es_effective(view: RunView, state: AllocState) -> bool:
     return False
 
 
-def es_possible(state: AllocState) -> bool:
-    """Could expandable segments be on at all (for hazards: be pessimistic)?"""
-    return state.enables_es("cuda") or state.enables_es("generic")
+def es_possible(state: AllocState, version: tuple[int, ...] | None = None) -> bool:
+    """Could expandable segments be on at all (for hazards: be pessimistic)?
+
+    PYTORCH_ALLOC_CONF counts unless the release is known to predate it (< 2.9).
+    """
+    if state.enables_es("cuda"):
+        return True
+    return state.enables_es("generic") and ac.alloc_conf_primary(version) is not False
 
 
 def cuda_graphs(view: RunView) -> tuple[bool, str, str]:
@@ -199,7 +204,13 @@ def expandable_segments_missing(view: RunView) -> Iterable[Finding]:
         detail = f"it is {state.cuda.value!r} ({state.cuda.source})"
         source = state.cuda.source
     suggested = _with_es(current)
-    yield make("MT001", source, detail=detail, suggested=suggested)
+    if state.cuda is not None and state.cuda.line:
+        where_hint = f"replace line {state.cuda.line} of {state.cuda.file}"
+    elif view.command is not None:
+        where_hint = f"add above line {view.command.line} (the training command)"
+    else:
+        where_hint = "in the job environment, before the training command starts"
+    yield make("MT001", source, detail=detail, suggested=suggested, where_hint=where_hint)
 
 
 def _with_es(current: str) -> str:
@@ -218,7 +229,7 @@ def es_with_nccl_ub(view: RunView) -> Iterable[Finding]:
     if view.get("nccl_ub") is not True:
         return
     state = alloc_state(view)
-    if not es_possible(state):
+    if not es_possible(state, view.torch_version):
         return
     yield make("MT002", state.es_source, es_source=state.es_source, ub_source=f"{view.text('nccl_ub')} at {view.where('nccl_ub')}",
                ub_off=change_text(view, "nccl_ub", "false"))
@@ -230,7 +241,7 @@ def es_cuda_graph_without_register(view: RunView) -> Iterable[Finding]:
     if not on:
         return
     state = alloc_state(view)
-    if not es_possible(state):
+    if not es_possible(state, view.torch_version):
         return
     register = view.env.get("NCCL_GRAPH_REGISTER")
     if register is not None and register.value.strip() == "0":

@@ -208,23 +208,14 @@ class _Lexer:
                     break
 
     def _read_braced(self, start: int) -> int:
-        """Index just after the ``}`` matching the ``${`` at ``start``."""
-        depth, j = 0, start
-        while j < self.n:
-            ch = self.s[j]
-            if ch == "{":
-                depth += 1
-            elif ch == "}":
-                depth -= 1
-                if depth == 0:
-                    return j + 1
-            elif ch == "\n":
-                self.line += 1
-            j += 1
-        return self.n
+        """Index just after the ``}`` matching the ``${`` whose ``{`` is at ``start``."""
+        return self._matching(start, "{", "}", quotes=False)
 
     def _read_parens(self, open_idx: int) -> int:
         """Index just after the ``)`` matching the ``(`` at ``open_idx`` (quotes respected)."""
+        return self._matching(open_idx, "(", ")", quotes=True)
+
+    def _matching(self, open_idx: int, opener: str, closer: str, quotes: bool) -> int:
         depth, j = 0, open_idx
         quote = ""
         while j < self.n:
@@ -236,11 +227,11 @@ class _Lexer:
                     j += 1
                 elif ch == quote:
                     quote = ""
-            elif ch in "'\"":
+            elif quotes and ch in "'\"":
                 quote = ch
-            elif ch == "(":
+            elif ch == opener:
                 depth += 1
-            elif ch == ")":
+            elif ch == closer:
                 depth -= 1
                 if depth == 0:
                     return j + 1
@@ -400,7 +391,7 @@ class _Lexer:
                 continue
             if ch in ";&|()":
                 if ch == "(" and in_word and buf and buf[-1].endswith("="):  # arr=( ... )
-                    end = self._matching_paren(self.i)
+                    end = self._read_parens(self.i)
                     buf.append(s[self.i:end])
                     self.i = end
                     continue
@@ -453,9 +444,6 @@ class _Lexer:
         if words:
             return words, ""
         return None
-
-    def _matching_paren(self, start: int) -> int:
-        return self._read_parens(start)
 
     def _skip_redirect_target(self) -> None:
         s, n = self.s, self.n

@@ -124,6 +124,86 @@ def matches_target(targets: Sequence[str], module: str) -> bool:
     return any(fnmatch.fnmatch(module, t) or base_module(t) == module for t in targets)
 
 
+@dataclass(frozen=True)
+class RecipeCall:
+    """A ``LoRA(...)`` / ``DoRA(...)`` call found in a Python recipe."""
+
+    path: str
+    line: int
+    name: str
+    target: str  # what it is assigned to, e.g. "cfg.peft" ("" when not assigned)
+    kwargs: tuple[tuple[str, str], ...]  # keyword -> source text, in order
+
+
+def find_lora_calls(path: str) -> list[RecipeCall]:
+    """``LoRA(...)`` calls in a Python recipe, keyword values kept as written (never executed)."""
+    import ast
+
+    from memtune.cli import InputError
+
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        source = handle.read()
+    try:
+        tree = ast.parse(source, filename=path)
+    except SyntaxError as exc:
+        raise InputError(f"{path}:{exc.lineno}: not valid Python ({exc.msg}); give the recipe file that builds cfg.peft") from None
+    except (ValueError, RecursionError, MemoryError) as exc:
+        raise InputError(f"{path}: cannot be read as Python ({type(exc).__name__}); give the recipe file that builds cfg.peft") from None
+    targets: dict[int, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and node.targets:
+            targets[id(node.value)] = ast.get_source_segment(source, node.targets[0]) or ""
+    calls: list[RecipeCall] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+        if name not in ("LoRA", "DoRA", "CanonicalLoRA"):
+            continue
+        kwargs = tuple((kw.arg, ast.get_source_segment(source, kw.value) or "...") for kw in node.keywords if kw.arg)
+        calls.append(RecipeCall(path, node.lineno, name, targets.get(id(node), ""), kwargs))
+    return sorted(calls, key=lambda c: c.line)
+
+
+def find_recipe_settings(path: str) -> list[tuple[str, Any, int]]:
+    """``cfg.model.x = <literal>`` assignments in a recipe -> (``model.x``, value, line)."""
+    import ast
+
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        source = handle.read()
+    try:
+        tree = ast.parse(source, filename=path)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+    out: list[tuple[str, Any, int]] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Assign) or len(node.targets) != 1:
+            continue
+        target = ast.get_source_segment(source, node.targets[0]) or ""
+        parts = target.split(".")
+        if len(parts) < 3 or not all(p.isidentifier() for p in parts):
+            continue
+        try:
+            value = ast.literal_eval(node.value)
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            continue
+        out.append((".".join(parts[1:]), value, node.lineno))
+    return sorted(out, key=lambda item: item[2])
+
+
+def recipe_call_snippet(call: RecipeCall) -> str:
+    """The user's own call with ``sequence_parallel_input_regather=True`` added (or set)."""
+    lines = [f"# {call.path}:{call.line}", f"{call.target or 'cfg.peft'} = {call.name}("]
+    for key, text in call.kwargs:
+        if key == "sequence_parallel_input_regather":
+            continue
+        lines.append(f"    {key}={text},")
+    lines.append("    sequence_parallel_input_regather=True,")
+    lines.append(")")
+    return "\n".join(lines)
+
+
 def recipe_snippet(lora: dict[str, Any]) -> str:
     """Python for a Bridge recipe that keeps the user's LoRA settings and adds re-gather."""
     lines = ["from megatron.bridge.peft.lora import LoRA", "", "cfg.peft = LoRA("]

@@ -21,8 +21,21 @@ EPILOG = """\
 examples:
   python3 scripts/regather_config.py --preset qwen3-8b --tp 2 --seq-length 8192
   python3 scripts/regather_config.py --config lora_qwen3_8b.yaml --form python --json
+  python3 scripts/regather_config.py --recipe my_recipe.py --preset qwen3-8b --tp 2 --seq-length 8192
   python3 scripts/regather_config.py --script finetune.sh --lora-dim 16 --target-modules linear_qkv,linear_proj
 seed measurement (H100, SQuAD): Qwen3-8B TP2 seq 8192 saved 4.731 GB (47.545 -> 42.814 GB), -6.74% throughput"""
+
+
+# helper options -> the Bridge config path they override
+OPTION_PATHS = {
+    "tp": "model.tensor_model_parallel_size",
+    "pp": "model.pipeline_model_parallel_size",
+    "seq_length": "model.seq_length",
+    "mbs": "train.micro_batch_size",
+    "lora_dim": "peft.dim",
+    "lora_alpha": "peft.alpha",
+    "target_modules": "peft.target_modules",
+}
 
 
 def build_parser():
@@ -31,6 +44,7 @@ def build_parser():
     parser.add_argument("--script", action="append", default=[], metavar="FILE", help="bash / sbatch launch script")
     parser.add_argument("--config", action="append", default=[], metavar="FILE", help="Megatron Bridge YAML")
     parser.add_argument("--env-file", action="append", default=[], metavar="FILE", help="KEY=VALUE lines")
+    parser.add_argument("--recipe", metavar="FILE.py", help="Python recipe that builds cfg.peft = LoRA(...); its arguments are kept")
     parser.add_argument("--preset", metavar="NAME", help="model preset for the memory estimate (e.g. qwen3-8b)")
     parser.add_argument("--tp", type=int, help="tensor parallel size (overrides the config)")
     parser.add_argument("--pp", type=int, help="pipeline parallel size")
@@ -55,20 +69,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from memtune import run_view
 
     overrides = list(args.overrides)
-    if args.tp is not None:
-        overrides.append(f"model.tensor_model_parallel_size={args.tp}")
-    if args.pp is not None:
-        overrides.append(f"model.pipeline_model_parallel_size={args.pp}")
-    if args.seq_length is not None:
-        overrides.append(f"model.seq_length={args.seq_length}")
-    if args.mbs is not None:
-        overrides.append(f"train.micro_batch_size={args.mbs}")
-    if args.lora_dim is not None:
-        overrides.append(f"peft.dim={args.lora_dim}")
-    if args.lora_alpha is not None:
-        overrides.append(f"peft.alpha={args.lora_alpha}")
-    if args.target_modules:
-        overrides.append(f"peft.target_modules=[{args.target_modules}]")
+    for option, path in OPTION_PATHS.items():
+        value = getattr(args, option)
+        if value is not None:
+            overrides.append(f"{path}=[{value}]" if option == "target_modules" else f"{path}={value}")
     view = run_view.build(run_view.Inputs(env_files=args.env_file, scripts=args.script, configs=args.config,
                                           overrides=[o for o in overrides], world_size=args.world_size))
     if not (args.config or args.script or args.overrides):
@@ -78,12 +82,50 @@ def main(argv: Sequence[str] | None = None) -> int:
         view.settings["sequence_parallel"] = run_view.Value(True, "assumed (--tp > 1; pass --no-sequence-parallel if off)", "sequence_parallel", "cli")
     if args.no_sequence_parallel:
         view.settings["sequence_parallel"] = run_view.Value(False, "command line", "--no-sequence-parallel", "cli")
-    report = build_report(view, args.preset, args.form)
+    recipe_calls = []
+    if args.recipe:
+        from memtune.regather import find_lora_calls
+
+        recipe_calls = find_lora_calls(args.recipe)
+        if not recipe_calls:
+            raise InputError(f"{args.recipe}: no LoRA(...) / DoRA(...) call found; give the file that sets cfg.peft")
+        call = recipe_calls[-1]
+        _apply_recipe_settings(view, args.recipe)
+        for key, text in call.kwargs:
+            if key in ("dim", "alpha", "target_modules", "sequence_parallel_input_regather"):
+                overrides_value = text.replace("'", "").replace('"', "").replace(" ", "")
+                view_key = {"dim": "lora_dim", "alpha": "lora_alpha", "target_modules": "lora_target_modules",
+                            "sequence_parallel_input_regather": "regather"}[key]
+                converted, ok = run_view.coerce(overrides_value, run_view.rules_data()["settings"][view_key]["type"])
+                if ok:
+                    view.settings[view_key] = run_view.Value(converted, f"{call.path}:{call.line}", f"{key}={text}", "recipe")
+        view.settings.setdefault("peft", run_view.Value("lora", f"{call.path}:{call.line}", call.name, "recipe"))
+    report = build_report(view, args.preset, "python" if args.recipe and args.form == "auto" else args.form, recipe_calls)
     if args.json:
         print_json(report)
     else:
         print(render_text(report))
     return EXIT_OK
+
+
+def _apply_recipe_settings(view, path: str) -> None:
+    """``cfg.model.tensor_model_parallel_size = 2`` in the recipe counts like a config key
+    (options given to this helper still win)."""
+    from memtune import run_view
+    from memtune.regather import find_recipe_settings
+
+    specs = run_view.rules_data()["settings"]
+    for dotted, value, line in find_recipe_settings(path):
+        for name, spec in specs.items():
+            if dotted not in spec.get("paths", []):
+                continue
+            current = view.settings.get(name)
+            if current is not None and current.source == "command line":
+                continue
+            converted, ok = run_view.coerce(value, spec.get("type", "str"))
+            if ok:
+                view.settings[name] = run_view.Value(converted, f"{path}:{line}", f"cfg.{dotted} = {value!r}", "recipe")
+        view.flat.setdefault(dotted, (value, f"{path}:{line}", f"cfg.{dotted} = {value!r}"))
 
 
 def _lora_settings(view) -> dict[str, Any]:
@@ -95,7 +137,7 @@ def _lora_settings(view) -> dict[str, Any]:
     return out
 
 
-def build_report(view, preset: str | None, form: str) -> dict[str, Any]:
+def build_report(view, preset: str | None, form: str, recipe_calls=()) -> dict[str, Any]:
     from memtune import check_rules, regather
 
     inp = check_rules.regather_inputs(view)
@@ -104,7 +146,9 @@ def build_report(view, preset: str | None, form: str) -> dict[str, Any]:
     lora = _lora_settings(view)
     if form == "auto":
         form = "yaml" if view.config_form == "yaml" else ("hydra" if view.config_form in ("hydra", "megatron") else "python")
-    if form == "python":
+    if form == "python" and recipe_calls:
+        text = regather.recipe_call_snippet(recipe_calls[-1])
+    elif form == "python":
         text = regather.recipe_snippet(lora)
     elif form == "yaml":
         text = "peft:\n  sequence_parallel_input_regather: true"
