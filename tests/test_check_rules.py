@@ -45,6 +45,8 @@ CASES = [
     ("mt016_vpp_remainder.sh", "MT016", "error", 7, {}),
     ("mt018_alloc_conf_291.env", "MT018", "warning", 1, {"torch_version": "2.9.1"}),
     ("mt019_tab.env", "MT019", "warning", 1, {}),
+    ("mt020_async_ignores.env", "MT020", "info", 1, {"torch_version": "2.6"}),
+    ("mt021_es_split_old_torch.env", "MT021", "warning", 1, {"torch_version": "2.3"}),
 ]
 
 
@@ -73,6 +75,16 @@ def test_every_rule_in_the_table_has_a_fixture() -> None:
 def test_clean_inputs_have_no_error_or_warning(files: tuple[str, ...]) -> None:
     findings = check(*files, torch_version="2.8.0")
     assert [f for f in findings if f.severity in ("error", "warning")] == []
+
+
+def test_mt021_only_before_the_fix() -> None:
+    assert not any(f.rule == "MT021" for f in check("mt021_es_split_old_torch.env", torch_version="2.5"))
+    unknown = [f for f in check("mt021_es_split_old_torch.env") if f.rule == "MT021"]
+    assert unknown and unknown[0].severity == "info"
+
+
+def test_async_backend_is_not_told_to_enable_expandable_segments() -> None:
+    assert not any(f.rule == "MT001" for f in check("mt020_async_ignores.env", torch_version="2.6"))
 
 
 def test_fixes_are_concrete() -> None:

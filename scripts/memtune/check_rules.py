@@ -189,6 +189,8 @@ def expandable_segments_missing(view: RunView) -> Iterable[Finding]:
         return
     if state.cuda_parsed and not state.cuda_parsed.accepted:
         return  # MT007 already covers it
+    if any(p and p.verdicts[0].settings.get("backend") == "cudaMallocAsync" for p in (state.cuda_parsed, state.generic_parsed)):
+        return  # CUDA's own async allocator: expandable segments is a native-allocator option
     current = state.cuda.value if state.cuda else ""
     if state.cuda is None and state.generic is None:
         detail = "neither PYTORCH_CUDA_ALLOC_CONF nor PYTORCH_ALLOC_CONF is set"
@@ -505,8 +507,44 @@ def versions_unknown(view: RunView) -> Iterable[Finding]:
                    option="--megatron-core-version", module="megatron.core")
 
 
+@rule("MT020")
+def alloc_notes(view: RunView) -> Iterable[Finding]:
+    state = alloc_state(view)
+    for env, parsed in ((state.cuda, state.cuda_parsed), (state.generic, state.generic_parsed)):
+        if env is None or parsed is None:
+            continue
+        seen: set[str] = set()
+        for verdict in parsed.verdicts:
+            for note in verdict.notes:
+                if note in seen:
+                    continue
+                seen.add(note)
+                fix = ("drop the native-allocator options, or drop backend:cudaMallocAsync (expandable segments need the native allocator)"
+                       if "cudaMallocAsync" in note else f"remove the ignored part from {env.name}")
+                yield make("MT020", env.source, var=env.name, value=env.value, note=note, fix=fix)
+
+
+@rule("MT021")
+def es_with_split_on_old_torch(view: RunView) -> Iterable[Finding]:
+    fixed_in = ac.table()["es_with_split_or_gc_fixed_in"]
+    version = view.torch_version
+    if version is not None and version >= ac.parse_version(fixed_in):
+        return
+    state = alloc_state(view)
+    for env, parsed in ((state.cuda, state.cuda_parsed), (state.generic, state.generic_parsed)):
+        if env is None or parsed is None or not parsed.verdicts[0].accepted:
+            continue
+        settings = parsed.verdicts[0].settings
+        others = [k for k in ("max_split_size_mb", "garbage_collection_threshold") if k in settings]
+        if settings.get("expandable_segments") is True and others:
+            kept = ",".join(p for p in "".join(env.value.split()).split(",") if p.split(":")[0] not in others)
+            yield make("MT021", env.source, severity=None if version is not None else "info", var=env.name,
+                       others=" and ".join(others), version=ac.version_str(version) if version else "before 2.5",
+                       fixed_in=fixed_in, suggested=kept or "expandable_segments:True")
+
+
 ORDER = ("MT007", "MT019", "MT001", "MT002", "MT003", "MT004", "MT005", "MT006", "MT008", "MT018", "MT009",
-         "MT010", "MT011", "MT012", "MT016", "MT013", "MT014", "MT015", "MT017")
+         "MT010", "MT011", "MT012", "MT016", "MT013", "MT014", "MT015", "MT021", "MT020", "MT017")
 
 
 def run_all(view: RunView) -> list[Finding]:

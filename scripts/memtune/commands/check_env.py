@@ -25,7 +25,7 @@ examples:
   python3 scripts/check_env.py --script train.sh --torch-version 2.9.1 --json
   python3 scripts/check_env.py --env --config llama3_70b.yaml model.pipeline_model_parallel_size=8
   python3 scripts/check_env.py --env-file job.env --config lora.yaml --world-size 16
-rules: references/check-rules.md (MT001-MT019)"""
+rules: references/check-rules.md (MT001-MT021)"""
 
 
 def build_parser():
