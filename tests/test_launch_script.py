@@ -141,3 +141,48 @@ def test_parse_override_forms() -> None:
     assert ls.parse_override("~model.x").value is None
     assert ls.parse_override("model.x") is None  # no '=' and no '~': not an override
     assert ls.parse_override("--flag=1") is None
+
+
+def test_branches_with_known_conditions_are_followed() -> None:
+    script = parse(
+        'DTYPE="bf16"\n'                                  # 1
+        'DATA=${4:-"MOCK"}\n'                             # 2  no positional args: the default
+        'EXTRA=()\n'                                      # 3
+        'if [[ "$DTYPE" == "fp8" ]]; then\n'              # 4
+        '    EXTRA+=("--fp8-format hybrid")\n'            # 5
+        'elif [ "$DATA" = "MOCK" ]; then\n'               # 6
+        '    EXTRA+=(--mock-data)\n'                      # 7
+        'else\n'                                          # 8
+        '    EXTRA+=(--data-path /data)\n'                # 9
+        'fi\n'                                            # 10
+        'if [[ "$UNSET_VAR" == "x" ]]; then\n'            # 11 unknown: kept (conservative)
+        '    export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n'
+        'fi\n'
+        'python train.py ${EXTRA[@]}\n'
+    )
+    flags, _ = ls.split_program_args(script.training_command().program_args, frozenset({"mock-data"}))
+    assert set(flags) == {"mock-data"} and flags["mock-data"].line == 7
+    assert any(s.name == "PYTORCH_CUDA_ALLOC_CONF" for s in script.env)
+
+
+def test_array_append_and_unquoted_element_splitting_keep_lines() -> None:
+    script = parse(
+        "ARGS=(\n"
+        "    --micro-batch-size 1\n"
+        ")\n"
+        "DDP=(--use-distributed-optimizer)\n"
+        'ARGS+=("${DDP[@]}")\n'
+        'ARGS+=("--fp8-format hybrid")\n'
+        "python train.py ${ARGS[@]}\n"
+    )
+    flags, _ = ls.split_program_args(script.training_command().program_args, frozenset({"use-distributed-optimizer"}))
+    assert flags["micro-batch-size"].line == 2
+    assert flags["use-distributed-optimizer"].line == 4  # where DDP is defined
+    assert flags["fp8-format"].values == ("hybrid",) and flags["fp8-format"].line == 6
+
+
+def test_arithmetic_expansion() -> None:
+    script = parse("N=16\nM=$(($N-1))\nW=$(( N * 8 / 3 ))\nBAD=$((N / 0))\npython t.py --a $M --b $W --c $BAD\n")
+    flags, _ = ls.split_program_args(script.training_command().program_args)
+    assert flags["a"].values == ("15",) and flags["b"].values == ("42",)
+    assert flags["c"].values == ("$((N / 0))",)  # left literal when it cannot be evaluated

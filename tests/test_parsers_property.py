@@ -27,6 +27,8 @@ SHELL_PIECES = [
     "python ", "bash -c ", "train.py ", "-m mod ", "--use-nccl-ub ", "--cuda-graph-impl local ", "--num-layers 33 ",
     "--pipeline-model-parallel-size 4 ", "-tp 2 ", "-vp ", "+peft=lora ", "++a.b=[1,2] ", "~model.x ", "model.cpu_offloading=true ",
     "2>&1 ", "> log ", "unset X\n", "set -a\n", "declare -x B=1\n", "env C=1 ", "$'\\n'", "é", "\x00",
+    "if ", "[[ ", " ]]", "[ ", " ]", " == ", " = ", "-z ", "elif ", "else\n", "fi\n", "then\n", "$((", "))", "X=$((1/0))\n",
+    "A+=(", "B+=x ", "${1:-d}", "${A[*]}", "!",
 ]
 ALLOC_PIECES = ["expandable_segments", "max_split_size_mb", "roundup_power2_divisions", "garbage_collection_threshold",
                 "backend", "pinned_num_register_threads", ":", ",", "[", "]", ">", "True", "False", "true", "0", "1", "20",

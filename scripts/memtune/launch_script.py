@@ -18,14 +18,14 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\+?)=")
 _PY = re.compile(r"^(?:.*/)?(?:python(?:\d+(?:\.\d+)*)?|pypy3?)$")
 _SEPARATORS = {";", "&&", "||", "|", "&", "|&", ";;", "(", ")", "{", "}"}
-_KEYWORDS_DROP = {"then", "do", "else", "elif", "if", "while", "until", "!", "time", "exec", "nohup", "command", "builtin"}
-_KEYWORDS_END = {"fi", "done", "esac", "}", "{"}
+_KEYWORDS_DROP = {"then", "do", "while", "until", "!", "time", "exec", "nohup", "command", "builtin"}
+_KEYWORDS_END = {"done", "esac", "}", "{"}
 # Wrappers whose own options come before the real program.
 _WRAPPERS = {"srun", "mpirun", "mpiexec", "salloc", "numactl", "taskset", "nsys", "ncu", "uv", "poetry",
              "pdm", "conda", "micromamba", "apptainer", "singularity", "enroot", "docker", "timeout",
@@ -255,8 +255,10 @@ class _Lexer:
             inner = s[start + 2:end - 1]
             array = re.match(r"^([A-Za-z_][A-Za-z0-9_]*)\[[@*]\]$", inner)
             if array and array.group(1) in variables:
-                return f"\0{array.group(1)}\0", end
-            match = re.match(r"^([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-=])(.*))?$", inner, re.DOTALL)
+                # unquoted ${A[@]} also word-splits each element ("~" marks that)
+                return f"\0{'~' if split else ''}{array.group(1)}\0", end
+            # names, or positional parameters ($1 ...: the script is assumed to get no arguments)
+            match = re.match(r"^([A-Za-z_][A-Za-z0-9_]*|\d+)(?:(:?[-=])(.*))?$", inner, re.DOTALL)
             if match:
                 name, op, default = match.groups()
                 if name in variables and (variables[name] != "" or op is None or not op.startswith(":")):
@@ -268,6 +270,10 @@ class _Lexer:
             return s[start:end], end
         if nxt == "(":
             end = self._read_parens(start + 1)
+            if s.startswith("((", start + 1):
+                value = _arithmetic(s[start + 3:end - 2], variables)
+                if value is not None:
+                    return value, end
             return s[start:end], end
         match = _IDENT.match(s, start + 1)
         if match:
@@ -572,7 +578,8 @@ def parse_text(
     commands: list[Command] = []
     notes: list[str] = []
     known: dict[str, str] = dict(variables or {})
-    known_lines: dict[str, int] = dict(variable_lines or {})
+    known_lines: dict[str, Any] = dict(variable_lines or {})  # name -> line, or [(array part, line), ...]
+    branches = _Branches()
     lexer = _Lexer(text, first_line)
     auto_export = False
     sbatch: dict[str, tuple[str, int]] = {}
@@ -580,9 +587,12 @@ def parse_text(
         item = lexer.next_command(known)
         if item is None:
             break
-        words, _sep = item
+        words, sep = item
         if any("\0" in w.text for w in words):
             words = _expand_markers(words, known, known_lines)
+        words = branches.step(words, sep)
+        if not branches.active:
+            continue
         while words and words[0].text in _KEYWORDS_DROP and not words[0].quoted:
             words = words[1:]
         if not words or (words[0].text in _KEYWORDS_END and not words[0].quoted):
@@ -595,8 +605,7 @@ def parse_text(
         if not words:
             for word in prefixes:
                 name, value = _split_assignment(word.text, known)
-                known[name] = value
-                known_lines[name] = word.line
+                _remember(known, known_lines, name, value, word)
                 env.append(EnvSetting(name, value, word.line, "export" if auto_export else "shell", file=path))
             continue
         head = words[0].text
@@ -613,8 +622,7 @@ def parse_text(
                     continue
                 if _ASSIGN.match(word.text):
                     name, value = _split_assignment(word.text, known)
-                    known[name] = value
-                    known_lines[name] = word.line
+                    _remember(known, known_lines, name, value, word)
                     env.append(EnvSetting(name, value, word.line, "export" if exporting or auto_export else "shell", file=path))
                 elif _IDENT.fullmatch(word.text) and exporting:
                     env.append(EnvSetting(word.text, None, word.line, "export", file=path))
@@ -670,28 +678,196 @@ def parse_text(
     return LaunchScript(path, tuple(env), tuple(commands), sbatch, tuple(notes))
 
 
-def _expand_markers(words: Sequence[Word], known: Mapping[str, str], lines: Mapping[str, int]) -> list[Word]:
-    """Replace ``\0NAME\0`` markers: a whole-word marker becomes the definition's words."""
+def _remember(known: dict[str, str], lines: dict[str, Any], name: str, value: str, word: Word) -> None:
+    """Record an assignment; for ``arr+=( ... )`` keep each part with its own line."""
+    appended = "+=" in word.text.split("=", 1)[0] + "=" and isinstance(lines.get(name), list) and value.startswith("(")
+    own = word.text.split("=", 1)[1] if "=" in word.text else ""
+    if appended and own.startswith("("):
+        lines[name] = list(lines[name]) + [(own[1:-1] if own.endswith(")") else own[1:], word.line)]
+    elif value.startswith("(") and value.endswith(")"):
+        lines[name] = [(value[1:-1], word.line)]
+    else:
+        lines[name] = word.line
+    known[name] = value
+
+
+class _Branches:
+    """if / elif / else / fi with simple test conditions evaluated when every operand is known.
+
+    A branch whose condition is known false is skipped; an unknown condition keeps every
+    branch (the conservative reading: settings from all of them are seen).
+    """
+
+    def __init__(self) -> None:
+        self.frames: list[list[Any]] = []  # [this branch: True/False/None, some branch taken: True/False/None]
+
+    @property
+    def active(self) -> bool:
+        return all(frame[0] is not False for frame in self.frames)
+
+    def step(self, words: list[Word], sep: str) -> list[Word]:
+        """Consume leading if/elif/else/fi words; return what is left to run."""
+        while words and not words[0].quoted and words[0].text in ("if", "elif", "else", "fi", "then"):
+            head = words[0].text
+            if head == "then":
+                words = words[1:]
+                continue
+            if head == "if":
+                cond = _test(words[1:], sep) if self.active else False
+                self.frames.append([cond, cond])
+                return []
+            if head == "fi":
+                if self.frames:
+                    self.frames.pop()
+                words = words[1:]
+                continue
+            if not self.frames:
+                words = words[1:]
+                continue
+            frame = self.frames[-1]
+            taken = frame[1]
+            if head == "elif":
+                cond = _test(words[1:], sep)
+                branch = False if taken is True else (cond if taken is False else (None if cond is not False else False))
+                frame[0] = branch
+                frame[1] = True if branch is True else (None if branch is None or taken is None else taken)
+                return []
+            # else
+            frame[0] = False if taken is True else (True if taken is False else None)
+            frame[1] = True if frame[0] is True else taken
+            words = words[1:]
+        return words
+
+
+def _test(words: Sequence[Word], sep: str) -> bool | None:
+    """``[[ a == b ]]`` / ``[ a = b ]`` / ``test -z a`` ... when every operand is known."""
+    if sep in ("&&", "||", "|"):
+        return None  # compound condition: not evaluated
+    texts = [w.text for w in words]
+    negate = bool(texts) and texts[0] == "!"
+    if negate:
+        texts = texts[1:]
+    if texts[:1] == ["[["] and texts[-1:] == ["]]"] or texts[:1] == ["["] and texts[-1:] == ["]"]:
+        inner = texts[1:-1]
+    elif texts[:1] == ["test"]:
+        inner = texts[1:]
+    else:
+        return None
+    if any("$" in t or "`" in t or "\0" in t for t in inner):
+        return None
+    result: bool | None = None
+    if len(inner) == 3 and inner[1] in ("==", "=", "!="):
+        if any(ch in inner[2] for ch in "*?[") and inner[1] != "=":
+            return None  # glob pattern
+        result = (inner[0] == inner[2]) != (inner[1] == "!=")
+    elif len(inner) == 2 and inner[0] in ("-z", "-n"):
+        result = (inner[1] == "") == (inner[0] == "-z")
+    elif len(inner) == 3 and inner[1] in ("-eq", "-ne", "-lt", "-gt", "-le", "-ge"):
+        try:
+            a, b = int(inner[0]), int(inner[2])
+        except ValueError:
+            return None
+        result = {"-eq": a == b, "-ne": a != b, "-lt": a < b, "-gt": a > b, "-le": a <= b, "-ge": a >= b}[inner[1]]
+    if result is None:
+        return None
+    return result != negate
+
+
+def _expand_markers(words: Sequence[Word], known: Mapping[str, str], lines: Mapping[str, Any], depth: int = 0) -> list[Word]:
+    """Replace ``\0NAME\0`` markers: a whole-word marker becomes the definition's words.
+
+    ``\0~NAME\0`` (unquoted ``${A[@]}``) also splits each element at whitespace, as bash
+    does. Markers inside the definition are expanded in turn (depth-limited: no cycles).
+    """
     out: list[Word] = []
     for word in words:
         if "\0" not in word.text:
             out.append(word)
             continue
         parts = word.text.split("\0")
-        if len(parts) == 3 and parts[0] == "" and parts[2] == "" and parts[1] in known:
-            name = parts[1]
+        if len(parts) == 3 and parts[0] == "" and parts[2] == "" and parts[1].lstrip("~") in known:
+            split = parts[1].startswith("~")
+            name = parts[1].lstrip("~")
+            if depth >= 8:
+                continue
             value = known[name]
-            body = value[1:-1] if value.startswith("(") and value.endswith(")") else value
-            lexer = _Lexer(body, lines.get(name, word.line))
-            while True:
-                item = lexer.next_command({k: v for k, v in known.items() if k != name})
-                if item is None:
-                    break
-                out.extend(w for w in item[0] if "\0" not in w.text)
+            where = lines.get(name, word.line)
+            if isinstance(where, list):
+                parts_with_lines = where
+            else:
+                body = value[1:-1] if value.startswith("(") and value.endswith(")") else value
+                parts_with_lines = [(body, where)]
+            inner: list[Word] = []
+            for body, first_line in parts_with_lines:
+                lexer = _Lexer(body, first_line)
+                while True:
+                    item = lexer.next_command(known)
+                    if item is None:
+                        break
+                    inner.extend(item[0])
+            for element in _expand_markers(inner, known, lines, depth + 1):
+                if split and element.quoted and any(ch.isspace() for ch in element.text):
+                    out.extend(Word(piece, element.line, True) for piece in element.text.split())
+                else:
+                    out.append(element)
             continue
-        text = "".join(known.get(part, part) if idx % 2 else part for idx, part in enumerate(parts))
+        text = "".join(known.get(part.lstrip("~"), part) if idx % 2 else part for idx, part in enumerate(parts))
         out.append(Word(text, word.line, word.quoted))
     return out
+
+
+_ARITH_NAME = re.compile(r"\$?\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
+
+
+def _arithmetic(expr: str, variables: Mapping[str, str]) -> str | None:
+    """``$(( ... ))`` with integers, + - * / % and known variables; None when unsure."""
+    import ast
+
+    def substitute(match: re.Match) -> str:
+        value = variables.get(match.group(1), "")
+        return value if re.fullmatch(r"-?\d+", value.strip()) else "x"
+
+    text = _ARITH_NAME.sub(substitute, expr)
+    if not re.fullmatch(r"[\d\s+\-*/%()]*", text) or not text.strip() or len(text) > 200:
+        return None
+    try:
+        tree = ast.parse(text.strip().replace("/", "//"), mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    allowed = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Constant, ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod, ast.USub, ast.UAdd)
+    if not all(isinstance(node, allowed) for node in ast.walk(tree)):
+        return None
+
+    def value(node: ast.AST) -> int:
+        if isinstance(node, ast.Expression):
+            return value(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+            return node.value
+        if isinstance(node, ast.UnaryOp):
+            inner = value(node.operand)
+            return -inner if isinstance(node.op, ast.USub) else inner
+        if isinstance(node, ast.BinOp):
+            a, b = value(node.left), value(node.right)
+            if isinstance(node.op, ast.Add):
+                return a + b
+            if isinstance(node.op, ast.Sub):
+                return a - b
+            if isinstance(node.op, ast.Mult):
+                if abs(a) > 1 << 62 or abs(b) > 1 << 62:
+                    raise ValueError("too large")
+                return a * b
+            if b == 0:
+                raise ZeroDivisionError
+            quotient = abs(a) // abs(b)  # bash truncates toward zero
+            if isinstance(node.op, ast.FloorDiv):
+                return quotient if (a >= 0) == (b >= 0) else -quotient
+            return a - b * (quotient if (a >= 0) == (b >= 0) else -quotient)
+        raise ValueError("unsupported")
+
+    try:
+        return str(value(tree))
+    except (ValueError, ZeroDivisionError, RecursionError):
+        return None
 
 
 def _inner_script(words: Sequence[Word]) -> Word | None:
@@ -707,7 +883,11 @@ def _split_assignment(text: str, known: Mapping[str, str]) -> tuple[str, str]:
     name, append = match.group(1), match.group(2)
     value = text[match.end():]
     if append:
-        value = known.get(name, "") + value
+        old = known.get(name, "")
+        if old.startswith("(") and old.endswith(")") and value.startswith("("):
+            value = old[:-1] + "\n" + value[1:]  # arr+=( ... ): one longer array
+        else:
+            value = old + value
     return name, value
 
 
