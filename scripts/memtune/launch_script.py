@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping, Sequence
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_PLAIN = re.compile(r"[^\s'\"\\$`;&|()<>#]+")  # a run of characters with no shell meaning
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\+?)=")
 _PY = re.compile(r"^(?:.*/)?(?:python(?:\d+(?:\.\d+)*)?|pypy3?)$")
 _SEPARATORS = {";", "&&", "||", "|", "&", "|&", ";;", "(", ")", "{", "}"}
@@ -325,6 +326,12 @@ class _Lexer:
                 continue
             if not in_word:
                 word_line = self.line
+            plain = _PLAIN.match(s, self.i)
+            if plain:  # fast path: most of a script is ordinary word text
+                buf.append(plain.group())
+                in_word = True
+                self.i = plain.end()
+                continue
             if ch == "#" and not in_word:
                 end = s.find("\n", self.i)
                 self.i = n if end < 0 else end
