@@ -28,6 +28,7 @@ def check(*files: str, **kwargs) -> list[check_rules.Finding]:
 CASES = [
     ("mt001_no_expandable.sh", "MT001", "warning", 5, {}),
     ("mt002_nccl_ub.sh", "MT002", "error", 3, {}),
+    ("mt002_megatron_model_config.yaml", "MT002", "error", 4, {}),
     ("mt003_cuda_graph.sh", "MT003", "error", 4, {}),
     ("mt004_cpu_offload_pp.yaml", "MT004", "error", 10, {}),
     ("mt005_vpp_divisibility.yaml", "MT005", "error", 7, {}),
@@ -179,3 +180,23 @@ def test_cli_bad_input_is_one_line_exit_2(args: tuple[str, ...], needle: str) ->
     assert "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
     assert needle in result.stderr
+
+
+def test_no_false_errors_on_real_megatron_lm_runs(tmp_path: Path) -> None:
+    """54 Megatron-LM functional tests that ran to completion on 8 H100s (their model_config
+    flags and environment, tests/data/estimator/megatron-lm-calibration.json): no rule may
+    call any of them an error."""
+    import yaml
+
+    runs = json.loads((Path(__file__).resolve().parent / "data" / "estimator" / "megatron-lm-calibration.json").read_text())
+    runs = runs["runs"] if isinstance(runs, dict) else runs
+    assert len(runs) >= 50
+    checked = 0
+    for run in runs:
+        path = tmp_path / f"{run['case']}.yaml"
+        path.write_text(yaml.safe_dump({"ENV_VARS": run.get("env", {}), "MODEL_ARGS": run["megatron_args"]}))
+        view = run_view.build(run_view.Inputs(configs=[str(path)], world_size=run["world_size"]))
+        errors = [f for f in check_rules.run_all(view) if f.severity == "error"]
+        assert errors == [], (run["case"], errors)
+        checked += 1
+    assert checked == len(runs)

@@ -258,14 +258,30 @@ def build(inputs: Inputs) -> RunView:
 
     # --- Bridge YAML -----------------------------------------------------------------
     flat: dict[str, tuple[Any, str, str]] = {}
+    flag_values: dict[str, ls.Flag] = {}
+    flag_file: dict[str, str] = {}
     for path in inputs.configs:
         view.config_path = path
         view.config_form = "yaml"
         for key, (value, line) in load_yaml_lines(path).items():
+            if key.startswith("ENV_VARS.") and key.count(".") == 1 and not isinstance(value, (dict, list)):
+                # Megatron-LM functional-test configs carry the job environment
+                name = key.split(".", 1)[1]
+                text = "" if value is None else (("True" if value else "False") if isinstance(value, bool) else str(value))
+                view.env[name] = EnvValue(name, text, f"{path}:{line}", line, path)
+                view.env_given = True
+                continue
+            last = key.rsplit(".", 1)[-1] if not key.startswith("--") else key
+            if last.startswith("--") and len(last) > 2:
+                # Megatron-LM functional-test style: MODEL_ARGS: {--num-layers: 32, --use-nccl-ub: true}
+                if value is not False:
+                    flag_values[last[2:]] = _yaml_flag(last[2:], value, line)
+                    flag_file[last[2:]] = path
+                view.config_form = "megatron"
+                continue
             flat[key] = (value, f"{path}:{line}", f"{key}: {_short(value)}")
 
     # --- launch scripts ----------------------------------------------------------------
-    flag_values: dict[str, ls.Flag] = {}
     script_overrides: list[ls.Override] = []
     for path in inputs.scripts:
         view.env_given = True
@@ -279,6 +295,7 @@ def build(inputs: Inputs) -> RunView:
         if command is not None:
             flags, overrides = ls.split_program_args(command.program_args, switches())
             flag_values.update(flags)
+            flag_file.update({name: path for name in flags})
             script_overrides.extend(overrides)
             if overrides and view.config_form is None:
                 view.config_form = "hydra"
@@ -329,7 +346,7 @@ def build(inputs: Inputs) -> RunView:
                 if name in ("peft",):
                     value = _peft_kind(flag.value)
                 text = f"--{flag_name}" + (f" {flag.value}" if flag.value and not setting_spec.get("switch") else "")
-                source = f"{view.script.path}:{flag.line}" if view.script else f"line {flag.line}"
+                source = f"{flag_file.get(flag_name, view.script.path if view.script else 'line')}:{flag.line}"
                 found = Value(value, source, text, "flag")
         if found is None:
             continue
@@ -352,6 +369,16 @@ def build(inputs: Inputs) -> RunView:
     if inputs.world_size is not None:
         view.settings["world_size"] = Value(inputs.world_size, "command line", f"--world-size {inputs.world_size}", "cli")
     return view
+
+
+def _yaml_flag(name: str, value: Any, line: int) -> ls.Flag:
+    if value is True or value is None:
+        values: tuple[str, ...] = ()
+    elif isinstance(value, (list, tuple)):
+        values = tuple(str(v) for v in value)
+    else:
+        values = (str(value),)
+    return ls.Flag(name, values, line)
 
 
 def _short(value: Any) -> str:
