@@ -15,7 +15,8 @@ divisibility, interleaved-schedule micro-batch limits, LoRA + sequence-parallel 
 
 Inputs are combined into one view of the run (later ones win): --env (this process),
 --env-file, --script (bash / sbatch: export lines, VAR=... prefixes, srun / torchrun /
-python commands with Megatron-LM flags and Hydra overrides), --config (Bridge YAML), and
+python commands with Megatron-LM flags and Hydra overrides), --config (Megatron Bridge
+ConfigContainer YAML, or a Megatron-LM model_config.yaml with ENV_VARS / MODEL_ARGS), and
 overrides given here. Each finding has rule, severity, message, fix and source (file:line).
 Exit 0: no error; 1: at least one error; 2: bad usage or unreadable input."""
 
@@ -25,6 +26,7 @@ examples:
   python3 scripts/check_env.py --script train.sh --torch-version 2.9.1 --json
   python3 scripts/check_env.py --env --config llama3_70b.yaml model.pipeline_model_parallel_size=8
   python3 scripts/check_env.py --env-file job.env --config lora.yaml --world-size 16
+  python3 scripts/check_env.py --config tests/functional_tests/.../model_config.yaml --world-size 8
 rules: references/check-rules.md (MT001-MT021)"""
 
 
@@ -35,7 +37,8 @@ def build_parser():
     parser.add_argument("--env", action="store_true", help="include this process's environment")
     parser.add_argument("--env-file", action="append", default=[], metavar="FILE", help="KEY=VALUE lines (repeatable)")
     parser.add_argument("--script", action="append", default=[], metavar="FILE", help="bash / sbatch launch script (repeatable)")
-    parser.add_argument("--config", action="append", default=[], metavar="FILE", help="Megatron Bridge ConfigContainer YAML (repeatable)")
+    parser.add_argument("--config", action="append", default=[], metavar="FILE",
+                        help="Megatron Bridge ConfigContainer YAML or Megatron-LM model_config.yaml (repeatable)")
     parser.add_argument("--torch-version", metavar="X.Y[.Z]", help="PyTorch release the job runs (unknown: strictest verdict)")
     parser.add_argument("--megatron-core-version", metavar="X.Y", help="Megatron-Core release (unknown: conservative checks)")
     parser.add_argument("--world-size", "--gpus", type=int, metavar="N", help="GPU count, when the script does not say")
