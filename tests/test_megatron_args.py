@@ -80,3 +80,46 @@ def test_unparsable_inputs(tmp_path):
         load_megatron_args(empty)
     with pytest.raises(InputError, match="expected an integer"):
         specs_from_megatron_args({"--num-layers": "many", "--hidden-size": 64, "--num-attention-heads": 4})
+
+
+FLAG_NAMES = sorted({k for c in json.loads((__import__("pathlib").Path(__file__).parent / "data" / "estimator"
+                                            / "megatron-lm-calibration.json").read_text()) for k in c["megatron_args"]})
+
+
+def test_random_flag_values_never_crash():
+    """Any flag mix either estimates or is an InputError - never another exception."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from memtune.estimator import estimate
+
+    values = st.one_of(st.none(), st.integers(-3, 300), st.floats(allow_nan=True), st.text(max_size=6),
+                       st.lists(st.integers(0, 2), max_size=3))
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.lists(st.tuples(st.sampled_from(FLAG_NAMES), values), max_size=10), st.integers(1, 64))
+    def check(pairs, world):
+        flags = {"--num-layers": 4, "--hidden-size": 64, "--num-attention-heads": 4}
+        flags.update({k: (True if v is None else v) for k, v in pairs})
+        try:
+            model, run, _ = specs_from_megatron_args(flags, world_size=world)
+            estimate(model, run)
+        except InputError:
+            pass
+
+    check()
+
+
+def test_random_launch_text_never_crashes():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.text(max_size=120))
+    def check(text):
+        try:
+            specs_from_megatron_args(parse_launch_text(text))
+        except InputError:
+            pass
+
+    check()

@@ -44,3 +44,18 @@ def test_bad_overrides_raise_one_line(bad):
 def test_is_override():
     assert is_override("model.tp=4") and is_override("+a=1") and is_override("~a.b")
     assert not is_override("--tp") and not is_override("plainword")
+
+
+def test_random_overrides_never_crash():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.lists(st.text(max_size=40), max_size=3))
+    def check(items):
+        try:
+            apply_overrides(BASE, items)
+        except InputError:
+            pass
+
+    check()

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from memtune.cli import InputError
-from memtune.model_spec import ModelSpec, model_field_names
+from memtune.model_spec import ModelSpec, coerce_model_values, model_field_names
 from memtune.run_spec import LORA_DEFAULT_TARGETS, RunSpec, normalize_dtype
 
 SECTIONS = ("model", "train", "optimizer", "ddp", "mixed_precision", "peft", "dataset", "checkpoint", "logger")
@@ -78,12 +78,48 @@ def _int_field(section: Mapping[str, Any], key: str, where: str, default: Any = 
     return number
 
 
-def _modules(value: Any) -> tuple[str, ...]:
+def _modules(value: Any, where: str = "value") -> tuple[str, ...]:
     if value is None:
         return ()
     if isinstance(value, str):
         return tuple(v for v in value.replace("[", " ").replace("]", " ").replace(",", " ").split() if v)
-    return tuple(str(v) for v in value)
+    if isinstance(value, (list, tuple)):
+        return tuple(str(v) for v in value)
+    raise InputError(f"{where}: expected a list of module names, got {value!r}")
+
+
+def _float_field(section: Mapping[str, Any], key: str, where: str, default: float) -> float:
+    value = section.get(key, default)
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        raise InputError(f"{where}.{key}: expected a number, got {value!r}")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise InputError(f"{where}.{key}: expected a number, got {value!r}") from None
+
+
+def _bool_field(section: Mapping[str, Any], key: str, where: str, default: bool = False) -> bool:
+    value = section.get(key, default)
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in ("true", "false", "yes", "no", "1", "0"):
+        return value.strip().lower() in ("true", "yes", "1")
+    raise InputError(f"{where}.{key}: expected true or false, got {value!r}")
+
+
+def _str_field(section: Mapping[str, Any], key: str, where: str, default: str | None) -> str | None:
+    value = section.get(key, default)
+    if value is None:
+        return default
+    if isinstance(value, (dict, list, tuple)):
+        raise InputError(f"{where}.{key}: expected a name, got {value!r}")
+    return str(value)
 
 
 def model_from_bridge(model: Mapping[str, Any], base: ModelSpec | None = None) -> ModelSpec:
@@ -97,7 +133,7 @@ def model_from_bridge(model: Mapping[str, Any], base: ModelSpec | None = None) -
         if target in known and value is not None:
             values[target] = value
     if "share_embeddings_and_output_weights" in model and model["share_embeddings_and_output_weights"] is not None:
-        values["untie_embeddings_and_output_weights"] = not bool(model["share_embeddings_and_output_weights"])
+        values["untie_embeddings_and_output_weights"] = not _bool_field(model, "share_embeddings_and_output_weights", "model")
     if "padded_vocab_size" in model and "vocab_size" not in values:
         values["vocab_size"] = model["padded_vocab_size"]
     act = str(model.get("activation_func", "")).lower()
@@ -110,22 +146,17 @@ def model_from_bridge(model: Mapping[str, Any], base: ModelSpec | None = None) -
             f"config model section is missing {', '.join('model.' + m for m in missing)} "
             "(add them, or pass --preset / --hf-config for the architecture)"
         )
+    try:
+        values = coerce_model_values({k: v for k, v in values.items() if k != "moe_layer_pattern"}, "model") | {
+            "moe_layer_pattern": values.get("moe_layer_pattern")}
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
     pattern = values.get("moe_layer_pattern")
-    if isinstance(pattern, int) and not isinstance(pattern, bool):
-        n = int(values["num_layers"])
-        values["moe_layer_pattern"] = tuple(1 if i % pattern == 0 else 0 for i in range(n))
-    elif isinstance(pattern, str):
+    if pattern is not None:
         from memtune.megatron_args import parse_layer_pattern
 
-        values["moe_layer_pattern"] = parse_layer_pattern(pattern, int(values["num_layers"]))
-    elif pattern is not None:
-        values["moe_layer_pattern"] = tuple(int(x) for x in pattern)
-    for key in ("num_layers", "hidden_size", "num_attention_heads", "vocab_size"):
-        values[key] = _int_field(values, key, "model")
-    try:
-        return ModelSpec(**values)
-    except TypeError as exc:
-        raise InputError(f"config model section: {exc}") from None
+        values["moe_layer_pattern"] = parse_layer_pattern(pattern, values["num_layers"])
+    return ModelSpec(**values)
 
 
 def specs_from_bridge(cfg: Mapping[str, Any], world_size: int | None = None, base: ModelSpec | None = None):
@@ -164,18 +195,18 @@ def specs_from_bridge(cfg: Mapping[str, Any], world_size: int | None = None, bas
         if mp.get("fp8") or model_s.get("fp8"):
             fp8 = str(mp.get("fp8_recipe") or model_s.get("fp8_recipe") or "delayed")
         if "grad_reduce_in_fp32" in mp:
-            grad_fp32 = bool(mp["grad_reduce_in_fp32"])
+            grad_fp32 = _bool_field(mp, "grad_reduce_in_fp32", "mixed_precision")
     if "grad_reduce_in_fp32" in ddp:
-        grad_fp32 = bool(ddp["grad_reduce_in_fp32"])
+        grad_fp32 = _bool_field(ddp, "grad_reduce_in_fp32", "ddp")
 
     peft_kind = None
     lora_dim, targets, regather = 32, LORA_DEFAULT_TARGETS, False
     if peft:
         target = str(peft.get("_target_", peft.get("_name", "lora"))).lower()
         peft_kind = "dora" if "dora" in target else "lora"
-        lora_dim = int(peft.get("dim", 32))
-        targets = _modules(peft.get("target_modules")) or LORA_DEFAULT_TARGETS
-        regather = bool(peft.get("sequence_parallel_input_regather", False))
+        lora_dim = _int_field(peft, "dim", "peft", 32)
+        targets = _modules(peft.get("target_modules"), "peft.target_modules") or LORA_DEFAULT_TARGETS
+        regather = _bool_field(peft, "sequence_parallel_input_regather", "peft", False)
 
     seq = model_s.get("seq_length") or dataset.get("seq_length") or dataset.get("sequence_length")
     if seq is None:
@@ -183,7 +214,7 @@ def specs_from_bridge(cfg: Mapping[str, Any], world_size: int | None = None, bas
         assumptions.append("seq_length not given: assumed 4096")
     cuda_graph = ()
     if model_s.get("enable_cuda_graph") or (model_s.get("cuda_graph_impl") not in (None, "none")):
-        cuda_graph = _modules(model_s.get("cuda_graph_scope")) or ("full",)
+        cuda_graph = _modules(model_s.get("cuda_graph_scope"), "model.cuda_graph_scope") or ("full",)
     vpp = model_s.get("virtual_pipeline_model_parallel_size")
     stage_layers = None
     layout = model_s.get("pipeline_model_parallel_layout")
@@ -202,50 +233,52 @@ def specs_from_bridge(cfg: Mapping[str, Any], world_size: int | None = None, bas
         mbs=_int_field(train, "micro_batch_size", "train", 1),
         gbs=_int_field(train, "global_batch_size", "train"),
         seq_length=_int_field({"s": seq}, "s", "seq_length"),
-        sequence_parallel=bool(model_s.get("sequence_parallel", False)),
+        sequence_parallel=_bool_field(model_s, "sequence_parallel", "model", False),
         params_dtype=params_dtype,
         fp8=fp8,
-        fp8_param_gather=bool(mp.get("fp8_param_gather") or model_s.get("fp8_param_gather") or ddp.get("fp8_param_gather")),
+        fp8_param_gather=any(_bool_field(sec, "fp8_param_gather", name) for sec, name in
+                             ((mp, "mixed_precision"), (model_s, "model"), (ddp, "ddp"))),
         grad_reduce_in_fp32=grad_fp32,
-        optimizer=str(optim.get("optimizer", "adam")),
-        use_distributed_optimizer=bool(ddp.get("use_distributed_optimizer", optim.get("use_distributed_optimizer", False))),
-        num_distributed_optimizer_instances=int(ddp.get("num_distributed_optimizer_instances", 1) or 1),
-        use_precision_aware_optimizer=bool(optim.get("use_precision_aware_optimizer", False)),
+        optimizer=_str_field(optim, "optimizer", "optimizer", "adam"),
+        use_distributed_optimizer=_bool_field(ddp, "use_distributed_optimizer", "ddp",
+                                              _bool_field(optim, "use_distributed_optimizer", "optimizer")),
+        num_distributed_optimizer_instances=_int_field(ddp, "num_distributed_optimizer_instances", "ddp", 1),
+        use_precision_aware_optimizer=_bool_field(optim, "use_precision_aware_optimizer", "optimizer", False),
         main_params_dtype=normalize_dtype(optim.get("main_params_dtype", "fp32")),
         exp_avg_dtype=normalize_dtype(optim.get("exp_avg_dtype", "fp32")),
         exp_avg_sq_dtype=normalize_dtype(optim.get("exp_avg_sq_dtype", "fp32")),
-        optimizer_cpu_offload=bool(optim.get("optimizer_cpu_offload", False)),
-        optimizer_offload_fraction=float(optim.get("optimizer_offload_fraction", 1.0) or 0.0),
-        use_megatron_fsdp=bool(ddp.get("use_megatron_fsdp", False)),
-        data_parallel_sharding_strategy=str(ddp.get("data_parallel_sharding_strategy", "optim_grads_params")),
-        overlap_grad_reduce=bool(ddp.get("overlap_grad_reduce", False)),
-        overlap_param_gather=bool(ddp.get("overlap_param_gather", False)),
-        recompute_granularity=model_s.get("recompute_granularity"),
-        recompute_method=model_s.get("recompute_method"),
-        recompute_num_layers=model_s.get("recompute_num_layers"),
-        recompute_modules=_modules(model_s.get("recompute_modules")) or ("core_attn",),
-        attention_backend=str(model_s.get("attention_backend", "auto")).split(".")[-1],
-        attention_dropout=float(model_s.get("attention_dropout", 0.0) or 0.0),
-        hidden_dropout=float(model_s.get("hidden_dropout", 0.0) or 0.0),
-        cross_entropy_loss_fusion=bool(model_s.get("cross_entropy_loss_fusion", False)),
-        moe_token_dispatcher_type=str(model_s.get("moe_token_dispatcher_type", "alltoall")),
-        moe_expert_capacity_factor=model_s.get("moe_expert_capacity_factor"),
-        cpu_offloading=bool(model_s.get("cpu_offloading", False)),
-        cpu_offloading_num_layers=int(model_s.get("cpu_offloading_num_layers", 0) or 0),
-        cpu_offloading_activations=bool(model_s.get("cpu_offloading_activations", True)),
-        cpu_offloading_weights=bool(model_s.get("cpu_offloading_weights", False)),
-        num_layers_in_first_pipeline_stage=model_s.get("num_layers_in_first_pipeline_stage"),
-        num_layers_in_last_pipeline_stage=model_s.get("num_layers_in_last_pipeline_stage"),
-        account_for_embedding_in_pipeline_split=bool(model_s.get("account_for_embedding_in_pipeline_split", False)),
-        account_for_loss_in_pipeline_split=bool(model_s.get("account_for_loss_in_pipeline_split", False)),
+        optimizer_cpu_offload=_bool_field(optim, "optimizer_cpu_offload", "optimizer", False),
+        optimizer_offload_fraction=_float_field(optim, "optimizer_offload_fraction", "optimizer", 1.0),
+        use_megatron_fsdp=_bool_field(ddp, "use_megatron_fsdp", "ddp", False),
+        data_parallel_sharding_strategy=_str_field(ddp, "data_parallel_sharding_strategy", "ddp", "optim_grads_params"),
+        overlap_grad_reduce=_bool_field(ddp, "overlap_grad_reduce", "ddp", False),
+        overlap_param_gather=_bool_field(ddp, "overlap_param_gather", "ddp", False),
+        recompute_granularity=_str_field(model_s, "recompute_granularity", "model", None),
+        recompute_method=_str_field(model_s, "recompute_method", "model", None),
+        recompute_num_layers=_int_field(model_s, "recompute_num_layers", "model"),
+        recompute_modules=_modules(model_s.get("recompute_modules"), "model.recompute_modules") or ("core_attn",),
+        attention_backend=(_str_field(model_s, "attention_backend", "model", "auto") or "auto").split(".")[-1],
+        attention_dropout=_float_field(model_s, "attention_dropout", "model", 0.0),
+        hidden_dropout=_float_field(model_s, "hidden_dropout", "model", 0.0),
+        cross_entropy_loss_fusion=_bool_field(model_s, "cross_entropy_loss_fusion", "model", False),
+        moe_token_dispatcher_type=_str_field(model_s, "moe_token_dispatcher_type", "model", "alltoall"),
+        moe_expert_capacity_factor=_float_field(model_s, "moe_expert_capacity_factor", "model", 0.0) or None,
+        cpu_offloading=_bool_field(model_s, "cpu_offloading", "model", False),
+        cpu_offloading_num_layers=_int_field(model_s, "cpu_offloading_num_layers", "model", 0),
+        cpu_offloading_activations=_bool_field(model_s, "cpu_offloading_activations", "model", True),
+        cpu_offloading_weights=_bool_field(model_s, "cpu_offloading_weights", "model", False),
+        num_layers_in_first_pipeline_stage=_int_field(model_s, "num_layers_in_first_pipeline_stage", "model"),
+        num_layers_in_last_pipeline_stage=_int_field(model_s, "num_layers_in_last_pipeline_stage", "model"),
+        account_for_embedding_in_pipeline_split=_bool_field(model_s, "account_for_embedding_in_pipeline_split", "model", False),
+        account_for_loss_in_pipeline_split=_bool_field(model_s, "account_for_loss_in_pipeline_split", "model", False),
         stage_layers=stage_layers,
-        microbatch_group_size_per_vp_stage=model_s.get("microbatch_group_size_per_vp_stage"),
+        microbatch_group_size_per_vp_stage=_int_field(model_s, "microbatch_group_size_per_vp_stage", "model"),
         peft=peft_kind,
         lora_dim=lora_dim,
         lora_target_modules=targets,
         sequence_parallel_input_regather=regather,
         cuda_graph_scope=cuda_graph,
-        use_nccl_ub=bool(ddp.get("nccl_ub", False)),
+        use_nccl_ub=_bool_field(ddp, "nccl_ub", "ddp", False),
     )
     return model, run, assumptions
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from memtune.model_spec import ModelSpec, count_parameters, layer_params, mtp_layer_params
@@ -47,6 +48,9 @@ UNFUSED_DROPOUT_BYTES = 3
 #: Backward materialises the gradients of one layer's activations while that layer's saved
 #: tensors are still alive; we charge one extra layer's activations as working set.
 BACKWARD_WORKING_LAYERS = 1.0
+#: Fine-grained activation offloading overlaps copies with compute: two layers' offloaded
+#: tensors (the one in flight to/from host and the one being computed) stay on the GPU.
+OFFLOAD_RESIDENT_LAYERS = 2
 #: GEMM workspaces that live in the PyTorch allocator (so they count as allocated): the
 #: cuBLAS/cuBLASLt workspace of PyTorch and Transformer Engine's per-stream GEMM workspaces,
 #: about 4 x 32 MiB on Hopper.
@@ -165,6 +169,7 @@ class LayerActivations:
     full: float  # what it would keep with no recompute or offload at all
     checkpoint_input: float  # the layer input (all that full recompute keeps)
     lora_regather_saving: float  # bytes sequence_parallel_input_regather removes
+    offloaded: float = 0.0  # bytes fine-grained offloading moves to host memory
     terms: tuple[tuple[str, float], ...] = ()  # named saved tensors (before recompute/offload)
 
 
@@ -176,7 +181,7 @@ RECOMPUTE_DROPS = {
     "moe_act": ("moe_act_out",),
     "moe": ("router", "expert_fc1_in", "moe_fc1_out", "moe_act_out", "moe_fc2_out", "shared_fc1_out", "shared_act_out"),
     "shared_experts": ("shared_fc1_out", "shared_act_out"),
-    "mla_up_proj": ("mla_up", "qkv"),
+    "mla_up_proj": ("qkv",),
 }
 #: Which saved tensors each fine-grained activation-offload module moves to host memory.
 OFFLOAD_TERMS = {
@@ -213,7 +218,8 @@ def layer_activation_terms(model: ModelSpec, run: RunSpec, moe: bool) -> dict[st
     if model.multi_latent_attention:
         q_dim = model.qk_head_dim + model.qk_pos_emb_head_dim
         terms["mla_latent"] = act * tokens * ((model.q_lora_rank or 0) + model.kv_lora_rank + model.qk_pos_emb_head_dim)
-        terms["mla_up"] = act * tokens * a * (q_dim + model.qk_head_dim + model.v_head_dim) / t
+        # The up-projection outputs are split, rotated and concatenated into new Q/K/V
+        # tensors; only the latents (up-proj inputs) and Q/K/V themselves are kept.
         terms["qkv"] = act * tokens * a * (2 * q_dim + model.v_head_dim) / t
         ctx_dim = a * model.v_head_dim
     else:
@@ -263,8 +269,11 @@ def layer_activations(model: ModelSpec, run: RunSpec, moe: bool) -> LayerActivat
     if run.recompute_granularity == "selective":
         for module in run.recompute_modules:
             dropped.update(RECOMPUTE_DROPS.get(module, ()))
+    offload: set[str] = set()
     for module in run.fine_grained_offload_modules:
-        dropped.update(OFFLOAD_TERMS.get(module, ()))
+        offload.update(OFFLOAD_TERMS.get(module, ()))
+    offload -= dropped
+    dropped |= offload
     tokens = run.seq_length / max(1, run.cp) * run.mbs
     spt = _sp_div(run)
     act = 2 if run.params_dtype != "fp32" else 4
@@ -278,7 +287,7 @@ def layer_activations(model: ModelSpec, run: RunSpec, moe: bool) -> LayerActivat
             if module == "linear_qkv" or (module == "linear_fc1" and not moe):
                 gathered = act * tokens * h  # A input all-gathered over the sequence
                 shard = act * tokens * h / spt
-                if spt > 1 and _regather_eligible(run, module):
+                if spt > 1 and regather_eligible(run, module):
                     saving += gathered - shard
                     lora += shard if run.sequence_parallel_input_regather else gathered
                 else:
@@ -287,11 +296,12 @@ def layer_activations(model: ModelSpec, run: RunSpec, moe: bool) -> LayerActivat
     stored = sum(v for k, v in terms.items() if k not in dropped) + lora
     return LayerActivations(
         stored=stored, full=full, checkpoint_input=terms["attn_norm_in"],
-        lora_regather_saving=saving, terms=tuple(terms.items()),
+        lora_regather_saving=saving, offloaded=sum(terms[k] for k in offload if k in terms),
+        terms=tuple(terms.items()),
     )
 
 
-def _regather_eligible(run: RunSpec, module: str) -> bool:
+def regather_eligible(run: RunSpec, module: str) -> bool:
     """Megatron Bridge falls back to the gathered path in these cases (seed page)."""
     if run.tp <= 1 or not run.sequence_parallel or run.cuda_graph_scope or run.cpu_offloading:
         return False
@@ -348,16 +358,27 @@ def _microbatches_in_flight(run: RunSpec, stage: int) -> float:
 
 
 # ---------------------------------------------------------------------- estimate
+@lru_cache(maxsize=512)
+def _model_facts(model: ModelSpec, tp: int):
+    """Per-model arithmetic reused across the planner's thousands of calls (ModelSpec is
+    frozen and hashable): MoE-layer prefix sums, per-layer parameters, totals, MTP layer."""
+    pattern = model.moe_layers()
+    prefix = [0]
+    for is_moe in pattern:
+        prefix.append(prefix[-1] + int(is_moe))
+    dense_layer = layer_params(model, False)
+    moe_layer = layer_params(model, True) if model.is_moe else dense_layer
+    mtp = mtp_layer_params(model) if model.mtp_num_layers else None
+    return tuple(prefix), dense_layer, moe_layer, count_parameters(model, padded_tp=tp), mtp
+
+
 def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
     """Peak memory per pipeline stage, first to last. Raises InputError on impossible runs."""
     validate(model, run)
     assumptions: list[str] = []
     t, pp = run.tp, run.pp
     counts = stage_layer_counts(model, run)
-    pattern = model.moe_layers()
-    dense_layer = layer_params(model, False)
-    moe_layer = layer_params(model, True) if model.is_moe else dense_layer
-    pcount = count_parameters(model, padded_tp=t)
+    moe_prefix, dense_layer, moe_layer, pcount, mtp = _model_facts(model, t)
     vocab = model.padded_vocab_size(t)
     h = model.hidden_size
     emb = pcount.embedding
@@ -376,7 +397,7 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
     start = 0
     for stage, n in enumerate(counts):
         is_first, is_last = stage == 0, stage == pp - 1
-        moe_n = sum(pattern[start:start + n])
+        moe_n = moe_prefix[start + n] - moe_prefix[start]
         dense_n = n - moe_n
         start += n
         dense_params = (
@@ -389,10 +410,9 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
         if is_last:
             dense_params += (out if (pp > 1 or model.untie_embeddings_and_output_weights) else 0) / t
             dense_params += model.layer_norm_width * h
-            if model.mtp_num_layers:
-                mt = mtp_layer_params(model)
-                dense_params += model.mtp_num_layers * (mt.dense / t + mt.replicated)
-                expert_params += model.mtp_num_layers * mt.expert / max(1, run.ep * run.expert_tp)
+            if mtp is not None:
+                dense_params += model.mtp_num_layers * (mtp.dense / t + mtp.replicated)
+                expert_params += model.mtp_num_layers * mtp.expert / max(1, run.ep * run.expert_tp)
         stage_params = dense_params + expert_params
 
         vocab_params = (emb / t if is_first else 0.0) + (out / t if is_last else 0.0)
@@ -423,6 +443,10 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
             if model.mtp_num_layers:
                 extra += model.mtp_num_layers * (act_moe.stored + logits * 4 + 2 * tokens * h * 2 / spt)
         working = BACKWARD_WORKING_LAYERS * per_layer_full if n else 0.0
+        if act_dense.offloaded or act_moe.offloaded:
+            # Offload copies are asynchronous: the layer being computed and the one being
+            # copied out (forward) or prefetched (backward) keep their tensors on the GPU.
+            extra += OFFLOAD_RESIDENT_LAYERS * max(act_dense.offloaded, act_moe.offloaded if moe_n else 0.0)
         activations = layer_acts + extra + working
         activations = _apply_offload(run, activations, layer_acts, n)
 
@@ -545,7 +569,8 @@ def _describe(model: ModelSpec, run: RunSpec, vocab: int) -> list[str]:
     out = [
         f"parallelism TP{run.tp} PP{run.pp}" + (f" VPP{run.vpp_chunks}" if run.vpp_chunks > 1 else "")
         + f" CP{run.cp} EP{run.ep} ETP{run.expert_tp} DP{run.dp} on {run.world_size} GPUs",
-        f"micro-batch {run.mbs}, global batch {run.global_batch}, {run.num_microbatches} micro-batches per step, sequence {run.seq_length}",
+        f"micro-batch {run.mbs}, global batch {run.global_batch}, {run.num_microbatches} "
+        f"micro-batch{'es' if run.num_microbatches != 1 else ''} per step per DP rank, sequence {run.seq_length}",
         f"sequence parallel {'on' if _sp_div(run) > 1 else 'off'}; recompute {run.recompute}; attention kernel {attention_kernel(run)}",
         f"params {('fp8 (fp8 param gather)' if run.fp8_param_gather else run.params_dtype)}"
         + (f" with fp8 {run.fp8} GEMMs" if run.fp8 else "")

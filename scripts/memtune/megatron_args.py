@@ -154,7 +154,11 @@ def parse_layer_pattern(value: Any, num_layers: int) -> tuple[int, ...] | None:
             raise InputError(f"--moe-layer-freq must be positive, got {value}")
         return tuple(1 if i % value == 0 else 0 for i in range(num_layers))
     if isinstance(value, (list, tuple)):
-        return tuple(int(x) for x in value)
+        if not all(str(x).strip() in ("0", "1") for x in value):
+            raise InputError(f"--moe-layer-freq: a list must hold 0/1 flags, got {value!r}")
+        if len(value) != num_layers:
+            raise InputError(f"--moe-layer-freq pattern has {len(value)} entries but --num-layers is {num_layers}")
+        return tuple(int(str(x).strip()) for x in value)
     text = str(value).replace(" ", "")
     if text.isdigit():
         return parse_layer_pattern(int(text), num_layers)
@@ -205,9 +209,33 @@ def _int(args: Mapping[str, Any], name: str, default: int | None = None) -> int 
     if isinstance(value, bool):
         raise InputError(f"--{name.replace('_', '-')}: expected an integer, got a bare flag")
     try:
-        return int(value)
-    except (TypeError, ValueError):
+        number = int(value)
+        if isinstance(value, float) and number != value:
+            raise ValueError
+        return number
+    except (TypeError, ValueError, OverflowError):
         raise InputError(f"--{name.replace('_', '-')}: expected an integer, got {value!r}") from None
+
+
+def _float(args: Mapping[str, Any], name: str, default: float | None) -> float | None:
+    value = _flag(args, name, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or isinstance(value, (list, tuple)):
+        raise InputError(f"--{name.replace('_', '-')}: expected a number, got {value!r}")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise InputError(f"--{name.replace('_', '-')}: expected a number, got {value!r}") from None
+
+
+def _str(args: Mapping[str, Any], name: str, default: str | None) -> str | None:
+    value = _flag(args, name, default)
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)):
+        raise InputError(f"--{name.replace('_', '-')}: expected one value, got {len(value)}")
+    return str(value)
 
 
 def _bool(args: Mapping[str, Any], name: str, default: bool = False) -> bool:
@@ -268,12 +296,12 @@ def specs_from_megatron_args(flags: Mapping[str, Any], world_size: int | None = 
         kv_channels=_int(a, "kv_channels"),
         gated_linear_unit=swiglu,
         activation="swiglu" if swiglu else ("squared_relu" if _bool(a, "squared_relu") else "gelu"),
-        normalization=str(_flag(a, "normalization", "LayerNorm")),
+        normalization=_str(a, "normalization", "LayerNorm"),
         add_bias_linear=not _bool(a, "disable_bias_linear"),
         add_qkv_bias=_bool(a, "add_qkv_bias"),
         qk_layernorm=_bool(a, "qk_layernorm"),
         untie_embeddings_and_output_weights=_bool(a, "untie_embeddings_and_output_weights"),
-        position_embedding_type=str(_flag(a, "position_embedding_type", "learned_absolute")),
+        position_embedding_type=_str(a, "position_embedding_type", "learned_absolute"),
         max_position_embeddings=_int(a, "max_position_embeddings", _int(a, "seq_length", 4096)) or 4096,
         make_vocab_size_divisible_by=_int(a, "make_vocab_size_divisible_by", 128) or 128,
         num_moe_experts=experts,
@@ -326,11 +354,11 @@ def specs_from_megatron_args(flags: Mapping[str, Any], world_size: int | None = 
         seq_length=_int(a, "seq_length", 4096) or 4096,
         sequence_parallel=_bool(a, "sequence_parallel"),
         params_dtype=params_dtype,
-        fp8=str(_flag(a, "fp8_recipe", "delayed")) if _flag(a, "fp8_format") else None,
+        fp8=_str(a, "fp8_recipe", "delayed") if _flag(a, "fp8_format") else None,
         fp8_param_gather=_bool(a, "fp8_param_gather"),
         # Megatron-LM forces fp32 gradient accumulation/all-reduce with bf16.
         grad_reduce_in_fp32=bf16 or _bool(a, "accumulate_allreduce_grads_in_fp32"),
-        optimizer=str(_flag(a, "optimizer", "adam")),
+        optimizer=_str(a, "optimizer", "adam"),
         use_distributed_optimizer=_bool(a, "use_distributed_optimizer"),
         num_distributed_optimizer_instances=_int(a, "num_distributed_optimizer_instances", 1) or 1,
         use_precision_aware_optimizer=_bool(a, "use_precision_aware_optimizer"),
@@ -338,24 +366,24 @@ def specs_from_megatron_args(flags: Mapping[str, Any], world_size: int | None = 
         exp_avg_dtype=normalize_dtype(_flag(a, "exp_avg_dtype", "fp32")),
         exp_avg_sq_dtype=normalize_dtype(_flag(a, "exp_avg_sq_dtype", "fp32")),
         optimizer_cpu_offload=_bool(a, "optimizer_cpu_offload"),
-        optimizer_offload_fraction=float(_flag(a, "optimizer_offload_fraction", 1.0)),
+        optimizer_offload_fraction=_float(a, "optimizer_offload_fraction", 1.0),
         use_megatron_fsdp=_bool(a, "use_megatron_fsdp"),
-        data_parallel_sharding_strategy=str(_flag(a, "data_parallel_sharding_strategy", "optim_grads_params")),
+        data_parallel_sharding_strategy=_str(a, "data_parallel_sharding_strategy", "optim_grads_params"),
         overlap_grad_reduce=_bool(a, "overlap_grad_reduce"),
         overlap_param_gather=_bool(a, "overlap_param_gather"),
-        recompute_granularity=_flag(a, "recompute_granularity"),
-        recompute_method=_flag(a, "recompute_method"),
+        recompute_granularity=_str(a, "recompute_granularity", None),
+        recompute_method=_str(a, "recompute_method", None),
         recompute_num_layers=_int(a, "recompute_num_layers"),
         recompute_modules=recompute_modules,
-        attention_backend=str(_flag(a, "attention_backend", "auto")),
-        attention_dropout=float(_flag(a, "attention_dropout", 0.1)),
-        hidden_dropout=float(_flag(a, "hidden_dropout", 0.1)),
-        transformer_impl=str(_flag(a, "transformer_impl", "transformer_engine")),
+        attention_backend=_str(a, "attention_backend", "auto"),
+        attention_dropout=_float(a, "attention_dropout", 0.1),
+        hidden_dropout=_float(a, "hidden_dropout", 0.1),
+        transformer_impl=_str(a, "transformer_impl", "transformer_engine"),
         cross_entropy_loss_fusion=_bool(a, "cross_entropy_loss_fusion"),
         defer_embedding_wgrad_compute=_bool(a, "defer_embedding_wgrad_compute"),
         wgrad_deferral_limit=_int(a, "wgrad_deferral_limit", 0) or 0,
-        moe_token_dispatcher_type=str(_flag(a, "moe_token_dispatcher_type", "allgather")),
-        moe_expert_capacity_factor=_flag(a, "moe_expert_capacity_factor"),
+        moe_token_dispatcher_type=_str(a, "moe_token_dispatcher_type", "allgather"),
+        moe_expert_capacity_factor=_float(a, "moe_expert_capacity_factor", None),
         cpu_offloading=_bool(a, "cpu_offloading"),
         cpu_offloading_num_layers=_int(a, "cpu_offloading_num_layers", 0) or 0,
         fine_grained_offload_modules=offload_modules,

@@ -117,6 +117,48 @@ def model_field_names() -> tuple[str, ...]:
     return tuple(f.name for f in fields(ModelSpec) if f.name != "extra")
 
 
+def coerce_model_values(values: Mapping[str, Any], where: str = "model") -> dict[str, Any]:
+    """Check and convert field values by their declared type (ValueError names the field).
+
+    Config files carry strings and YAML scalars; arithmetic later must never meet a
+    string, so every int/bool/str field is converted here or rejected by name.
+    """
+    types = {f.name: str(f.type) for f in fields(ModelSpec)}
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        kind = types.get(key, "")
+        if value is None or key == "extra":
+            out[key] = value
+        elif kind.startswith("int"):
+            if isinstance(value, bool) or isinstance(value, (list, tuple, dict)):
+                raise ValueError(f"{where}.{key}: expected an integer, got {value!r}")
+            try:
+                number = int(value)
+            except (TypeError, ValueError, OverflowError):
+                raise ValueError(f"{where}.{key}: expected an integer, got {value!r}") from None
+            if number != value and not isinstance(value, str):
+                raise ValueError(f"{where}.{key}: expected an integer, got {value!r}")
+            out[key] = number
+        elif kind == "bool":
+            if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+                value = value.strip().lower() == "true"
+            if not isinstance(value, bool) and value not in (0, 1):
+                raise ValueError(f"{where}.{key}: expected true or false, got {value!r}")
+            out[key] = bool(value)
+        elif kind == "str":
+            if isinstance(value, (list, tuple, dict)):
+                raise ValueError(f"{where}.{key}: expected a name, got {value!r}")
+            out[key] = str(value)
+        elif kind.startswith("tuple"):
+            if not isinstance(value, (list, tuple)) or not all(
+                    isinstance(x, (int, bool)) or (isinstance(x, str) and x.isdigit()) for x in value):
+                raise ValueError(f"{where}.{key}: expected a list of 0/1 flags, got {value!r}")
+            out[key] = tuple(int(x) for x in value)
+        else:
+            out[key] = value
+    return out
+
+
 def model_from_mapping(values: Mapping[str, Any], name: str | None = None) -> ModelSpec:
     """Build a ModelSpec from a flat mapping of field names (preset files, tests).
 
@@ -130,11 +172,9 @@ def model_from_mapping(values: Mapping[str, Any], name: str | None = None) -> Mo
     missing = [k for k in REQUIRED_FIELDS if values.get(k) in (None, "")]
     if missing:
         raise ValueError(f"missing model field(s): {', '.join(missing)}")
-    kwargs = dict(values)
+    kwargs = coerce_model_values(values)
     if name is not None:
         kwargs["name"] = name
-    if kwargs.get("moe_layer_pattern") is not None:
-        kwargs["moe_layer_pattern"] = tuple(int(x) for x in kwargs["moe_layer_pattern"])
     return ModelSpec(**kwargs)
 
 

@@ -10,6 +10,7 @@ the planner can show as "rejected because ..."; :func:`validate` raises the firs
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any
 
 from memtune.cli import InputError
@@ -90,33 +91,33 @@ class RunSpec:
     use_nccl_ub: bool = False
 
     # ------------------------------------------------------------ derived quantities
-    @property
+    @cached_property
     def model_parallel(self) -> int:
         return self.tp * self.pp * self.cp
 
-    @property
+    @cached_property
     def dp(self) -> int:
         return max(1, self.world_size // max(1, self.model_parallel))
 
-    @property
+    @cached_property
     def expert_tp(self) -> int:
         return self.etp if self.etp else self.tp
 
-    @property
+    @cached_property
     def expert_dp(self) -> int:
         """Data-parallel replicas of each expert: GPUs per PP stage / (EP x ETP)."""
         per_stage = max(1, self.world_size // max(1, self.pp))
         return max(1, per_stage // max(1, self.ep * self.expert_tp))
 
-    @property
+    @cached_property
     def vpp_chunks(self) -> int:
         return self.vpp if self.vpp and self.vpp > 1 else 1
 
-    @property
+    @cached_property
     def global_batch(self) -> int:
         return self.gbs if self.gbs else self.mbs * self.dp
 
-    @property
+    @cached_property
     def num_microbatches(self) -> int:
         """Micro-batches per DP rank per step (gradient-accumulation steps)."""
         return max(1, self.global_batch // max(1, self.mbs * self.dp))
@@ -187,6 +188,11 @@ def stage_layer_counts(model: ModelSpec, run: RunSpec) -> tuple[int, ...]:
     return tuple(counts)
 
 
+#: Sizes beyond these are typos, not runs (they would also make the arithmetic meaningless).
+SIZE_LIMITS = {"num_layers": 100_000, "world_size": 10_000_000, "seq_length": 100_000_000,
+               "hidden_size": 1_000_000, "num_attention_heads": 100_000, "vocab_size": 100_000_000}
+
+
 def violations(model: ModelSpec, run: RunSpec) -> list[str]:
     """Every reason this run cannot start, one line each (empty list = legal)."""
     out: list[str] = []
@@ -202,11 +208,31 @@ def violations(model: ModelSpec, run: RunSpec) -> list[str]:
                         ("global_batch_size", run.gbs)):
         if value is not None:
             sizes[name] = value
+    optional = {
+        "ffn_hidden_size": model.ffn_hidden_size, "num_query_groups": model.num_query_groups,
+        "kv_channels": model.kv_channels, "num_moe_experts": model.num_moe_experts,
+        "moe_ffn_hidden_size": model.moe_ffn_hidden_size, "recompute_num_layers": run.recompute_num_layers,
+        "lora_dim": run.lora_dim, "moe_router_topk": model.moe_router_topk if model.is_moe else None,
+        "make_vocab_size_divisible_by": model.make_vocab_size_divisible_by,
+    }
+    sizes.update({k: v for k, v in optional.items() if v is not None})
     for name, value in sizes.items():
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
             out.append(f"{name} must be a positive integer, got {value!r}")
+        elif value > SIZE_LIMITS.get(name, 1 << 40):
+            out.append(f"{name} {value} is beyond any real run (limit {SIZE_LIMITS.get(name, 1 << 40)})")
+    for name, value in (("mtp_num_layers", model.mtp_num_layers), ("cpu_offloading_num_layers", run.cpu_offloading_num_layers)):
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= SIZE_LIMITS["num_layers"]:
+            out.append(f"{name} must be an integer between 0 and {SIZE_LIMITS['num_layers']}, got {value!r}")
+    for name, value in (("attention_dropout", run.attention_dropout), ("hidden_dropout", run.hidden_dropout)):
+        if not isinstance(value, (int, float)) or not 0 <= value < 1:
+            out.append(f"{name} must be in [0, 1), got {value!r}")
+    if model.moe_layer_pattern is not None and len(model.moe_layer_pattern) != model.num_layers:
+        out.append(f"MoE layer pattern has {len(model.moe_layer_pattern)} entries for {model.num_layers} layers")
     if out:
         return out
+    if model.is_moe and model.moe_router_topk > model.num_moe_experts:
+        out.append(f"moe_router_topk {model.moe_router_topk} exceeds num_moe_experts {model.num_moe_experts}")
     mp = run.tp * run.pp * run.cp
     if run.world_size % mp:
         out.append(

@@ -227,7 +227,7 @@ def render_text(model, run, est, notes: list[str], gpu_memory: int | None) -> st
     top = est.stages[est.peak_stage]
     lines.append(f"  * most-loaded stage: {top.stage} ({top.total_bytes / GIB:.2f} GiB = {top.total_bytes / 1e9:.2f} GB; "
                  f"{top.allocated_bytes / GIB:.2f} GiB of PyTorch tensors + {top.overhead / GIB:.2f} GiB runtime overhead; "
-                 f"{top.in_flight_microbatches:g} micro-batches of activations in flight)")
+                 f"activations of {top.in_flight_microbatches:g} in-flight micro-batch(es))")
     lines.append("")
     lines.append("Assumptions:")
     for a in [*notes, *est.assumptions]:
@@ -261,6 +261,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     model, run, notes, extras = _load(args)
     run = _apply_flags(args, run)
+    if run.gbs is None:
+        notes.append("global batch not given: one micro-batch per data-parallel rank per step "
+                     "(pipeline warm-up then holds fewer micro-batches; pass --gbs)")
     est = estimate(model, run)
     memory_text = args.gpu_memory or extras.get("gpu_memory")
     gpu_memory = parse_memory(str(memory_text)) if memory_text else None
