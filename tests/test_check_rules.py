@@ -108,6 +108,13 @@ def test_register_zero_silences_mt003() -> None:
     assert not any(f.rule == "MT003" for f in check_rules.run_all(view))
 
 
+def test_blackwell_does_not_need_graph_register() -> None:
+    assert any(f.rule == "MT003" for f in check("mt003_cuda_graph.sh", gpu="NVIDIA H100-SXM5-80GB"))
+    assert not any(f.rule == "MT003" for f in check("mt003_cuda_graph.sh", gpu="B200"))
+    with pytest.raises(Exception, match="--gpu"):
+        check("mt003_cuda_graph.sh", gpu="TPU")
+
+
 def test_guard_blind_spot_is_called_out() -> None:
     """Whitespace: PyTorch enables expandable segments, Megatron's text guard misses it."""
     view = run_view.build(run_view.Inputs(use_env=True, environ={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments: True"},

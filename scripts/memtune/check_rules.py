@@ -248,6 +248,8 @@ def es_cuda_graph_without_register(view: RunView) -> Iterable[Finding]:
     register = view.env.get("NCCL_GRAPH_REGISTER")
     if register is not None and register.value.strip() == "0":
         return
+    if view.compute_capability is not None and view.compute_capability >= 10:
+        return  # Blackwell and later: the registration hazard and Megatron's guard do not apply
     guard_sees = bool(state.cuda and "expandable_segments:True" in state.cuda.value)
     guard_note = "" if guard_sees else (
         "; the guard reads the literal text of PYTORCH_CUDA_ALLOC_CONF, which does not contain "
@@ -437,11 +439,15 @@ def vpp_microbatch_group(view: RunView) -> Iterable[Finding]:
                    fix="give " + " and ".join(missing or ["the batch sizes"]) + " so the interleaved-schedule limits can be checked")
         return
     if group > m or group < pp:
-        need = group * info["mbs"] * info["dp"]
+        need = max(group, pp) * info["mbs"] * info["dp"]
+        drop_vpp = change_text(view, "vpp", "null", flag_value="")
+        if m >= pp:
+            fix = (f"set the micro-batch group between {pp} and {m} "
+                   f"({change_text(view, 'microbatch_group', str(pp))}), raise the global batch to at least {need}, or {drop_vpp}")
+        else:
+            fix = f"raise the global batch to at least {need} ({max(group, pp)} micro-batches per step), or {drop_vpp} (no interleaving)"
         yield make("MT012", view.where("vpp"), group=group, group_source=group_source, microbatches=m, gbs=info["gbs"],
-                   mbs=info["mbs"], dp=info["dp"], pp=pp,
-                   fix=(f"raise the global batch to at least {need} ({group} micro-batches), or lower the micro-batch group "
-                        f"to between {pp} and {m}, or drop VPP ({change_text(view, 'vpp', 'null')})"))
+                   mbs=info["mbs"], dp=info["dp"], pp=pp, fix=fix)
         return
     remainder = m % group
     if 0 < remainder < pp:

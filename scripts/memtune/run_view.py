@@ -62,6 +62,8 @@ class RunView:
     torch_version: tuple[int, ...] | None = None
     torch_version_text: str | None = None
     mcore_version: tuple[int, ...] | None = None
+    compute_capability: float | None = None
+    gpu: str | None = None
     notes: list[str] = field(default_factory=list)
     unresolved: dict[str, Value] = field(default_factory=dict)  # e.g. "$TP" left literal
     flat: dict[str, tuple[Any, str, str]] = field(default_factory=dict)  # config key -> (value, source, text)
@@ -233,6 +235,7 @@ class Inputs:
     torch_version: str | None = None
     mcore_version: str | None = None
     world_size: int | None = None
+    gpu: str | None = None  # e.g. H100, B200 (compute capability decides MT003)
     environ: Mapping[str, str] | None = None  # for tests: stands in for os.environ
 
 
@@ -243,6 +246,14 @@ def build(inputs: Inputs) -> RunView:
     view.torch_version_text = inputs.torch_version
     view.torch_version = parse_version(inputs.torch_version, "--torch-version")
     view.mcore_version = parse_version(inputs.mcore_version, "--megatron-core-version")
+    if inputs.gpu:
+        gpus = {name.lower(): cc for name, cc in rules_data()["gpus"].items()}
+        tokens = [re.sub(r"(sxm|pcie|nvl)\d*$", "", t) for t in re.split(r"[\s\-_/,]+", inputs.gpu.strip().lower()) if t]
+        key = next((t for t in tokens if t in gpus), None)
+        if key is None:
+            raise InputError(f"--gpu {inputs.gpu!r} is not known; use one of {', '.join(rules_data()['gpus'])}")
+        view.gpu = inputs.gpu
+        view.compute_capability = float(gpus[key])
     spec = rules_data()["settings"]
 
     # --- environment -------------------------------------------------------------
@@ -338,7 +349,8 @@ def build(inputs: Inputs) -> RunView:
                     value = _peft_kind(value)
                     if value is None:
                         continue
-                found = Value(value, source, text, "config")
+                origin = "config" if text.startswith(f"{path_key}: ") else "override"
+                found = Value(value, source, text, origin)
         for flag_name in setting_spec.get("flags", []):
             if flag_name in flag_values:
                 flag = flag_values[flag_name]

@@ -41,6 +41,7 @@ def build_parser():
                         help="Megatron Bridge ConfigContainer YAML or Megatron-LM model_config.yaml (repeatable)")
     parser.add_argument("--torch-version", metavar="X.Y[.Z]", help="PyTorch release the job runs (unknown: strictest verdict)")
     parser.add_argument("--megatron-core-version", metavar="X.Y", help="Megatron-Core release (unknown: conservative checks)")
+    parser.add_argument("--gpu", metavar="NAME", help="GPU model, e.g. H100 or B200 (NCCL_GRAPH_REGISTER matters before Blackwell)")
     parser.add_argument("--world-size", "--gpus", type=int, metavar="N", help="GPU count, when the script does not say")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     return parser
@@ -57,7 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     view = run_view.build(run_view.Inputs(
         use_env=args.env, env_files=args.env_file, scripts=args.script, configs=args.config,
         overrides=args.overrides, torch_version=args.torch_version,
-        mcore_version=args.megatron_core_version, world_size=args.world_size,
+        mcore_version=args.megatron_core_version, world_size=args.world_size, gpu=args.gpu,
     ))
     findings = check_rules.run_all(view)
     errors = sum(1 for f in findings if f.severity == "error")
