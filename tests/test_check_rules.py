@@ -180,6 +180,7 @@ def test_cli_text_grouped_by_severity() -> None:
     (("--env-file", str(DATA / "mt004_cpu_offload_pp.yaml")), "expected KEY=VALUE"),
     (("--script", str(DATA / "clean_megatron_sbatch.sh"), "--torch-version", "newest"), "--torch-version"),
     (("--config", str(DATA / "clean_bridge_lora.yaml"), "model.tp"), "not KEY=VALUE"),
+    (("--set", "no-equals-sign"), "expected NAME=VALUE"),
 ])
 def test_cli_bad_input_is_one_line_exit_2(args: tuple[str, ...], needle: str) -> None:
     result = run_cli(*args)
@@ -207,3 +208,11 @@ def test_no_false_errors_on_real_megatron_lm_runs(tmp_path: Path) -> None:
         assert errors == [], (run["case"], errors)
         checked += 1
     assert checked == len(runs)
+
+
+def test_cli_set_checks_a_single_value() -> None:
+    result = run_cli("--set", "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:true", "--torch-version", "2.9.1", "--json")
+    assert result.returncode == 1
+    finding = json.loads(result.stdout)["findings"][0]
+    assert finding["rule"] == "MT007" and "ValueError: Expected 'True' or 'False'" in finding["message"]
+    assert finding["source"] == "--set PYTORCH_CUDA_ALLOC_CONF"

@@ -229,6 +229,7 @@ def read_env_file(path: str) -> list[EnvValue]:
 class Inputs:
     use_env: bool = False
     env_files: Sequence[str] = ()
+    env_values: Sequence[str] = ()  # NAME=VALUE given on the command line (--set)
     scripts: Sequence[str] = ()
     configs: Sequence[str] = ()
     overrides: Sequence[str] = ()
@@ -266,6 +267,12 @@ def build(inputs: Inputs) -> RunView:
         view.env_given = True
         for item in read_env_file(path):
             view.env[item.name] = item
+    for text in inputs.env_values:
+        name, eq, value = text.partition("=")
+        if not eq or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise InputError(f"--set {text!r}: expected NAME=VALUE, e.g. --set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+        view.env_given = True
+        view.env[name] = EnvValue(name, value, f"--set {name}")
 
     # --- Bridge YAML -----------------------------------------------------------------
     flat: dict[str, tuple[Any, str, str]] = {}

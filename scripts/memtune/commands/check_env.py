@@ -24,6 +24,7 @@ EPILOG = """\
 examples:
   python3 scripts/check_env.py --script train.sbatch
   python3 scripts/check_env.py --script train.sh --torch-version 2.9.1 --json
+  python3 scripts/check_env.py --set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:true --torch-version 2.4
   python3 scripts/check_env.py --env --config llama3_70b.yaml model.pipeline_model_parallel_size=8
   python3 scripts/check_env.py --env-file job.env --config lora.yaml --world-size 16
   python3 scripts/check_env.py --config tests/functional_tests/.../model_config.yaml --world-size 8
@@ -36,6 +37,8 @@ def build_parser():
                         help="Hydra-style overrides applied last (model.tensor_model_parallel_size=4, +x=1, ~x)")
     parser.add_argument("--env", action="store_true", help="include this process's environment")
     parser.add_argument("--env-file", action="append", default=[], metavar="FILE", help="KEY=VALUE lines (repeatable)")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", dest="env_values",
+                        help="an environment variable as the job will see it (repeatable), e.g. --set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
     parser.add_argument("--script", action="append", default=[], metavar="FILE", help="bash / sbatch launch script (repeatable)")
     parser.add_argument("--config", action="append", default=[], metavar="FILE",
                         help="Megatron Bridge ConfigContainer YAML or Megatron-LM model_config.yaml (repeatable)")
@@ -49,14 +52,14 @@ def build_parser():
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if not (args.env or args.env_file or args.script or args.config or args.overrides):
-        raise InputError("nothing to check: give --script FILE, --config FILE, --env-file FILE, --env or overrides")
+    if not (args.env or args.env_file or args.env_values or args.script or args.config or args.overrides):
+        raise InputError("nothing to check: give --script FILE, --config FILE, --env-file FILE, --set NAME=VALUE, --env or overrides")
     if args.world_size is not None and args.world_size < 1:
         raise InputError(f"--world-size {args.world_size} must be a positive GPU count")
     from memtune import check_rules, run_view
 
     view = run_view.build(run_view.Inputs(
-        use_env=args.env, env_files=args.env_file, scripts=args.script, configs=args.config,
+        use_env=args.env, env_files=args.env_file, env_values=args.env_values, scripts=args.script, configs=args.config,
         overrides=args.overrides, torch_version=args.torch_version,
         mcore_version=args.megatron_core_version, world_size=args.world_size, gpu=args.gpu,
     ))
