@@ -278,6 +278,7 @@ def specs_from_bridge(cfg: Mapping[str, Any], world_size: int | None = None, bas
         lora_target_modules=targets,
         sequence_parallel_input_regather=regather,
         cuda_graph_scope=cuda_graph,
+        cuda_graph_warmup_steps=_int_field(model_s, "cuda_graph_warmup_steps", "model", 3),
         use_nccl_ub=_bool_field(ddp, "nccl_ub", "ddp", False),
     )
     return model, run, assumptions

@@ -76,16 +76,24 @@ class StageEstimate:
     overhead: int
     params: int
     in_flight_microbatches: float
+    optimizer_step: int = 0  # fp32 gradient copies at the optimizer step beyond the (freed) activations
+    cuda_graphs: int = 0  # activations held in CUDA-graph private pools (reserved, not "allocated")
+    capture_bytes: int = 0  # allocated while the CUDA graphs are being captured
 
     @property
     def allocated_bytes(self) -> int:
-        """What torch.cuda.max_memory_allocated would report (tensors only)."""
-        return self.weights + self.gradients + self.optimizer + self.activations + self.workspace
+        """What torch.cuda.max_memory_allocated would report (tensors only): the larger of
+        the training-step peak and the CUDA-graph capture peak."""
+        steady = (self.weights + self.gradients + self.optimizer + self.activations + self.workspace
+                  + self.optimizer_step)
+        return max(steady, self.capture_bytes)
 
     @property
     def total_bytes(self) -> int:
-        """What the GPU must hold: tensors plus the runtime overhead line."""
-        return self.allocated_bytes + self.overhead
+        """What the GPU must hold: tensors, CUDA-graph pools and the runtime overhead line."""
+        steady = (self.weights + self.gradients + self.optimizer + self.activations + self.workspace
+                  + self.optimizer_step)
+        return steady + self.cuda_graphs + self.overhead
 
     def components(self) -> dict[str, int]:
         return {
@@ -93,7 +101,9 @@ class StageEstimate:
             "gradients": self.gradients,
             "optimizer": self.optimizer,
             "activations": self.activations,
+            "optimizer_step": self.optimizer_step,
             "workspace": self.workspace,
+            "cuda_graphs": self.cuda_graphs,
             "overhead": self.overhead,
         }
 
@@ -170,6 +180,7 @@ class LayerActivations:
     checkpoint_input: float  # the layer input (all that full recompute keeps)
     lora_regather_saving: float  # bytes sequence_parallel_input_regather removes
     offloaded: float = 0.0  # bytes fine-grained offloading moves to host memory
+    graphed: float = 0.0  # part of ``stored`` saved inside CUDA-graph-captured modules
     terms: tuple[tuple[str, float], ...] = ()  # named saved tensors (before recompute/offload)
 
 
@@ -183,6 +194,15 @@ RECOMPUTE_DROPS = {
     "shared_experts": ("shared_fc1_out", "shared_act_out"),
     "mla_up_proj": ("qkv",),
 }
+#: Saved tensors that live inside each CUDA-graph scope (Megatron ``cuda_graph_scope``).
+CUDA_GRAPH_TERMS = {
+    "attn": ("attn_norm_out", "mla_latent", "qkv", "core_attn", "proj_in", "attn_dropout"),
+    "mlp": ("mlp_norm_out", "mlp_fc1_out", "mlp_act_out", "mlp_dropout"),
+    "moe_router": ("router",),
+    "moe": ("router", "expert_fc1_in", "moe_fc1_out", "moe_act_out", "moe_fc2_out",
+            "shared_fc1_out", "shared_act_out", "mlp_norm_out", "mlp_dropout"),
+}
+
 #: Which saved tensors each fine-grained activation-offload module moves to host memory.
 OFFLOAD_TERMS = {
     "attn_norm": ("attn_norm_in",),
@@ -294,9 +314,16 @@ def layer_activations(model: ModelSpec, run: RunSpec, moe: bool) -> LayerActivat
                     lora += gathered if spt > 1 else shard
     full = sum(terms.values()) + lora
     stored = sum(v for k, v in terms.items() if k not in dropped) + lora
+    graphed_terms: set[str] = set()
+    for scope in run.cuda_graph_scope:
+        if scope in ("full", "full_iteration", "transformer_layer"):
+            graphed_terms.update(terms)
+        else:
+            graphed_terms.update(CUDA_GRAPH_TERMS.get(scope, ()))
+    graphed = sum(v for k, v in terms.items() if k in graphed_terms and k not in dropped)
     return LayerActivations(
         stored=stored, full=full, checkpoint_input=terms["attn_norm_in"],
-        lora_regather_saving=saving, offloaded=sum(terms[k] for k in offload if k in terms),
+        lora_regather_saving=saving, offloaded=sum(terms[k] for k in offload if k in terms), graphed=graphed,
         terms=tuple(terms.items()),
     )
 
@@ -418,6 +445,7 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
         vocab_params = (emb / t if is_first else 0.0) + (out / t if is_last else 0.0)
         weights, grads, optim = _static_bytes(run, model, dense_params, expert_params, n, param_b, grad_b, opt_b,
                                               dp_shard, edp_shard, vocab_params)
+        step_copy = _step_grad_copy(run, dense_params, expert_params, grad_b, dp_shard, edp_shard)
 
         # activations
         inflight_layers = in_flight_layer_microbatches(run, stage, n)
@@ -425,6 +453,11 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
         per_layer_full = max(act_dense.full, act_moe.full if moe_n else 0.0)
         layer_acts = _recompute_layers(run, n, inflight_layers, per_layer_stored, per_layer_full,
                                        act_dense.checkpoint_input)
+        graph_pool = 0.0
+        if run.cuda_graph_scope and run.recompute_granularity != "full" and n:
+            per_layer_graphed = (act_dense.graphed * dense_n + act_moe.graphed * moe_n) / n
+            graph_pool = inflight_layers * per_layer_graphed
+            layer_acts -= graph_pool
         mb = _microbatches_in_flight(run, stage)
         tokens = run.seq_length / max(1, run.cp) * run.mbs
         spt = _sp_div(run)
@@ -453,6 +486,8 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
         stages.append(StageEstimate(
             stage=stage, layers=n, weights=int(weights), gradients=int(grads), optimizer=int(optim),
             activations=int(activations), workspace=WORKSPACE_BYTES, overhead=int(overhead), params=int(stage_params),
+            optimizer_step=int(max(0.0, step_copy - activations)), cuda_graphs=int(graph_pool),
+            capture_bytes=int(_capture_bytes(run, weights, grads, optim, graph_pool)),
             in_flight_microbatches=round(inflight_layers / n, 3) if n else float(mb),
         ))
 
@@ -463,6 +498,42 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
         parameters_per_gpu_max=max(s.params for s in stages),
         assumptions=tuple(assumptions),
     )
+
+
+def _capture_bytes(run: RunSpec, weights: float, grads: float, optim: float, graph_pool: float) -> float:
+    """Allocated bytes while CUDA graphs are captured (0 without graphs).
+
+    Capture runs the graphed modules in the pipeline order of one step, so their saved
+    tensors for all in-flight micro-batches are live allocations then; afterwards they belong
+    to the graph's private pool (reserved, not counted as allocated). Capturing after
+    ``cuda_graph_warmup_steps`` training steps means the optimizer states already exist;
+    capturing at step 0 means only the fp32 main parameters (created with the optimizer) do.
+    """
+    if not graph_pool:
+        return 0.0
+    states = optim if run.cuda_graph_warmup_steps > 0 else optim * _main_param_share(run)
+    return weights + grads + states + WORKSPACE_BYTES + graph_pool
+
+
+def _main_param_share(run: RunSpec) -> float:
+    total = _optimizer_bytes_per_param(run)
+    main = 0 if run.params_dtype == "fp32" else (_b(run.main_params_dtype) if run.use_precision_aware_optimizer else 4)
+    return main / total if total else 0.0
+
+
+def _step_grad_copy(run: RunSpec, dense: float, expert: float, grad_b: float, dp_shard: int, edp_shard: int) -> float:
+    """fp32 copies of the gradient shard made at the optimizer step.
+
+    With bf16/fp16 gradients, Megatron's mixed-precision optimizers cast each (sharded)
+    gradient to fp32 into the main parameters' ``.grad`` before stepping; with fp32 main
+    grads the buffer is used in place. By then the step's activations are freed, so this
+    only matters when it exceeds them.
+    """
+    if run.peft is not None or grad_b >= 4 or run.params_dtype == "fp32" or run.optimizer_cpu_offload:
+        return 0.0
+    if run.use_distributed_optimizer or run.use_megatron_fsdp:
+        return 4 * (dense / dp_shard + expert / edp_shard)
+    return 4 * (dense + expert)
 
 
 def _optimizer_bytes_per_param(run: RunSpec) -> float:

@@ -394,6 +394,7 @@ def specs_from_megatron_args(flags: Mapping[str, Any], world_size: int | None = 
         stage_layers=stage_layers,
         microbatch_group_size_per_vp_stage=_int(a, "microbatch_group_size_per_virtual_pipeline_stage"),
         cuda_graph_scope=cuda_graph,
+        cuda_graph_warmup_steps=_int(a, "cuda_graph_warmup_steps", 3),
         use_nccl_ub=_bool(a, "use_nccl_ub"),
     )
     if "attention_dropout" not in a or "hidden_dropout" not in a:

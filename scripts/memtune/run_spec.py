@@ -88,6 +88,7 @@ class RunSpec:
     sequence_parallel_input_regather: bool = False
     # --- misc ------------------------------------------------------------------------
     cuda_graph_scope: tuple[str, ...] = ()  # non-empty = CUDA graphs captured for these
+    cuda_graph_warmup_steps: int = 3  # training steps before capture (Megatron default 3)
     use_nccl_ub: bool = False
 
     # ------------------------------------------------------------ derived quantities

@@ -215,19 +215,29 @@ def render_text(model, run, est, notes: list[str], gpu_memory: int | None) -> st
              + (f" ({count_parameters(model).active / 1e9:.2f} B active)" if model.is_moe else "")
              + f", {est.parameters_per_gpu_max / 1e9:.3f} B on the most-loaded GPU",
              "", "Per pipeline stage (GiB, one GPU of each stage):"]
-    header = f"  {'stage':>5} {'layers':>6} {'weights':>8} {'grads':>8} {'optim':>8} {'activ':>8} {'wkspace':>8} {'overhead':>8} {'total':>8}"
+    show_step = any(s.optimizer_step for s in est.stages)
+    show_graphs = any(s.cuda_graphs for s in est.stages)
+    header = f"  {'stage':>5} {'layers':>6} {'weights':>8} {'grads':>8} {'optim':>8} {'activ':>8}"
+    header += f" {'step+':>8}" if show_step else ""
+    header += f" {'wkspace':>8}" + (f" {'graphs':>8}" if show_graphs else "") + f" {'overhead':>8} {'total':>8}"
     lines.append(header)
     peak = est.peak_bytes
     for s in est.stages:
         mark = "*" if s.stage == est.peak_stage else " "
-        lines.append(
-            f" {mark}{s.stage:>5} {s.layers:>6} {gib(s.weights)} {gib(s.gradients)} {gib(s.optimizer)} "
-            f"{gib(s.activations)} {gib(s.workspace)} {gib(s.overhead)} {gib(s.total_bytes)}  {_bar(s.total_bytes, peak)}"
-        )
+        row = f" {mark}{s.stage:>5} {s.layers:>6} {gib(s.weights)} {gib(s.gradients)} {gib(s.optimizer)} {gib(s.activations)}"
+        row += f" {gib(s.optimizer_step)}" if show_step else ""
+        row += f" {gib(s.workspace)}" + (f" {gib(s.cuda_graphs)}" if show_graphs else "")
+        row += f" {gib(s.overhead)} {gib(s.total_bytes)}  {_bar(s.total_bytes, peak)}"
+        lines.append(row)
     top = est.stages[est.peak_stage]
     lines.append(f"  * most-loaded stage: {top.stage} ({top.total_bytes / GIB:.2f} GiB = {top.total_bytes / 1e9:.2f} GB; "
-                 f"{top.allocated_bytes / GIB:.2f} GiB of PyTorch tensors + {top.overhead / GIB:.2f} GiB runtime overhead; "
+                 f"max allocated by PyTorch {top.allocated_bytes / GIB:.2f} GiB, runtime overhead {top.overhead / GIB:.2f} GiB; "
                  f"activations of {top.in_flight_microbatches:g} in-flight micro-batch(es))")
+    if show_step:
+        lines.append("  step+ = fp32 copies of bf16 gradients at the optimizer step, beyond the activations freed by then")
+    if show_graphs:
+        lines.append("  graphs = activations saved inside CUDA-graph-captured modules (graph memory pool: reserved, "
+                     "not counted by max_memory_allocated after capture)")
     lines.append("")
     lines.append("Assumptions:")
     for a in [*notes, *est.assumptions]:
