@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from helper_cli import run_helper
 
 from memtune import check_rules, run_view
 
 DATA = Path(__file__).resolve().parent / "data" / "check_env"
-REPO = Path(__file__).resolve().parent.parent
 
 
 def check(*files: str, **kwargs) -> list[check_rules.Finding]:
@@ -152,8 +150,8 @@ def test_findings_sorted_errors_first() -> None:
     assert ranks == sorted(ranks)
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(REPO / "scripts" / "check_env.py"), *args], capture_output=True, text=True, timeout=60)
+def run_cli(*args: str):
+    return run_helper("check_env", *args)
 
 
 def test_cli_json_and_exit_codes() -> None:

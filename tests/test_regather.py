@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from helper_cli import run_helper
 
 from memtune import regather
 from memtune.estimator import regather_saving_bytes
@@ -15,7 +14,6 @@ from memtune.presets import load_preset
 from memtune.run_spec import RunSpec
 
 DATA = Path(__file__).resolve().parent / "data" / "check_env"
-REPO = Path(__file__).resolve().parent.parent
 
 
 def eligible(**kwargs) -> dict[str, bool]:
@@ -96,8 +94,8 @@ def test_seed_measurement_comparison() -> None:
     assert abs(qwen3_8b_saving(2) / measured - 1) < 0.06
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(REPO / "scripts" / "regather_config.py"), *args], capture_output=True, text=True, timeout=60)
+def run_cli(*args: str):
+    return run_helper("regather_config", *args)
 
 
 def test_cli_yaml_config_gets_yaml_change_and_estimate() -> None:
