@@ -196,14 +196,14 @@ def expandable_segments_missing(view: RunView) -> Iterable[Finding]:
         detail = "neither PYTORCH_CUDA_ALLOC_CONF nor PYTORCH_ALLOC_CONF is set"
         source = _command_source(view)
     elif state.cuda is None:
-        detail = f"only PYTORCH_ALLOC_CONF is set ({state.generic.source}); PyTorch before 2.9 ignores it and 2.9.x ignored it for CUDA expandable segments"
+        detail = f"only PYTORCH_ALLOC_CONF is set, at {state.generic.source}; PyTorch before 2.9 ignores it and 2.9.x ignored it for CUDA expandable segments"
         source = state.generic.source
         current = state.generic.value
     elif state.cuda_parsed and state.cuda_parsed.verdicts[0].settings.get("expandable_segments") is False:
-        detail = f"it sets expandable_segments:False ({state.cuda.source})"
+        detail = f"it sets expandable_segments:False at {state.cuda.source}"
         source = state.cuda.source
     else:
-        detail = f"it is {state.cuda.value!r} ({state.cuda.source})"
+        detail = f"it is {state.cuda.value!r} at {state.cuda.source}"
         source = state.cuda.source
     suggested = _with_es(current)
     if state.cuda is not None and state.cuda.line:
