@@ -205,7 +205,7 @@ def expandable_segments_missing(view: RunView) -> Iterable[Finding]:
     else:
         detail = f"it is {state.cuda.value!r} at {state.cuda.source}"
         source = state.cuda.source
-    suggested = _with_es(current)
+    suggested = _with_es(current, view.torch_version)
     if state.cuda is not None and state.cuda.line:
         where_hint = f"replace line {state.cuda.line} of {state.cuda.file}"
     elif view.command is not None:
@@ -215,8 +215,13 @@ def expandable_segments_missing(view: RunView) -> Iterable[Finding]:
     yield make("MT001", source, detail=detail, suggested=suggested, where_hint=where_hint)
 
 
-def _with_es(current: str) -> str:
-    parts = [p.strip() for p in current.replace(" ", "").split(",") if p.strip() and not p.strip().startswith("expandable_segments")]
+def _with_es(current: str, version: tuple[int, ...] | None) -> str:
+    """The current options plus expandable_segments:True (max_split / GC threshold dropped
+    unless the release is known to handle the mix, see MT021)."""
+    fixed_in = ac.parse_version(ac.table()["es_with_split_or_gc_fixed_in"])
+    risky = ("max_split_size_mb", "garbage_collection_threshold") if version is None or version < fixed_in else ()
+    parts = [p for p in "".join(current.split()).split(",")
+             if p and not p.startswith("expandable_segments") and p.split(":")[0] not in risky]
     return ",".join(parts + ["expandable_segments:True"])
 
 
