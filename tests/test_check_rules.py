@@ -214,3 +214,24 @@ def test_cli_set_checks_a_single_value() -> None:
     finding = json.loads(result.stdout)["findings"][0]
     assert finding["rule"] == "MT007" and "ValueError: Expected 'True' or 'False'" in finding["message"]
     assert finding["source"] == "--set PYTORCH_CUDA_ALLOC_CONF"
+
+
+@pytest.mark.parametrize("fixture,version", [
+    ("mt001_no_expandable.sh", "2.3"), ("mt001_no_expandable.sh", "2.8"), ("mt007_equals.env", "2.1"),
+    ("mt009_whitespace.env", "2.8"), ("mt019_tab.env", None), ("mt021_es_split_old_torch.env", "2.3"),
+])
+def test_suggested_allocator_strings_are_accepted_and_clean(fixture: str, version: str | None) -> None:
+    """The value a fix tells the user to export passes PyTorch and triggers no allocator rule again."""
+    from memtune import alloc_conf as ac
+
+    findings = check(fixture, torch_version=version)
+    fixes = [f.fix for f in findings if f.fix.startswith("export PYTORCH_CUDA_ALLOC_CONF=")]
+    assert fixes
+    for fix in fixes:
+        value = fix.split("=", 1)[1].split()[0]
+        parsed = ac.parse(value, ac.parse_version(version))
+        syntax_only = fixture.startswith("mt007")  # MT007 repairs the syntax, keeping the user's options
+        assert parsed.accepted and (syntax_only or parsed.expandable_segments), (fixture, value)
+        view = run_view.build(run_view.Inputs(env_values=[f"PYTORCH_CUDA_ALLOC_CONF={value}"], torch_version=version))
+        again = {f.rule for f in check_rules.run_all(view)}
+        assert again <= {"MT017", "MT008"} | ({"MT001"} if syntax_only else set()), (fixture, value, again)
