@@ -353,6 +353,11 @@ def alloc_whitespace(view: RunView) -> Iterable[Finding]:
         yield make("MT009", env.source, var=env.name, value=env.value, torch_note=note, suggested=suggested)
 
 
+def _is_moe(view: RunView) -> bool:
+    experts, ep = view.get("num_experts"), view.get("ep", 1)
+    return (isinstance(experts, int) and experts > 1) or (isinstance(ep, int) and ep > 1)
+
+
 def regather_inputs(view: RunView) -> regather.RegatherInputs:
     targets = view.get("lora_target_modules") or list(regather.DEFAULT_TARGETS)
     graphs, _, _ = cuda_graphs(view)
@@ -364,7 +369,7 @@ def regather_inputs(view: RunView) -> regather.RegatherInputs:
         tp=view.get("tp", 1) if isinstance(view.get("tp", 1), int) else 1,
         sequence_parallel=view.get("sequence_parallel") is True,
         targets=tuple(str(t) for t in targets),
-        moe=bool(view.get("ep", 1) and isinstance(view.get("ep", 1), int) and view.get("ep", 1) > 1),
+        moe=_is_moe(view),
         cuda_graphs=graphs,
         cpu_offload_activations=view.get("cpu_offloading") is True and view.get("cpu_offloading_activations", True) is not False,
         recompute_granularity=view.get("recompute_granularity"),

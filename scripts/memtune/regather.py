@@ -101,7 +101,10 @@ def decide(inp: RegatherInputs) -> Eligibility:
             decisions.append(ModuleDecision(module, False, "not a column-parallel linear_qkv / linear_fc1 adapter"))
             continue
         if module == "linear_fc1" and inp.moe:
-            decisions.append(ModuleDecision(module, False, "expert adapter (MoE linear_fc1): not covered by re-gather"))
+            decisions.append(ModuleDecision(
+                module, False,
+                "expert adapter (MoE linear_fc1): not covered by re-gather (dense layers of a mixed model still are; the estimate counts them)",
+            ))
             continue
         if run:
             decisions.append(ModuleDecision(module, False, "; ".join(run)))

@@ -140,6 +140,11 @@ def _lora_settings(view) -> dict[str, Any]:
 def build_report(view, preset: str | None, form: str, recipe_calls=()) -> dict[str, Any]:
     from memtune import check_rules, regather
 
+    model, model_notes = _model(view, preset)
+    if model is not None and model.is_moe and not view.has("num_experts"):
+        from memtune import run_view
+
+        view.settings["num_experts"] = run_view.Value(model.num_moe_experts, "model", "num_moe_experts", "derived")
     inp = check_rules.regather_inputs(view)
     decision = regather.decide(inp)
     already = view.get("regather") is True
@@ -158,7 +163,7 @@ def build_report(view, preset: str | None, form: str, recipe_calls=()) -> dict[s
     else:
         where = f" (append to the training command at {view.script.path}:{view.command.line})" if view.script and view.command else ""
         text = regather.hydra_override() + where
-    saving, assumptions, model_name = estimate_saving(view, preset, inp, decision)
+    saving, assumptions, model_name = estimate_saving(view, model, model_notes, inp, decision)
     modules = [{"module": d.module, "eligible": d.eligible, "reason": d.reason} for d in decision.decisions]
     return {
         "eligible": decision.any_eligible,
@@ -174,12 +179,12 @@ def build_report(view, preset: str | None, form: str, recipe_calls=()) -> dict[s
     }
 
 
-def estimate_saving(view, preset, inp, decision) -> tuple[int | None, list[str], str | None]:
+def estimate_saving(view, model, model_notes, inp, decision) -> tuple[int | None, list[str], str | None]:
     """Bytes per GPU saved, from the estimator's activation model (None when no model)."""
     from memtune import estimator, regather
     from memtune.run_spec import RunSpec
 
-    model, assumptions = _model(view, preset)
+    assumptions = list(model_notes)
     if model is None:
         return None, ["no model size known: give --preset NAME, Megatron-LM model flags in --script, or model.* in --config"], None
     if not decision.any_eligible:
