@@ -220,8 +220,10 @@ def layer_activation_terms(model: ModelSpec, run: RunSpec, moe: bool) -> dict[st
 
     Sizes follow Korthikanti et al. (2022) generalised to GQA/MLA, gated MLPs, MoE and
     fp8: residual-stream tensors are split by TP only under sequence parallelism, tensors
-    inside attention/MLP always by TP; GEMM inputs are fp8 copies in fp8 training; frozen
-    (PEFT) base linears keep no input for a weight gradient.
+    inside attention/MLP always by TP; GEMM inputs are fp8 copies in fp8 training. Frozen
+    (PEFT) base linears are charged the same saved inputs: the seed's measured LoRA re-gather
+    saving (4.73 GB, Qwen3-8B TP2 seq 8192) equals the whole gathered LoRA-A input, which
+    only holds if the sequence-local norm output is retained by the base layer anyway.
     """
     t = max(1, run.tp)
     spt = _sp_div(run)
@@ -229,8 +231,7 @@ def layer_activation_terms(model: ModelSpec, run: RunSpec, moe: bool) -> dict[st
     h = model.hidden_size
     a = model.num_attention_heads
     act = 2 if run.params_dtype != "fp32" else 4
-    peft = run.peft is not None
-    gemm_in = 0 if peft else (1 if run.fp8 else act)
+    gemm_in = 1 if run.fp8 else act
     drop_h = 1 if run.hidden_dropout > 0 else 0
     terms: dict[str, float] = {}
     terms["attn_norm_in"] = act * tokens * h / spt
@@ -246,7 +247,7 @@ def layer_activation_terms(model: ModelSpec, run: RunSpec, moe: bool) -> dict[st
         d, g = model.head_dim, model.query_groups
         terms["qkv"] = act * tokens * (a + 2 * g) * d / t
         ctx_dim = a * d
-    terms["proj_in"] = (act if peft else gemm_in) * tokens * ctx_dim / t
+    terms["proj_in"] = gemm_in * tokens * ctx_dim / t
     if attention_kernel(run) == "flash":
         core = 4 * tokens * a / t  # softmax statistics (LSE), fp32
         if run.fp8:
@@ -259,7 +260,7 @@ def layer_activation_terms(model: ModelSpec, run: RunSpec, moe: bool) -> dict[st
     terms["mlp_norm_in"] = act * tokens * h / spt
     terms["mlp_norm_out"] = gemm_in * tokens * h / spt
     gate = 2 if model.gated_linear_unit else 1
-    act_out = act if peft else gemm_in
+    act_out = gemm_in
     if not moe:
         terms["mlp_fc1_out"] = act * tokens * gate * model.ffn / t
         terms["mlp_act_out"] = act_out * tokens * model.ffn / t
@@ -270,7 +271,7 @@ def layer_activation_terms(model: ModelSpec, run: RunSpec, moe: bool) -> dict[st
         etp = run.expert_tp
         cap = max(1.0, run.moe_expert_capacity_factor or 1.0)
         terms["router"] = 4 * local * e * 2  # fp32 logits and probabilities
-        terms["expert_fc1_in"] = (act if peft else gemm_in) * routed * etp * h * cap
+        terms["expert_fc1_in"] = gemm_in * routed * etp * h * cap
         terms["moe_fc1_out"] = act * routed * gate * model.expert_ffn * cap
         terms["moe_act_out"] = act_out * routed * model.expert_ffn * cap
         terms["moe_fc2_out"] = act * routed * etp * h * cap  # kept for the probability-weighted unpermute
@@ -304,14 +305,17 @@ def layer_activations(model: ModelSpec, run: RunSpec, moe: bool) -> LayerActivat
         h = model.hidden_size
         for module in run.lora_target_modules:
             lora += 2 * act * tokens * r  # adapter A output and B input
-            if module == "linear_qkv" or (module == "linear_fc1" and not moe):
-                gathered = act * tokens * h  # A input all-gathered over the sequence
-                shard = act * tokens * h / spt
-                if spt > 1 and regather_eligible(run, module):
-                    saving += gathered - shard
-                    lora += shard if run.sequence_parallel_input_regather else gathered
+            if spt > 1 and (module == "linear_qkv" or (module == "linear_fc1" and not moe)):
+                # Column-parallel adapter under SP: LoRA-A keeps the all-gathered sequence.
+                # Re-gather keeps the sequence-local shard instead - the same tensor the base
+                # layer already holds - and all-gathers it again in backward.
+                gathered = act * tokens * h
+                if regather_eligible(run, module):
+                    saving += gathered
+                    lora += 0.0 if run.sequence_parallel_input_regather else gathered
                 else:
-                    lora += gathered if spt > 1 else shard
+                    lora += gathered
+            # Other adapters see the base layer's (TP-local) input: no extra copy.
     full = sum(terms.values()) + lora
     stored = sum(v for k, v in terms.items() if k not in dropped) + lora
     graphed_terms: set[str] = set()

@@ -164,7 +164,7 @@ def stage_layer_counts(model: ModelSpec, run: RunSpec) -> tuple[int, ...]:
         if virtual % pp:
             raise ValueError(
                 f"num_layers {n} is not divisible by pipeline_model_parallel_size {pp}; "
-                "set num_layers_in_first/last_pipeline_stage or change PP"
+                "set num_layers_in_first/last_pipeline_stage (--first-stage-layers/--last-stage-layers) or change PP"
             )
         per = virtual // pp
         counts = [per] * pp

@@ -25,7 +25,7 @@ EPILOG = """\
 examples:
   estimate_memory.py --example
   estimate_memory.py --preset llama3-8b --gpus 8 --tp 2 --mbs 1 --gbs 128 --seq-length 8192 --sequence-parallel
-  estimate_memory.py --preset deepseek-v3 --gpus 1024 --tp 2 --pp 16 --ep 64 --etp 1 --mbs 1 --gbs 4096 --recompute full
+  estimate_memory.py --preset deepseek-v3 --gpus 1024 --tp 2 --pp 16 --first-stage-layers 1 --ep 64 --etp 1 --mbs 1 --gbs 4096 --recompute full
   estimate_memory.py --hf-config ~/models/Qwen3-8B/config.json --gpus 2 --tp 2 --peft lora --regather --seq-length 8192
   estimate_memory.py --megatron-args launch.sh --gpus 64 --json
   estimate_memory.py --config run.yaml --preset llama3-70b --gpus 32 model.pipeline_model_parallel_size=8 train.global_batch_size=64
@@ -82,6 +82,10 @@ def build_parser():
                            ("--seq-length", "sequence length")):
         par.add_argument(flag, type=_positive(flag), help=helptext)
     par.add_argument("--gpus", "--world-size", dest="gpus", type=_positive("--gpus"), help="total GPUs")
+    par.add_argument("--first-stage-layers", type=_positive("--first-stage-layers"), metavar="N",
+                     help="uneven PP: decoder layers on the first stage (num_layers_in_first_pipeline_stage)")
+    par.add_argument("--last-stage-layers", type=_positive("--last-stage-layers"), metavar="N",
+                     help="uneven PP: decoder layers on the last stage (num_layers_in_last_pipeline_stage)")
     par.add_argument("--sequence-parallel", dest="sp", action="store_true", default=None)
     par.add_argument("--no-sequence-parallel", dest="sp", action="store_false")
     mem = p.add_argument_group("memory features")
@@ -132,6 +136,8 @@ def _load(args) -> tuple[Any, Any, list[str], dict[str, Any]]:
     if args.megatron_args:
         from memtune.megatron_args import load_megatron_args, specs_from_megatron_args
 
+        if base is not None:
+            raise InputError("--megatron-args carries the model itself; drop --preset/--hf-config")
         if args.overrides:
             raise InputError("Hydra overrides apply to --config/--example, not to --megatron-args")
         model, run, notes = specs_from_megatron_args(load_megatron_args(args.megatron_args), world_size=args.gpus)
@@ -180,7 +186,9 @@ def _apply_flags(args, run):
                "attention_backend": "attention_backend", "lora_dim": "lora_dim",
                "regather": "sequence_parallel_input_regather", "recompute_method": "recompute_method",
                "recompute_num_layers": "recompute_num_layers", "fsdp": "use_megatron_fsdp",
-               "precision": "params_dtype", "fp8_param_gather": "fp8_param_gather"}
+               "precision": "params_dtype", "fp8_param_gather": "fp8_param_gather",
+               "first_stage_layers": "num_layers_in_first_pipeline_stage",
+               "last_stage_layers": "num_layers_in_last_pipeline_stage"}
     for attr, field in mapping.items():
         value = getattr(args, attr)
         if value is not None:
