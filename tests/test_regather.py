@@ -87,11 +87,10 @@ def test_estimator_saving_scales_with_gathered_tensor() -> None:
 
 
 def test_seed_measurement_comparison() -> None:
-    """Seed: Qwen3-8B TP2 seq 8192 saved 4.731 GB (MBS not stated). The estimator gives
-    2.483 GB at MBS 1 (52% of measured) and 4.966 GB at MBS 2 (+5.0%)."""
+    """Seed: Qwen3-8B TP2 seq 8192 saved 4.731 GB. The estimator's activation model gives
+    4.966 GB at MBS 1 (the recipe default; +5.0%)."""
     measured = regather.SEED_QWEN3_8B_SAVING_BYTES
-    assert 0.45 < qwen3_8b_saving(1) / measured < 0.60
-    assert abs(qwen3_8b_saving(2) / measured - 1) < 0.06
+    assert abs(qwen3_8b_saving(1) / measured - 1) < 0.06
 
 
 def run_cli(*args: str):
