@@ -239,7 +239,10 @@ def _model(view, preset):
         if section.get("vocab_size") is None and section.get("padded_vocab_size") is None:
             section["vocab_size"] = 32000
             assumptions.append("vocab_size 32000 (not in the config; it does not change the re-gather saving)")
-        return model_from_bridge(section), assumptions
+        import os
+
+        model = model_from_bridge(section)
+        return model.with_(name=f"model section of {os.path.basename(str(view.config_path or 'config'))}"), assumptions
     return None, assumptions
 
 
