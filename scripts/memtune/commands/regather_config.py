@@ -242,7 +242,7 @@ def _model(view, preset):
         import os
 
         model = model_from_bridge(section)
-        return model.with_(name=f"model section of {os.path.basename(str(view.config_path or 'config'))}"), assumptions
+        return model.with_(name=f"{os.path.basename(str(view.config_path or 'config'))} (model section)"), assumptions
     return None, assumptions
 
 
