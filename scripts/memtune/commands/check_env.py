@@ -1,14 +1,92 @@
-"""check_env.py: Check a launch script, environment and config for memory misconfiguration before launch."""
+"""check_env.py: catch memory misconfiguration in a launch script, environment and config before launch."""
 
 from __future__ import annotations
 
 from typing import Sequence
 
-from memtune.cli import InputError, make_parser
+from memtune.cli import EXIT_FINDINGS, EXIT_OK, InputError, make_parser, print_json
+
+DESCRIPTION = """\
+Check a Megatron-LM / Megatron Bridge run for memory misconfiguration before it starts:
+expandable segments, malformed PYTORCH_CUDA_ALLOC_CONF / PYTORCH_ALLOC_CONF (judged with
+PyTorch's own parser rules for your --torch-version), NCCL user buffers, CUDA graphs without
+NCCL_GRAPH_REGISTER=0, CPU offloading with PP > 1 or with recompute, PP / VPP layer
+divisibility, interleaved-schedule micro-batch limits, LoRA + sequence-parallel re-gather.
+
+Inputs are combined into one view of the run (later ones win): --env (this process),
+--env-file, --script (bash / sbatch: export lines, VAR=... prefixes, srun / torchrun /
+python commands with Megatron-LM flags and Hydra overrides), --config (Megatron Bridge
+ConfigContainer YAML, or a Megatron-LM model_config.yaml with ENV_VARS / MODEL_ARGS), and
+overrides given here. Each finding has rule, severity, message, fix and source (file:line).
+Exit 0: no error; 1: at least one error; 2: bad usage or unreadable input."""
+
+EPILOG = """\
+examples:
+  python3 scripts/check_env.py --script train.sbatch
+  python3 scripts/check_env.py --script train.sh --torch-version 2.9.1 --json
+  python3 scripts/check_env.py --set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:true --torch-version 2.4
+  python3 scripts/check_env.py --env --config llama3_70b.yaml model.pipeline_model_parallel_size=8
+  python3 scripts/check_env.py --env-file job.env --config lora.yaml --world-size 16
+  python3 scripts/check_env.py --config tests/functional_tests/.../model_config.yaml --world-size 8
+rules: references/check-rules.md (MT001-MT021)"""
+
+
+def build_parser():
+    parser = make_parser("check_env.py", DESCRIPTION, EPILOG)
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                        help="Hydra-style overrides applied last (model.tensor_model_parallel_size=4, +x=1, ~x)")
+    parser.add_argument("--env", action="store_true", help="include this process's environment")
+    parser.add_argument("--env-file", action="append", default=[], metavar="FILE", help="KEY=VALUE lines (repeatable)")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", dest="env_values",
+                        help="an environment variable as the job will see it (repeatable), e.g. --set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+    parser.add_argument("--script", action="append", default=[], metavar="FILE", help="bash / sbatch launch script (repeatable)")
+    parser.add_argument("--config", action="append", default=[], metavar="FILE",
+                        help="Megatron Bridge ConfigContainer YAML or Megatron-LM model_config.yaml (repeatable)")
+    parser.add_argument("--torch-version", metavar="X.Y[.Z]", help="PyTorch release the job runs (unknown: strictest verdict)")
+    parser.add_argument("--megatron-core-version", metavar="X.Y", help="Megatron-Core release (unknown: conservative checks)")
+    parser.add_argument("--gpu", metavar="NAME", help="GPU model, e.g. H100 or B200 (NCCL_GRAPH_REGISTER matters before Blackwell)")
+    parser.add_argument("--world-size", "--gpus", type=int, metavar="N", help="GPU count, when the script does not say")
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = make_parser("check_env.py", "Check a launch script, environment and config for memory misconfiguration before launch.")
-    parser.add_argument("--json", action="store_true", help="print one JSON document")
-    parser.parse_args(argv)
-    raise InputError("not implemented yet")
+    args = build_parser().parse_args(argv)
+    if not (args.env or args.env_file or args.env_values or args.script or args.config or args.overrides):
+        raise InputError("nothing to check: give --script FILE, --config FILE, --env-file FILE, --set NAME=VALUE, --env or overrides")
+    if args.world_size is not None and args.world_size < 1:
+        raise InputError(f"--world-size {args.world_size} must be a positive GPU count")
+    from memtune import check_rules, run_view
+
+    view = run_view.build(run_view.Inputs(
+        use_env=args.env, env_files=args.env_file, env_values=args.env_values, scripts=args.script, configs=args.config,
+        overrides=args.overrides, torch_version=args.torch_version,
+        mcore_version=args.megatron_core_version, world_size=args.world_size, gpu=args.gpu,
+    ))
+    findings = check_rules.run_all(view)
+    errors = sum(1 for f in findings if f.severity == "error")
+    if args.json:
+        print_json({"findings": [f.to_json() for f in findings]})
+    else:
+        print(render_text(findings, view))
+    return EXIT_FINDINGS if errors else EXIT_OK
+
+
+def render_text(findings, view) -> str:
+    lines: list[str] = []
+    if view.command is not None and view.script is not None:
+        lines.append(f"training command: {view.script.path}:{view.command.line} ({' '.join(view.command.launcher) or 'python'} {view.command.program})")
+    for severity in ("error", "warning", "info"):
+        group = [f for f in findings if f.severity == severity]
+        if not group:
+            continue
+        lines.append(f"\n{severity.upper()}S ({len(group)})" if severity != "info" else f"\nINFO ({len(group)})")
+        for f in group:
+            lines.append(f"  {f.rule} {f.source}")
+            lines.append(f"    {f.message}")
+            lines.append(f"    fix: {f.fix}")
+    for note in view.notes:
+        lines.append(f"note: {note}")
+    counts = {s: sum(1 for f in findings if f.severity == s) for s in ("error", "warning", "info")}
+    lines.append(f"\n{counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} info")
+    return "\n".join(lines).lstrip("\n")

@@ -1,0 +1,237 @@
+"""Each MT rule fires on a real-shaped script/config (tests/data/check_env) and not on clean ones."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from helper_cli import run_helper
+
+from memtune import check_rules, run_view
+
+DATA = Path(__file__).resolve().parent / "data" / "check_env"
+
+
+def check(*files: str, **kwargs) -> list[check_rules.Finding]:
+    scripts = [str(DATA / f) for f in files if f.endswith(".sh")]
+    configs = [str(DATA / f) for f in files if f.endswith(".yaml")]
+    env_files = [str(DATA / f) for f in files if f.endswith(".env")]
+    overrides = kwargs.pop("overrides", ())
+    view = run_view.build(run_view.Inputs(scripts=scripts, configs=configs, env_files=env_files, overrides=overrides, **kwargs))
+    return check_rules.run_all(view)
+
+
+# fixture, expected rule, severity, source line, extra Inputs
+CASES = [
+    ("mt001_no_expandable.sh", "MT001", "warning", 5, {}),
+    ("mt002_nccl_ub.sh", "MT002", "error", 3, {}),
+    ("mt002_megatron_model_config.yaml", "MT002", "error", 4, {}),
+    ("mt003_cuda_graph.sh", "MT003", "error", 4, {}),
+    ("mt004_cpu_offload_pp.yaml", "MT004", "error", 10, {}),
+    ("mt005_vpp_divisibility.yaml", "MT005", "error", 7, {}),
+    ("mt006_pp_divisibility.sh", "MT006", "error", 4, {}),
+    ("mt007_equals.env", "MT007", "error", 2, {"torch_version": "2.1.2"}),
+    ("mt008_only_alloc_conf.sh", "MT008", "warning", 2, {}),
+    ("mt009_whitespace.env", "MT009", "warning", 1, {}),
+    ("mt010_lora_no_regather.yaml", "MT010", "info", 17, {}),
+    ("mt010_regather_noop.yaml", "MT010", "warning", 10, {}),
+    ("mt011_offload_recompute.yaml", "MT011", "error", 7, {}),
+    ("mt012_vpp_microbatches.sh", "MT012", "error", 9, {}),
+    ("mt013_late_export.sh", "MT013", "warning", 4, {}),
+    ("mt014_graphs_offload.yaml", "MT014", "error", 6, {}),
+    ("mt015_offload_layers.yaml", "MT015", "error", 7, {}),
+    ("mt016_vpp_remainder.sh", "MT016", "error", 7, {}),
+    ("mt018_alloc_conf_291.env", "MT018", "warning", 1, {"torch_version": "2.9.1"}),
+    ("mt019_tab.env", "MT019", "warning", 1, {}),
+    ("mt020_async_ignores.env", "MT020", "info", 1, {"torch_version": "2.6"}),
+    ("mt021_es_split_old_torch.env", "MT021", "warning", 1, {"torch_version": "2.3"}),
+]
+
+
+@pytest.mark.parametrize("fixture,code,severity,line,extra", CASES, ids=[c[1] + ":" + c[0] for c in CASES])
+def test_rule_fires_with_source_line(fixture: str, code: str, severity: str, line: int, extra: dict) -> None:
+    findings = check(fixture, **extra)
+    hits = [f for f in findings if f.rule == code]
+    assert hits, [f.rule for f in findings]
+    hit = hits[0]
+    assert hit.severity == severity
+    assert hit.source == f"{DATA / fixture}:{line}"
+    assert hit.message and hit.fix
+
+
+def test_every_rule_in_the_table_has_a_fixture() -> None:
+    documented = set(run_view.rules_data()["rules"])
+    covered = {c[1] for c in CASES} | {"MT017"}
+    assert documented <= covered
+
+
+@pytest.mark.parametrize("files", [
+    ("clean_megatron_sbatch.sh",),
+    ("clean_bridge_lora.yaml",),
+    ("clean_env.env", "clean_bridge_lora.yaml"),
+])
+def test_clean_inputs_have_no_error_or_warning(files: tuple[str, ...]) -> None:
+    findings = check(*files, torch_version="2.8.0")
+    assert [f for f in findings if f.severity in ("error", "warning")] == []
+
+
+def test_mt021_only_before_the_fix() -> None:
+    assert not any(f.rule == "MT021" for f in check("mt021_es_split_old_torch.env", torch_version="2.5"))
+    unknown = [f for f in check("mt021_es_split_old_torch.env") if f.rule == "MT021"]
+    assert unknown and unknown[0].severity == "info"
+
+
+def test_async_backend_is_not_told_to_enable_expandable_segments() -> None:
+    assert not any(f.rule == "MT001" for f in check("mt020_async_ignores.env", torch_version="2.6"))
+
+
+def test_fixes_are_concrete() -> None:
+    by_rule = {f.rule: f for f in check("mt003_cuda_graph.sh")}
+    assert by_rule["MT003"].fix.startswith("export NCCL_GRAPH_REGISTER=0")
+    by_rule = {f.rule: f for f in check("mt007_equals.env", torch_version="2.4")}
+    assert "PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:8000" in by_rule["MT007"].fix
+    by_rule = {f.rule: f for f in check("mt005_vpp_divisibility.yaml")}
+    assert "model.virtual_pipeline_model_parallel_size: 2" in by_rule["MT005"].fix  # 20 layers/rank: 2, 4, 5, 10, 20
+    by_rule = {f.rule: f for f in check("mt004_cpu_offload_pp.yaml")}
+    assert "model.cpu_offloading: false" in by_rule["MT004"].fix
+
+
+def test_register_zero_silences_mt003() -> None:
+    findings = check("mt003_cuda_graph.sh", overrides=())
+    assert any(f.rule == "MT003" for f in findings)
+    view = run_view.build(run_view.Inputs(scripts=[str(DATA / "mt003_cuda_graph.sh")], use_env=True,
+                                          environ={"NCCL_GRAPH_REGISTER": "0"}))
+    # the script does not export it; the process env does, but the script's own env wins only for what it sets
+    assert not any(f.rule == "MT003" for f in check_rules.run_all(view))
+
+
+def test_blackwell_does_not_need_graph_register() -> None:
+    assert any(f.rule == "MT003" for f in check("mt003_cuda_graph.sh", gpu="NVIDIA H100-SXM5-80GB"))
+    assert not any(f.rule == "MT003" for f in check("mt003_cuda_graph.sh", gpu="B200"))
+    with pytest.raises(Exception, match="--gpu"):
+        check("mt003_cuda_graph.sh", gpu="TPU")
+
+
+def test_guard_blind_spot_is_called_out() -> None:
+    """Whitespace: PyTorch enables expandable segments, Megatron's text guard misses it."""
+    view = run_view.build(run_view.Inputs(use_env=True, environ={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments: True"},
+                                          overrides=["model.cuda_graph_impl=local"], torch_version="2.8"))
+    findings = {f.rule: f for f in check_rules.run_all(view)}
+    assert "MT009" in findings
+    assert "will not stop the run" in findings["MT003"].message
+
+
+def test_overrides_win_over_yaml() -> None:
+    findings = check("mt004_cpu_offload_pp.yaml", overrides=["model.pipeline_model_parallel_size=1"])
+    assert not any(f.rule == "MT004" for f in findings)
+    findings = check("mt005_vpp_divisibility.yaml", overrides=["~model.virtual_pipeline_model_parallel_size"])
+    assert not any(f.rule == "MT005" for f in findings)
+
+
+def test_world_size_needed_for_mt012_is_asked_for() -> None:
+    findings = check("mt005_vpp_divisibility.yaml")
+    info = [f for f in findings if f.rule == "MT012"]
+    assert info and info[0].severity == "info" and "world size" in info[0].fix
+    findings = check("mt005_vpp_divisibility.yaml", world_size=32, overrides=["model.virtual_pipeline_model_parallel_size=5"])
+    assert not any(f.rule == "MT012" for f in findings)  # GBS 32 / DP 2 = 16 micro-batches >= 4
+
+
+def test_mcore_version_gates_old_interleaved_rule() -> None:
+    old = check("mt016_vpp_remainder.sh", mcore_version="0.9")
+    assert any(f.rule == "MT012" and f.severity == "error" for f in old)
+    new = check("mt016_vpp_remainder.sh", mcore_version="0.14")
+    assert not any(f.rule == "MT012" for f in new)
+
+
+def test_findings_sorted_errors_first() -> None:
+    findings = check("mt016_vpp_remainder.sh")
+    ranks = [check_rules.SEVERITY_ORDER[f.severity] for f in findings]
+    assert ranks == sorted(ranks)
+
+
+def run_cli(*args: str):
+    return run_helper("check_env", *args)
+
+
+def test_cli_json_and_exit_codes() -> None:
+    bad = run_cli("--script", str(DATA / "mt002_nccl_ub.sh"), "--json")
+    assert bad.returncode == 1, bad.stderr
+    document = json.loads(bad.stdout)
+    assert set(document) == {"findings"}
+    assert all(set(f) == {"rule", "severity", "message", "fix", "source"} for f in document["findings"])
+    clean = run_cli("--script", str(DATA / "clean_megatron_sbatch.sh"), "--torch-version", "2.8")
+    assert clean.returncode == 0, clean.stdout
+    assert "0 error(s)" in clean.stdout
+
+
+def test_cli_text_grouped_by_severity() -> None:
+    result = run_cli("--script", str(DATA / "mt016_vpp_remainder.sh"))
+    out = result.stdout
+    assert out.index("ERRORS") < out.index("WARNINGS") < out.index("INFO")
+
+
+@pytest.mark.parametrize("args,needle", [
+    ((), "nothing to check"),
+    (("--script", "/no/such/file.sh"), "No such file"),
+    (("--config", str(DATA / "mt007_equals.env")), "not a mapping"),
+    (("--env-file", str(DATA / "mt004_cpu_offload_pp.yaml")), "expected KEY=VALUE"),
+    (("--script", str(DATA / "clean_megatron_sbatch.sh"), "--torch-version", "newest"), "--torch-version"),
+    (("--config", str(DATA / "clean_bridge_lora.yaml"), "model.tp"), "not KEY=VALUE"),
+    (("--set", "no-equals-sign"), "expected NAME=VALUE"),
+])
+def test_cli_bad_input_is_one_line_exit_2(args: tuple[str, ...], needle: str) -> None:
+    result = run_cli(*args)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert needle in result.stderr
+
+
+def test_no_false_errors_on_real_megatron_lm_runs(tmp_path: Path) -> None:
+    """54 Megatron-LM functional tests that ran to completion on 8 H100s (their model_config
+    flags and environment, tests/data/estimator/megatron-lm-calibration.json): no rule may
+    call any of them an error."""
+    import yaml
+
+    runs = json.loads((Path(__file__).resolve().parent / "data" / "estimator" / "megatron-lm-calibration.json").read_text())
+    runs = runs["runs"] if isinstance(runs, dict) else runs
+    assert len(runs) >= 50
+    checked = 0
+    for run in runs:
+        path = tmp_path / f"{run['case']}.yaml"
+        path.write_text(yaml.safe_dump({"ENV_VARS": run.get("env", {}), "MODEL_ARGS": run["megatron_args"]}))
+        view = run_view.build(run_view.Inputs(configs=[str(path)], world_size=run["world_size"]))
+        errors = [f for f in check_rules.run_all(view) if f.severity == "error"]
+        assert errors == [], (run["case"], errors)
+        checked += 1
+    assert checked == len(runs)
+
+
+def test_cli_set_checks_a_single_value() -> None:
+    result = run_cli("--set", "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:true", "--torch-version", "2.9.1", "--json")
+    assert result.returncode == 1
+    finding = json.loads(result.stdout)["findings"][0]
+    assert finding["rule"] == "MT007" and "ValueError: Expected 'True' or 'False'" in finding["message"]
+    assert finding["source"] == "--set PYTORCH_CUDA_ALLOC_CONF"
+
+
+@pytest.mark.parametrize("fixture,version", [
+    ("mt001_no_expandable.sh", "2.3"), ("mt001_no_expandable.sh", "2.8"), ("mt007_equals.env", "2.1"),
+    ("mt009_whitespace.env", "2.8"), ("mt019_tab.env", None), ("mt021_es_split_old_torch.env", "2.3"),
+])
+def test_suggested_allocator_strings_are_accepted_and_clean(fixture: str, version: str | None) -> None:
+    """The value a fix tells the user to export passes PyTorch and triggers no allocator rule again."""
+    from memtune import alloc_conf as ac
+
+    findings = check(fixture, torch_version=version)
+    fixes = [f.fix for f in findings if f.fix.startswith("export PYTORCH_CUDA_ALLOC_CONF=")]
+    assert fixes
+    for fix in fixes:
+        value = fix.split("=", 1)[1].split()[0]
+        parsed = ac.parse(value, ac.parse_version(version))
+        syntax_only = fixture.startswith("mt007")  # MT007 repairs the syntax, keeping the user's options
+        assert parsed.accepted and (syntax_only or parsed.expandable_segments), (fixture, value)
+        view = run_view.build(run_view.Inputs(env_values=[f"PYTORCH_CUDA_ALLOC_CONF={value}"], torch_version=version))
+        again = {f.rule for f in check_rules.run_all(view)}
+        assert again <= {"MT017", "MT008"} | ({"MT001"} if syntax_only else set()), (fixture, value, again)

@@ -1,0 +1,188 @@
+"""Reading bash / sbatch launch scripts: env, commands, flags, overrides, each with its line."""
+
+from __future__ import annotations
+
+from memtune import launch_script as ls
+
+
+def parse(text: str) -> ls.LaunchScript:
+    return ls.parse_text(text, "job.sh")
+
+
+def test_export_prefix_and_shell_assignments() -> None:
+    script = parse(
+        "export A=1 B='two words'\n"
+        "C=3\n"
+        "export C\n"
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python train.py --x 1\n"
+        "unset A\n"
+        "python other.py\n"
+    )
+    by_name = {(s.name, s.how): s for s in script.env}
+    assert by_name[("A", "export")].value == "1" and by_name[("A", "export")].line == 1
+    assert by_name[("B", "export")].value == "two words"
+    assert by_name[("C", "shell")].line == 2
+    prefix = by_name[("PYTORCH_CUDA_ALLOC_CONF", "prefix")]
+    assert prefix.command_line == 4 and prefix.value == "expandable_segments:True"
+    first, second = script.python_commands
+    env_first = script.env_for(first)
+    assert env_first["PYTORCH_CUDA_ALLOC_CONF"].how == "prefix"
+    assert env_first["C"].value == "3"  # `export C` after `C=3` exports the earlier value
+    env_second = script.env_for(second)
+    assert "A" not in env_second  # unset
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in env_second  # a prefix applies to its own command only
+
+
+def test_quoting_and_continuations_keep_physical_lines() -> None:
+    script = parse(
+        "#!/bin/bash\n"
+        "TP=4\n"
+        'srun --container-image="nvcr.io/nvidia/nemo:25.04" \\\n'
+        "  python pretrain_gpt.py \\\n"
+        "    --tensor-model-parallel-size ${TP} \\\n"
+        "    --save \"/ckpt/my run\" \\\n"
+        "    --recompute-modules core_attn mlp \\\n"
+        "    --use-nccl-ub\n"
+    )
+    command = script.training_command()
+    assert command is not None and command.launcher == ("srun",) and command.program == "pretrain_gpt.py"
+    flags, _ = ls.split_program_args(command.program_args, frozenset({"use-nccl-ub"}))
+    assert flags["tensor-model-parallel-size"].values == ("4",) and flags["tensor-model-parallel-size"].line == 5
+    assert flags["save"].values == ("/ckpt/my run",) and flags["save"].line == 6
+    assert flags["recompute-modules"].values == ("core_attn", "mlp")
+    assert flags["use-nccl-ub"].values == () and flags["use-nccl-ub"].line == 8
+    assert command.line == 3
+
+
+def test_arrays_and_unquoted_variables_expand_with_definition_lines() -> None:
+    script = parse(
+        "GPT_ARGS=(\n"
+        "    --num-layers 96\n"
+        "    --hidden-size 12288\n"
+        ")\n"
+        'EXTRA="--micro-batch-size 1 --global-batch-size 1536"\n'
+        "torchrun --nproc_per_node 8 --nnodes 2 pretrain_gpt.py ${GPT_ARGS[@]} $EXTRA --bf16\n"
+    )
+    command = script.training_command()
+    flags, _ = ls.split_program_args(command.program_args, frozenset({"bf16"}))
+    assert flags["num-layers"].values == ("96",) and flags["num-layers"].line == 2
+    assert flags["hidden-size"].line == 3
+    assert flags["global-batch-size"].values == ("1536",) and flags["global-batch-size"].line == 5
+    assert command.launcher_options["torchrun.nproc_per_node"] == "8"
+    assert command.launcher_options["torchrun.nnodes"] == "2"
+
+
+def test_torchrun_module_and_python_m_distributed_run() -> None:
+    script = parse(
+        "python -m torch.distributed.run --nproc-per-node=4 -m megatron.bridge.run cfg=x model.tensor_model_parallel_size=2\n"
+        "python3 -u finetune.py -tp 2 -pp 1 -vp 2 -cp 1 -ep 4 +peft=lora ++peft.dim=8 ~model.recompute_granularity\n"
+    )
+    first, second = script.python_commands
+    assert first.launcher == ("python -m torch.distributed.run",) and first.program == "-m megatron.bridge.run"
+    assert first.launcher_options["torchrun.nproc_per_node"] == "4"
+    _, overrides = ls.split_program_args(second.program_args)
+    keys = [(o.prefix, o.key, o.value) for o in overrides]
+    assert ("", "model.tensor_model_parallel_size", "2") in keys
+    assert ("", "model.virtual_pipeline_model_parallel_size", "2") in keys
+    assert ("", "model.expert_model_parallel_size", "4") in keys
+    assert ("+", "peft", "lora") in keys and ("++", "peft.dim", "8") in keys
+    assert ("~", "model.recompute_granularity", None) in keys
+    assert all(o.line == 2 for o in overrides)
+
+
+def test_heredoc_bodies_and_comments_are_skipped() -> None:
+    script = parse(
+        "cat > notes.txt <<'EOF'\n"
+        "export PYTORCH_CUDA_ALLOC_CONF=garbage\n"
+        "python fake.py --use-nccl-ub\n"
+        "EOF\n"
+        "# export PYTORCH_CUDA_ALLOC_CONF=commented\n"
+        "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True  # trailing comment\n"
+        "python real.py\n"
+    )
+    settings = [s for s in script.env if s.name == "PYTORCH_CUDA_ALLOC_CONF"]
+    assert [(s.value, s.line) for s in settings] == [("expandable_segments:True", 6)]
+    assert [c.program for c in script.python_commands] == ["real.py"]
+
+
+def test_bash_c_inner_script_is_parsed() -> None:
+    script = parse('srun bash -c "export NCCL_GRAPH_REGISTER=0; python train.py --cuda-graph-impl local"\n')
+    assert any(s.name == "NCCL_GRAPH_REGISTER" and s.value == "0" for s in script.env)
+    command = script.training_command()
+    assert command is not None and command.program == "train.py"
+
+
+def test_sbatch_directives_and_default_expansion() -> None:
+    script = parse(
+        "#!/bin/bash\n#SBATCH --nodes=4\n#SBATCH --gpus-per-node=8 # comment\n"
+        "python train.py --seq-length ${SEQ:-8192} --micro-batch-size $UNKNOWN\n"
+    )
+    assert script.sbatch["nodes"] == ("4", 2) and script.sbatch["gpus-per-node"] == ("8", 3)
+    flags, _ = ls.split_program_args(script.training_command().program_args)
+    assert flags["seq-length"].values == ("8192",)
+    assert flags["micro-batch-size"].values == ("$UNKNOWN",)  # unknown variables stay literal
+
+
+def test_operators_and_redirections_split_commands() -> None:
+    script = parse("cd /work && python a.py --x 1 > log.txt 2>&1 | tee out; python b.py --y=2 &\n")
+    programs = [c.program for c in script.python_commands]
+    assert programs == ["a.py", "b.py"]
+    flags, _ = ls.split_program_args(script.python_commands[0].program_args)
+    assert flags["x"].values == ("1",)
+
+
+def test_negative_numbers_are_values_not_flags() -> None:
+    flags, _ = ls.split_program_args([ls.Word(t, 1) for t in ["--adam-eps", "-1e-8", "--lr", "-3"]])
+    assert flags["adam-eps"].values == ("-1e-8",) and flags["lr"].values == ("-3",)
+
+
+def test_parse_override_forms() -> None:
+    assert ls.parse_override("model.x=1").key == "model.x"
+    assert ls.parse_override("~model.x").value is None
+    assert ls.parse_override("model.x") is None  # no '=' and no '~': not an override
+    assert ls.parse_override("--flag=1") is None
+
+
+def test_branches_with_known_conditions_are_followed() -> None:
+    script = parse(
+        'DTYPE="bf16"\n'                                  # 1
+        'DATA=${4:-"MOCK"}\n'                             # 2  no positional args: the default
+        'EXTRA=()\n'                                      # 3
+        'if [[ "$DTYPE" == "fp8" ]]; then\n'              # 4
+        '    EXTRA+=("--fp8-format hybrid")\n'            # 5
+        'elif [ "$DATA" = "MOCK" ]; then\n'               # 6
+        '    EXTRA+=(--mock-data)\n'                      # 7
+        'else\n'                                          # 8
+        '    EXTRA+=(--data-path /data)\n'                # 9
+        'fi\n'                                            # 10
+        'if [[ "$UNSET_VAR" == "x" ]]; then\n'            # 11 unknown: kept (conservative)
+        '    export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n'
+        'fi\n'
+        'python train.py ${EXTRA[@]}\n'
+    )
+    flags, _ = ls.split_program_args(script.training_command().program_args, frozenset({"mock-data"}))
+    assert set(flags) == {"mock-data"} and flags["mock-data"].line == 7
+    assert any(s.name == "PYTORCH_CUDA_ALLOC_CONF" for s in script.env)
+
+
+def test_array_append_and_unquoted_element_splitting_keep_lines() -> None:
+    script = parse(
+        "ARGS=(\n"
+        "    --micro-batch-size 1\n"
+        ")\n"
+        "DDP=(--use-distributed-optimizer)\n"
+        'ARGS+=("${DDP[@]}")\n'
+        'ARGS+=("--fp8-format hybrid")\n'
+        "python train.py ${ARGS[@]}\n"
+    )
+    flags, _ = ls.split_program_args(script.training_command().program_args, frozenset({"use-distributed-optimizer"}))
+    assert flags["micro-batch-size"].line == 2
+    assert flags["use-distributed-optimizer"].line == 4  # where DDP is defined
+    assert flags["fp8-format"].values == ("hybrid",) and flags["fp8-format"].line == 6
+
+
+def test_arithmetic_expansion() -> None:
+    script = parse("N=16\nM=$(($N-1))\nW=$(( N * 8 / 3 ))\nBAD=$((N / 0))\npython t.py --a $M --b $W --c $BAD\n")
+    flags, _ = ls.split_program_args(script.training_command().program_args)
+    assert flags["a"].values == ("15",) and flags["b"].values == ("42",)
+    assert flags["c"].values == ("$((N / 0))",)  # left literal when it cannot be evaluated
