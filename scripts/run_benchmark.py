@@ -7,6 +7,8 @@ Thin entry point: the work is done by memtune.commands.run_benchmark. Run with -
 import sys
 from pathlib import Path
 
+# An installed skill copy is signed: bytecode caches would appear inside the verified tree.
+sys.dont_write_bytecode = True
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from memtune.bootstrap import launch  # noqa: E402
