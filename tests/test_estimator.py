@@ -166,6 +166,8 @@ def test_cli_overrides_and_flags_change_the_run():
     (("--example", "model.virtual_pipeline_model_parallel_size=3"), "not divisible by virtual"),
     (("--preset", "mixtral-8x7b", "--gpus", "8", "--ep", "3"), "does not divide num_moe_experts"),
     (("--config", "/nonexistent/run.yaml"), "No such file"),
+    (("--preset", "llama3-8b", "--gpus", "8", "--pp", "2", "--cpu-offload-layers", "2"),
+     "Currently there is no support for Pipeline parallelism with CPU offloading"),
 ])
 def test_cli_bad_input_is_one_line_exit_2(args, needle):
     res = run_cli(*args)

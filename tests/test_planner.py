@@ -61,7 +61,9 @@ def test_seed_cpu_offloading_is_rejected_for_pp(seed_plan):
     offload = [e for e in seed_plan.rejected if e.candidate.category == "offload"]
     assert offload, "CPU offloading must be listed as rejected, not silently dropped"
     for e in offload:
-        assert any("pipeline_model_parallel_size > 1" in r for r in e.rejected)
+        # Megatron-Core's exact error text, so a user searching for it finds the rejection.
+        assert any("Currently there is no support for Pipeline parallelism with CPU offloading" in r
+                   and "pipeline_model_parallel_size > 1" in r for r in e.rejected)
     assert not [e for e in seed_plan.ranked if e.candidate.category == "offload"]
 
 
