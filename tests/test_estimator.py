@@ -95,11 +95,12 @@ def test_lora_freezes_base_and_regather_saves_gathered_inputs():
     full = estimate(QWEN8, run.with_(peft=None)).stages[0]
     assert base.gradients < 0.01 * full.gradients and base.optimizer < 0.01 * full.optimizer
     saving = regather_saving_bytes(QWEN8, run)
-    # linear_qkv + linear_fc1 of 36 stored layers (+1 backward working layer): the whole
-    # all-gathered LoRA-A input in bf16 (the local shard is already held by the base layer)
+    # linear_qkv + linear_fc1 of the 36 stored layers: the whole all-gathered LoRA-A input in
+    # bf16 (the local shard is already held by the base layer). The backward working layer does
+    # not add: at PP 1 the loss peak (152k-vocab logits) is larger and never coexists with it.
     per_layer = 2 * 2 * 8192 * 4096
-    assert saving == pytest.approx(37 * per_layer, rel=1e-6)
-    assert saving / 4.731e9 - 1 == pytest.approx(0.05, abs=0.01)  # seed: 4.731 GB measured
+    assert saving == pytest.approx(36 * per_layer, rel=1e-6)
+    assert saving / 4.731e9 - 1 == pytest.approx(0.02, abs=0.01)  # seed: 4.731 GB measured
     with_regather = estimate(QWEN8, run.with_(sequence_parallel_input_regather=True)).stages[0]
     assert base.activations - with_regather.activations == saving
     assert regather_saving_bytes(QWEN8, run.with_(tp=1, world_size=1)) == 0  # TP=1: no effect
@@ -166,6 +167,8 @@ def test_cli_overrides_and_flags_change_the_run():
     (("--example", "model.virtual_pipeline_model_parallel_size=3"), "not divisible by virtual"),
     (("--preset", "mixtral-8x7b", "--gpus", "8", "--ep", "3"), "does not divide num_moe_experts"),
     (("--config", "/nonexistent/run.yaml"), "No such file"),
+    (("--preset", "llama3-8b", "--gpus", "8", "--pp", "2", "--cpu-offload-layers", "2"),
+     "Currently there is no support for Pipeline parallelism with CPU offloading"),
 ])
 def test_cli_bad_input_is_one_line_exit_2(args, needle):
     res = run_cli(*args)
@@ -191,3 +194,47 @@ def test_optimizer_step_casts_bf16_grads_to_fp32():
     assert fp32.optimizer_step == 0
     copy = 4 * bf16.params / 2  # fp32 copy of the gradient shard (DP 2)
     assert bf16.optimizer_step == pytest.approx(max(0, copy - bf16.activations), rel=1e-3)
+
+
+def test_interleaved_in_flight_matches_megatron_warmup_for_the_seed_vpp_change():
+    # Megatron's interleaved warm-up on rank r: 2(pp - r - 1) + (v - 1) * pp chunk forwards,
+    # +1 for the forward that precedes the first backward; each chunk is L / (pp * v) layers.
+    for v, chunk_layers in ((5, 4), (10, 2)):
+        run = BASE.with_(vpp=v)
+        first = (2 * 3 + (v - 1) * 4 + 1) * chunk_layers
+        last = (0 + (v - 1) * 4 + 1) * chunk_layers
+        assert in_flight_layer_microbatches(run, 0, 20) == first
+        assert in_flight_layer_microbatches(run, 3, 20) == last
+    # so more, smaller chunks hold fewer layer-activations on stage 0 (92 -> 86) and more on
+    # the last stage (68 -> 74): VPP 5 -> 10 cannot raise stage 0 through saved activations.
+    assert in_flight_layer_microbatches(BASE.with_(vpp=10), 0, 20) < in_flight_layer_microbatches(BASE, 0, 20)
+    assert in_flight_layer_microbatches(BASE.with_(vpp=10), 3, 20) > in_flight_layer_microbatches(BASE, 3, 20)
+
+
+def test_fp8_weight_cache_skips_vocab_layers_and_mlp_only_cuda_graphs():
+    fp8 = BASE.with_(fp8="tensorwise")
+    plain = estimate(LLAMA70, BASE).stages
+    cached = estimate(LLAMA70, fp8).stages
+    # 1 B per TE GEMM weight; the embedding (stage 0) and output layer (last stage) run in bf16
+    vocab = LLAMA70.padded_vocab_size(4) * LLAMA70.hidden_size / 4
+    for p, c in zip(plain, cached):
+        vocab_here = vocab if c.stage in (0, 3) else 0
+        assert c.weights - p.weights == pytest.approx(c.params - vocab_here, rel=1e-6)
+    # Megatron passes fp8_weight_caching only when the graphs capture attention: with
+    # cuda_graph_scope=['mlp'] the graphed MLP weights are quantised per replay, not cached
+    mlp_graphs = estimate(LLAMA70, fp8.with_(cuda_graph_scope=("mlp",))).stages[1]
+    attn_graphs = estimate(LLAMA70, fp8.with_(cuda_graph_scope=("attn", "mlp"))).stages[1]
+    mlp_params = 20 * 3 * LLAMA70.hidden_size * LLAMA70.ffn_hidden_size / 4
+    assert attn_graphs.weights - mlp_graphs.weights == pytest.approx(mlp_params, rel=1e-6)
+
+
+def test_loss_peak_and_backward_working_layer_do_not_stack():
+    run = BASE.with_(vpp=None, pp=1, world_size=8, gbs=8)
+    last = estimate(LLAMA70, run).stages[-1]
+    per_layer = layer_activations(LLAMA70, run, False)
+    tokens, vocab = 4096, LLAMA70.padded_vocab_size(4)
+    loss_peak = tokens * vocab / 4 * 6  # bf16 logits + fp32 softmax, vocab-parallel
+    final_norm = 2 * 2 * tokens * LLAMA70.hidden_size / 4
+    token_ids = 8 * tokens
+    expected = 80 * per_layer.stored + final_norm + token_ids + max(loss_peak, per_layer.full)
+    assert last.activations == pytest.approx(expected, rel=1e-6)

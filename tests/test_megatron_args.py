@@ -33,6 +33,19 @@ def test_launch_text_with_continuations():
     assert flags["--swiglu"] is True
 
 
+def test_launch_text_is_read_like_check_env_reads_it():
+    # shell variables expand (check_env's reader), the training command's flags win over a
+    # helper python command's, and a bare list of flags (no command) still reads
+    text = ("TP=4\nGPT_ARGS=\"--num-layers 8 --hidden-size 512\"\n"
+            "python tools/preprocess.py --workers 4\n"
+            "torchrun --nproc-per-node 8 pretrain_gpt.py $GPT_ARGS \\\n"
+            "    --num-attention-heads 8 --tensor-model-parallel-size $TP --seq-length ${SEQ:-2048}\n")
+    flags = parse_launch_text(text)
+    assert flags["--tensor-model-parallel-size"] == 4 and flags["--num-layers"] == 8
+    assert flags["--seq-length"] == 2048 and flags["--workers"] == 4
+    assert parse_launch_text("--num-layers 4 \\\n  --swiglu\n") == {"--num-layers": 4, "--swiglu": True}
+
+
 def test_specs_from_launch_text():
     model, run, _ = specs_from_megatron_args(parse_launch_text(LAUNCH), world_size=32)
     assert model.query_groups == 8 and model.gated_linear_unit and model.ffn == 10880  # Megatron: int(8h/3 / 64) * 64

@@ -28,6 +28,8 @@ def example_json() -> dict:
 def test_example_text_names_the_first_step_exactly():
     out = run("--example")
     assert out.returncode == 0, out.stderr
+    fsdp_row = next(line for line in out.stdout.splitlines() if "Megatron-FSDP (optim_grads_params)" in line)
+    assert "unknown" in fsdp_row and "+0.0%" not in fsdp_row
     assert "Recommended first step: set expandable segments" in out.stdout
     assert "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in out.stdout
     assert "Rejected" in out.stdout and "CPU offloading" in out.stdout
@@ -43,7 +45,10 @@ def test_example_json_has_the_table_content(example_json):
     assert names.index("PP 4->8, VPP 5") < names.index("TP 4->8") == len(names) - 1
     for r in rows:
         assert {"change", "peak_bytes", "headroom_bytes", "throughput_change", "evidence", "exact_change"} <= set(r)
-        assert r["evidence"] and r["evidence_kind"] in {"measured", "calibrated", "first-principles", "assumption"}
+        assert r["evidence"] and r["evidence_kind"] in {"measured", "calibrated", "first-principles", "assumption",
+                                                        "unknown"}
+        # an unknown cost has no number in the JSON (never a misleading 0.0)
+        assert (r["throughput_change"] is None) == (r["evidence_kind"] == "unknown")
     assert doc["recommendation"]["exact_change"]["env"][0].startswith("export PYTORCH_CUDA_ALLOC_CONF=")
     offload = [r for r in doc["rejected"] if r["change"].startswith("CPU offloading")]
     assert offload and all("pipeline_model_parallel_size > 1" in " ".join(r["reasons"]) for r in offload)
@@ -132,8 +137,10 @@ def test_sweep_mode_ranks_combinations_with_evidence():
     rows = doc["ranked"]
     assert len(rows) == 5 and doc["ranked_total"] > 5
     assert all(r["evidence"] and r["peak_bytes"] <= doc["limit_bytes"] for r in rows)
-    changes = [r["throughput_change"] for r in rows]
+    changes = [r["throughput_change"] for r in rows if r["throughput_change"] is not None]
     assert all(a >= b - 1e-3 for a, b in zip(changes, changes[1:]))  # the sweep ranks true speed
+    # rows whose cost has an unmodelled part say so instead of showing a number
+    assert all((r["throughput_change"] is None) == (r["evidence_kind"] == "unknown") for r in rows)
 
 
 def test_bridge_overrides_change_the_planned_run():

@@ -4,7 +4,8 @@
 allocator will hold on that stage's GPUs at the step's peak:
 
 * **weights** - the stage's parameter shard (bf16/fp16/fp32, or fp8 with fp8 param gather),
-  plus TE's cached fp8 weight copies when training in fp8;
+  plus TE's cached fp8 copies of its GEMM weights when training in fp8 (not the bf16
+  embedding/output layer, not weights inside attention-less CUDA graphs);
 * **gradients** - Megatron's contiguous gradient buffer (fp32 main grads or param dtype);
 * **optimizer** - fp32 main params and moments, sharded over DP x CP by the distributed
   optimizer (routed experts over their own expert-DP group);
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from memtune.model_spec import ModelSpec, count_parameters, layer_params, mtp_layer_params
+from memtune.model_spec import ModelSpec, attention_params, count_parameters, layer_params, mtp_layer_params
 from memtune.run_spec import RunSpec, stage_layer_counts, validate
 
 GIB = 1024**3
@@ -290,6 +291,13 @@ def layer_activations(model: ModelSpec, run: RunSpec, moe: bool) -> LayerActivat
     if run.recompute_granularity == "selective":
         for module in run.recompute_modules:
             dropped.update(RECOMPUTE_DROPS.get(module, ()))
+        if "mlp" in run.recompute_modules and not moe and run.transformer_impl == "transformer_engine":
+            # Megatron checkpoints ``self.mlp`` with the pre-MLP norm output as its only saved
+            # input. With TE the norm is fused into linear_fc1 (pre_mlp_layernorm is an
+            # IdentityOp), so that input is the residual stream (``mlp_norm_in``, kept anyway)
+            # and the fused norm's output is recomputed too. The local spec keeps the norm
+            # outside the checkpoint: its output stays as the checkpoint input.
+            dropped.add("mlp_norm_out")
     offload: set[str] = set()
     for module in run.fine_grained_offload_modules:
         offload.update(OFFLOAD_TERMS.get(module, ()))
@@ -403,6 +411,33 @@ def _model_facts(model: ModelSpec, tp: int):
     return tuple(prefix), dense_layer, moe_layer, count_parameters(model, padded_tp=tp), mtp
 
 
+#: cuda_graph_scope values whose graphs contain the attention block (Megatron then lets TE
+#: cache fp8 weights inside the graphs).
+_ATTN_GRAPH_SCOPES = ("attn", "full", "full_iteration", "transformer_layer")
+
+
+def _fp8_uncached_graphed_params(model: ModelSpec, run: RunSpec, dense_n: int, moe_n: int) -> float:
+    """TP/EP-local weights quantised inside CUDA graphs instead of cached (0 without graphs).
+
+    Megatron-Core's TE graph helper passes ``fp8_weight_caching = 'attn' in cuda_graph_scope``
+    to ``make_graphed_callables`` (TE ignores weight caching unless attention is captured), so
+    with e.g. ``cuda_graph_scope=['mlp']`` the graphed MLP's fp8 weights are re-quantised in
+    every replay: a temporary in the graph's private pool, not a persistent fp8 copy.
+    """
+    scope = run.cuda_graph_scope
+    if not scope or any(s in _ATTN_GRAPH_SCOPES for s in scope) or run.recompute_granularity == "full":
+        return 0.0
+    t = max(1, run.tp)
+    attn = attention_params(model)[0]
+    out = 0.0
+    if "mlp" in scope:
+        out += dense_n * (layer_params(model, False).dense - attn) / t
+    if "moe" in scope and model.is_moe:
+        moe_layer = layer_params(model, True)
+        out += moe_n * ((moe_layer.dense - attn) / t + moe_layer.expert / max(1, run.ep * run.expert_tp))
+    return out
+
+
 def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
     """Peak memory per pipeline stage, first to last. Raises InputError on impossible runs."""
     validate(model, run)
@@ -447,8 +482,14 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
         stage_params = dense_params + expert_params
 
         vocab_params = (emb / t if is_first else 0.0) + (out / t if is_last else 0.0)
+        fp8_cached = 0.0
+        if run.fp8 and not run.fp8_param_gather:
+            # TE caches an fp8 copy of each GEMM weight for the step (1 B/param). The embedding
+            # and the output layer are Megatron (not TE) modules that run in bf16: no copy.
+            fp8_cached = max(0.0, stage_params - vocab_params
+                             - _fp8_uncached_graphed_params(model, run, dense_n, moe_n))
         weights, grads, optim = _static_bytes(run, model, dense_params, expert_params, n, param_b, grad_b, opt_b,
-                                              dp_shard, edp_shard, vocab_params)
+                                              dp_shard, edp_shard, vocab_params, fp8_cached)
         step_copy = _step_grad_copy(run, dense_params, expert_params, grad_b, dp_shard, edp_shard)
 
         # activations
@@ -466,12 +507,14 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
         tokens = run.seq_length / max(1, run.cp) * run.mbs
         spt = _sp_div(run)
         extra = 0.0
+        loss_peak = 0.0
         if is_first:
             extra += mb * (8 * tokens + (tokens * h / spt if run.hidden_dropout > 0 else 0))
         if is_last:
             ce = CE_FUSED_BYTES_PER_LOGIT if run.cross_entropy_loss_fusion else CE_BYTES_PER_LOGIT
             logits = tokens * vocab / t
-            extra += logits * ce + 2 * 2 * tokens * h / spt  # final norm input and output
+            loss_peak = logits * ce
+            extra += 2 * 2 * tokens * h / spt  # final norm input and output
             if run.defer_embedding_wgrad_compute:
                 # The output layer's weight gradient waits: its bf16 output gradient and its
                 # (gathered) input stay alive for each deferred micro-batch.
@@ -480,6 +523,11 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
             if model.mtp_num_layers:
                 extra += model.mtp_num_layers * (act_moe.stored + logits * 4 + 2 * tokens * h * 2 / spt)
         working = BACKWARD_WORKING_LAYERS * per_layer_full if n else 0.0
+        # The loss peak (logits + fp32 softmax) and a decoder layer's backward working set are
+        # never alive together: cross entropy's backward turns the saved softmax into the logits
+        # gradient, the output layer's backward turns that into a T x h gradient and frees it,
+        # and only then does the last decoder layer's backward start.
+        working = max(working, loss_peak)
         if act_dense.offloaded or act_moe.offloaded:
             # Offload copies are asynchronous: the layer being computed and the one being
             # copied out (forward) or prefetched (backward) keep their tensors on the GPU.
@@ -571,11 +619,10 @@ def _lora_params(model: ModelSpec, run: RunSpec, layers: int) -> float:
 
 def _static_bytes(run: RunSpec, model: ModelSpec, dense: float, expert: float, layers: int,
                   param_b: float, grad_b: float, opt_b: float, dp_shard: int, edp_shard: int,
-                  embedding_output_params: float = 0.0):
-    """Weights, gradient buffer and optimizer states of one GPU of a stage."""
-    weights = (dense + expert) * param_b
-    if run.fp8 and not run.fp8_param_gather:
-        weights += (dense + expert) * 1  # TE's cached fp8 weight copy for the step
+                  embedding_output_params: float = 0.0, fp8_cached_params: float = 0.0):
+    """Weights, gradient buffer and optimizer states of one GPU of a stage
+    (``fp8_cached_params``: weights TE keeps an fp8 copy of for the step, 1 B each)."""
+    weights = (dense + expert) * param_b + fp8_cached_params
     if run.peft is not None:
         trainable = _lora_params(model, run, layers)
         weights += trainable * _b(run.params_dtype)

@@ -4,21 +4,22 @@ them into a ModelSpec and RunSpec.
 Two input shapes are accepted, because that is how Megatron flags live in practice:
 
 * launch text (bash / sbatch / torchrun lines, ``\\`` line continuations, comments,
-  ``--flag value``, ``--flag=value``, bare boolean ``--flag``, multi-token values);
+  ``--flag value``, ``--flag=value``, bare boolean ``--flag``, multi-token values,
+  ``$VAR`` from earlier assignments) - read with check_env's shell reader
+  (:mod:`memtune.launch_script`), so the estimator and the checker agree on a script;
 * a mapping ``{"--flag": value}`` (YAML or JSON), e.g. the ``MODEL_ARGS`` section of
   Megatron-LM's functional-test ``model_config.yaml``.
 
 Defaults follow Megatron-LM's ``arguments.py`` (dropout 0.1, LayerNorm, learned absolute
 positions, tied embeddings, biases on, GPT-2 BPE vocabulary when only a vocab file is
-given); each default used is reported as an assumption. The parsing functions import only
-the standard library so the config checker can reuse them freely.
+given); each default used is reported as an assumption. Everything here imports only the
+standard library (PyYAML lazily, for mapping files).
 """
 
 from __future__ import annotations
 
 import json
 import re
-import shlex
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -46,63 +47,32 @@ def _scalar(token: str) -> Any:
         return token
 
 
-def join_continuations(text: str) -> str:
-    """Undo shell line continuations and drop comment lines."""
-    text = re.sub(r"\\\r?\n", " ", text)
-    lines = []
-    for line in text.splitlines():
-        stripped = line.strip()
-        if not stripped or stripped.startswith("#"):
-            continue
-        lines.append(line)
-    return "\n".join(lines)
-
-
-def parse_flag_tokens(tokens: list[str]) -> dict[str, Any]:
-    """``--flag v1 v2 --other`` tokens -> {'--flag': [v1, v2] or v1, '--other': True}."""
-    out: dict[str, Any] = {}
-    current: str | None = None
-    values: list[Any] = []
-
-    def flush() -> None:
-        if current is None:
-            return
-        out[current] = True if not values else (values[0] if len(values) == 1 else list(values))
-
-    for token in tokens:
-        if token.startswith("--") and len(token) > 2 and not _is_number(token):
-            flush()
-            values = []
-            if "=" in token:
-                key, _, val = token.partition("=")
-                current = key
-                values.append(_scalar(val))
-            else:
-                current = token
-        elif current is not None:
-            values.append(_scalar(token))
-    flush()
-    return out
-
-
-def _is_number(token: str) -> bool:
-    try:
-        float(token)
+def _flag_value(values: tuple[str, ...]) -> Any:
+    """Flag words -> True (a switch), one scalar, or a list of scalars."""
+    if not values:
         return True
-    except ValueError:
-        return False
+    scalars = [_scalar(v) for v in values]
+    return scalars[0] if len(scalars) == 1 else scalars
 
 
 def parse_launch_text(text: str, source: str = "<text>") -> dict[str, Any]:
-    """Every ``--flag`` in a launch script (all commands merged, later lines win)."""
-    joined = join_continuations(text)
+    """Every ``--flag`` of a launch script's Python command(s), later commands winning.
+
+    The script is read by check_env's shell reader (:mod:`memtune.launch_script`: line
+    continuations, comments, ``$VAR`` / ``${VAR:-x}`` expansion from earlier assignments,
+    ``srun`` / ``torchrun`` / ``python -m`` launchers), so both helpers see the same flags in
+    the same script. A file that is only a list of flags (no command) is read as one.
+    """
+    from memtune import launch_script as ls
+
+    script = ls.parse_text(text, source)
+    commands = script.python_commands or script.commands
     flags: dict[str, Any] = {}
-    for line in joined.splitlines():
-        try:
-            tokens = shlex.split(line, comments=True, posix=True)
-        except ValueError as exc:
-            raise InputError(f"{source}: cannot parse shell line {line.strip()[:60]!r}: {exc}") from None
-        flags.update(parse_flag_tokens(tokens))
+    for command in commands:
+        words = command.program_args if command.is_python else command.words
+        parsed, _ = ls.split_program_args(words)
+        for name, flag in parsed.items():
+            flags["--" + name] = _flag_value(flag.values)
     return flags
 
 

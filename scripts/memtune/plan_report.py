@@ -12,7 +12,8 @@ JSON shape (``plan_memory.py --json``)::
      "current": {"layout", "recompute", "peak_bytes", "headroom_bytes", "fits", "expandable_segments"},
      "nothing_fits": bool,
      "ranked": [{"rank", "change", "category", "layout", "peak_bytes", "headroom_bytes", "fits",
-                 "throughput_change", "evidence_kind", "evidence": [...], "evidence_details": [...],
+                 "throughput_change" (null = unknown), "throughput_change_modelled" (the priced
+                 part; all of it unless evidence_kind is "unknown"), "evidence_kind", "evidence": [...], "evidence_details": [...],
                  "exact_change": {"env", "bridge_overrides", "megatron_args", "python"}}],
      "ranked_total", "recommendation": {"change", "exact_change", "throughput_change",
                                         "peak_bytes", "headroom_bytes"} | null,
@@ -36,6 +37,22 @@ def pct(x: float | None) -> str:
     return "-" if x is None else f"{x * 100:+.1f}%"
 
 
+def _change(cost) -> float | None:
+    """The throughput change for the JSON row: None when the cost is unknown (no number
+    from a measurement or an estimate), so no reader mistakes the placeholder for +0.0%."""
+    if cost is None or not cost.known:
+        return None
+    return round(cost.change, 4)
+
+
+def _throughput_text(row: dict[str, Any]) -> str:
+    """'+0.8%'; 'unknown' when nothing is priced; '+7.3% + ?' when only part of it is."""
+    if row.get("evidence_kind") != "unknown":
+        return pct(row["throughput_change"])
+    modelled = row.get("throughput_change_modelled") or 0.0
+    return "unknown" if abs(modelled) < 0.0005 else f"{pct(modelled)} + ?"
+
+
 def _row(plan: Plan, e: Evaluated, rank: int | None = None) -> dict[str, Any]:
     s = plan.settings
     row: dict[str, Any] = {
@@ -45,7 +62,8 @@ def _row(plan: Plan, e: Evaluated, rank: int | None = None) -> dict[str, Any]:
         "peak_bytes": e.peak_bytes,
         "headroom_bytes": e.headroom(s),
         "fits": e.fits,
-        "throughput_change": None if e.cost is None else round(e.cost.change, 4),
+        "throughput_change": _change(e.cost),  # None = unknown (see evidence_kind)
+        "throughput_change_modelled": None if e.cost is None else round(e.cost.change, 4),
         "evidence_kind": None if e.cost is None else e.cost.kind,
         "evidence": [] if e.cost is None else list(e.cost.evidence),
         "evidence_details": [] if e.cost is None else list(e.cost.details),
@@ -110,7 +128,9 @@ def to_json(plan: Plan, top: int, input_notes: list[str] | tuple[str, ...] = ())
     }
     if best is not None:
         doc["recommendation"] = {"change": best.candidate.title, "exact_change": exact_change(plan.base, best.candidate),
-                                 "throughput_change": round(best.cost.change, 4) if best.cost else None,
+                                 "throughput_change": _change(best.cost),
+                                 "throughput_change_modelled": round(best.cost.change, 4) if best.cost else None,
+                                 "evidence_kind": best.cost.kind if best.cost else None,
                                  "peak_bytes": best.peak_bytes, "headroom_bytes": best.headroom(s)}
     return doc
 
@@ -118,7 +138,9 @@ def to_json(plan: Plan, top: int, input_notes: list[str] | tuple[str, ...] = ())
 def notes(plan: Plan) -> list[str]:
     out = ["memory figures come from estimate_memory.py's model (tensors plus CUDA/NCCL overhead of the most-loaded "
            "GPU, allocator fragmentation excluded); throughput figures from data/throughput_costs.yaml, "
-           "labelled measured / calibrated / first-principles / assumption"]
+           "labelled measured / calibrated / first-principles / assumption, or unknown when no measurement or "
+           "estimate prices (part of) a change - shown as 'unknown' or '+x% + ?', never as +0.0%, and ranked after "
+           "priced changes of the same size"]
     if plan.baseline.fits:
         out.append(
             f"the estimate says the current configuration fits ({gib(plan.baseline.peak_bytes)} of "
@@ -142,7 +164,7 @@ def _table(rows: list[dict[str, Any]], with_rank: bool = True) -> list[str]:
     body = []
     for r in rows:
         body.append((str(r.get("rank", "")), r["change"], r["layout"], gib(r["peak_bytes"]), gib(r["headroom_bytes"]),
-                     pct(r["throughput_change"]), r["evidence_kind"] or "-"))
+                     _throughput_text(r), r["evidence_kind"] or "-"))
     widths = [max(len(x) for x in col) for col in zip(header, *body)]
     fmt = "  ".join("{:<%d}" % w for w in widths)
     return [fmt.format(*header)] + [fmt.format(*b) for b in body]
@@ -173,7 +195,7 @@ def to_text(plan: Plan, top: int, input_notes: list[str] | tuple[str, ...] = ())
     rec = doc["recommendation"]
     if rec:
         lines += ["", f"Recommended first step: {rec['change']} "
-                      f"(est. {gib(rec['peak_bytes'])}, throughput {pct(rec['throughput_change'])})"]
+                      f"(est. {gib(rec['peak_bytes'])}, throughput {_throughput_text(rec)})"]
         ex = rec["exact_change"]
         for key, title in (("env", "environment"), ("bridge_overrides", "Megatron Bridge overrides"),
                            ("megatron_args", "Megatron-LM flags"), ("python", "Python")):

@@ -440,6 +440,8 @@ def rank_key(e: Evaluated, settings: PlanSettings, cap_gain: bool = False) -> tu
     assert e.cost is not None and e.peak_bytes is not None
     kind = tc.KIND_ORDER.index(e.cost.kind) if e.cost.kind in tc.KIND_ORDER else len(tc.KIND_ORDER)
     change = min(0.0, e.cost.change) if cap_gain else e.cost.change
+    # An unknown cost carries only its known parts (0 when there are none); with the kind as
+    # tie-breaker it sorts after every measured or estimated cost of the same size.
     return (-round(change, 3), kind, float(e.peak_bytes))
 
 

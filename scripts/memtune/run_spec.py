@@ -284,7 +284,10 @@ def violations(model: ModelSpec, run: RunSpec) -> list[str]:
     if run.cp > 1 and run.seq_length % (2 * run.cp):
         out.append(f"seq_length {run.seq_length} not divisible by 2 x context_parallel_size {run.cp}")
     if run.cpu_offloading and run.pp > 1:
-        out.append("CPU offloading is not supported with pipeline_model_parallel_size > 1")
+        # Megatron-Core's own wording (TransformerConfig raises it as a ValueError), so a
+        # user who searches for the error they saw finds this rejection and vice versa.
+        out.append("Currently there is no support for Pipeline parallelism with CPU offloading "
+                   f"(Megatron-Core refuses cpu_offloading with pipeline_model_parallel_size > 1; here PP {run.pp})")
     if run.recompute_granularity not in (None, "selective", "full"):
         out.append(f"recompute_granularity must be selective or full, got {run.recompute_granularity!r}")
     if run.recompute_granularity == "full" and run.recompute_method not in (None, "uniform", "block"):

@@ -272,6 +272,24 @@ def step_terms(m: ms.ModelSpec, k: RunSpec, table: CostTable) -> dict[str, float
     return terms
 
 
+def _fsdp_unknown(base: RunSpec, cand: RunSpec, tb: dict[str, float], tc_: dict[str, float]) -> str:
+    """Why switching to Megatron-FSDP has no number ('' when it has one or is not switched on).
+
+    The model only prices the parameter traffic that compute cannot hide; when it says
+    "fully hidden" the change still costs something nobody measured (the seed lists it as
+    'Varies', Megatron Bridge's FSDP guide as medium-high communication overhead)."""
+    if not cand.use_megatron_fsdp or base.use_megatron_fsdp or tc_.get("fsdp", 0.0) > 1e-12:
+        return ""
+    caveats = ["per-micro-batch parameter all-gathers modelled as hidden behind compute, never measured "
+               "(seed: 'Varies')"]
+    if cand.tp > 1 or cand.cp > 1:
+        caveats.append("with TP/CP > 1 Megatron-LM warns they want CUDA_DEVICE_MAX_CONNECTIONS=1 "
+                       "while Megatron-FSDP wants it unset (pre-Blackwell)")
+    if cand.pp > 1:
+        caveats.append("with PP > 1 Megatron Bridge calls the combination code-supported, not benchmark-proven")
+    return "Megatron-FSDP unknown: " + "; ".join(caveats)
+
+
 def fsdp_exposed(m: ms.ModelSpec, k: RunSpec, table: CostTable, f: LayerFlops) -> float:
     """Megatron-FSDP parameter traffic per micro-batch beyond what compute can hide."""
     if k.dp * k.cp <= 1:
@@ -314,9 +332,15 @@ class Cost:
     """Estimated throughput change of a candidate and where the number comes from."""
 
     change: float  # e.g. -0.059 for 5.9% slower
-    kind: str  # measured | calibrated | first-principles | assumption
+    kind: str  # measured | calibrated | first-principles | assumption | unknown
     evidence: tuple[str, ...]  # one short line per factor that changed
     details: tuple[str, ...] = ()  # the formula / source behind each line
+
+    @property
+    def known(self) -> bool:
+        """False when no evidence or model gives this change a size: ``change`` is then only
+        a placeholder (0) and must be shown as "unknown", not as "+0.0%"."""
+        return self.kind != UNKNOWN
 
 
 TERM_FACTOR = {
@@ -325,7 +349,10 @@ TERM_FACTOR = {
     "ep": "expert_parallel", "offload": "cpu_offloading", "optimizer": "distributed_optimizer",
     "fsdp": "megatron_fsdp",
 }
-KIND_ORDER = ("measured", "calibrated", "first-principles", "assumption")
+#: Evidence kinds, best first. ``unknown`` ranks after every kind with a number: among
+#: equal changes a guess must not beat a measurement or a stated estimate.
+UNKNOWN = "unknown"
+KIND_ORDER = ("measured", "calibrated", "first-principles", "assumption", UNKNOWN)
 
 
 def _pct(x: float) -> str:
@@ -390,8 +417,13 @@ def throughput_change(m: ms.ModelSpec, base: RunSpec, cand: RunSpec, table: Cost
         term_ratio = (1.0 + tb[name]) / (1.0 + tc_[name])
         ratio *= term_ratio
         note(name, TERM_FACTOR[name], term_ratio - 1.0)
+    fsdp_unknown = _fsdp_unknown(base, cand, tb, tc_)
+    if fsdp_unknown:
+        evidence.append(fsdp_unknown)
+        kinds.append(UNKNOWN)
+        details.append("Megatron-FSDP: " + str(table.factor("megatron_fsdp").get("source", "")))
     if not evidence:
-        evidence.append("no modelled throughput effect")
-        kinds.append("first-principles")
+        evidence.append("unknown: none of the modelled cost factors changes, and this change was not measured")
+        kinds.append(UNKNOWN)
     kind = max(kinds, key=KIND_ORDER.index)
     return Cost(change=ratio - 1.0, kind=kind, evidence=tuple(evidence), details=tuple(details))

@@ -42,7 +42,7 @@ DEFAULT_GPU_MEMORY = "80GiB"
 
 def parse_headroom(text: str, gpu_bytes: int) -> int:
     """'10%' of the GPU memory, or an absolute size such as '4GiB'."""
-    from memtune.commands.estimate_memory import parse_memory
+    from memtune.run_inputs import parse_memory
 
     t = str(text).strip()
     if t.endswith("%"):
@@ -60,12 +60,14 @@ def parse_headroom(text: str, gpu_bytes: int) -> int:
 
 
 def build_parser():
-    """estimate_memory.py's parser (so the run inputs are exactly the estimator's),
-    renamed, with the planner's own options added."""
-    from memtune.commands import estimate_memory
+    """The estimator's run inputs (memtune.run_inputs, so both helpers read a run the same
+    way) plus the planner's own options."""
+    from memtune.cli import make_parser
+    from memtune.run_inputs import add_input_arguments
 
-    parser = estimate_memory.build_parser()
-    parser.prog, parser.description, parser.epilog = "plan_memory.py", DESCRIPTION, EPILOG
+    parser = make_parser("plan_memory.py", DESCRIPTION, EPILOG)
+    add_input_arguments(parser)
+    parser.add_argument_group("output").add_argument("--json", action="store_true", help="print one JSON document")
     plan = parser.add_argument_group("planner")
     plan.add_argument("--headroom", default="10%", metavar="SIZE|PCT",
                       help="memory to keep free per GPU: a share of --gpu-memory (default 10%%) or a size (4GiB)")
@@ -79,16 +81,18 @@ def build_parser():
 
 
 def _load(args):
-    """(model, run, GPU memory bytes) through the estimator's own loaders."""
-    from memtune.commands import estimate_memory
+    """(model, run, GPU memory bytes, notes) through the shared run-input loader."""
+    from memtune.run_inputs import load_model_and_run
 
-    model, run, notes, extras = estimate_memory._load(args)
-    run = estimate_memory._apply_flags(args, run)
-    memory = args.gpu_memory or extras.get("gpu_memory")
-    if not memory:
-        memory = DEFAULT_GPU_MEMORY
-        notes = [*notes, f"GPU memory not given: assumed {DEFAULT_GPU_MEMORY}; pass --gpu-memory"]
-    return model, run, estimate_memory.parse_memory(str(memory)), notes
+    inputs = load_model_and_run(args)
+    notes = list(inputs.notes)
+    memory = inputs.gpu_memory_bytes
+    if memory is None:
+        from memtune.run_inputs import parse_memory
+
+        memory = parse_memory(DEFAULT_GPU_MEMORY)
+        notes.append(f"GPU memory not given: assumed {DEFAULT_GPU_MEMORY}; pass --gpu-memory")
+    return inputs.model, inputs.run, memory, notes
 
 
 def main(argv: Sequence[str] | None = None) -> int:
