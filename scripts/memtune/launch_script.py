@@ -899,8 +899,10 @@ def _split_assignment(text: str, known: Mapping[str, str]) -> tuple[str, str]:
 
 
 def parse_file(path: str) -> LaunchScript:
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        return parse_text(handle.read(), path)
+    """A launch script from disk; a binary file is bad input (a stray Latin-1 byte is not)."""
+    from memtune.textfile import read_text
+
+    return parse_text(read_text(path, "a bash / sbatch launch script", strict=False), path)
 
 
 # ---------------------------------------------------------------- training arguments
