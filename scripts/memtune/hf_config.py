@@ -130,6 +130,9 @@ COUNT_FIELDS = REQUIRED + (
 )
 
 
+POSITIVE_FIELDS = REQUIRED + ("intermediate_size", "num_key_value_heads", "head_dim")
+
+
 def _check_counts(cfg: Mapping[str, Any]) -> None:
     for name in COUNT_FIELDS:
         value = cfg.get(name)
@@ -138,6 +141,9 @@ def _check_counts(cfg: Mapping[str, Any]) -> None:
         whole = isinstance(value, float) and value == value and abs(value) != float("inf") and value.is_integer()
         if isinstance(value, bool) or not (isinstance(value, int) or whole):
             raise InputError(f"{name}: expected a whole number, got {value!r}; fix the value in the config.json")
+        least = 1 if name in POSITIVE_FIELDS else 0
+        if value < least:
+            raise InputError(f"{name}: must be at least {least}, got {value!r}; fix the value in the config.json")
 
 
 def load_hf_config(path: str | Path) -> ModelSpec:
