@@ -326,3 +326,22 @@ def test_reader_hanging_up_is_not_a_traceback(args: tuple[str, ...]) -> None:
     code = proc.wait(timeout=60)
     assert first, "the helper printed nothing"
     assert code == 0 and "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+# ---------------------------------------------------------------- malformed env values: the fix must work
+
+
+@pytest.mark.parametrize("value", [
+    "expandable_segments:maybe", "expandable_segments:", "expandable_segments:\ufffd",
+    "max_split_size_mb:64,expandable_segments:tru",
+])
+def test_malformed_alloc_conf_gets_a_fix_pytorch_accepts(value: str, capsys) -> None:
+    from memtune import alloc_conf
+
+    code, out, err = run_in_process("check_env", ["--set", f"PYTORCH_CUDA_ALLOC_CONF={value}", "--torch-version", "2.8",
+                                                  "--json"], capsys)
+    assert code == 1, err
+    finding = next(f for f in json.loads(out)["findings"] if f["rule"] == "MT007")
+    suggested = finding["fix"].split("PYTORCH_CUDA_ALLOC_CONF=", 1)[1].split()[0]
+    verdicts = alloc_conf.parse(suggested, (2, 8)).verdicts
+    assert verdicts and all(v.accepted for v in verdicts), f"the suggested fix {suggested!r} is rejected too"
