@@ -196,6 +196,8 @@ ROWS = [
     row("check_env", "--set A=1 ~", "'~'"),
     row("check_env", "--set A=1 model.tensor_model_parallel_size=abc", "model.tensor_model_parallel_size", "abc"),
     row("check_env", "--set A=1 ddp.nccl_ub=maybe", "ddp.nccl_ub", "maybe"),
+    row("check_env", "--set A=1 model.tensor_parallel_size=8", "model.tensor_parallel_size", "model.tensor_model_parallel_size"),
+    row("check_env", "--set A=1 train.global_batch_sise=64", "train.global_batch_sise", "train.global_batch_size"),
     row("check_env", "--set A=1 --torch-version banana", "--torch-version", "banana"),
     row("check_env", "--set A=1 --world-size 0", "--world-size", "0"),
     row("check_env", "--set A=1 --gpus -3", "-3"),
@@ -212,6 +214,7 @@ ROWS = [
     row("regather_config", "--preset qwen3-8b --tp 2 a.b", "'a.b'"),
     row("regather_config", "--preset qwen3-8b model.tensor_model_parallel_size=abc", "model.tensor_model_parallel_size", "abc"),
     row("regather_config", "--preset qwen3-8b --tp 2 --form bogus --json", "--form", "bogus"),
+    row("regather_config", "--preset qwen3-8b --tp 2 peft.dimm=8", "peft.dimm", "peft.dim?"),
     row("regather_config", "--config {tmp}/ls.bin", "ls.bin", "UTF-8"),
     row("regather_config", "--config {data}/broken.yaml --json", "broken.yaml:3"),
     row("regather_config", "--config {data}/section-list.yaml", "section-list.yaml:1", "model"),
@@ -347,3 +350,14 @@ def test_malformed_alloc_conf_gets_a_fix_pytorch_accepts(value: str, capsys) -> 
     suggested = finding["fix"].split("PYTORCH_CUDA_ALLOC_CONF=", 1)[1].split()[0]
     verdicts = alloc_conf.parse(suggested, (2, 8)).verdicts
     assert verdicts and all(v.accepted for v in verdicts), f"the suggested fix {suggested!r} is rejected too"
+
+
+@pytest.mark.parametrize("override", [
+    "model.encoder_pipeline_model_parallel_size=1",  # real keys that merely look like known ones
+    "model.pipeline_model_parallel_split_rank=2",
+    "model.hierarchical_context_parallel_sizes=[2,2]",
+    "++model.tensor_parallel_size=8",  # ++ says: keep it as written
+])
+def test_real_or_forced_keys_are_not_called_typos(override: str, capsys) -> None:
+    code, out, err = run_in_process("check_env", ["--set", "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", override], capsys)
+    assert code == 0, err
