@@ -427,30 +427,18 @@ def _shell_expansion(value: Any) -> bool:
 def _reject_misspelt(override: ls.Override, spec: Mapping[str, Any]) -> None:
     """``model.tensor_parallel_size=8`` would be kept and never read, so every rule would pass
     on the unchanged run. Hydra refuses a plain override of a key the config lacks; we know
-    only the keys the rules read, so refuse just the typos of those (see ``_typo_of``)."""
+    only the keys the rules read, so refuse just the typos of those (``overrides.typo_of``)."""
+    from memtune.overrides import typo_of
+
     known = sorted({path for setting in spec.values() for path in setting.get("paths", [])})
     if override.key in known:
         return
     section, _, leaf = override.key.rpartition(".")
     for path in known:
         known_section, _, known_leaf = path.rpartition(".")
-        if known_section == section and _typo_of(leaf, known_leaf):
+        if known_section == section and typo_of(leaf, known_leaf):
             raise InputError(f"override {override.text or override.key!r}: {override.key} is not a setting the checks "
                              f"know; did you mean {path}? (write ++{override.key}=... to keep it as it is)")
-
-
-def _typo_of(leaf: str, known: str) -> bool:
-    """A dropped word (tensor_parallel_size) or misspelt words (paralel, sise); a key with an
-    extra word (encoder_pipeline_model_parallel_size, ..._split_rank) is another real setting."""
-    import difflib
-
-    words, want = leaf.split("_"), known.split("_")
-    if len(words) == len(want) - 1:
-        return any(want[:i] + want[i + 1:] == words for i in range(len(want)))
-    if len(words) != len(want):
-        return False
-    differ = [(a, b) for a, b in zip(words, want) if a != b]
-    return 0 < len(differ) <= 2 and all(difflib.SequenceMatcher(None, a, b).ratio() >= 0.75 for a, b in differ)
 
 
 def _yaml_flag(name: str, value: Any, line: int) -> ls.Flag:
