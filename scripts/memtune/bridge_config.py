@@ -78,7 +78,7 @@ def _int_field(section: Mapping[str, Any], key: str, where: str, default: Any = 
     where = f"{where}.{key}" if where else key
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise InputError(f"{where}: expected an integer, got {value!r}")
-    if isinstance(value, float) and not (value == value and abs(value) != float("inf") and value.is_integer()):
+    if isinstance(value, float) and not value.is_integer():  # also inf and NaN
         # int() would truncate 4096.5 to 4096 (another run) or raise on inf / NaN
         raise InputError(f"{where}: expected an integer, got {value!r}")
     try:

@@ -138,7 +138,7 @@ def _check_counts(cfg: Mapping[str, Any]) -> None:
         value = cfg.get(name)
         if value is None:
             continue
-        whole = isinstance(value, float) and value == value and abs(value) != float("inf") and value.is_integer()
+        whole = isinstance(value, float) and value.is_integer()  # False for inf and NaN too
         if isinstance(value, bool) or not (isinstance(value, int) or whole):
             raise InputError(f"{name}: expected a whole number, got {value!r}; fix the value in the config.json")
         least = 1 if name in POSITIVE_FIELDS else 0
