@@ -361,3 +361,19 @@ def test_malformed_alloc_conf_gets_a_fix_pytorch_accepts(value: str, capsys) -> 
 def test_real_or_forced_keys_are_not_called_typos(override: str, capsys) -> None:
     code, out, err = run_in_process("check_env", ["--set", "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", override], capsys)
     assert code == 0, err
+
+
+def test_closed_stdout_is_not_a_traceback() -> None:
+    # `helper --json >&-`: nowhere to print; the helper must still exit cleanly
+    proc = subprocess.run(_entry("diagnose") + ["--symptom", "oom", "--json"], stdin=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True, timeout=60, preexec_fn=lambda: __import__("os").close(1))
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_full_disk_is_one_line() -> None:
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(_entry("estimate_memory") + ["--example"], stdin=subprocess.DEVNULL, stdout=full,
+                              stderr=subprocess.PIPE, text=True, timeout=60)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "No space left" in lines[0], proc.stderr

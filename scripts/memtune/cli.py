@@ -8,7 +8,9 @@ fix, never as a traceback.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import os
 import re
 import sys
 from typing import Any, Callable, NoReturn, Sequence
@@ -69,8 +71,11 @@ def run(main: Callable[[Sequence[str] | None], int], prog: str, argv: Sequence[s
     expected; any other exception is a bug in the helper and keeps its traceback so it
     gets reported.
     """
+    if sys.stdout is None:  # started with stdout closed (`>&-`): the answer goes nowhere, errors still show
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
     try:
         code = main(argv)
+        sys.stdout.flush()  # a full disk or a closed pipe shows up here, not in a traceback at exit
     except InputError as exc:
         sys.stderr.write(f"{prog}: error: {' '.join(str(exc).splitlines())}\n")  # the contract is one line
         code = EXIT_USAGE
@@ -84,6 +89,9 @@ def run(main: Callable[[Sequence[str] | None], int], prog: str, argv: Sequence[s
     except OSError as exc:
         # a user's path: missing, a directory, no permission, a dangling link, a name too long ...
         # (an OS error without a file name is the machine's problem, not the input's: keep it loud)
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT) and not getattr(exc, "filename", None):
+            sys.stderr.write(f"{prog}: error: cannot write the answer: {exc.strerror}\n")
+            raise SystemExit(EXIT_USAGE) from None
         if not getattr(exc, "filename", None):
             raise
         sys.stderr.write(f"{prog}: error: {exc.strerror or exc}: {exc.filename}\n")
