@@ -196,6 +196,8 @@ ROWS = [
     row("check_env", "--set A=1 ~", "'~'"),
     row("check_env", "--set A=1 model.tensor_model_parallel_size=abc", "model.tensor_model_parallel_size", "abc"),
     row("check_env", "--set A=1 ddp.nccl_ub=maybe", "ddp.nccl_ub", "maybe"),
+    row("check_env", "--set A=1 model.pipeline_model_parallel_size=0", "model.pipeline_model_parallel_size", "at least 1"),
+    row("regather_config", "--preset qwen3-8b model.tensor_model_parallel_size=-2", "model.tensor_model_parallel_size", "-2"),
     row("check_env", "--set A=1 model.tensor_parallel_size=8", "model.tensor_parallel_size", "model.tensor_model_parallel_size"),
     row("check_env", "--set A=1 train.global_batch_sise=64", "train.global_batch_sise", "train.global_batch_size"),
     row("check_env", "--set A=1 --torch-version banana", "--torch-version", "banana"),

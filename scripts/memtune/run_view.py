@@ -397,6 +397,9 @@ def build(inputs: Inputs) -> RunView:
                 raise InputError(f"{found.source}: {found.text}: expected {KIND_WORDS.get(kind, kind)}; fix the value")
             view.unresolved[name] = found  # "$TP", "$(nproc)": only known when the job runs
             continue
+        least = setting_spec.get("min")
+        if least is not None and isinstance(converted, int) and converted < least:
+            raise InputError(f"{found.source}: {found.text}: must be at least {least}; fix the value")
         view.settings[name] = Value(converted, found.source, found.text, found.origin)
 
     # Megatron-LM spells VPP as layers per virtual stage
