@@ -379,3 +379,14 @@ def test_full_disk_is_one_line() -> None:
                               stderr=subprocess.PIPE, text=True, timeout=60)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and "No space left" in lines[0], proc.stderr
+
+
+@pytest.mark.parametrize("headroom", [
+    "0%",
+    pytest.param("0GiB", marks=pytest.mark.xfail(strict=True, reason="--headroom 0GiB is refused with 'expected ... a size "
+                                                                     "like 4GiB' (commands/plan_memory.py reuses the "
+                                                                     "--gpu-memory parser, which rejects zero)")),
+])
+def test_zero_headroom_is_a_valid_choice(headroom: str, capsys) -> None:
+    code, out, err = run_in_process("plan_memory", ["--example", "--top", "1", "--headroom", headroom], capsys)
+    assert code == 0, err
