@@ -489,4 +489,7 @@ def suggest_fix(text: str, verdict: Verdict) -> str:
         fixed = re.sub(rf"{verdict.key}:[^,]*", f"{verdict.key}:128" if "split_size" in verdict.key else f"{verdict.key}:20", fixed)
     if verdict.key == "garbage_collection_threshold":
         fixed = re.sub(r"garbage_collection_threshold:[^,]*", "garbage_collection_threshold:0.8", fixed)
+    if verdict.key == "expandable_segments":
+        # a value no spelling rule repairs ("maybe", empty, mojibake): suggest the setting's purpose
+        fixed = re.sub(r"expandable_segments:(?!(?:True|False)(?:,|$))[^,]*", "expandable_segments:True", fixed)
     return fixed

@@ -18,6 +18,7 @@ from typing import Any, Mapping
 from memtune.cli import InputError
 from memtune.model_spec import ModelSpec, coerce_model_values, model_field_names
 from memtune.run_spec import LORA_DEFAULT_TARGETS, RunSpec, normalize_dtype
+from memtune.textfile import one_line, read_text
 
 SECTIONS = ("model", "train", "optimizer", "ddp", "mixed_precision", "peft", "dataset", "checkpoint", "logger")
 
@@ -40,13 +41,18 @@ _MP_RECIPES = {
 
 def load_bridge_yaml(path: str | Path) -> dict:
     p = Path(path)
-    text = p.read_text(encoding="utf-8", errors="replace")
+    text = read_text(p, "a Megatron Bridge YAML config")
     import yaml  # lazy: --help must work without PyYAML
 
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise InputError(f"{p}: not valid YAML: {' '.join(str(exc).split())[:160]}") from None
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise InputError(f"{p}{where}: not valid YAML ({one_line(problem, 120)}); fix the syntax") from None
+    except RecursionError:
+        raise InputError(f"{p}: YAML nested too deeply to be a Megatron Bridge config") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -69,12 +75,16 @@ def _int_field(section: Mapping[str, Any], key: str, where: str, default: Any = 
     value = section.get(key, default)
     if value is None:
         return default
+    where = f"{where}.{key}" if where else key
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise InputError(f"{where}.{key}: expected an integer, got {value!r}")
+        raise InputError(f"{where}: expected an integer, got {value!r}")
+    if isinstance(value, float) and not value.is_integer():  # also inf and NaN
+        # int() would truncate 4096.5 to 4096 (another run) or raise on inf / NaN
+        raise InputError(f"{where}: expected an integer, got {value!r}")
     try:
         number = int(value)
     except (TypeError, ValueError):
-        raise InputError(f"{where}.{key}: expected an integer, got {value!r}") from None
+        raise InputError(f"{where}: expected an integer, got {value!r}") from None
     return number
 
 
@@ -208,7 +218,12 @@ def specs_from_bridge(cfg: Mapping[str, Any], world_size: int | None = None, bas
         targets = _modules(peft.get("target_modules"), "peft.target_modules") or LORA_DEFAULT_TARGETS
         regather = _bool_field(peft, "sequence_parallel_input_regather", "peft", False)
 
-    seq = model_s.get("seq_length") or dataset.get("seq_length") or dataset.get("sequence_length")
+    seq_where, seq = "seq_length", None  # where it was found, so a bad value is named by its key
+    for where, section, key in (("model", model_s, "seq_length"), ("dataset", dataset, "seq_length"),
+                                ("dataset", dataset, "sequence_length")):
+        if section.get(key):
+            seq_where, seq = f"{where}.{key}", section[key]
+            break
     if seq is None:
         seq = 4096
         assumptions.append("seq_length not given: assumed 4096")
@@ -226,13 +241,13 @@ def specs_from_bridge(cfg: Mapping[str, Any], world_size: int | None = None, bas
         world_size=int(world_size),
         tp=tp,
         pp=pp,
-        vpp=_int_field({"v": vpp}, "v", "model.virtual_pipeline_model_parallel_size"),
+        vpp=_int_field({"model.virtual_pipeline_model_parallel_size": vpp}, "model.virtual_pipeline_model_parallel_size", ""),
         cp=cp,
         ep=_int_field(model_s, "expert_model_parallel_size", "model", 1),
         etp=_int_field(model_s, "expert_tensor_parallel_size", "model"),
         mbs=_int_field(train, "micro_batch_size", "train", 1),
         gbs=_int_field(train, "global_batch_size", "train"),
-        seq_length=_int_field({"s": seq}, "s", "seq_length"),
+        seq_length=_int_field({seq_where: seq}, seq_where, ""),
         sequence_parallel=_bool_field(model_s, "sequence_parallel", "model", False),
         params_dtype=params_dtype,
         fp8=fp8,

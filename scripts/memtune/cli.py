@@ -8,7 +8,10 @@ fix, never as a traceback.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import os
+import re
 import sys
 from typing import Any, Callable, NoReturn, Sequence
 
@@ -25,7 +28,22 @@ class ArgumentParser(argparse.ArgumentParser):
     """argparse, but a usage error is one line and exit code 2 (argparse prints the
     whole usage block first, which buries the actual problem)."""
 
+    _argv: Sequence[str] = ()
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        self._argv = list(sys.argv[1:] if args is None else args)  # kept for error()'s hint
+        return super().parse_known_args(args, namespace)
+
     def error(self, message: str) -> NoReturn:
+        match = re.fullmatch(r"argument ((?:-[\w-]+/?)+): expected one argument", message)
+        if match:
+            # `--gpu-memory -1GiB`: argparse reads a value that starts with '-' as an option
+            names = match.group(1).split("/")
+            argv = list(self._argv)
+            given = next((i for i, word in enumerate(argv) if word in names), None)
+            after = argv[given + 1] if given is not None and given + 1 < len(argv) else ""
+            if after.startswith("-") and after.split("=")[0] not in self._option_string_actions:
+                message += f"; a value that starts with '-' must be attached: {argv[given]}={argv[given + 1]}"
         sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
         raise SystemExit(EXIT_USAGE)
 
@@ -49,21 +67,18 @@ def print_json(document: Any) -> None:
 def run(main: Callable[[Sequence[str] | None], int], prog: str, argv: Sequence[str] | None = None) -> NoReturn:
     """Run a helper's ``main`` and turn every expected failure into its exit code.
 
-    Only ``InputError`` (and the OS errors a user's bad path causes) are expected; any
-    other exception is a bug in the helper and keeps its traceback so it gets reported.
+    Only ``InputError`` (and the OS and decoding errors a user's bad file causes) are
+    expected; any other exception is a bug in the helper and keeps its traceback so it
+    gets reported.
     """
+    if sys.stdout is None:  # started with stdout closed (`>&-`): the answer goes nowhere, errors still show
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
     try:
         code = main(argv)
+        sys.stdout.flush()  # a full disk or a closed pipe shows up here, not in a traceback at exit
     except InputError as exc:
-        sys.stderr.write(f"{prog}: error: {exc}\n")
+        sys.stderr.write(f"{prog}: error: {' '.join(str(exc).splitlines())}\n")  # the contract is one line
         code = EXIT_USAGE
-    except (FileNotFoundError, IsADirectoryError, PermissionError, NotADirectoryError) as exc:
-        where = f": {exc.filename}" if getattr(exc, "filename", None) else ""
-        sys.stderr.write(f"{prog}: error: {exc.strerror or exc}{where}\n")
-        code = EXIT_USAGE
-    except KeyboardInterrupt:
-        sys.stderr.write(f"{prog}: interrupted\n")
-        code = 130
     except BrokenPipeError:
         # `helper | head` closed the pipe: not an error worth a traceback.
         try:
@@ -71,4 +86,22 @@ def run(main: Callable[[Sequence[str] | None], int], prog: str, argv: Sequence[s
         except OSError:
             pass
         code = EXIT_OK
+    except OSError as exc:
+        # a user's path: missing, a directory, no permission, a dangling link, a name too long ...
+        # (an OS error without a file name is the machine's problem, not the input's: keep it loud)
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT) and not getattr(exc, "filename", None):
+            sys.stderr.write(f"{prog}: error: cannot write the answer: {exc.strerror}\n")
+            raise SystemExit(EXIT_USAGE) from None
+        if not getattr(exc, "filename", None):
+            raise
+        sys.stderr.write(f"{prog}: error: {exc.strerror or exc}: {exc.filename}\n")
+        code = EXIT_USAGE
+    except UnicodeDecodeError as exc:
+        # a loader read a user's file as text without memtune.textfile: still one line, not a traceback
+        sys.stderr.write(f"{prog}: error: an input file is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} "
+                         f"at offset {exc.start}); pass a text file saved as UTF-8\n")
+        code = EXIT_USAGE
+    except KeyboardInterrupt:
+        sys.stderr.write(f"{prog}: interrupted\n")
+        code = 130
     raise SystemExit(code)

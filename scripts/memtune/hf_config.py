@@ -16,6 +16,7 @@ from typing import Any, Mapping
 
 from memtune.cli import InputError
 from memtune.model_spec import ModelSpec
+from memtune.textfile import read_text
 
 REQUIRED = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")
 
@@ -34,6 +35,7 @@ def model_from_hf(cfg: Mapping[str, Any], name: str | None = None) -> ModelSpec:
     missing = [f for f in REQUIRED if cfg.get(f) is None]
     if missing:
         raise InputError(f"HF config is missing {', '.join(missing)}")
+    _check_counts(cfg)
     kind = str(cfg.get("model_type", "")).lower()
     layers = int(cfg["num_hidden_layers"])
     hidden = int(cfg["hidden_size"])
@@ -116,13 +118,47 @@ def model_from_hf(cfg: Mapping[str, Any], name: str | None = None) -> ModelSpec:
     )
 
 
+# Fields that count things (layers, heads, widths, experts): a transformers config always
+# writes them as JSON integers. A string, a bool, a fraction, NaN or Infinity is a broken
+# or hand-edited file, and silently truncating it would estimate some other model.
+COUNT_FIELDS = REQUIRED + (
+    "intermediate_size", "moe_intermediate_size", "num_key_value_heads", "head_dim", "num_local_experts",
+    "num_experts", "n_routed_experts", "num_experts_per_tok", "num_experts_per_token", "n_shared_experts",
+    "shared_expert_intermediate_size", "first_k_dense_replace", "decoder_sparse_step", "moe_layer_freq",
+    "max_position_embeddings", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+    "v_head_dim", "num_nextn_predict_layers",
+)
+
+
+POSITIVE_FIELDS = REQUIRED + ("intermediate_size", "num_key_value_heads", "head_dim")
+
+
+def _check_counts(cfg: Mapping[str, Any]) -> None:
+    for name in COUNT_FIELDS:
+        value = cfg.get(name)
+        if value is None:
+            continue
+        whole = isinstance(value, float) and value.is_integer()  # False for inf and NaN too
+        if isinstance(value, bool) or not (isinstance(value, int) or whole):
+            raise InputError(f"{name}: expected a whole number, got {value!r}; fix the value in the config.json")
+        least = 1 if name in POSITIVE_FIELDS else 0
+        if value < least:
+            raise InputError(f"{name}: must be at least {least}, got {value!r}; fix the value in the config.json")
+
+
 def load_hf_config(path: str | Path) -> ModelSpec:
-    """Read a config.json file (InputError on bad JSON or missing fields)."""
+    """Read a config.json file (InputError naming the file on bad JSON, types or missing fields)."""
     p = Path(path)
+    text = read_text(p, "a Hugging Face config.json")
     try:
-        cfg = json.loads(p.read_text(encoding="utf-8"))
+        cfg = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"{p}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:
+        raise InputError(f"{p}: JSON nested too deeply to be a Hugging Face config.json") from None
     if not isinstance(cfg, Mapping):
         raise InputError(f"{p}: expected a JSON object (a Hugging Face config.json)")
-    return model_from_hf(cfg, name=p.parent.name or None)
+    try:
+        return model_from_hf(cfg, name=p.parent.name or None)
+    except InputError as exc:
+        raise InputError(f"{p}: {exc}") from None

@@ -132,6 +132,7 @@ class LaunchScript:
     commands: tuple[Command, ...]
     sbatch: Mapping[str, tuple[str, int]]
     notes: tuple[str, ...] = ()
+    unclosed_quote: tuple[str, int] | None = None  # (quote, line): the rest of the file was read as one word
 
     @property
     def python_commands(self) -> tuple[Command, ...]:
@@ -194,6 +195,7 @@ class _Lexer:
         self.pending_heredocs: list[tuple[str, bool]] = []
         self.sbatch: dict[str, tuple[str, int]] = {}
         self.at_line_start = True
+        self.unclosed: tuple[str, int] | None = None  # (quote, line it opened on): bash stops there
 
     def _skip_heredocs(self) -> None:
         """Called right after a newline: drop the bodies of heredocs opened on that line."""
@@ -349,7 +351,9 @@ class _Lexer:
                 continue
             if ch == "'":
                 end = s.find("'", self.i + 1)
-                end = n if end < 0 else end
+                if end < 0:
+                    self.unclosed = self.unclosed or ("'", self.line)
+                    end = n
                 chunk = s[self.i + 1:end]
                 self.line += chunk.count("\n")
                 buf.append(chunk)
@@ -367,6 +371,7 @@ class _Lexer:
                 self.i = end + 1
                 continue
             if ch == '"':
+                opened_on = self.line
                 self.i += 1
                 in_word, quoted = True, True
                 while self.i < n and s[self.i] != '"':
@@ -386,11 +391,15 @@ class _Lexer:
                         self.line += 1
                     buf.append(c)
                     self.i += 1
+                if self.i >= n:
+                    self.unclosed = self.unclosed or ('"', opened_on)
                 self.i += 1
                 continue
             if ch == "`":
                 end = s.find("`", self.i + 1)
-                end = n if end < 0 else end
+                if end < 0:
+                    self.unclosed = self.unclosed or ("`", self.line)
+                    end = n
                 chunk = s[self.i:end + 1]
                 self.line += chunk.count("\n")
                 buf.append(chunk)
@@ -682,7 +691,7 @@ def parse_text(
         launchers, program, program_args, options = _split_launcher(words)
         commands.append(Command(tuple(words), tuple(prefix_settings), launchers, program, program_args, options))
     sbatch.update(lexer.sbatch)
-    return LaunchScript(path, tuple(env), tuple(commands), sbatch, tuple(notes))
+    return LaunchScript(path, tuple(env), tuple(commands), sbatch, tuple(notes), lexer.unclosed)
 
 
 def _remember(known: dict[str, str], lines: dict[str, Any], name: str, value: str, word: Word) -> None:
@@ -899,8 +908,18 @@ def _split_assignment(text: str, known: Mapping[str, str]) -> tuple[str, str]:
 
 
 def parse_file(path: str) -> LaunchScript:
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        return parse_text(handle.read(), path)
+    """A launch script from disk; a binary file is bad input (a stray Latin-1 byte is not)."""
+    from memtune.cli import InputError
+    from memtune.textfile import read_text
+
+    script = parse_text(read_text(path, "a bash / sbatch launch script", strict=False), path)
+    if script.unclosed_quote is not None:
+        # bash itself stops with "unexpected EOF while looking for matching quote"; checking
+        # the rest of the file as one long word would only produce nonsense findings
+        quote, line = script.unclosed_quote
+        raise InputError(f"{path}:{line}: the {quote} quote opened on this line is never closed "
+                         "(bash: unexpected EOF while looking for matching quote); close it")
+    return script
 
 
 # ---------------------------------------------------------------- training arguments

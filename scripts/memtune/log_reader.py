@@ -45,6 +45,8 @@ class Source:
 def open_source(source: Source) -> BinaryIO:
     """A binary stream of the decompressed text, or an InputError naming the problem."""
     if source.is_stdin:
+        if sys.stdin is None:  # started with stdin closed (`cmd <&-`, some agent sandboxes)
+            raise InputError("-: standard input is closed; pipe the log in (cat train.log | diagnose.py -) or pass the file")
         raw: BinaryIO = sys.stdin.buffer
     else:
         path = Path(source.name)

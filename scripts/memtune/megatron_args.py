@@ -87,8 +87,10 @@ def _mapping_flags(data: Mapping[str, Any]) -> dict[str, Any] | None:
 
 def load_megatron_args(path: str | Path) -> dict[str, Any]:
     """Read flags from a launch script, or a YAML/JSON mapping of flags."""
+    from memtune.textfile import read_text
+
     p = Path(path)
-    text = p.read_text(encoding="utf-8", errors="replace")
+    text = read_text(p, "a launch script or a YAML/JSON mapping of Megatron flags", strict=False)
     stripped = text.lstrip()
     if p.suffix.lower() in (".json", ".yaml", ".yml") or stripped.startswith("{"):
         data: Any

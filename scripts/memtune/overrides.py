@@ -104,3 +104,19 @@ def is_override(token: str) -> bool:
     body = token.lstrip("+~")
     key = body.partition("=")[0]
     return bool(key) and bool(_KEY.match(key)) and ("=" in body or token.startswith("~"))
+
+
+def typo_of(name: str, known: str) -> bool:
+    """Is the key name ``name`` a typo of ``known``: a dropped word (tensor_parallel_size for
+    tensor_model_parallel_size) or up to two misspelt words (paralel, sise)? A name with an
+    extra word (encoder_pipeline_model_parallel_size, pipeline_model_parallel_split_rank) is
+    another real setting, not a typo. Used to refuse plain overrides that would be ignored."""
+    import difflib
+
+    words, want = name.split("_"), known.split("_")
+    if len(words) == len(want) - 1:
+        return any(want[:i] + want[i + 1:] == words for i in range(len(want)))
+    if len(words) != len(want):
+        return False
+    differ = [(a, b) for a, b in zip(words, want) if a != b]
+    return 0 < len(differ) <= 2 and all(difflib.SequenceMatcher(None, a, b).ratio() >= 0.75 for a, b in differ)

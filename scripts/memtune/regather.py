@@ -144,12 +144,14 @@ def find_lora_calls(path: str) -> list[RecipeCall]:
 
     from memtune.cli import InputError
 
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        source = handle.read()
+    from memtune.textfile import read_text
+
+    source = read_text(path, "a Python recipe", strict=False)
     try:
         tree = ast.parse(source, filename=path)
     except SyntaxError as exc:
-        raise InputError(f"{path}:{exc.lineno}: not valid Python ({exc.msg}); give the recipe file that builds cfg.peft") from None
+        where = f"{path}:{exc.lineno}" if exc.lineno else path
+        raise InputError(f"{where}: not valid Python ({exc.msg}); give the recipe file that builds cfg.peft") from None
     except (ValueError, RecursionError, MemoryError) as exc:
         raise InputError(f"{path}: cannot be read as Python ({type(exc).__name__}); give the recipe file that builds cfg.peft") from None
     targets: dict[int, str] = {}

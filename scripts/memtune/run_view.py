@@ -27,6 +27,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from memtune import launch_script as ls
 from memtune.cli import InputError
 from memtune.paths import DATA_DIR
+from memtune.textfile import one_line
 
 ALLOC_VARS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
 
@@ -121,6 +122,8 @@ def coerce(value: Any, kind: str) -> tuple[Any, bool]:
         if kind == "int":
             if isinstance(value, bool):
                 return int(value), True
+            if isinstance(value, float) and not value.is_integer():
+                return value, False  # 2.5 layers is a typo, not 2; inf / NaN are not sizes
             if isinstance(value, (int, float)):
                 return int(value), True
             return int(str(value).strip()), True
@@ -167,6 +170,8 @@ def load_yaml_lines(path: str) -> dict[str, tuple[Any, int]]:
         raise InputError(f"{path}{where}: not valid YAML ({problem}); fix the syntax") from None
     except UnicodeDecodeError:
         raise InputError(f"{path}: not a UTF-8 text file; give a Megatron Bridge YAML config") from None
+    except RecursionError:
+        raise InputError(f"{path}: YAML nested too deeply to be a Megatron Bridge config") from None
     if node is None:
         return {}
     if not isinstance(node, yaml.MappingNode):
@@ -192,9 +197,13 @@ def load_yaml_lines(path: str) -> dict[str, tuple[Any, int]]:
                 try:
                     out[dotted] = (constructor.construct_object(value_node, deep=True), line)
                 except yaml.YAMLError as exc:
-                    raise InputError(f"{path}:{line}: value of {dotted} cannot be read ({exc}); fix it") from None
+                    problem = one_line(getattr(exc, "problem", None) or exc, 120)
+                    raise InputError(f"{path}:{line}: value of {dotted} cannot be read ({problem}); fix it") from None
 
-    walk(node, "")
+    try:
+        walk(node, "")
+    except RecursionError:
+        raise InputError(f"{path}: YAML nested too deeply to be a Megatron Bridge config") from None
     return out
 
 
@@ -203,22 +212,26 @@ def load_yaml_lines(path: str) -> dict[str, tuple[Any, int]]:
 
 def read_env_file(path: str) -> list[EnvValue]:
     """KEY=VALUE lines (``export`` allowed, ``#`` comments, optional quotes)."""
+    from memtune.textfile import read_text
+
     out: list[EnvValue] = []
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        for number, raw in enumerate(handle, start=1):
-            line = raw.strip()
-            if not line or line.startswith("#"):
-                continue
-            if line.startswith("export "):
-                line = line[len("export "):].strip()
-            name, eq, value = line.partition("=")
-            name = name.strip()
-            if not eq or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-                raise InputError(f"{path}:{number}: expected KEY=VALUE, got {raw.strip()[:60]!r}; fix the line or remove it")
-            value = value.strip()
-            if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-                value = value[1:-1]
-            out.append(EnvValue(name, value, f"{path}:{number}", number, path))
+    text = read_text(path, "a KEY=VALUE env file", strict=False).replace("\r\n", "\n")
+    for number, raw in enumerate(text.split("\n"), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("export "):
+            line = line[len("export "):].strip()
+        name, eq, value = line.partition("=")
+        name = name.strip()
+        if not eq or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise InputError(f"{path}:{number}: expected KEY=VALUE, got {raw.strip()[:60]!r}; fix the line or remove it")
+        value = value.strip()
+        if value[:1] in ("'", '"') and value.count(value[0]) < 2:
+            raise InputError(f"{path}:{number}: {name}= opens a {value[0]} quote that the line does not close; close it")
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        out.append(EnvValue(name, value, f"{path}:{number}", number, path))
     return out
 
 
@@ -281,7 +294,12 @@ def build(inputs: Inputs) -> RunView:
     for path in inputs.configs:
         view.config_path = path
         view.config_form = "yaml"
-        for key, (value, line) in load_yaml_lines(path).items():
+        loaded = load_yaml_lines(path)
+        for section in CONFIG_SECTIONS:
+            value, line = loaded.get(section, (None, 0))
+            if value is not None and not isinstance(value, dict):
+                raise InputError(f"{path}:{line}: section {section}: must be a mapping (key: value lines), got {_short(value)}")
+        for key, (value, line) in loaded.items():
             if key.startswith("ENV_VARS.") and key.count(".") == 1 and not isinstance(value, (dict, list)):
                 # Megatron-LM functional-test configs carry the job environment
                 name = key.split(".", 1)[1]
@@ -339,6 +357,8 @@ def build(inputs: Inputs) -> RunView:
         override = ls.parse_override(text)
         if override is None:
             raise InputError(f"override {text!r} is not KEY=VALUE, +KEY=VALUE, ++KEY=VALUE or ~KEY; e.g. model.tensor_model_parallel_size=4")
+        if override.prefix == "" and override.key not in flat:
+            _reject_misspelt(override, spec)
         _apply_override(flat, override, "command line")
         if view.config_form is None:
             view.config_form = "hydra"
@@ -371,8 +391,15 @@ def build(inputs: Inputs) -> RunView:
             continue
         converted, ok = coerce(found.value, kind)
         if not ok:
-            view.unresolved[name] = found
+            if not _shell_expansion(found.value):
+                # a literal that is no number / switch: Megatron and Bridge would refuse it, and
+                # skipping it silently would let every rule that needs it pass
+                raise InputError(f"{found.source}: {found.text}: expected {KIND_WORDS.get(kind, kind)}; fix the value")
+            view.unresolved[name] = found  # "$TP", "$(nproc)": only known when the job runs
             continue
+        least = setting_spec.get("min")
+        if least is not None and isinstance(converted, int) and converted < least:
+            raise InputError(f"{found.source}: {found.text}: must be at least {least}; fix the value")
         view.settings[name] = Value(converted, found.source, found.text, found.origin)
 
     # Megatron-LM spells VPP as layers per virtual stage
@@ -388,6 +415,33 @@ def build(inputs: Inputs) -> RunView:
     if inputs.world_size is not None:
         view.settings["world_size"] = Value(inputs.world_size, "command line", f"--world-size {inputs.world_size}", "cli")
     return view
+
+
+KIND_WORDS = {"int": "a whole number", "bool": "true or false"}
+# ConfigContainer sections whose keys the rules read (peft may be a scheme name: "peft: lora")
+CONFIG_SECTIONS = ("model", "train", "ddp", "optimizer", "dataset")
+
+
+def _shell_expansion(value: Any) -> bool:
+    """Text the shell fills in at run time (``$TP``, ``${A:-4}``, ``$(nproc)``, backticks)."""
+    return isinstance(value, str) and ("$" in value or "`" in value)
+
+
+def _reject_misspelt(override: ls.Override, spec: Mapping[str, Any]) -> None:
+    """``model.tensor_parallel_size=8`` would be kept and never read, so every rule would pass
+    on the unchanged run. Hydra refuses a plain override of a key the config lacks; we know
+    only the keys the rules read, so refuse just the typos of those (``overrides.typo_of``)."""
+    from memtune.overrides import typo_of
+
+    known = sorted({path for setting in spec.values() for path in setting.get("paths", [])})
+    if override.key in known:
+        return
+    section, _, leaf = override.key.rpartition(".")
+    for path in known:
+        known_section, _, known_leaf = path.rpartition(".")
+        if known_section == section and typo_of(leaf, known_leaf):
+            raise InputError(f"override {override.text or override.key!r}: {override.key} is not a setting the checks "
+                             f"know; did you mean {path}? (write ++{override.key}=... to keep it as it is)")
 
 
 def _yaml_flag(name: str, value: Any, line: int) -> ls.Flag:

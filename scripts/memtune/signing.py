@@ -143,7 +143,8 @@ def _read(path: Path, what: str) -> bytes:
     except FileNotFoundError:
         raise InputError(f"{what} {path} does not exist") from None
     except IsADirectoryError:
-        raise InputError(f"{what} {path} is a directory, expected a PEM file") from None
+        kind = "a Sigstore bundle (JSON)" if what == "signature" else "a PEM file"
+        raise InputError(f"{what} {path} is a directory, expected {kind}") from None
     except OSError as exc:
         raise InputError(f"cannot read {what} {path}: {exc.strerror}") from None
 

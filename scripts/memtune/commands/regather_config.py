@@ -66,6 +66,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         value = getattr(args, name)
         if value is not None and value < 1:
             raise InputError(f"--{name.replace('_', '-')} {value} must be a positive integer")
+    if not (args.config or args.script or args.overrides or args.recipe or args.preset or args.env_file or args.tp):
+        raise InputError("nothing to decide on: give --preset NAME --tp N, --config FILE, --script FILE or --recipe FILE.py")
+    if args.target_modules is not None and not [m for m in args.target_modules.split(",") if m.strip()]:
+        raise InputError(f"--target-modules {args.target_modules!r} names no module; e.g. --target-modules linear_qkv,linear_fc1")
     from memtune import run_view
 
     overrides = list(args.overrides)

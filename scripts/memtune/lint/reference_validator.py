@@ -31,7 +31,11 @@ def validate_copy(skill_md: Path, name: object) -> list[Finding]:
         copy = Path(tmp) / folder
         copy.mkdir()
         shutil.copyfile(skill_md, copy / "SKILL.md")
-        problems = validate(copy)
+        try:
+            problems = validate(copy)
+        except UnicodeDecodeError as exc:  # skills-ref reads SKILL.md as strict UTF-8 and does not catch this
+            return [error(RULE, f"skills-ref {version} validate cannot read SKILL.md: not UTF-8 text (byte offset {exc.start})",
+                          "save SKILL.md as UTF-8", "SKILL.md")]
     if not problems:
         return [info(RULE, f"skills-ref {version} validate passed on a copy named '{folder}'", file="SKILL.md")]
     return [error(RULE, f"skills-ref {version} validate: {problem}", "fix the frontmatter so 'agentskills validate' passes", "SKILL.md")

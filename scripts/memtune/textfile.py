@@ -1,0 +1,45 @@
+"""Read a user's input file as text, or say in one line why it is not one.
+
+Every loader (HF config.json, Bridge YAML, launch script, env file, flag mapping) gets
+paths typed by a person or an agent, and the common mistakes are the same: the wrong file
+(a binary, a checkpoint, a PNG) or a file in another encoding. Without this, the first
+symptom is a ``UnicodeDecodeError`` traceback, or garbage bytes quoted back in an error
+line. Stdlib only, so it can be imported by command modules before argument parsing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from memtune.cli import InputError
+
+SNIFF_BYTES = 64 << 10  # a NUL byte this early never occurs in a text file
+
+
+def read_text(path: str | Path, what: str, *, strict: bool = True) -> str:
+    """The file's text; InputError for a binary file, or (``strict``) one that is not UTF-8.
+
+    ``what`` names the expected content ("a Hugging Face config.json"), so the message
+    says what to pass instead. ``strict=False`` keeps undecodable bytes as U+FFFD, for
+    formats where a stray Latin-1 byte in a comment should not stop the check.
+    """
+    data = Path(path).read_bytes()
+    if b"\x00" in data[:SNIFF_BYTES]:
+        raise InputError(f"{path}: a binary file (NUL bytes) where {what} was expected; check the path")
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]  # a UTF-8 byte-order mark (Windows editors) is not content
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if not strict:
+            return data.decode("utf-8", errors="replace")
+        raise InputError(
+            f"{path}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); pass {what} saved as UTF-8"
+        ) from None
+
+
+def one_line(message: object, limit: int = 200) -> str:
+    """An exception's text as one short line (YAML errors span several lines and name
+    the internal stream "<unicode string>", which means nothing to the user)."""
+    text = " ".join(str(message).replace('in "<unicode string>",', "").split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
