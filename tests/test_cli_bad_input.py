@@ -144,12 +144,9 @@ ROWS = [
     row("estimate_memory", f"--config {{data}}/python-tag.yaml {LLAMA8B}", "python-tag.yaml:2", "python/object"),
     row("estimate_memory", f"--config {{tmp}}/deep.yaml {LLAMA8B}", "deep.yaml", "nested"),
     row("estimate_memory", "--config {data}/tp-word.yaml --example", "--config", "--example"),
-    row("estimate_memory", f"--fp8 bogus {LLAMA8B}", "--fp8", "bogus",
-        xfail="an unknown fp8 recipe is accepted and echoed into the assumptions (commands/estimate_memory.py)"),
-    row("estimate_memory", f"--cpu-offload-layers 32 {LLAMA8B}", "cpu", "32",
-        xfail="Megatron refuses cpu_offloading_num_layers >= num_layers; the estimator accepts it (run_spec.py)"),
-    row("estimate_memory", "--example model.tensor_parallel_size=8", "tensor_parallel_size", "tensor_model_parallel_size",
-        xfail="a misspelt override key is applied to the YAML and silently ignored (commands/estimate_memory.py)"),
+    row("estimate_memory", f"--fp8 bogus {LLAMA8B}", "--fp8", "bogus"),
+    row("estimate_memory", f"--cpu-offload-layers 32 {LLAMA8B}", "cpu", "32"),
+    row("estimate_memory", "--example model.tensor_parallel_size=8", "tensor_parallel_size", "tensor_model_parallel_size"),
     # ---------------------------------------------------------------- plan_memory.py
     row("plan_memory", "--preset nope", "nope", "llama3-8b"),
     row("plan_memory", "--example --headroom 200%", "--headroom", "200%"),
@@ -164,8 +161,7 @@ ROWS = [
     row("plan_memory", "--example ~", "'~'"),
     row("plan_memory", "--hf-config {tmp}/ls.bin --gpus 8", "ls.bin", "binary"),
     row("plan_memory", "--hf-config {data}/hf-infinite-layers.json --gpus 8 --json", "num_hidden_layers"),
-    row("plan_memory", "--example model.tensor_parallel_size=8", "tensor_parallel_size", "tensor_model_parallel_size",
-        xfail="a misspelt override key is silently ignored (same path as estimate_memory.py)"),
+    row("plan_memory", "--example model.tensor_parallel_size=8", "tensor_parallel_size", "tensor_model_parallel_size"),
     # ---------------------------------------------------------------- check_env.py
     row("check_env", "", "nothing to check"),
     row("check_env", "--script {tmp}/missing.sh", "missing.sh"),
@@ -287,12 +283,8 @@ JSON_ROWS = [
                  id="check_env findings --json"),
     pytest.param("regather_config", ("--preset", "qwen3-8b", "--tp", "2", "--json"), id="regather_config --json"),
     pytest.param("estimate_memory", ("--example", "--json"), id="estimate_memory --json"),
-    pytest.param("estimate_memory", ("--list-presets", "--json"), id="estimate_memory --list-presets --json",
-                 marks=pytest.mark.xfail(strict=True, reason="--list-presets ignores --json and prints plain names "
-                                                            "(commands/estimate_memory.py)")),
-    pytest.param("plan_memory", ("--list-presets", "--json"), id="plan_memory --list-presets --json",
-                 marks=pytest.mark.xfail(strict=True, reason="--list-presets ignores --json and prints plain names "
-                                                            "(commands/plan_memory.py)")),
+    pytest.param("estimate_memory", ("--list-presets", "--json"), id="estimate_memory --list-presets --json"),
+    pytest.param("plan_memory", ("--list-presets", "--json"), id="plan_memory --list-presets --json"),
 ]
 
 
@@ -381,12 +373,7 @@ def test_full_disk_is_one_line() -> None:
     assert proc.returncode == 2 and len(lines) == 1 and "No space left" in lines[0], proc.stderr
 
 
-@pytest.mark.parametrize("headroom", [
-    "0%",
-    pytest.param("0GiB", marks=pytest.mark.xfail(strict=True, reason="--headroom 0GiB is refused with 'expected ... a size "
-                                                                     "like 4GiB' (commands/plan_memory.py reuses the "
-                                                                     "--gpu-memory parser, which rejects zero)")),
-])
+@pytest.mark.parametrize("headroom", ["0%", "0GiB"])
 def test_zero_headroom_is_a_valid_choice(headroom: str, capsys) -> None:
     code, out, err = run_in_process("plan_memory", ["--example", "--top", "1", "--headroom", headroom], capsys)
     assert code == 0, err

@@ -59,3 +59,19 @@ def test_random_overrides_never_crash():
             pass
 
     check()
+
+
+def test_known_keys_turn_typos_into_errors_but_not_new_keys():
+    from memtune.overrides import refuse_misspelt
+
+    known = {"model.tensor_model_parallel_size", "train.global_batch_size"}
+    with pytest.raises(InputError, match="did you mean model.tensor_model_parallel_size"):
+        apply_overrides({}, ["model.tensor_parallel_size=8"], known=known)
+    with pytest.raises(InputError, match="did you mean train.global_batch_size"):
+        refuse_misspelt("train.global_batch_sise=64", "train.global_batch_sise", known)
+    # a new real key, a forced or added key, a key already in the config, no known list: all kept
+    assert apply_overrides({}, ["model.encoder_pipeline_model_parallel_size=1"], known=known)
+    assert apply_overrides({}, ["++model.tensor_parallel_size=8"], known=known)["model"]["tensor_parallel_size"] == 8
+    assert apply_overrides({}, ["+model.tensor_parallel_size=8"], known=known)
+    assert apply_overrides({"model": {"tensor_parallel_size": 1}}, ["model.tensor_parallel_size=8"], known=known)
+    assert apply_overrides({}, ["model.tensor_parallel_size=8"])

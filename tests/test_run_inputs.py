@@ -51,3 +51,42 @@ def test_parse_memory_units():
     assert parse_memory("81559MiB") == 81559 * 2**20
     with pytest.raises(InputError):
         parse_memory("lots")
+
+
+@pytest.mark.parametrize("text, fp8", [("tensorwise", "tensorwise"), ("MXFP8", "mxfp8"), ("none", None), ("None", None)])
+def test_fp8_flag_takes_megatron_recipe_names(text: str, fp8) -> None:
+    run = load_model_and_run(_parse("--example", "--fp8", text)).run
+    assert run.fp8 == fp8
+
+
+def test_fp8_flag_refuses_other_names() -> None:
+    with pytest.raises(InputError, match="--fp8 'current'.*delayed, tensorwise, mxfp8, blockwise"):
+        _parse("--preset", "llama3-8b", "--fp8", "current")
+
+
+def test_zero_memory_only_when_allowed() -> None:
+    assert parse_memory("0GiB", allow_zero=True) == 0
+    with pytest.raises(InputError, match="positive"):
+        parse_memory("0GiB")
+
+
+def test_misspelt_override_is_refused_and_plus_keeps_it() -> None:
+    with pytest.raises(InputError, match="did you mean model.tensor_model_parallel_size"):
+        load_model_and_run(_parse("--example", "model.tensor_parallel_size=8"))
+    with pytest.raises(InputError, match="did you mean model.hidden_size"):  # architecture keys too
+        load_model_and_run(_parse("--example", "model.hiden_size=4096"))
+    with pytest.raises(InputError, match="did you mean ddp.overlap_grad_reduce"):  # keys the config itself has
+        load_model_and_run(_parse("--example", "ddp.overlap_grad_reduse=false"))
+    assert load_model_and_run(_parse("--example", "++model.tensor_parallel_size=8")).run.tp == 4
+
+
+def test_list_presets_json_is_one_document(capsys) -> None:
+    import json
+
+    from memtune.run_inputs import print_presets
+
+    print_presets(as_json=True)
+    doc = json.loads(capsys.readouterr().out)
+    assert "llama3-8b" in [p["name"] for p in doc["presets"]] and all(p["source"] for p in doc["presets"])
+    print_presets(as_json=False)
+    assert "llama3-8b" in capsys.readouterr().out.split()

@@ -89,12 +89,56 @@ def apply_override(cfg: dict, ov: Override) -> None:
         node[leaf] = ov.value
 
 
-def apply_overrides(cfg: Mapping[str, Any] | None, overrides: Iterable[str]) -> dict:
-    """A deep copy of ``cfg`` with every override applied in order."""
+def apply_overrides(cfg: Mapping[str, Any] | None, overrides: Iterable[str], known: Iterable[str] | None = None) -> dict:
+    """A deep copy of ``cfg`` with every override applied in order.
+
+    With ``known`` (dotted keys the caller reads), a plain ``a.b=v`` whose key is in
+    neither the config nor ``known`` but misspells one of them is refused (see
+    :func:`refuse_misspelt`); ``+a.b=v`` and ``++a.b=v`` say the key is meant as written."""
     out = copy.deepcopy(dict(cfg or {}))
     for text in overrides:
-        apply_override(out, parse_override(text))
+        ov = parse_override(text)
+        if known is not None and ov.op == "set" and not _has_path(out, ov.path):
+            refuse_misspelt(ov.text, ".".join(ov.path), {*known, *_dotted_keys(out)})
+        apply_override(out, ov)
     return out
+
+
+def _has_path(cfg: Mapping[str, Any], path: tuple[str, ...]) -> bool:
+    node: Any = cfg
+    for part in path:
+        if not isinstance(node, Mapping) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+def _dotted_keys(cfg: Mapping[str, Any], prefix: str = "") -> set[str]:
+    keys: set[str] = set()
+    for key, value in cfg.items():
+        dotted = f"{prefix}{key}"
+        keys.add(dotted)
+        if isinstance(value, Mapping):
+            keys |= _dotted_keys(value, dotted + ".")
+    return keys
+
+
+def refuse_misspelt(text: str, key: str, known: Iterable[str]) -> None:
+    """Raise InputError when ``key`` is not in ``known`` but misspells a key there.
+
+    ``model.tensor_parallel_size=8`` would be stored and never read, so the run would be
+    judged unchanged. Hydra refuses a plain override of a key the config lacks; the helpers
+    know only the keys they read, so they refuse just the typos of those (:func:`typo_of`)
+    and let other new keys through. One code path for every helper that takes overrides."""
+    names = set(known)
+    if key in names:
+        return
+    section, _, leaf = key.rpartition(".")
+    for path in sorted(names):
+        known_section, _, known_leaf = path.rpartition(".")
+        if known_section == section and typo_of(leaf, known_leaf):
+            raise InputError(f"override {text or key!r}: {key} is not a setting memtune reads; did you mean {path}? "
+                             f"(write ++{key}=... to keep it as it is)")
 
 
 def is_override(token: str) -> bool:

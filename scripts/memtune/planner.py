@@ -176,8 +176,6 @@ def extra_violations(model: ms.ModelSpec, base: RunSpec, run: RunSpec, settings:
             out.append("CPU offloading does not work when activation recomputation is enabled (Megatron-Core)")
         if run.cuda_graph_scope:
             out.append("CUDA graphs are not supported with CPU offloading (cuda_graph_scope is set)")
-        if run.cpu_offloading_num_layers >= model.num_layers:
-            out.append(f"CPU offloading can be done only for fewer layers than num_layers {model.num_layers}")
     if run.recompute_granularity == "full" and run.cuda_graph_scope and "full_iteration" not in run.cuda_graph_scope:
         out.append("full recompute is only supported with full-iteration CUDA graphs "
                    f"(cuda_graph_scope={list(run.cuda_graph_scope)})")

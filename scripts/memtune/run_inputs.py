@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memtune.cli import InputError
+from memtune.run_spec import FP8_RECIPES
 
 GIB = 1024**3
 _UNITS = {"": GIB, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
@@ -46,13 +47,15 @@ class RunInputs:
     gpu_memory_bytes: int | None  # --gpu-memory, else the config's/example's own value, else None
 
 
-def parse_memory(text: str) -> int:
-    """'80GB' -> 80e9, '80GiB' / '80G' / '80' -> 80 x 2^30, '81559MiB' -> bytes."""
+def parse_memory(text: str, allow_zero: bool = False) -> int:
+    """'80GB' -> 80e9, '80GiB' / '80G' / '80' -> 80 x 2^30, '81559MiB' -> bytes.
+
+    Zero is refused unless ``allow_zero`` (a GPU has memory; a headroom may be none)."""
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", str(text))
     if not m or m.group(2).lower() not in _UNITS:
         raise InputError(f"--gpu-memory {text!r}: expected a size like 80GB, 80GiB or 81559MiB")
     value = float(m.group(1)) * _UNITS[m.group(2).lower()]
-    if value <= 0:
+    if value < 0 or (value == 0 and not allow_zero):
         raise InputError(f"--gpu-memory {text!r}: must be positive")
     return int(value)
 
@@ -67,6 +70,14 @@ def _positive(name: str):
             raise InputError(f"{name} {value}: must be a positive integer")
         return value
     return convert
+
+
+def _fp8_recipe(text: str) -> str | None:
+    """A Megatron-Core fp8 recipe name, or 'none' (any case)."""
+    name = text.strip().lower()
+    if name not in (*FP8_RECIPES, "none"):
+        raise InputError(f"--fp8 {text!r}: unknown recipe; use one of {', '.join(FP8_RECIPES)} or none")
+    return name
 
 
 def add_input_arguments(parser: argparse.ArgumentParser) -> None:
@@ -105,7 +116,8 @@ def add_input_arguments(parser: argparse.ArgumentParser) -> None:
     mem.add_argument("--no-dist-opt", dest="dist_opt", action="store_false")
     mem.add_argument("--fsdp", action="store_true", default=None, help="Megatron-FSDP (optim_grads_params)")
     mem.add_argument("--precision", choices=("bf16", "fp16", "fp32"))
-    mem.add_argument("--fp8", metavar="RECIPE", help="fp8 GEMMs (delayed, tensorwise, mxfp8, blockwise) or 'none'")
+    mem.add_argument("--fp8", metavar="RECIPE", type=_fp8_recipe,
+                     help=f"fp8 GEMMs ({', '.join(FP8_RECIPES)}) or 'none'")
     mem.add_argument("--fp8-param-gather", action="store_true", default=None)
     mem.add_argument("--grad-fp32", dest="grad_fp32", action="store_true", default=None, help="fp32 main grads")
     mem.add_argument("--no-grad-fp32", dest="grad_fp32", action="store_false")
@@ -118,6 +130,19 @@ def add_input_arguments(parser: argparse.ArgumentParser) -> None:
     mem.add_argument("--no-regather", dest="regather", action="store_false")
     gpu = parser.add_argument_group("GPU")
     gpu.add_argument("--gpu-memory", metavar="SIZE", help="GPU memory (80GB, 80GiB, 81559MiB)")
+
+
+def print_presets(as_json: bool) -> None:
+    """--list-presets: the names one a line, or with --json one document naming each
+    preset's source."""
+    from memtune import presets
+    from memtune.cli import print_json
+
+    names = presets.preset_names()
+    if as_json:
+        print_json({"presets": [{"name": n, "source": presets.preset_source(n)} for n in names]})
+    else:
+        print("\n".join(names))
 
 
 def load_model_and_run(args: argparse.Namespace) -> RunInputs:
@@ -173,7 +198,7 @@ def _load_source(args) -> tuple[Any, Any, list[str], dict[str, Any]]:
             cfg = load_bridge_yaml(DATA_DIR / "examples" / "llama3-70b-sft-32gpu.yaml")
         else:
             cfg = load_bridge_yaml(args.config)
-        cfg = apply_overrides(cfg, args.overrides)
+        cfg = apply_overrides(cfg, args.overrides, known=_known_config_keys())
         meta = cfg.pop("_memtune", None) or {}
         if base is None and meta.get("preset"):
             base = presets.load_preset(str(meta["preset"]))
@@ -197,6 +222,15 @@ def _load_source(args) -> tuple[Any, Any, list[str], dict[str, Any]]:
     return base, run, notes, extras
 
 
+def _known_config_keys() -> frozenset[str]:
+    """Config keys a plain override may misspell: those the checks read plus every
+    architecture field under ``model.`` (the Bridge reader takes ModelSpec names there)."""
+    from memtune.model_spec import model_field_names
+    from memtune.run_view import known_paths
+
+    return known_paths() | {f"model.{name}" for name in model_field_names()}
+
+
 def _apply_flags(args, run):
     """The run with every plain flag that was given applied on top of the source."""
     changes: dict[str, Any] = {}
@@ -210,7 +244,7 @@ def _apply_flags(args, run):
         changes["recompute_modules"] = tuple(m.strip() for m in args.recompute_modules.split(",") if m.strip())
         changes.setdefault("recompute_granularity", "selective")
     if args.fp8 is not None:
-        changes["fp8"] = None if args.fp8.lower() == "none" else args.fp8
+        changes["fp8"] = None if args.fp8 == "none" else args.fp8
     if args.cpu_offload_layers is not None:
         if args.cpu_offload_layers < 0:
             raise InputError(f"--cpu-offload-layers {args.cpu_offload_layers}: must not be negative")

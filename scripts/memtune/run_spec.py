@@ -19,6 +19,9 @@ from memtune.model_spec import ModelSpec
 RECOMPUTE_MODULES = ("core_attn", "mlp", "layernorm", "moe_act", "moe", "shared_experts", "mla_up_proj")
 DEFAULT_RECOMPUTE_MODULES = ("core_attn",)
 LORA_DEFAULT_TARGETS = ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")
+#: Megatron-Core's Fp8Recipe names (megatron/core/enums.py), which Megatron Bridge's
+#: mixed-precision recipes map to; any other name is refused at start-up.
+FP8_RECIPES = ("delayed", "tensorwise", "mxfp8", "blockwise")
 
 
 @dataclass(frozen=True)
@@ -283,11 +286,17 @@ def violations(model: ModelSpec, run: RunSpec) -> list[str]:
         pass  # Megatron silently disables SP at TP=1; not an error.
     if run.cp > 1 and run.seq_length % (2 * run.cp):
         out.append(f"seq_length {run.seq_length} not divisible by 2 x context_parallel_size {run.cp}")
+    if run.cpu_offloading and run.cpu_offloading_num_layers >= model.num_layers:
+        # Megatron-Core's TransformerConfig wording, with the value that broke it
+        out.append(f"CPU offloading can be done only for layers less than {model.num_layers} "
+                   f"(cpu_offloading_num_layers {run.cpu_offloading_num_layers})")
     if run.cpu_offloading and run.pp > 1:
         # Megatron-Core's own wording (TransformerConfig raises it as a ValueError), so a
         # user who searches for the error they saw finds this rejection and vice versa.
         out.append("Currently there is no support for Pipeline parallelism with CPU offloading "
                    f"(Megatron-Core refuses cpu_offloading with pipeline_model_parallel_size > 1; here PP {run.pp})")
+    if run.fp8 is not None and run.fp8 not in FP8_RECIPES:
+        out.append(f"fp8 recipe {run.fp8!r} unknown; Megatron-Core knows {', '.join(FP8_RECIPES)}")
     if run.recompute_granularity not in (None, "selective", "full"):
         out.append(f"recompute_granularity must be selective or full, got {run.recompute_granularity!r}")
     if run.recompute_granularity == "full" and run.recompute_method not in (None, "uniform", "block"):

@@ -26,6 +26,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from memtune import launch_script as ls
 from memtune.cli import InputError
+from memtune.overrides import refuse_misspelt
 from memtune.paths import DATA_DIR
 from memtune.textfile import one_line
 
@@ -358,7 +359,8 @@ def build(inputs: Inputs) -> RunView:
         if override is None:
             raise InputError(f"override {text!r} is not KEY=VALUE, +KEY=VALUE, ++KEY=VALUE or ~KEY; e.g. model.tensor_model_parallel_size=4")
         if override.prefix == "" and override.key not in flat:
-            _reject_misspelt(override, spec)
+            # a plain override misspelling a key the rules read would be ignored: refuse it
+            refuse_misspelt(override.text or override.key, override.key, known_paths())
         _apply_override(flat, override, "command line")
         if view.config_form is None:
             view.config_form = "hydra"
@@ -427,21 +429,9 @@ def _shell_expansion(value: Any) -> bool:
     return isinstance(value, str) and ("$" in value or "`" in value)
 
 
-def _reject_misspelt(override: ls.Override, spec: Mapping[str, Any]) -> None:
-    """``model.tensor_parallel_size=8`` would be kept and never read, so every rule would pass
-    on the unchanged run. Hydra refuses a plain override of a key the config lacks; we know
-    only the keys the rules read, so refuse just the typos of those (``overrides.typo_of``)."""
-    from memtune.overrides import typo_of
-
-    known = sorted({path for setting in spec.values() for path in setting.get("paths", [])})
-    if override.key in known:
-        return
-    section, _, leaf = override.key.rpartition(".")
-    for path in known:
-        known_section, _, known_leaf = path.rpartition(".")
-        if known_section == section and typo_of(leaf, known_leaf):
-            raise InputError(f"override {override.text or override.key!r}: {override.key} is not a setting the checks "
-                             f"know; did you mean {path}? (write ++{override.key}=... to keep it as it is)")
+def known_paths() -> frozenset[str]:
+    """Every Bridge config key (``model.tensor_model_parallel_size``) a check reads."""
+    return frozenset(path for setting in rules_data()["settings"].values() for path in setting.get("paths", []))
 
 
 def _yaml_flag(name: str, value: Any, line: int) -> ls.Flag:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from memtune.cli import make_parser, print_json
-from memtune.run_inputs import add_input_arguments, load_model_and_run
+from memtune.run_inputs import add_input_arguments, load_model_and_run, print_presets
 
 DESCRIPTION = """\
 Estimate peak GPU memory per pipeline stage of a Megatron-Core / Megatron Bridge training run:
@@ -103,11 +103,8 @@ def render_text(model, run, est, notes: list[str], gpu_memory: int | None) -> st
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    from memtune import presets
-
     if args.list_presets:
-        for name in presets.preset_names():
-            print(name)
+        print_presets(args.json)
         return 0
     from memtune.estimator import estimate
 

@@ -54,7 +54,7 @@ def parse_headroom(text: str, gpu_bytes: int) -> int:
             raise InputError(f"--headroom {text!r} must be between 0% and 100%")
         return int(gpu_bytes * share / 100)
     try:
-        return parse_memory(t)
+        return parse_memory(t, allow_zero=True)
     except InputError:
         raise InputError(f"--headroom {text!r}: expected a share like 10% or a size like 4GiB") from None
 
@@ -98,9 +98,9 @@ def _load(args):
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.list_presets:
-        from memtune import presets
+        from memtune.run_inputs import print_presets
 
-        print("\n".join(presets.preset_names()))
+        print_presets(args.json)
         return 0
     if args.top < 1:
         raise InputError(f"--top must be at least 1, got {args.top}")
