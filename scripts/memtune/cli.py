@@ -48,6 +48,18 @@ class ArgumentParser(argparse.ArgumentParser):
         raise SystemExit(EXIT_USAGE)
 
 
+class Once(argparse.Action):
+    """``action=Once`` for an option that names one thing (--preset, --config FILE): given
+    twice, argparse would silently keep the last, and the answer would be about a run the
+    user did not describe, so the second is a one-line usage error instead."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        before = getattr(namespace, self.dest, None)
+        if before is not None:
+            raise InputError(f"{option_string} given twice ({before!r}, then {values!r}); give it once")
+        setattr(namespace, self.dest, values)
+
+
 def make_parser(prog: str, description: str, epilog: str | None = None) -> ArgumentParser:
     """A parser whose --help keeps the description's and examples' line breaks."""
     return ArgumentParser(

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from memtune.cli import InputError
+from memtune.cli import InputError, Once
 from memtune.run_spec import FP8_RECIPES
 
 GIB = 1024**3
@@ -83,12 +83,12 @@ def _fp8_recipe(text: str) -> str | None:
 def add_input_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the run-description flags (source, parallelism, memory features, --gpu-memory)."""
     src = parser.add_argument_group("model / run source")
-    src.add_argument("--preset", help="model preset name (see --list-presets)")
+    src.add_argument("--preset", action=Once, help="model preset name (see --list-presets)")
     src.add_argument("--list-presets", action="store_true", help="print the known presets and exit")
-    src.add_argument("--hf-config", metavar="FILE", help="Hugging Face config.json")
-    src.add_argument("--megatron-args", metavar="FILE",
+    src.add_argument("--hf-config", action=Once, metavar="FILE", help="Hugging Face config.json")
+    src.add_argument("--megatron-args", action=Once, metavar="FILE",
                      help="Megatron-LM launch script, or YAML/JSON mapping {'--flag': value}")
-    src.add_argument("--config", metavar="FILE", help="Megatron Bridge ConfigContainer YAML")
+    src.add_argument("--config", action=Once, metavar="FILE", help="Megatron Bridge ConfigContainer YAML")
     src.add_argument("--example", action="store_true",
                      help="the seed's Llama3-70B SFT run (TP4/PP4/VPP5/DP2, 32 x H100 80GB)")
     src.add_argument("overrides", nargs="*", metavar="key.path=value",
@@ -184,7 +184,11 @@ def _load_source(args) -> tuple[Any, Any, list[str], dict[str, Any]]:
             raise InputError("--megatron-args carries the model itself; drop --preset/--hf-config")
         if args.overrides:
             raise InputError("Hydra overrides apply to --config/--example, not to --megatron-args")
-        model, run, notes = specs_from_megatron_args(load_megatron_args(args.megatron_args), world_size=args.gpus)
+        flags = load_megatron_args(args.megatron_args)
+        try:
+            model, run, notes = specs_from_megatron_args(flags, world_size=args.gpus)
+        except InputError as exc:  # a bad flag value: say which file holds it
+            raise InputError(f"{args.megatron_args}: {exc}") from None
         return model, run, notes, extras
     if args.config or args.example:
         from memtune.bridge_config import load_bridge_yaml, specs_from_bridge

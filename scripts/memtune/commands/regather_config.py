@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from memtune.cli import EXIT_OK, InputError, make_parser, print_json
+from memtune.cli import EXIT_OK, InputError, Once, make_parser, print_json
 
 DESCRIPTION = """\
 Decide whether Megatron Bridge's LoRA option sequence_parallel_input_regather helps this run,
@@ -44,8 +44,8 @@ def build_parser():
     parser.add_argument("--script", action="append", default=[], metavar="FILE", help="bash / sbatch launch script")
     parser.add_argument("--config", action="append", default=[], metavar="FILE", help="Megatron Bridge YAML")
     parser.add_argument("--env-file", action="append", default=[], metavar="FILE", help="KEY=VALUE lines")
-    parser.add_argument("--recipe", metavar="FILE.py", help="Python recipe that builds cfg.peft = LoRA(...); its arguments are kept")
-    parser.add_argument("--preset", metavar="NAME", help="model preset for the memory estimate (e.g. qwen3-8b)")
+    parser.add_argument("--recipe", action=Once, metavar="FILE.py", help="Python recipe that builds cfg.peft = LoRA(...); its arguments are kept")
+    parser.add_argument("--preset", action=Once, metavar="NAME", help="model preset for the memory estimate (e.g. qwen3-8b)")
     parser.add_argument("--tp", type=int, help="tensor parallel size (overrides the config)")
     parser.add_argument("--pp", type=int, help="pipeline parallel size")
     parser.add_argument("--seq-length", type=int, help="sequence length")
