@@ -46,6 +46,8 @@ CASES = [
     ("mt019_tab.env", "MT019", "warning", 1, {}),
     ("mt020_async_ignores.env", "MT020", "info", 1, {"torch_version": "2.6"}),
     ("mt021_es_split_old_torch.env", "MT021", "warning", 1, {"torch_version": "2.3"}),
+    ("mt022_world_not_divisible.sh", "MT022", "error", 11, {}),
+    ("mt023_ep_experts.yaml", "MT023", "error", 11, {}),
 ]
 
 
@@ -74,6 +76,23 @@ def test_every_rule_in_the_table_has_a_fixture() -> None:
 def test_clean_inputs_have_no_error_or_warning(files: tuple[str, ...]) -> None:
     findings = check(*files, torch_version="2.8.0")
     assert [f for f in findings if f.severity in ("error", "warning")] == []
+
+
+def test_mt022_mt023_use_run_specs_arithmetic_and_need_their_inputs(tmp_path: Path) -> None:
+    from memtune.run_spec import expert_parallel_problem, model_parallel_problem
+
+    mt022 = next(f for f in check("mt022_world_not_divisible.sh") if f.rule == "MT022")
+    assert mt022.message.startswith(model_parallel_problem(24, 4, 4, 1) + " (")
+    assert "16 or 32" in mt022.fix
+    mt023 = next(f for f in check("mt023_ep_experts.yaml") if f.rule == "MT023")
+    assert mt023.message.startswith(expert_parallel_problem(128, 12) + " (")
+    assert "--expert-model-parallel-size 8" in mt023.fix
+    # a GPU count given on the command line that fits, or EP that divides: no finding
+    assert not any(f.rule == "MT022" for f in check("mt022_world_not_divisible.sh", world_size=32))
+    fixed = tmp_path / "ep8.yaml"
+    fixed.write_text((DATA / "mt023_ep_experts.yaml").read_text().replace("parallel-size: 12", "parallel-size: 8"))
+    view = run_view.build(run_view.Inputs(configs=[str(fixed)]))
+    assert view.get("ep") == 8 and not any(f.rule == "MT023" for f in check_rules.run_all(view))
 
 
 def test_mt021_only_before_the_fix() -> None:

@@ -508,6 +508,43 @@ def offload_layer_range(view: RunView) -> Iterable[Finding]:
                    num_layers=layers, max_layers=layers - 1)
 
 
+@rule("MT022")
+def world_not_divisible(view: RunView) -> Iterable[Finding]:
+    from memtune.run_spec import model_parallel_problem
+
+    world = view.get("world_size")
+    tp, pp, cp = view.get("tp", 1), view.get("pp", 1), view.get("cp", 1)
+    if not all(isinstance(x, int) and x > 0 for x in (world, tp, pp, cp)):
+        return  # unknown GPU count or a size only known at run time ($TP)
+    problem = model_parallel_problem(world, tp, pp, cp)
+    if problem is None:
+        return
+    mp = tp * pp * cp
+    options = [n for n in ((world // mp) * mp, (world // mp + 1) * mp) if n > 0]
+    given = [n for n in ("tp", "pp", "cp") if view.has(n)]
+    sizes = ", ".join(f"{view.text(n)} at {view.where(n)}" for n in given) or "parallel sizes at their default 1"
+    yield make("MT022", view.where(given[0]) if given else view.where("world_size"), problem=problem,
+               world_source=f"{view.text('world_size')} at {view.where('world_size')}", sizes=sizes,
+               world=world, tp=tp, pp=pp, cp=cp, mp=mp, gpu_options=" or ".join(map(str, options)))
+
+
+@rule("MT023")
+def experts_not_divisible(view: RunView) -> Iterable[Finding]:
+    from memtune.run_spec import expert_parallel_problem
+
+    ep, experts = view.get("ep", 1), view.get("num_experts")
+    if not (isinstance(ep, int) and ep > 1 and isinstance(experts, int) and experts > 0):
+        return  # no expert parallelism, or the expert count is not in these inputs
+    problem = expert_parallel_problem(experts, ep)
+    if problem is None:
+        return
+    options = [d for d in range(1, experts + 1) if experts % d == 0 and d <= max(ep * 2, 8)][-8:]
+    suggest = min(options, key=lambda d: (abs(d - ep), d))
+    yield make("MT023", view.where("ep"), problem=problem, ep_source=f"{view.text('ep')} at {view.where('ep')}",
+               experts_source=f"{view.text('num_experts')} at {view.where('num_experts')}", num_experts=experts,
+               divisors=", ".join(map(str, options)), change=change_text(view, "ep", str(suggest)))
+
+
 @rule("MT017")
 def versions_unknown(view: RunView) -> Iterable[Finding]:
     state = alloc_state(view)
@@ -559,7 +596,7 @@ def es_with_split_on_old_torch(view: RunView) -> Iterable[Finding]:
                        fixed_in=fixed_in, suggested=kept or "expandable_segments:True")
 
 
-ORDER = ("MT007", "MT019", "MT001", "MT002", "MT003", "MT004", "MT005", "MT006", "MT008", "MT018", "MT009",
+ORDER = ("MT007", "MT019", "MT001", "MT002", "MT003", "MT004", "MT022", "MT023", "MT005", "MT006", "MT008", "MT018", "MT009",
          "MT010", "MT011", "MT012", "MT016", "MT013", "MT014", "MT015", "MT021", "MT020", "MT017")
 
 

@@ -197,6 +197,22 @@ SIZE_LIMITS = {"num_layers": 100_000, "world_size": 10_000_000, "seq_length": 10
                "hidden_size": 1_000_000, "num_attention_heads": 100_000, "vocab_size": 100_000_000}
 
 
+def model_parallel_problem(world_size: int, tp: int, pp: int, cp: int) -> str | None:
+    """Megatron-Core's first start-up check: the GPUs must split into whole TP x PP x CP
+    model replicas (shared with check_env's MT022, which has no full ModelSpec)."""
+    mp = tp * pp * cp
+    if world_size % mp:
+        return f"world size {world_size} is not divisible by TP x PP x CP = {tp}x{pp}x{cp} = {mp}"
+    return None
+
+
+def expert_parallel_problem(num_experts: int, ep: int) -> str | None:
+    """Each expert-parallel rank holds a whole number of experts (shared with MT023)."""
+    if num_experts % ep:
+        return f"expert_model_parallel_size {ep} does not divide num_moe_experts {num_experts}"
+    return None
+
+
 def violations(model: ModelSpec, run: RunSpec) -> list[str]:
     """Every reason this run cannot start, one line each (empty list = legal)."""
     out: list[str] = []
@@ -237,11 +253,7 @@ def violations(model: ModelSpec, run: RunSpec) -> list[str]:
         return out
     if model.is_moe and model.moe_router_topk > model.num_moe_experts:
         out.append(f"moe_router_topk {model.moe_router_topk} exceeds num_moe_experts {model.num_moe_experts}")
-    mp = run.tp * run.pp * run.cp
-    if run.world_size % mp:
-        out.append(
-            f"world size {run.world_size} is not divisible by TP x PP x CP = {run.tp}x{run.pp}x{run.cp} = {mp}"
-        )
+    out.extend(p for p in (model_parallel_problem(run.world_size, run.tp, run.pp, run.cp),) if p)
     if model.num_attention_heads % run.tp:
         out.append(f"num_attention_heads {model.num_attention_heads} is not divisible by TP {run.tp}")
     if not model.multi_latent_attention and model.query_groups % run.tp:
@@ -250,8 +262,8 @@ def violations(model: ModelSpec, run: RunSpec) -> list[str]:
         if not model.is_moe:
             if run.ep > 1:
                 out.append(f"expert_model_parallel_size {run.ep} > 1 but the model has no experts")
-        elif model.num_moe_experts % run.ep:
-            out.append(f"expert_model_parallel_size {run.ep} does not divide num_moe_experts {model.num_moe_experts}")
+        elif problem := expert_parallel_problem(model.num_moe_experts, run.ep):
+            out.append(problem)
         per_stage = run.world_size // run.pp if run.world_size % run.pp == 0 else 0
         if model.is_moe and per_stage and per_stage % (run.ep * run.expert_tp):
             out.append(
