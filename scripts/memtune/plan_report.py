@@ -140,7 +140,7 @@ def notes(plan: Plan) -> list[str]:
            "GPU, allocator fragmentation excluded); throughput figures from data/throughput_costs.yaml, "
            "labelled measured / calibrated / first-principles / assumption, or unknown when no measurement or "
            "estimate prices (part of) a change - shown as 'unknown' or '+x% + ?', never as +0.0%, and ranked after "
-           "priced changes of the same size"]
+           "priced changes of the same size; a speed-up resting on an assumption or unknown is shown but ranked as 0%"]
     if plan.baseline.fits:
         out.append(
             f"the estimate says the current configuration fits ({gib(plan.baseline.peak_bytes)} of "

@@ -427,6 +427,10 @@ class Evaluator:
                          reduces_memory=reduces, cost=cost)
 
 
+#: Evidence kinds too weak to rank a predicted speed-up on (the row still shows it).
+UNSURE_GAIN = ("assumption", tc.UNKNOWN)
+
+
 def rank_key(e: Evaluated, settings: PlanSettings, cap_gain: bool = False) -> tuple[float, int, float]:
     """Least throughput loss first (to 0.1%, the model's resolution); among equals the
     better-evidenced number (measured before modelled), then the most headroom.
@@ -434,10 +438,13 @@ def rank_key(e: Evaluated, settings: PlanSettings, cap_gain: bool = False) -> tu
     With ``cap_gain`` (one-step fixes) a predicted speed-up counts as "no cost": the
     question is which fix costs least, and a gain is the least certain output of the cost
     model (an extrapolation), so it must not push a free, measured fix such as
-    expandable segments down the list."""
+    expandable segments down the list. The sweep keeps calibrated and first-principles
+    gains, but a gain whose evidence is only an assumption or unknown (``UNSURE_GAIN``)
+    ranks as 0% there too; the number itself is still shown."""
     assert e.cost is not None and e.peak_bytes is not None
     kind = tc.KIND_ORDER.index(e.cost.kind) if e.cost.kind in tc.KIND_ORDER else len(tc.KIND_ORDER)
-    change = min(0.0, e.cost.change) if cap_gain else e.cost.change
+    capped = cap_gain or e.cost.kind in UNSURE_GAIN
+    change = min(0.0, e.cost.change) if capped else e.cost.change
     # An unknown cost carries only its known parts (0 when there are none); with the kind as
     # tie-breaker it sorts after every measured or estimated cost of the same size.
     return (-round(change, 3), kind, float(e.peak_bytes))
