@@ -89,6 +89,7 @@ def build_parser():
     run.add_argument("--judge", help="program grading expected_behavior: JSON on stdin, {\"score\": 0..1} on stdout")
     run.add_argument("--model", type=Path, help="local agent: a GGUF file (default: assemble the PyPI model package)")
     run.add_argument("--max-tokens", type=int, default=160, help="local agent: tokens generated per answer (default 160)")
+    run.add_argument("--threads", type=int, default=None, help="local agent: llama.cpp threads per worker (default 1)")
     run.add_argument("--timeout", type=float, default=900.0, help="seconds per task for CLI/command agents (default 900)")
     run.add_argument("--skill-dir", type=Path, default=None, help="the skill under test (default: this package)")
     run.add_argument("--keep-workdirs", action="store_true", help="keep each task's project directory for inspection")
@@ -201,7 +202,7 @@ def cmd_run(args, evals: Path, results_dir: Path) -> int:
     catalog = read_json(_harness_file(evals, "skill_catalog.json"), "skill catalog").get("skills", [])
     try:
         agent = make_agent(args.agent, model_path=args.model, catalog=catalog, workers=args.workers,
-                           timeout=args.timeout, max_tokens=args.max_tokens)
+                           timeout=args.timeout, max_tokens=args.max_tokens, threads=args.threads)
         agent.prepare()
     except AgentUnavailable as exc:
         sys.stderr.write(f"run_benchmark.py: error: agent unavailable: {exc}\n")
