@@ -207,25 +207,38 @@ class _CliAgent(Agent):
         if code != 0:
             raise RuntimeError(f"skills CLI failed ({code}): {(err or out).strip()[-300:]}")
 
+    def command(self, task: Task) -> tuple[list[str], str]:  # pragma: no cover - interface
+        """argv and stdin of one non-interactive agent call."""
+        raise NotImplementedError
+
+    @staticmethod
+    def parse(stdout: str, skill_name: str | None) -> AgentResult:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def run(self, task: Task) -> AgentResult:
+        argv, stdin = self.command(task)
+        start = time.monotonic()
+        code, out, err = _run_process(argv, stdin, task.workdir, os.environ, self.timeout)
+        result = self.parse(out, task.skill.name if task.skill else None)
+        result.seconds = time.monotonic() - start
+        if code != 0:
+            result.error = f"{self.program} exit {code}: {err.strip()[-300:]}"
+        return result
+
 
 class ClaudeCodeAgent(_CliAgent):
     program = "claude"
     skills_agent = "claude-code"
     install_hint = "install Claude Code (npm install -g @anthropic-ai/claude-code) and log in"
 
-    def run(self, task: Task) -> AgentResult:
-        argv = [
-            "claude", "-p", task_prompt(task, inline_files=False),
-            "--output-format", "stream-json", "--verbose",
-            "--allowedTools", "Bash Read Grep Glob Skill",
-        ]
-        start = time.monotonic()
-        code, out, err = _run_process(argv, "", task.workdir, os.environ, self.timeout)
-        result = parse_claude_stream(out, task.skill.name if task.skill else None)
-        result.seconds = time.monotonic() - start
-        if code != 0:
-            result.error = f"claude exit {code}: {err.strip()[-300:]}"
-        return result
+    def command(self, task: Task) -> tuple[list[str], str]:
+        argv = ["claude", "-p", task_prompt(task, inline_files=False), "--output-format", "stream-json", "--verbose",
+                "--allowedTools", "Bash Read Grep Glob Skill"]
+        return argv, ""
+
+    @staticmethod
+    def parse(stdout: str, skill_name: str | None) -> AgentResult:
+        return parse_claude_stream(stdout, skill_name)
 
 
 def parse_claude_stream(stdout: str, skill_name: str | None) -> AgentResult:
@@ -263,16 +276,14 @@ class CodexAgent(_CliAgent):
     skills_agent = "codex"
     install_hint = "install the Codex CLI (npm install -g @openai/codex) and log in"
 
-    def run(self, task: Task) -> AgentResult:
+    def command(self, task: Task) -> tuple[list[str], str]:
         argv = ["codex", "exec", "--json", "--skip-git-repo-check", "--sandbox", "workspace-write",
                 "--cd", str(task.workdir), "-"]
-        start = time.monotonic()
-        code, out, err = _run_process(argv, task_prompt(task, inline_files=False), task.workdir, os.environ, self.timeout)
-        result = parse_codex_events(out, task.skill.name if task.skill else None)
-        result.seconds = time.monotonic() - start
-        if code != 0:
-            result.error = f"codex exit {code}: {err.strip()[-300:]}"
-        return result
+        return argv, task_prompt(task, inline_files=False)
+
+    @staticmethod
+    def parse(stdout: str, skill_name: str | None) -> AgentResult:
+        return parse_codex_events(stdout, skill_name)
 
 
 def parse_codex_events(stdout: str, skill_name: str | None) -> AgentResult:
