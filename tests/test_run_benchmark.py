@@ -148,13 +148,29 @@ def test_unknown_agent_and_unknown_case_exit_2(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "no-such-case" in proc.stderr
 
 
-def test_regrade_refuses_answers_to_a_changed_question(finished_run: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("field, case_id", [("question_sha256", "frag-first-fix"),
+                                            ("files_sha256", "frag-log-diagnosis")])
+def test_regrade_refuses_answers_to_a_changed_task(finished_run: Path, tmp_path: Path, field: str, case_id: str) -> None:
     lines = (finished_run / "fake.jsonl").read_text().splitlines()
-    second = json.loads(lines[1])
-    second["question_sha256"] = "0" * 64
-    (tmp_path / "fake.jsonl").write_text("\n".join([lines[0], json.dumps(second), *lines[2:]]) + "\n")
+    index = next(i for i, line in enumerate(lines) if f'"case_id": "{case_id}"' in line)
+    record = json.loads(lines[index])
+    record[field] = "0" * 64
+    lines[index] = json.dumps(record)
+    (tmp_path / "fake.jsonl").write_text("\n".join(lines) + "\n")
     proc = bench("regrade", "--results-dir", str(tmp_path), "--run", "fake")
-    assert proc.returncode == 2 and "question changed" in proc.stderr
+    assert proc.returncode == 2 and "question changed" in proc.stderr and case_id in proc.stderr
+
+
+def test_regrade_rewrites_grades_in_place(finished_run: Path, tmp_path: Path) -> None:
+    original = (finished_run / "fake.jsonl").read_text().splitlines()
+    record = json.loads(original[1])
+    record["grade"]["content_score"] = 0.123  # a stale grade
+    (tmp_path / "fake.jsonl").write_text("\n".join([original[0], json.dumps(record), *original[2:]]) + "\n")
+    proc = bench("regrade", "--results-dir", str(tmp_path), "--run", "fake")
+    assert proc.returncode == 0, proc.stderr
+    regraded = records(tmp_path / "fake.jsonl")
+    assert regraded[1]["grade"]["content_score"] != 0.123
+    assert [r["answer"] for r in regraded[1:]] == [json.loads(x)["answer"] for x in original[1:]]
 
 
 def test_validate_command() -> None:

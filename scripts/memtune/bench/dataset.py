@@ -6,6 +6,7 @@ printed in BENCHMARK.md — is the digest of exactly what the cases were built f
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ class Case:
     should_trigger: bool
     checks: Mapping[str, Any]
     category: str = ""
+    files_sha256: str = ""  # digest of the fixture files' bytes, in order
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -113,10 +115,12 @@ def load_dataset(path: Path, schema_path: Path | None = None) -> Dataset:
         if case.id in seen:
             raise InputError(f"{path}: duplicate case id {case.id!r}; ids must be unique")
         seen.add(case.id)
+        digest = hashlib.sha256()
         for name in case.files:
             if not (files_dir / name).is_file():
                 raise InputError(f"{path}: case {case.id!r} names file {name!r} but {files_dir / name} does not exist")
-        cases.append(case)
+            digest.update(name.encode() + b"\0" + (files_dir / name).read_bytes() + b"\0")
+        cases.append(dataclasses.replace(case, files_sha256=digest.hexdigest()))
     return Dataset(path=path, sha256=hashlib.sha256(data).hexdigest(), cases=tuple(cases))
 
 

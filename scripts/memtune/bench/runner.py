@@ -121,6 +121,7 @@ def make_record(job: Job, result: AgentResult, rules: Sequence[SecurityRule], ju
         "condition": job.condition,
         "attempt": job.attempt,
         "question_sha256": job.case.question_sha256,
+        "files_sha256": job.case.files_sha256,
         "answer": result.answer,
         "activated_skill": result.activated_skill,
         "commands": list(result.commands),

@@ -309,8 +309,11 @@ def cmd_regrade(args, evals: Path, results_dir: Path) -> int:
     dataset = _load(evals)
     rules, rules_sha = _security_rules(evals)
     cases = dataset.by_id()
-    changed_questions = sorted({r["case_id"] for r in run.results
-                                if r["case_id"] in cases and r.get("question_sha256") != cases[r["case_id"]].question_sha256})
+    # answers to a different question or to different fixture files cannot be re-graded
+    # (runs recorded before files_sha256 existed are checked on the question alone)
+    changed_questions = sorted({r["case_id"] for r in run.results if r["case_id"] in cases and (
+        r.get("question_sha256") != cases[r["case_id"]].question_sha256
+        or r.get("files_sha256", cases[r["case_id"]].files_sha256) != cases[r["case_id"]].files_sha256)})
     missing = sorted({r["case_id"] for r in run.results} - set(cases))
     if changed_questions or missing:
         raise InputError(f"{run.path.name}: cannot regrade: question changed for {', '.join(changed_questions) or '-'}; "
