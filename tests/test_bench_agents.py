@@ -115,3 +115,20 @@ def test_local_agent_with_missing_model_exits_2(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "llama-cpp-python" in proc.stderr or "missing.gguf" in proc.stderr
+
+
+def test_sampling_seed_is_shared_by_both_conditions() -> None:
+    """Common random numbers: an unactivated with-skill task replays the without-skill sample."""
+    assert make_task("vpp-myth", WITH, 2).seed == make_task("vpp-myth", WITHOUT, 2).seed
+    assert make_task("vpp-myth", WITH, 1).seed != make_task("vpp-myth", WITH, 2).seed
+    assert make_task("vpp-myth", WITH, 1).seed != make_task("why-not-tp", WITH, 1).seed
+
+
+def test_local_activation_mode_is_validated() -> None:
+    import pytest
+
+    from memtune.bench.agents import AgentUnavailable
+
+    assert LocalAgent(None, CATALOG, activation="always").describe()["settings"]["activation"] == "always"
+    with pytest.raises(AgentUnavailable, match="activation"):
+        LocalAgent(None, CATALOG, activation="sometimes")

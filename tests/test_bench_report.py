@@ -93,3 +93,16 @@ def test_stddev_is_over_attempt_means() -> None:
 def test_notes_are_included_verbatim() -> None:
     text = render(synthetic_run(lambda cond, c, a: 0.5), notes="Small models copy the prompt.\n")
     assert re.search(r"## Reading the numbers\n\nSmall models copy the prompt\.\n", text)
+
+
+def test_other_runs_are_summarised_and_forced_activation_is_not_scored_for_discovery() -> None:
+    main = synthetic_run(lambda cond, c, a: 0.8 if cond == "with_skill" else 0.2)
+    forced = synthetic_run(lambda cond, c, a: 0.6 if cond == "with_skill" else 0.2)
+    forced = RunFile(Path("forced.jsonl"), dict(forced.header, run_id="forced", agent_settings={"activation": "always"}),
+                     forced.results)
+    text = render(main, None, [forced])
+    assert "## Other runs in evals/results" in text and "### `forced` (diagnostic" in text
+    section = text.split("### `forced`")[1]
+    assert "| Discoverability | not measured: activation was forced |" in section
+    assert "20.0% → 60.0% (+40.0 points)" in section
+    assert text.count("- Overall verdict:") == 1  # only the main run has a verdict
