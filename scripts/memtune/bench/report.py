@@ -193,9 +193,9 @@ def render_other(run: RunFile) -> list[str]:
     an = Analysis(run)
     h = an.header
     results = {d.name: an.dimension(d) for d in DIMENSIONS}
-    kind = "diagnostic: SKILL.md body loaded on every with-skill task" if is_diagnostic(run) else "other run"
+    kind = "diagnostic: SKILL.md body loaded on every with-skill task" if is_diagnostic(run) else "another run"
     out = [f"### `{run.run_id}` ({kind})", "",
-           f"- Agent: `{h['agent']}`; model: {h['model']}; attempts: {an.attempts}; "
+           f"- Agent: `{h['agent']}`; model: {h['model']}; harness: {h.get('harness', 'n/a')}; attempts: {an.attempts}; "
            f"{len(an.records)} of {an.expected} task runs recorded{'' if an.complete else ' (INCOMPLETE)'}",
            f"- Dataset sha256 `{h['dataset']['sha256']}`; SKILL.md sha256 `{h['skill']['sha256']}`",
            f"- Reproduce: `{h.get('command', '')}`", ""]
@@ -226,7 +226,7 @@ def render(run: RunFile, notes: str | None = None, others: Sequence[RunFile] = (
       f"{len(ds['cases']) - n_pos} negatives that belong to other skills)")
     w(f"- Dataset file: `{ds['path']}`, sha256 `{ds['sha256']}`")
     w(f"- Skill: `{an.skill}`, SKILL.md sha256 `{h['skill']['sha256']}`")
-    w(f"- Agent: `{h['agent']}`; model: {h['model']}")
+    w(f"- Agent: `{h['agent']}`; model: {h['model']}; harness: {h.get('harness', 'n/a')}")
     w(f"- Date: {finished[:10] or 'n/a'} (last result at {finished or 'n/a'}; run started {h.get('started_at', 'n/a')})")
     w(f"- Attempts: {an.attempts} per task and condition; {len(an.records)} of {an.expected} task runs recorded"
       f"{'' if an.complete else ' (INCOMPLETE)'}")

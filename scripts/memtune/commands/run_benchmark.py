@@ -228,6 +228,7 @@ def cmd_run(args, evals: Path, results_dir: Path) -> int:
         existing = read_run(path)
         h = existing.header
         mismatch = [name for name, old, new in (
+            ("harness", h.get("harness"), HARNESS_VERSION),
             ("agent", h.get("agent"), args.agent), ("attempts", h.get("attempts"), args.attempts),
             ("activation", h.get("agent_settings", {}).get("activation"), agent.describe().get("settings", {}).get("activation")),
             ("dataset sha256", h["dataset"]["sha256"], dataset.sha256), ("SKILL.md sha256", h["skill"]["sha256"], skill.sha256),
