@@ -288,7 +288,10 @@ def render(run: RunFile, notes: str | None = None, others: Sequence[RunFile] = (
     w(f"python3 scripts/run_benchmark.py report --run {run.run_id}")
     w("```")
     w("")
-    w("Re-running the first command resumes an interrupted run; the second rewrites this file from the raw results.")
+    w("Re-running the first command resumes an interrupted run (on a checkout that already holds the complete run "
+      "it has nothing left to do: add `--fresh`, or give another `--run-id`, to sample the answers again); the second "
+      "rewrites this file from the raw results. Sampled answers are not bit-for-bit reproducible across machines; "
+      "this report is, from the committed raw results.")
     return "\n".join(out) + "\n"
 
 
