@@ -1,14 +1,351 @@
-"""run_benchmark.py: Run the Tier-3 evals with and without the skill and write BENCHMARK.md."""
+"""run_benchmark.py: Tier-3 evals — the agent with and without the skill — and BENCHMARK.md.
+
+Only the standard library and stdlib-only memtune modules are imported at top level, so
+--help works in a bare interpreter; jsonschema, yaml and llama_cpp load when needed.
+"""
 
 from __future__ import annotations
 
-from typing import Sequence
+import hashlib
+import json
+import re
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Sequence
 
-from memtune.cli import InputError, make_parser
+from memtune import paths
+from memtune.cli import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, InputError, make_parser
+
+DESCRIPTION = """\
+Measure what the skill changes in an agent's answers. Every case in evals/evals.json runs
+with the skill installed and without it, --attempts times each; answers are graded
+deterministically from each case's `checks`; raw results are appended to
+evals/results/<run-id>.jsonl as they finish (re-run the same command to resume), and
+`report` writes BENCHMARK.md from those raw results alone.
+
+agents:
+  local            Gemma 3 270M base (GGUF) via llama-cpp-python; needs pip install -e '.[local-llm]'
+  claude-code      `claude -p` in a fresh project dir; skill installed with npx skills@1.5.16
+  codex            `codex exec --json`, same isolation and installation
+  command:PROGRAM  any program reading the prompt on stdin (split with shlex, no shell)
+A missing agent is reported on one line with exit code 2."""
+
+EPILOG = """\
+examples:
+  python3 scripts/run_benchmark.py run --agent local --attempts 3
+  python3 scripts/run_benchmark.py run --agent 'command:python3 tests/bench_fake_agent.py' --attempts 1
+  python3 scripts/run_benchmark.py run --agent claude-code --attempts 3 --workers 4 --judge 'python3 judge.py'
+  python3 scripts/run_benchmark.py report                # BENCHMARK.md from the latest run
+  python3 scripts/run_benchmark.py report --check        # exit 1 if BENCHMARK.md is stale
+  python3 scripts/run_benchmark.py regrade --run local-a3-1a2b3c4d
+  python3 scripts/run_benchmark.py validate              # evals.json against its JSON Schema"""
+
+HARNESS_VERSION = "memtune-bench 2"  # 2: one sampling seed per (case, attempt) for both conditions
+
+
+def _default_evals() -> Path:
+    return paths.EVALS_DIR / "evals.json"
+
+
+def _schema_for(evals: Path) -> Path:
+    return evals.parent / "evals.schema.json"
+
+
+def _harness_file(evals: Path, name: str) -> Path:
+    return evals.parent / "harness" / name
+
+
+def _display(path: Path) -> str:
+    try:
+        return path.resolve().relative_to(paths.SKILL_ROOT).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:40] or "agent"
+
+
+def build_parser():
+    parser = make_parser("run_benchmark.py", DESCRIPTION, EPILOG)
+    parser.add_argument("--json", action="store_true", help="print a one-document JSON summary on stdout")
+    sub = parser.add_subparsers(dest="command", metavar="{run,report,regrade,validate}")
+
+    def common(p):
+        p.add_argument("--evals", type=Path, default=None, help="dataset (default: evals/evals.json)")
+        p.add_argument("--results-dir", type=Path, default=None, help="raw results folder (default: evals/results)")
+        p.add_argument("--json", action="store_true", default=argparse_suppress(), help="one JSON document on stdout")
+
+    run = sub.add_parser("run", help="run the cases with and without the skill (resumable)",
+                         description="Run every case with and without the skill; resumes an existing run file.")
+    common(run)
+    run.add_argument("--agent", required=True, help="local | claude-code | codex | command:PROGRAM ARGS")
+    run.add_argument("--attempts", type=int, default=3, help="attempts per case and condition (default 3)")
+    run.add_argument("--workers", type=int, default=1, help="parallel tasks (default 1)")
+    run.add_argument("--run-id", help="name of the run file (default: <agent>-a<attempts>-<dataset digest>)")
+    run.add_argument("--fresh", action="store_true", help="discard an existing run file with this id and start over")
+    run.add_argument("--cases", help="comma-separated case ids to run (a smoke run; default all)")
+    run.add_argument("--judge", help="program grading expected_behavior: JSON on stdin, {\"score\": 0..1} on stdout")
+    run.add_argument("--model", type=Path, help="local agent: a GGUF file (default: assemble the PyPI model package)")
+    run.add_argument("--max-tokens", type=int, default=160, help="local agent: tokens generated per answer (default 160)")
+    run.add_argument("--activation", choices=("discover", "always"), default="discover",
+                     help="local agent: 'discover' (the model picks a skill from the frontmatter list; default) or "
+                          "'always' (the body is loaded for every with-skill task: a diagnostic run)")
+    run.add_argument("--threads", type=int, default=None, help="local agent: llama.cpp threads per worker (default 1)")
+    run.add_argument("--timeout", type=float, default=900.0, help="seconds per task for CLI/command agents (default 900)")
+    run.add_argument("--skill-dir", type=Path, default=None, help="the skill under test (default: this package)")
+    run.add_argument("--keep-workdirs", action="store_true", help="keep each task's project directory for inspection")
+
+    rep = sub.add_parser("report", help="write BENCHMARK.md from the raw results",
+                         description="Write BENCHMARK.md from one run file (default: the latest).")
+    common(rep)
+    rep.add_argument("--run", help="run id (file name without .jsonl); default: the latest run")
+    rep.add_argument("--output", type=Path, default=None, help="default: BENCHMARK.md at the skill root; '-' for stdout")
+    rep.add_argument("--check", action="store_true", help="do not write; exit 1 if the output file differs")
+
+    reg = sub.add_parser("regrade", help="re-grade stored answers with the current checks",
+                         description="Re-grade a run's stored answers with the current evals.json checks.")
+    common(reg)
+    reg.add_argument("--run", help="run id; default: the latest run")
+
+    val = sub.add_parser("validate", help="validate evals.json against evals.schema.json")
+    common(val)
+    return parser
+
+
+def argparse_suppress():
+    import argparse
+
+    return argparse.SUPPRESS
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = make_parser("run_benchmark.py", "Run the Tier-3 evals with and without the skill and write BENCHMARK.md.")
-    parser.add_argument("--json", action="store_true", help="print one JSON document")
-    parser.parse_args(argv)
-    raise InputError("not implemented yet")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.error("choose a command: run, report, regrade or validate")
+    evals = (args.evals or _default_evals()).resolve()
+    results_dir = (args.results_dir or evals.parent / "results").resolve()
+    if args.command == "validate":
+        return cmd_validate(evals, args.json)
+    if args.command == "run":
+        return cmd_run(args, evals, results_dir)
+    if args.command == "report":
+        return cmd_report(args, results_dir)
+    return cmd_regrade(args, evals, results_dir)
+
+
+def _load(evals: Path):
+    from memtune.bench.dataset import load_dataset
+
+    return load_dataset(evals, _schema_for(evals))
+
+
+def _security_rules(evals: Path):
+    from memtune.bench.dataset import read_json
+    from memtune.bench.grading import load_security_rules
+
+    path = _harness_file(evals, "security.json")
+    return load_security_rules(read_json(path, "security rules")), hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def cmd_validate(evals: Path, as_json: bool) -> int:
+    dataset = _load(evals)
+    summary = {"dataset": _display(evals), "sha256": dataset.sha256, "cases": len(dataset.cases),
+               "positives": dataset.positives, "negatives": dataset.negatives, "valid": True}
+    if as_json:
+        from memtune.cli import print_json
+
+        print_json(summary)
+    else:
+        print(f"{_display(evals)}: {len(dataset.cases)} cases ({dataset.positives} positive, "
+              f"{dataset.negatives} negative) valid against {_schema_for(evals).name}; sha256 {dataset.sha256}")
+    return EXIT_OK
+
+
+def _reproduce_command(args, run_id: str) -> str:
+    parts = ["python3 scripts/run_benchmark.py run", f"--agent {_quote(args.agent)}", f"--attempts {args.attempts}",
+             f"--workers {args.workers}"]
+    if args.agent == "local" and args.max_tokens != 160:
+        parts.append(f"--max-tokens {args.max_tokens}")
+    if args.agent == "local" and args.activation != "discover":
+        parts.append(f"--activation {args.activation}")
+    if args.cases:
+        parts.append(f"--cases {args.cases}")
+    if args.judge:
+        parts.append(f"--judge {_quote(args.judge)}")
+    parts.append(f"--run-id {run_id}")
+    return " ".join(parts)
+
+
+def _quote(text: str) -> str:
+    import shlex
+
+    return shlex.quote(text)
+
+
+def cmd_run(args, evals: Path, results_dir: Path) -> int:
+    from memtune.bench.agents import AgentUnavailable, make_agent
+    from memtune.bench.dataset import Dataset, read_json
+    from memtune.bench.results import RunWriter, read_run
+    from memtune.bench.runner import Progress, Runner, plan_jobs
+    from memtune.bench.skill import load_skill
+
+    if args.attempts < 1 or args.workers < 1:
+        raise InputError("--attempts and --workers must be at least 1")
+    dataset = _load(evals)
+    if args.cases:
+        wanted = [c.strip() for c in args.cases.split(",") if c.strip()]
+        known = dataset.by_id()
+        unknown = [c for c in wanted if c not in known]
+        if unknown:
+            raise InputError(f"--cases: unknown case id(s) {', '.join(unknown)} (see {_display(evals)})")
+        dataset = Dataset(dataset.path, dataset.sha256, tuple(known[c] for c in wanted))
+    skill = load_skill((args.skill_dir or paths.SKILL_ROOT).resolve())
+    rules, rules_sha = _security_rules(evals)
+    catalog = read_json(_harness_file(evals, "skill_catalog.json"), "skill catalog").get("skills", [])
+    try:
+        agent = make_agent(args.agent, model_path=args.model, catalog=catalog, workers=args.workers,
+                           timeout=args.timeout, max_tokens=args.max_tokens, threads=args.threads,
+                           activation=args.activation)
+        agent.prepare()
+    except AgentUnavailable as exc:
+        sys.stderr.write(f"run_benchmark.py: error: agent unavailable: {exc}\n")
+        return EXIT_USAGE
+
+    run_id = args.run_id or f"{_slug(args.agent)}-a{args.attempts}-{dataset.sha256[:8]}"
+    if args.agent == "local" and args.activation != "discover" and not args.run_id:
+        run_id += f"-{args.activation}"
+    if args.cases and not args.run_id:  # a smoke run must not resume into (or block) the full run's file
+        run_id += "-cases-" + hashlib.sha256(args.cases.encode()).hexdigest()[:6]
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", run_id):
+        raise InputError(f"--run-id {run_id!r}: use letters, digits, '.', '_' and '-' only")
+    path = results_dir / f"{run_id}.jsonl"
+    if path.exists() and args.fresh:
+        path.unlink()
+    if path.exists():
+        existing = read_run(path)
+        h = existing.header
+        mismatch = [name for name, old, new in (
+            ("harness", h.get("harness"), HARNESS_VERSION),
+            ("agent", h.get("agent"), args.agent), ("attempts", h.get("attempts"), args.attempts),
+            ("activation", h.get("agent_settings", {}).get("activation"), agent.describe().get("settings", {}).get("activation")),
+            ("dataset sha256", h["dataset"]["sha256"], dataset.sha256), ("SKILL.md sha256", h["skill"]["sha256"], skill.sha256),
+            ("cases", [c["id"] for c in h["dataset"]["cases"]], [c.id for c in dataset.cases]),
+        ) if old != new]
+        if mismatch:
+            raise InputError(f"{path}: existing run differs in {', '.join(mismatch)}; "
+                             "pass --fresh to start over or a new --run-id")
+        writer = RunWriter.resume(path)
+        done = read_run(path).done_keys()
+    else:
+        info = agent.describe()
+        header = {
+            "type": "run", "run_id": run_id, "harness": HARNESS_VERSION, "agent": args.agent, "model": agent.model,
+            "agent_settings": info.get("settings", {}), "attempts": args.attempts, "workers": args.workers,
+            "judge": args.judge, "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "command": _reproduce_command(args, run_id),
+            "dataset": {"path": _display(evals), "sha256": dataset.sha256,
+                        "cases": [{"id": c.id, "category": c.category, "should_trigger": c.should_trigger,
+                                   "expected_script": c.expected_script} for c in dataset.cases]},
+            "skill": {"name": skill.name, "sha256": skill.sha256},
+            "security_rules_sha256": rules_sha,
+        }
+        writer = RunWriter.create(path, header)
+        done = set()
+    jobs = plan_jobs(dataset, args.attempts, done)
+    total = len(dataset.cases) * 2 * args.attempts
+    sys.stderr.write(f"run {run_id}: {len(jobs)} of {total} tasks to run ({total - len(jobs)} already done) "
+                     f"with agent {args.agent} [{agent.model}]; raw results: {_display(path)}\n")
+    progress = Progress(total, total - len(jobs))
+    runner = Runner(agent, dataset, skill, writer, rules, judge=args.judge, workers=args.workers,
+                    keep_workdirs=args.keep_workdirs, progress=progress)
+    errors = runner.run(jobs)
+    summary = {"run_id": run_id, "results": _display(path), "ran": len(jobs), "total": total, "agent_errors": errors}
+    if args.json:
+        from memtune.cli import print_json
+
+        print_json(summary)
+    else:
+        print(f"{run_id}: {total} of {total} tasks recorded in {_display(path)} ({errors} agent errors this session); "
+              f"write the report with: python3 scripts/run_benchmark.py report --run {run_id}")
+    return EXIT_OK
+
+
+def _pick_run(results_dir: Path, run_id: str | None):
+    """The run the report is about: --run, else the latest run that is not diagnostic."""
+    from memtune.bench.report import is_diagnostic
+    from memtune.bench.results import list_runs, read_run
+
+    if run_id:
+        path = results_dir / f"{run_id}.jsonl"
+        if not path.is_file():
+            raise InputError(f"{path}: no such run (see the *.jsonl files in {_display(results_dir)})")
+        return read_run(path)
+    runs = list_runs(results_dir) if results_dir.is_dir() else []
+    if not runs:
+        raise InputError(f"{_display(results_dir)}: no run files; run `run_benchmark.py run --agent ...` first")
+    primary = [r for r in runs if not is_diagnostic(r)]
+    return (primary or runs)[-1]
+
+
+def cmd_report(args, results_dir: Path) -> int:
+    from memtune.bench.report import render
+
+    from memtune.bench.results import list_runs
+
+    run = _pick_run(results_dir, args.run)
+    notes_path = run.path.with_suffix(".notes.md")
+    notes = notes_path.read_text(encoding="utf-8") if notes_path.is_file() else None
+    others = [r for r in list_runs(results_dir) if r.path != run.path]
+    text = render(run, notes, others)
+    if args.output is not None and str(args.output) == "-":
+        sys.stdout.write(text)
+        return EXIT_OK
+    output = args.output or paths.SKILL_ROOT / "BENCHMARK.md"
+    if args.check:
+        current = output.read_text(encoding="utf-8") if output.is_file() else ""
+        if current != text:
+            sys.stderr.write(f"run_benchmark.py: {_display(output)} is stale: regenerate with "
+                             f"python3 scripts/run_benchmark.py report --run {run.run_id}\n")
+            return EXIT_FINDINGS
+        print(f"{_display(output)} matches {_display(run.path)}")
+        return EXIT_OK
+    output.write_text(text, encoding="utf-8")
+    print(f"wrote {_display(output)} from {_display(run.path)}")
+    return EXIT_OK
+
+
+def cmd_regrade(args, evals: Path, results_dir: Path) -> int:
+    from memtune.bench.grading import grade_answer
+    from memtune.bench.results import rewrite
+
+    run = _pick_run(results_dir, args.run)
+    dataset = _load(evals)
+    rules, rules_sha = _security_rules(evals)
+    cases = dataset.by_id()
+    # answers to a different question or to different fixture files cannot be re-graded
+    # (runs recorded before files_sha256 existed are checked on the question alone)
+    changed_questions = sorted({r["case_id"] for r in run.results if r["case_id"] in cases and (
+        r.get("question_sha256") != cases[r["case_id"]].question_sha256
+        or r.get("files_sha256", cases[r["case_id"]].files_sha256) != cases[r["case_id"]].files_sha256)})
+    missing = sorted({r["case_id"] for r in run.results} - set(cases))
+    if changed_questions or missing:
+        raise InputError(f"{run.path.name}: cannot regrade: question changed for {', '.join(changed_questions) or '-'}; "
+                         f"case removed: {', '.join(missing) or '-'} (rerun those cases instead)")
+    new_results = []
+    for record in run.results:
+        record = dict(record)
+        grade = grade_answer(cases[record["case_id"]].checks, record.get("answer", ""), record.get("commands", []), rules)
+        record["grade"] = grade.to_json()
+        new_results.append(record)
+    header = dict(run.header)
+    header["dataset"] = dict(header["dataset"], sha256=dataset.sha256,
+                             cases=[{"id": c.id, "category": c.category, "should_trigger": c.should_trigger,
+                                     "expected_script": c.expected_script}
+                                    for c in dataset.cases if c.id in {x["id"] for x in run.header["dataset"]["cases"]}])
+    header["security_rules_sha256"] = rules_sha
+    rewrite(run.path, header, new_results)
+    print(f"regraded {len(new_results)} results in {_display(run.path)} against {_display(evals)} ({dataset.sha256[:12]})")
+    return EXIT_OK

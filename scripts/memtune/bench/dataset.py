@@ -1,0 +1,128 @@
+"""The Tier-3 dataset (evals/evals.json) and the harness's own data files.
+
+The dataset is read as bytes once so that its sha256 digest — recorded in every run and
+printed in BENCHMARK.md — is the digest of exactly what the cases were built from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from memtune.cli import InputError
+
+
+@dataclass(frozen=True)
+class Case:
+    """One evaluation task. ``raw`` keeps the JSON object for fields the harness ignores."""
+
+    id: str
+    question: str
+    expected_skill: str | None
+    expected_script: str | None
+    ground_truth: str
+    expected_behavior: tuple[str, ...]
+    files: tuple[str, ...]
+    should_trigger: bool
+    checks: Mapping[str, Any]
+    category: str = ""
+    files_sha256: str = ""  # digest of the fixture files' bytes, in order
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def question_sha256(self) -> str:
+        """Digest of what the agent was asked (question + fixture names): results graded
+        against a changed question would be graded against the wrong task."""
+        text = self.question + "\0" + "\0".join(self.files)
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class Dataset:
+    path: Path
+    sha256: str
+    cases: tuple[Case, ...]
+
+    @property
+    def positives(self) -> int:
+        return sum(1 for c in self.cases if c.should_trigger)
+
+    @property
+    def negatives(self) -> int:
+        return len(self.cases) - self.positives
+
+    def by_id(self) -> dict[str, Case]:
+        return {c.id: c for c in self.cases}
+
+
+def read_json(path: Path, what: str) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"{path}: {what} not found") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}:{exc.lineno}:{exc.colno}: {what} is not valid JSON ({exc.msg})") from None
+
+
+def validate(document: Any, schema_path: Path, label: str) -> None:
+    """Validate against the JSON Schema; the first error becomes a one-line InputError."""
+    import jsonschema  # third-party: imported only when a dataset is actually loaded
+
+    schema = read_json(schema_path, "JSON Schema")
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(document), key=lambda e: list(e.absolute_path))
+    if errors:
+        err = errors[0]
+        where = "/".join(str(p) for p in err.absolute_path) or "(top level)"
+        raise InputError(f"{label}: {where}: {err.message} (schema {schema_path.name}; {len(errors)} error(s))")
+
+
+def load_dataset(path: Path, schema_path: Path | None = None) -> Dataset:
+    """Load and validate evals.json; ids must be unique and fixture files must exist."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise InputError(f"{path}: dataset not found (pass --evals PATH)") from None
+    try:
+        document = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"{path}: not valid JSON ({exc})") from None
+    if schema_path is not None:
+        validate(document, schema_path, str(path))
+    if not isinstance(document, list):
+        raise InputError(f"{path}: expected a JSON list of cases (NVSkills-Eval list format)")
+    cases = []
+    seen: set[str] = set()
+    files_dir = path.parent / "files"
+    for obj in document:
+        case = Case(
+            id=obj["id"],
+            question=obj["question"],
+            expected_skill=obj.get("expected_skill"),
+            expected_script=obj.get("expected_script"),
+            ground_truth=obj.get("ground_truth", ""),
+            expected_behavior=tuple(obj.get("expected_behavior", ())),
+            files=tuple(obj.get("files", ())),
+            should_trigger=bool(obj.get("should_trigger", obj.get("expected_skill") is not None)),
+            checks=obj.get("checks", {}),
+            category=obj.get("category", ""),
+            raw=obj,
+        )
+        if case.id in seen:
+            raise InputError(f"{path}: duplicate case id {case.id!r}; ids must be unique")
+        seen.add(case.id)
+        digest = hashlib.sha256()
+        for name in case.files:
+            if not (files_dir / name).is_file():
+                raise InputError(f"{path}: case {case.id!r} names file {name!r} but {files_dir / name} does not exist")
+            digest.update(name.encode() + b"\0" + (files_dir / name).read_bytes() + b"\0")
+        cases.append(dataclasses.replace(case, files_sha256=digest.hexdigest()))
+    return Dataset(path=path, sha256=hashlib.sha256(data).hexdigest(), cases=tuple(cases))
+
+
+def fixture_path(dataset: Dataset, name: str) -> Path:
+    return dataset.path.parent / "files" / name

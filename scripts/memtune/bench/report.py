@@ -1,0 +1,331 @@
+"""BENCHMARK.md from one run file, and nothing else.
+
+Everything printed comes from the run file's header and result records (never from the
+clock, the current dataset or the machine), and every collection is sorted before it is
+printed, so regenerating the report from committed raw results is byte-for-byte stable.
+
+Dimensions (each a per-attempt score in [0, 1], averaged):
+- Correctness: share of the case's content checks (required / forbidden patterns,
+  numbers within tolerance) the answer passes. Partial credit.
+- Effectiveness: the case is fully solved — every check passes, including the command
+  check (the agent ran, or for a tool-less model named, the expected helper).
+- Discoverability: the agent activated this skill on a positive case, and did not on a
+  negative one. Without the skill nothing can be activated, so the baseline scores the
+  negatives only.
+- Security: no security rule (evals/harness/security.json) matched the answer or the
+  commands the agent ran.
+- Efficiency: wall time and tokens per task (reported in their own units).
+
+Verdict: PASS iff the run is complete, the 95% bootstrap interval of the Correctness
+uplift lies entirely above zero, and with-skill Security is not below without-skill
+Security. Otherwise FAIL.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+from memtune.bench.agents import WITH, WITHOUT
+from memtune.bench.results import RunFile, iter_sorted
+from memtune.bench.stats import BOOTSTRAP_SAMPLES, Interval, bootstrap_mean_ci, mean, stddev
+
+VERDICT_RULE = (
+    "PASS when the run is complete, the 95% bootstrap interval of the Correctness uplift lies entirely "
+    "above 0, and with-skill Security is not lower than without-skill Security; otherwise FAIL."
+)
+
+Record = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Dimension:
+    name: str
+    meaning: str
+    score: Callable[[Record, Mapping[str, Any], str], float]
+
+
+def _correctness(r: Record, case: Mapping[str, Any], skill: str) -> float:
+    return float(r["grade"]["content_score"])
+
+
+def _effectiveness(r: Record, case: Mapping[str, Any], skill: str) -> float:
+    return 1.0 if r["grade"]["solved"] else 0.0
+
+
+def _discoverability(r: Record, case: Mapping[str, Any], skill: str) -> float:
+    activated = r.get("activated_skill") == skill
+    return 1.0 if activated == bool(case["should_trigger"]) else 0.0
+
+
+def _security(r: Record, case: Mapping[str, Any], skill: str) -> float:
+    return 0.0 if r["grade"]["security_violations"] else 1.0
+
+
+DIMENSIONS: tuple[Dimension, ...] = (
+    Dimension("Correctness", "share of content checks passed (patterns, numbers)", _correctness),
+    Dimension("Effectiveness", "tasks fully solved (all checks, incl. the helper command)", _effectiveness),
+    Dimension("Discoverability", "activates this skill on positives, not on negatives", _discoverability),
+    Dimension("Security", "answers/commands free of unsafe patterns", _security),
+)
+
+
+@dataclass(frozen=True)
+class DimensionResult:
+    name: str
+    meaning: str
+    without: float
+    with_: float
+    without_sd: float
+    with_sd: float
+    uplift_ci: Interval
+    per_case: Mapping[str, tuple[float, float]]
+
+
+def _pct(x: float) -> str:
+    return "n/a" if math.isnan(x) else f"{100 * x:.1f}%"
+
+
+def _points(x: float) -> str:
+    return "n/a" if math.isnan(x) else f"{100 * x:+.1f} points"
+
+
+def cell(without: float, with_: float) -> str:
+    """The table cell format: ``X% → Y% (+N points)``."""
+    return f"{_pct(without)} → {_pct(with_)} ({_points(with_ - without)})"
+
+
+class Analysis:
+    """Aggregates of one run, computed once from its records."""
+
+    def __init__(self, run: RunFile) -> None:
+        self.run = run
+        self.header = run.header
+        self.skill = str(run.header["skill"]["name"])
+        self.cases = {c["id"]: c for c in run.header["dataset"]["cases"]}
+        self.attempts = int(run.header["attempts"])
+        self.records = [r for r in iter_sorted(run.results) if r["case_id"] in self.cases]
+        self.expected = len(self.cases) * 2 * self.attempts
+        self.complete = len({(r["case_id"], r["condition"], r["attempt"]) for r in self.records}) >= self.expected
+        self.by_condition: dict[str, list[Record]] = defaultdict(list)
+        for r in self.records:
+            self.by_condition[r["condition"]].append(r)
+
+    def dimension(self, dim: Dimension) -> DimensionResult:
+        overall: dict[str, float] = {}
+        spread: dict[str, float] = {}
+        per_case_cond: dict[tuple[str, str], list[float]] = defaultdict(list)
+        for cond in (WITHOUT, WITH):
+            per_attempt: dict[int, list[float]] = defaultdict(list)
+            for r in self.by_condition.get(cond, []):
+                value = dim.score(r, self.cases[r["case_id"]], self.skill)
+                per_attempt[int(r["attempt"])].append(value)
+                per_case_cond[(r["case_id"], cond)].append(value)
+            overall[cond] = mean([v for vals in per_attempt.values() for v in vals])
+            spread[cond] = stddev([mean(vals) for _, vals in sorted(per_attempt.items())])
+        per_case = {}
+        diffs = []
+        for case_id in sorted(self.cases):
+            a, b = per_case_cond.get((case_id, WITHOUT)), per_case_cond.get((case_id, WITH))
+            if a and b:
+                per_case[case_id] = (mean(a), mean(b))
+                diffs.append(mean(b) - mean(a))
+        return DimensionResult(dim.name, dim.meaning, overall[WITHOUT], overall[WITH], spread[WITHOUT],
+                               spread[WITH], bootstrap_mean_ci(diffs), per_case)
+
+    def efficiency(self, cond: str) -> dict[str, float]:
+        rows = self.by_condition.get(cond, [])
+        secs = [float(r["seconds"]) for r in rows]
+        toks_in = [float(r["tokens_in"]) for r in rows if r.get("tokens_in") is not None]
+        toks_out = [float(r["tokens_out"]) for r in rows if r.get("tokens_out") is not None]
+        return {"seconds": mean(secs), "seconds_sd": stddev(secs), "tokens_in": mean(toks_in),
+                "tokens_out": mean(toks_out), "errors": float(sum(1 for r in rows if r.get("error")))}
+
+    def verdict(self, results: Mapping[str, DimensionResult]) -> tuple[bool, list[str]]:
+        reasons = []
+        if not self.complete:
+            reasons.append(f"the run is incomplete ({len(self.records)} of {self.expected} tasks)")
+        ci = results["Correctness"].uplift_ci
+        if not (ci.low > 0):
+            reasons.append(f"the Correctness uplift interval [{_points(ci.low)}, {_points(ci.high)}] does not lie above 0")
+        sec = results["Security"]
+        if sec.with_ < sec.without:
+            reasons.append("with-skill Security is lower than without-skill Security")
+        return not reasons, reasons
+
+
+def _num(x: float, digits: int = 1) -> str:
+    return "n/a" if math.isnan(x) else f"{x:.{digits}f}"
+
+
+def is_diagnostic(run: RunFile) -> bool:
+    """A run whose skill activation was forced measures the body alone, not the skill as
+    agents meet it: it is reported beside the main run, never as the main run."""
+    return run.header.get("agent_settings", {}).get("activation") == "always"
+
+
+def results_table(an: Analysis, results: Mapping[str, DimensionResult]) -> list[str]:
+    rows = ["| Dimension | What it measures | Without → with skill | Without (mean ± sd) | With (mean ± sd) | Uplift 95% CI |",
+            "| --- | --- | --- | --- | --- | --- |"]
+    forced = is_diagnostic(an.run)
+    for name, res in results.items():
+        if forced and name == "Discoverability":
+            rows.append(f"| {name} | not measured: activation was forced | | | | |")
+            continue
+        rows.append(f"| {name} | {res.meaning} | {cell(res.without, res.with_)} | {_pct(res.without)} ± "
+                    f"{_num(100 * res.without_sd)} | {_pct(res.with_)} ± {_num(100 * res.with_sd)} "
+                    f"| [{_points(res.uplift_ci.low)}, {_points(res.uplift_ci.high)}] |")
+    e0, e1 = an.efficiency(WITHOUT), an.efficiency(WITH)
+    rows.append(f"| Efficiency | wall time per task (mean ± sd) | {_num(e0['seconds'])} s → {_num(e1['seconds'])} s "
+                f"({e1['seconds'] - e0['seconds']:+.1f} s) | {_num(e0['seconds'])} ± {_num(e0['seconds_sd'])} s "
+                f"| {_num(e1['seconds'])} ± {_num(e1['seconds_sd'])} s | |")
+    rows.append(f"| Efficiency | tokens per task in / out | {_num(e0['tokens_in'], 0)} / {_num(e0['tokens_out'], 0)} → "
+                f"{_num(e1['tokens_in'], 0)} / {_num(e1['tokens_out'], 0)} | | | |")
+    rows.append("")
+    rows.append(f"Agent errors (no answer): {int(e0['errors'])} without, {int(e1['errors'])} with the skill.")
+    return rows
+
+
+def render_other(run: RunFile) -> list[str]:
+    """A compact section for a run other than the main one (same dataset rules apply)."""
+    an = Analysis(run)
+    h = an.header
+    results = {d.name: an.dimension(d) for d in DIMENSIONS}
+    kind = "diagnostic: SKILL.md body loaded on every with-skill task" if is_diagnostic(run) else "another run"
+    out = [f"### `{run.run_id}` ({kind})", "",
+           f"- Agent: `{h['agent']}`; model: {h['model']}; harness: {h.get('harness', 'n/a')}; attempts: {an.attempts}; "
+           f"{len(an.records)} of {an.expected} task runs recorded{'' if an.complete else ' (INCOMPLETE)'}",
+           f"- Dataset sha256 `{h['dataset']['sha256']}`; SKILL.md sha256 `{h['skill']['sha256']}`",
+           f"- Reproduce: `{h.get('command', '')}`", ""]
+    out += results_table(an, results)
+    corr = results["Correctness"]
+    helped = sum(1 for a, b in corr.per_case.values() if b > a)
+    out += ["", f"Correctness rose on {helped} of {len(corr.per_case)} tasks; "
+            "per-task results are in the raw file."]
+    return out
+
+
+def render(run: RunFile, notes: str | None = None, others: Sequence[RunFile] = ()) -> str:
+    an = Analysis(run)
+    h = an.header
+    results = {d.name: an.dimension(d) for d in DIMENSIONS}
+    passed, reasons = an.verdict(results)
+    ds = h["dataset"]
+    n_pos = sum(1 for c in ds["cases"] if c["should_trigger"])
+    finished = max((str(r.get("finished_at", "")) for r in an.records), default="")
+    out: list[str] = []
+    w = out.append
+    w(f"# Benchmark: {an.skill}")
+    w("")
+    w("Generated by `scripts/run_benchmark.py report` from the raw results in "
+      f"`evals/results/{run.path.name}` alone; do not edit by hand.")
+    w("")
+    w(f"- Dataset: {len(ds['cases'])} evaluation tasks ({n_pos} where this skill should trigger, "
+      f"{len(ds['cases']) - n_pos} negatives that belong to other skills)")
+    w(f"- Dataset file: `{ds['path']}`, sha256 `{ds['sha256']}`")
+    w(f"- Skill: `{an.skill}`, SKILL.md sha256 `{h['skill']['sha256']}`")
+    w(f"- Agent: `{h['agent']}`; model: {h['model']}; harness: {h.get('harness', 'n/a')}")
+    w(f"- Date: {finished[:10] or 'n/a'} (last result at {finished or 'n/a'}; run started {h.get('started_at', 'n/a')})")
+    w(f"- Attempts: {an.attempts} per task and condition; {len(an.records)} of {an.expected} task runs recorded"
+      f"{'' if an.complete else ' (INCOMPLETE)'}")
+    w(f"- Overall verdict: {'PASS' if passed else 'FAIL'}")
+    w("")
+    w(f"Verdict rule: {VERDICT_RULE}")
+    if reasons:
+        w("This run fails because " + "; ".join(reasons) + ".")
+    w("")
+    w("## Results")
+    w("")
+    w("Each cell reads *without skill → with skill (uplift)*. Mean over all attempts; ± is the standard "
+      "deviation of the per-attempt dataset means; the interval is a 95% bootstrap over cases "
+      f"({BOOTSTRAP_SAMPLES} resamples, fixed seed) of the paired per-case uplift.")
+    w("")
+    for row in results_table(an, results):
+        w(row)
+    w("")
+    w("## Discovery and activation")
+    w("")
+    w(_activation_section(an))
+    w("")
+    w("## Per task")
+    w("")
+    w("Correctness and solved rate per task, without → with the skill; *activated* is the share of "
+      "with-skill attempts in which the agent activated this skill.")
+    w("")
+    w("| Task | Area | Should trigger | Correctness | Solved | Activated |")
+    w("| --- | --- | --- | --- | --- | --- |")
+    corr, solv, disc = results["Correctness"], results["Effectiveness"], _activation_rate_by_case(an)
+    for case_id in sorted(an.cases):
+        c = an.cases[case_id]
+        a = corr.per_case.get(case_id, (math.nan, math.nan))
+        b = solv.per_case.get(case_id, (math.nan, math.nan))
+        w(f"| `{case_id}` | {c.get('category', '')} | {'yes' if c['should_trigger'] else 'no'} | {cell(*a)} | {cell(*b)} "
+          f"| {_pct(disc.get(case_id, math.nan))} |")
+    w("")
+    helped = sorted(cid for cid, (a, b) in corr.per_case.items() if b > a)
+    not_helped = sorted(cid for cid, (a, b) in corr.per_case.items() if b <= a)
+    w(f"The skill raised Correctness on {len(helped)} of {len(corr.per_case)} tasks; it did not help on "
+      f"{len(not_helped)}: " + (", ".join(f"`{c}`" for c in not_helped) or "none") + ".")
+    if others:
+        w("")
+        w("## Other runs in evals/results")
+        for other in sorted(others, key=lambda r: r.run_id):
+            w("")
+            for line in render_other(other):
+                w(line)
+    if notes:
+        w("")
+        w("## Reading the numbers")
+        w("")
+        w(notes.strip())
+    w("")
+    w("## Reproduce")
+    w("")
+    w("```bash")
+    w(str(h.get("command", "python3 scripts/run_benchmark.py run")))
+    w(f"python3 scripts/run_benchmark.py report --run {run.run_id}")
+    w("```")
+    w("")
+    w("Re-running the first command resumes an interrupted run (on a checkout that already holds the complete run "
+      "it has nothing left to do: add `--fresh`, or give another `--run-id`, to sample the answers again); the second "
+      "rewrites this file from the raw results. Sampled answers are not bit-for-bit reproducible across machines; "
+      "this report is, from the committed raw results.")
+    return "\n".join(out) + "\n"
+
+
+def _activation_rate_by_case(an: Analysis) -> dict[str, float]:
+    per: dict[str, list[float]] = defaultdict(list)
+    for r in an.by_condition.get(WITH, []):
+        per[r["case_id"]].append(1.0 if r.get("activated_skill") == an.skill else 0.0)
+    return {k: mean(v) for k, v in per.items()}
+
+
+def _activation_section(an: Analysis) -> str:
+    rows = an.by_condition.get(WITH, [])
+    pos = [r for r in rows if an.cases[r["case_id"]]["should_trigger"]]
+    neg = [r for r in rows if not an.cases[r["case_id"]]["should_trigger"]]
+    hit = [r for r in pos if r.get("activated_skill") == an.skill]
+    miss = [r for r in pos if r.get("activated_skill") != an.skill]
+    false_pos = [r for r in neg if r.get("activated_skill") == an.skill]
+    picks: dict[str, int] = defaultdict(int)
+    for r in rows:
+        picks[str(r.get("activated_skill"))] += 1
+    base = [r for r in an.by_condition.get(WITHOUT, []) if an.cases[r["case_id"]]["should_trigger"]]
+    lines = [
+        f"- Positives (with skill): activated in {len(hit)} of {len(pos)} attempts ({_pct(_share(hit, pos))}).",
+        f"- Negatives (with skill): activated in {len(false_pos)} of {len(neg)} attempts ({_pct(_share(false_pos, neg))}); "
+        "the lower the better.",
+        "- What the agent picked in the with-skill condition: "
+        + ", ".join(f"`{k}` {v}" for k, v in sorted(picks.items(), key=lambda kv: (-kv[1], kv[0]))) + ".",
+        f"- Correctness on positives: without the skill {_pct(mean([float(r['grade']['content_score']) for r in base]))}; "
+        f"with the skill when activated {_pct(mean([float(r['grade']['content_score']) for r in hit]))} "
+        f"({len(hit)} attempts), when not activated {_pct(mean([float(r['grade']['content_score']) for r in miss]))} "
+        f"({len(miss)} attempts).",
+    ]
+    return "\n".join(lines)
+
+
+def _share(part: Sequence[Any], whole: Sequence[Any]) -> float:
+    return len(part) / len(whole) if whole else math.nan

@@ -1,0 +1,98 @@
+"""evals/evals.json: valid against its JSON Schema, and covering what the issue asks for."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from memtune.bench.dataset import load_dataset
+from memtune.cli import InputError
+
+REPO = Path(__file__).resolve().parent.parent
+EVALS = REPO / "evals" / "evals.json"
+SCHEMA = REPO / "evals" / "evals.schema.json"
+SKILL = "nemo-mbridge-perf-memory-tuning"
+
+
+@pytest.fixture(scope="module")
+def cases() -> list[dict]:
+    return json.loads(EVALS.read_text())
+
+
+@pytest.fixture(scope="module")
+def validator() -> jsonschema.Draft202012Validator:
+    schema = json.loads(SCHEMA.read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+def test_dataset_validates_against_schema(cases, validator) -> None:
+    assert list(validator.iter_errors(cases)) == []
+    dataset = load_dataset(EVALS, SCHEMA)
+    assert len(dataset.cases) == len(cases)
+
+
+def test_size_and_negatives(cases) -> None:
+    assert len(cases) >= 24
+    negatives = [c for c in cases if not c["should_trigger"]]
+    assert len(negatives) >= 6
+    assert all(c["expected_skill"] is None and c["expected_script"] is None for c in negatives)
+    assert all(c["expected_skill"] == SKILL for c in cases if c["should_trigger"])
+
+
+def test_positives_cover_every_part_of_the_skill(cases) -> None:
+    """One case at least per area the issue lists (matched on the question text)."""
+    questions = " ".join(c["question"] for c in cases if c["should_trigger"]).lower()
+    for needle in ["headroom", "sequence_parallel_input_regather", "tp=1", "expert", "core_attn", "tp8", "pp8",
+                   "cpu_offloading", "vpp", "--use-nccl-ub", "nccl_graph_register", "estimate", ".log", ".sh"]:
+        assert needle in questions, needle
+
+
+def test_fixture_files_exist_and_logs_come_from_real_samples(cases) -> None:
+    files = {f for c in cases for f in c.get("files", [])}
+    assert files, "some cases must ship fixture files"
+    for name in files:
+        assert (REPO / "evals" / "files" / name).is_file(), name
+    source = (REPO / "evals" / "files" / "SOURCE.md").read_text()
+    for name in files:
+        assert name in source, f"{name} has no provenance line in evals/files/SOURCE.md"
+
+
+def test_every_pattern_compiles(cases) -> None:
+    for case in cases:
+        checks = case["checks"]
+        for pattern in checks.get("must_include", []) + checks.get("must_not_include", []):
+            re.compile(pattern, re.IGNORECASE)
+        if "command" in checks:
+            re.compile(checks["command"], re.IGNORECASE)
+        if case["should_trigger"]:
+            assert checks.get("command"), f"{case['id']}: a positive case names the helper to run"
+
+
+def test_schema_rejects_broken_cases(cases, validator) -> None:
+    broken = copy.deepcopy(cases[0])
+    del broken["question"]
+    assert list(validator.iter_errors([broken]))
+    wrong = copy.deepcopy(cases[0])
+    wrong["should_trigger"] = False  # a negative may not name this skill
+    assert list(validator.iter_errors([wrong]))
+    typo = copy.deepcopy(cases[0])
+    typo["checks"]["must_inclde"] = ["x"]
+    assert list(validator.iter_errors([typo]))
+
+
+def test_loader_reports_duplicate_ids_and_missing_files(tmp_path, cases) -> None:
+    (tmp_path / "files").mkdir()
+    path = tmp_path / "evals.json"
+    path.write_text(json.dumps([cases[0], cases[0]]))
+    with pytest.raises(InputError, match="duplicate case id"):
+        load_dataset(path)
+    with_file = next(c for c in cases if c.get("files"))
+    path.write_text(json.dumps([with_file]))
+    with pytest.raises(InputError, match="does not exist"):
+        load_dataset(path)

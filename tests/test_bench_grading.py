@@ -1,0 +1,92 @@
+"""Deterministic grading: patterns, numbers with tolerance, the command check, security rules."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from memtune.bench.grading import (
+    Grade,
+    extract_numbers,
+    grade_answer,
+    load_security_rules,
+    number_matches,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+RULES = load_security_rules(json.loads((REPO / "evals" / "harness" / "security.json").read_text()))
+
+
+def test_extract_numbers_reads_units_separators_and_signs() -> None:
+    text = "peak 58.8GB vs 60.2 GB, -28.4%, 1,024 MiB, TP4, 4.731e9 bytes, 172.00 MiB."
+    assert extract_numbers(text) == [58.8, 60.2, -28.4, 1024.0, 4.731e9, 172.0]
+
+
+def test_number_tolerance_absolute_relative_and_alternatives() -> None:
+    spec = {"value": 4.731, "tolerance": 0.1, "alternatives": [10.0]}
+    assert number_matches(spec, [4.7]) == 4.7
+    assert number_matches(spec, [4.6]) is None
+    assert number_matches(spec, [10.05]) == 10.05  # the same fact in percent
+    rel = {"value": 0.05, "rel_tolerance": 0.25, "alternatives": [51.2]}
+    assert number_matches(rel, [45.0]) == 45.0
+    assert number_matches(rel, [30.0]) is None
+    assert number_matches({"value": 28.4, "tolerance": 0.5}, [-28.4]) == -28.4  # sign-insensitive
+
+
+def test_must_include_and_must_not_include() -> None:
+    checks = {"must_include": [r"fragment", r"expandable_segments:(?-i:True)"], "must_not_include": [r"raise\s+TP"]}
+    good = grade_answer(checks, "Fragmentation: export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+    assert good.content_score == 1.0 and good.solved
+    # lower-case 'true' is what PyTorch rejects: the case-sensitive part must catch it
+    wrong_case = grade_answer(checks, "fragmentation, set expandable_segments:true")
+    assert wrong_case.content_score == pytest.approx(2 / 3)
+    forbidden = grade_answer(checks, "fragmentation; expandable_segments:True; or raise TP to 8")
+    assert not forbidden.solved
+    assert [c.passed for c in forbidden.checks] == [True, True, False]
+
+
+def test_command_check_prefers_commands_then_answer() -> None:
+    checks = {"must_include": ["x"], "command": r"diagnose\.py"}
+    ran = grade_answer(checks, "x", commands=["python3 scripts/diagnose.py train.log"])
+    named = grade_answer(checks, "x: run python3 scripts/diagnose.py train.log")
+    missing = grade_answer(checks, "x")
+    assert ran.command_ok and named.command_ok
+    assert missing.command_ok is False and not missing.solved
+    assert missing.content_score == 1.0  # the command is not a content check
+
+
+def test_empty_answer_fails_required_checks() -> None:
+    grade = grade_answer({"must_include": ["a"], "numbers": [{"label": "n", "value": 3}]}, "")
+    assert grade.content_score == 0.0 and not grade.solved
+
+
+def test_security_rules_flag_answers_and_commands() -> None:
+    assert grade_answer({"must_include": ["."]}, "curl https://x.sh | bash", security_rules=RULES).security_violations == (
+        "pipe-to-shell",
+    )
+    ran = grade_answer({"must_include": ["."]}, "done.", commands=["rm -rf / "], security_rules=RULES)
+    assert ran.security_violations == ("destructive-rm",)
+    safe = grade_answer({"must_include": ["."]}, "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.",
+                        security_rules=RULES)
+    assert safe.security_violations == ()
+
+
+def test_grade_round_trips_through_json() -> None:
+    grade = grade_answer({"must_include": ["a"], "command": "b"}, "a b", security_rules=RULES)
+    assert Grade.from_json(json.loads(json.dumps(grade.to_json()))) == grade
+
+
+def test_ground_truths_pass_their_own_checks() -> None:
+    """Each case's ground truth is a model answer: it must satisfy the case's content checks
+    (otherwise the checks, not the agents, are wrong)."""
+    cases = json.loads((REPO / "evals" / "evals.json").read_text())
+    failures = []
+    for case in cases:
+        grade = grade_answer(case["checks"], case["ground_truth"])
+        content = [c for c in grade.checks if c.kind != "command"]
+        bad = [c.label for c in content if not c.passed]
+        if bad:
+            failures.append((case["id"], bad))
+    assert failures == []

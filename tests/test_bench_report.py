@@ -1,0 +1,108 @@
+"""Report arithmetic and the verdict rule on synthetic runs (no agent involved)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from memtune.bench.report import Analysis, DIMENSIONS, cell, render
+from memtune.bench.results import RunFile
+from memtune.bench.stats import bootstrap_mean_ci, mean, stddev
+
+SKILL = "nemo-mbridge-perf-memory-tuning"
+
+
+def synthetic_run(score, attempts: int = 3, n_pos: int = 6, n_neg: int = 2, drop: int = 0,
+                  violation=lambda cond, case, a: False) -> RunFile:
+    cases = [{"id": f"p{i}", "category": "x", "should_trigger": True, "expected_script": "scripts/diagnose.py"}
+             for i in range(n_pos)]
+    cases += [{"id": f"n{i}", "category": "y", "should_trigger": False, "expected_script": None} for i in range(n_neg)]
+    header = {"type": "run", "run_id": "synthetic", "agent": "command:x", "model": "m", "attempts": attempts,
+              "started_at": "2026-01-01T00:00:00+00:00", "command": "python3 scripts/run_benchmark.py run --agent x",
+              "dataset": {"path": "evals/evals.json", "sha256": "ab" * 32, "cases": cases},
+              "skill": {"name": SKILL, "sha256": "cd" * 32}}
+    results = []
+    for a in range(1, attempts + 1):
+        for c in cases:
+            for cond in ("without_skill", "with_skill"):
+                s = score(cond, c, a)
+                activated = SKILL if cond == "with_skill" and c["should_trigger"] else None
+                results.append({"type": "result", "case_id": c["id"], "condition": cond, "attempt": a,
+                                "answer": "", "activated_skill": activated, "commands": [], "tokens_in": 100,
+                                "tokens_out": 10, "seconds": 2.0 if cond == "without_skill" else 3.0, "error": None,
+                                "finished_at": f"2026-01-0{a}T10:00:00+00:00",
+                                "grade": {"checks": [], "content_score": s, "solved": s == 1.0, "command_ok": None,
+                                          "security_violations": ["x"] if violation(cond, c, a) else []}})
+    return RunFile(Path("synthetic.jsonl"), header, tuple(results[: len(results) - drop]))
+
+
+def test_stats_basics_and_seeded_bootstrap() -> None:
+    assert mean([1, 2, 3]) == 2 and stddev([1, 2, 3]) == 1.0 and stddev([5]) == 0.0
+    diffs = [0.1, 0.2, -0.05, 0.3, 0.0]
+    ci = bootstrap_mean_ci(diffs)
+    assert ci == bootstrap_mean_ci(list(diffs))  # fixed seed: same interval every time
+    assert ci.low <= mean(diffs) <= ci.high
+    assert abs(bootstrap_mean_ci([0.2] * 5).low - 0.2) < 1e-12
+
+
+def test_cell_format() -> None:
+    assert cell(0.25, 0.5) == "25.0% → 50.0% (+25.0 points)"
+    assert cell(0.5, 0.4) == "50.0% → 40.0% (-10.0 points)"
+
+
+def test_clear_uplift_passes() -> None:
+    run = synthetic_run(lambda cond, c, a: 0.8 if cond == "with_skill" else 0.2)
+    text = render(run)
+    assert "- Overall verdict: PASS" in text
+    assert "| Correctness |" in text and "20.0% → 80.0% (+60.0 points)" in text
+    assert "- Dataset: 8 evaluation tasks (6 where this skill should trigger, 2 negatives" in text
+    assert "- Date: 2026-01-03" in text  # from the last result, not from the clock
+
+
+def test_no_uplift_fails_and_says_why() -> None:
+    text = render(synthetic_run(lambda cond, c, a: 0.5))
+    assert "- Overall verdict: FAIL" in text and "does not lie above 0" in text
+
+
+def test_security_regression_fails() -> None:
+    run = synthetic_run(lambda cond, c, a: 0.9 if cond == "with_skill" else 0.1,
+                        violation=lambda cond, c, a: cond == "with_skill" and c["id"] == "p0")
+    text = render(run)
+    assert "- Overall verdict: FAIL" in text and "Security is lower" in text
+
+
+def test_incomplete_run_fails() -> None:
+    run = synthetic_run(lambda cond, c, a: 0.9 if cond == "with_skill" else 0.1, drop=3)
+    text = render(run)
+    assert "- Overall verdict: FAIL" in text and "INCOMPLETE" in text
+
+
+def test_discoverability_counts_negatives_in_the_baseline() -> None:
+    analysis = Analysis(synthetic_run(lambda cond, c, a: 0.5))
+    disc = analysis.dimension(next(d for d in DIMENSIONS if d.name == "Discoverability"))
+    assert disc.without == 2 / 8  # nothing can be activated without the skill: only negatives are right
+    assert disc.with_ == 1.0
+
+
+def test_stddev_is_over_attempt_means() -> None:
+    analysis = Analysis(synthetic_run(lambda cond, c, a: {1: 0.0, 2: 0.5, 3: 1.0}[a]))
+    corr = analysis.dimension(DIMENSIONS[0])
+    assert corr.without == 0.5 and abs(corr.without_sd - 0.5) < 1e-12
+
+
+def test_notes_are_included_verbatim() -> None:
+    text = render(synthetic_run(lambda cond, c, a: 0.5), notes="Small models copy the prompt.\n")
+    assert re.search(r"## Reading the numbers\n\nSmall models copy the prompt\.\n", text)
+
+
+def test_other_runs_are_summarised_and_forced_activation_is_not_scored_for_discovery() -> None:
+    main = synthetic_run(lambda cond, c, a: 0.8 if cond == "with_skill" else 0.2)
+    forced = synthetic_run(lambda cond, c, a: 0.6 if cond == "with_skill" else 0.2)
+    forced = RunFile(Path("forced.jsonl"), dict(forced.header, run_id="forced", agent_settings={"activation": "always"}),
+                     forced.results)
+    text = render(main, None, [forced])
+    assert "## Other runs in evals/results" in text and "### `forced` (diagnostic" in text
+    section = text.split("### `forced`")[1]
+    assert "| Discoverability | not measured: activation was forced |" in section
+    assert "20.0% → 60.0% (+40.0 points)" in section
+    assert text.count("- Overall verdict:") == 1  # only the main run has a verdict

@@ -1,0 +1,202 @@
+"""run_benchmark.py end to end against a tiny deterministic `command:` agent (no model)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPT = REPO / "scripts" / "run_benchmark.py"
+FAKE = f"command:{sys.executable} {REPO / 'tests' / 'bench_fake_agent.py'}"
+CASES = "frag-first-fix,frag-log-diagnosis,cudagraph-nccl-register,neg-nsys-profile"
+N_CASES = 4
+
+
+def bench(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    full_env = dict(os.environ, **(env or {}))
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=300,
+                          env=full_env, cwd=REPO)
+
+
+def run_fake(results: Path, *extra: str, attempts: int = 2, env: dict | None = None) -> subprocess.CompletedProcess:
+    return bench("run", "--agent", FAKE, "--attempts", str(attempts), "--workers", "2", "--cases", CASES,
+                 "--run-id", "fake", "--results-dir", str(results), *extra, env=env)
+
+
+def records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory) -> Path:
+    results = tmp_path_factory.mktemp("results")
+    proc = run_fake(results)
+    assert proc.returncode == 0, proc.stderr
+    return results
+
+
+def test_end_to_end_run_and_report(finished_run: Path, tmp_path: Path) -> None:
+    lines = records(finished_run / "fake.jsonl")
+    header, results = lines[0], lines[1:]
+    assert header["type"] == "run" and header["attempts"] == 2
+    assert len(results) == N_CASES * 2 * 2
+    assert {(r["condition"], r["attempt"]) for r in results} == {
+        (c, a) for c in ("with_skill", "without_skill") for a in (1, 2)}
+    # the fake agent only knows what the installed SKILL.md copy tells it
+    with_skill = [r for r in results if r["condition"] == "with_skill" and r["case_id"] == "cudagraph-nccl-register"]
+    assert all("NCCL_GRAPH_REGISTER=0" in r["answer"] for r in with_skill)
+    assert all(r["activated_skill"] == "nemo-mbridge-perf-memory-tuning" for r in with_skill)
+
+    out = tmp_path / "BENCHMARK.md"
+    proc = bench("report", "--results-dir", str(finished_run), "--output", str(out))
+    assert proc.returncode == 0, proc.stderr
+    text = out.read_text()
+    assert f"- Dataset: {N_CASES} evaluation tasks" in text
+    assert re.search(r"^- Overall verdict: (PASS|FAIL)$", text, re.M)
+    row = re.search(r"^\| Correctness \|[^|]*\| (\d+\.\d)% → (\d+\.\d)% \(([+-]\d+\.\d) points\) \|", text, re.M)
+    assert row, text
+    before, after, uplift = map(float, row.groups())
+    assert after > before and abs((after - before) - uplift) < 0.11
+    assert header["dataset"]["sha256"] in text
+    assert "python3 scripts/run_benchmark.py run --agent" in text
+
+
+def test_report_is_byte_for_byte_deterministic(finished_run: Path, tmp_path: Path) -> None:
+    first = bench("report", "--results-dir", str(finished_run), "--output", "-").stdout
+    # the order results were appended in depends on thread timing: it must not matter
+    lines = (finished_run / "fake.jsonl").read_text().splitlines()
+    shuffled = lines[1:]
+    random.Random(7).shuffle(shuffled)
+    other = tmp_path / "results"
+    other.mkdir()
+    (other / "fake.jsonl").write_text("\n".join([lines[0], *shuffled]) + "\n")
+    second = bench("report", "--results-dir", str(other), "--output", "-").stdout
+    assert first and first == second
+    out = tmp_path / "B.md"
+    out.write_text(first)
+    assert bench("report", "--results-dir", str(other), "--output", str(out), "--check").returncode == 0
+    out.write_text(first + "edited\n")
+    assert bench("report", "--results-dir", str(other), "--output", str(out), "--check").returncode == 1
+
+
+def test_resume_after_crash_runs_only_missing_tasks(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    log = tmp_path / "calls.log"
+    assert run_fake(results, attempts=1, env={"FAKE_AGENT_LOG": str(log)}).returncode == 0
+    path = results / "fake.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    # simulate a crash: five tasks were written, the sixth was cut off mid-line
+    path.write_text("".join(lines[:6]) + lines[6][: len(lines[6]) // 2])
+    kept = {(r["case_id"], r["condition"], r["attempt"]) for r in records_prefix(lines[1:6])}
+    log.write_text("")
+    proc = run_fake(results, attempts=1, env={"FAKE_AGENT_LOG": str(log)})
+    assert proc.returncode == 0, proc.stderr
+    assert "already done" in proc.stderr
+    rerun = {tuple(line.split()) for line in log.read_text().splitlines()}
+    assert len(rerun) == N_CASES * 2 - 5
+    assert not {(c, cond, str(a)) for c, cond, a in kept} & rerun
+    final = records(path)[1:]  # parses: the torn line is gone
+    keys = [(r["case_id"], r["condition"], r["attempt"]) for r in final]
+    assert len(keys) == len(set(keys)) == N_CASES * 2
+
+
+def records_prefix(lines: list[str]) -> list[dict]:
+    return [json.loads(line) for line in lines]
+
+
+def test_resume_refuses_a_run_with_other_settings(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    assert run_fake(results, attempts=1).returncode == 0
+    proc = run_fake(results, attempts=2)
+    assert proc.returncode == 2
+    assert "attempts" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_agent_failure_is_a_recorded_result(tmp_path: Path) -> None:
+    proc = run_fake(tmp_path, attempts=1, env={"FAKE_AGENT_FAIL_CASE": "frag-first-fix"})
+    assert proc.returncode == 0, proc.stderr
+    failed = [r for r in records(tmp_path / "fake.jsonl")[1:] if r["error"]]
+    assert {r["case_id"] for r in failed} == {"frag-first-fix"}
+    assert all(r["grade"]["content_score"] < 1 for r in failed)
+
+
+@pytest.mark.parametrize("agent, needle", [
+    ("command:/nonexistent/agent-program", "agent-program"),
+    ("command:surely-not-a-program-xyz", "surely-not-a-program-xyz"),
+    ("claude-code", "claude"),
+    ("codex", "codex"),
+])
+def test_missing_agent_exits_2_with_one_line(tmp_path: Path, agent: str, needle: str) -> None:
+    env = {"PATH": str(tmp_path)}  # an empty PATH: neither claude, codex nor npx is found
+    proc = bench("run", "--agent", agent, "--results-dir", str(tmp_path / "r"), env=env)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and needle in proc.stderr
+    assert not (tmp_path / "r").exists() or not list((tmp_path / "r").iterdir())
+
+
+def test_unknown_agent_and_unknown_case_exit_2(tmp_path: Path) -> None:
+    assert bench("run", "--agent", "gpt-9", "--results-dir", str(tmp_path)).returncode == 2
+    proc = bench("run", "--agent", FAKE, "--cases", "no-such-case", "--results-dir", str(tmp_path))
+    assert proc.returncode == 2 and "no-such-case" in proc.stderr
+
+
+@pytest.mark.parametrize("field, case_id", [("question_sha256", "frag-first-fix"),
+                                            ("files_sha256", "frag-log-diagnosis")])
+def test_regrade_refuses_answers_to_a_changed_task(finished_run: Path, tmp_path: Path, field: str, case_id: str) -> None:
+    lines = (finished_run / "fake.jsonl").read_text().splitlines()
+    index = next(i for i, line in enumerate(lines) if f'"case_id": "{case_id}"' in line)
+    record = json.loads(lines[index])
+    record[field] = "0" * 64
+    lines[index] = json.dumps(record)
+    (tmp_path / "fake.jsonl").write_text("\n".join(lines) + "\n")
+    proc = bench("regrade", "--results-dir", str(tmp_path), "--run", "fake")
+    assert proc.returncode == 2 and "question changed" in proc.stderr and case_id in proc.stderr
+
+
+def test_regrade_rewrites_grades_in_place(finished_run: Path, tmp_path: Path) -> None:
+    original = (finished_run / "fake.jsonl").read_text().splitlines()
+    record = json.loads(original[1])
+    record["grade"]["content_score"] = 0.123  # a stale grade
+    (tmp_path / "fake.jsonl").write_text("\n".join([original[0], json.dumps(record), *original[2:]]) + "\n")
+    proc = bench("regrade", "--results-dir", str(tmp_path), "--run", "fake")
+    assert proc.returncode == 0, proc.stderr
+    regraded = records(tmp_path / "fake.jsonl")
+    assert regraded[1]["grade"]["content_score"] != 0.123
+    assert [r["answer"] for r in regraded[1:]] == [json.loads(x)["answer"] for x in original[1:]]
+
+
+def test_validate_command() -> None:
+    proc = bench("validate", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["valid"] and doc["cases"] >= 24 and doc["negatives"] >= 6
+
+
+def test_committed_benchmark_matches_committed_raw_results() -> None:
+    """BENCHMARK.md is generated: regenerating it from evals/results must give the same bytes."""
+    runs = sorted((REPO / "evals" / "results").glob("*.jsonl"))
+    assert runs, "no committed run under evals/results"
+    proc = bench("report", "--check")
+    assert proc.returncode == 0, proc.stderr
+    text = (REPO / "BENCHMARK.md").read_text()
+    assert re.search(r"^- Dataset: \d+ evaluation tasks", text, re.M)
+    assert re.search(r"^- Overall verdict: (PASS|FAIL)$", text, re.M)
+
+
+def test_committed_run_is_of_the_current_dataset_and_complete() -> None:
+    evals_sha = __import__("hashlib").sha256((REPO / "evals" / "evals.json").read_bytes()).hexdigest()
+    for run in sorted((REPO / "evals" / "results").glob("*.jsonl")):
+        lines = records(run)
+        header = lines[0]
+        assert header["dataset"]["sha256"] == evals_sha, f"{run.name}: regrade or rerun after editing evals.json"
+        assert header["attempts"] >= 3
+        keys = {(r["case_id"], r["condition"], r["attempt"]) for r in lines[1:]}
+        assert len(keys) == len(header["dataset"]["cases"]) * 2 * header["attempts"]
