@@ -246,7 +246,12 @@ ROWS = [
     row("sign_skill", "verify {tmp}/folder --signature {tmp}/folder", "folder", "directory", "Sigstore"),
     row("sign_skill", "sign {tmp}/folder --private-key {tmp}/ls.bin --signing-cert {tmp}/ls.bin --cert-chain {tmp}/ls.bin",
         "ls.bin", "PEM"),
-    row("run_benchmark", "--json", "not implemented"),
+    row("run_benchmark", "--json", "choose a command"),
+    row("run_benchmark", "run --agent nosuch", "nosuch", "command:"),
+    row("run_benchmark", "run --agent command:{tmp}/missing", "missing", "not executable"),
+    row("run_benchmark", "run --agent local --attempts 0", "--attempts"),
+    row("run_benchmark", "report --run nosuch --output -", "nosuch", "no such run"),
+    row("run_benchmark", "validate --evals {tmp}/ls.bin", "ls.bin", "JSON"),
 ]
 
 PROGS = {
