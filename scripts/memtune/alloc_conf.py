@@ -28,6 +28,7 @@ from functools import lru_cache
 from typing import Any, Mapping
 
 from memtune.cli import InputError
+from memtune.data_yaml import load_data_yaml
 from memtune.paths import DATA_DIR
 
 Version = tuple[int, ...]
@@ -58,10 +59,7 @@ def version_str(version: Version | None) -> str:
 @lru_cache(maxsize=1)
 def table() -> Mapping[str, Any]:
     """The allocator facts (keys, versions, PyTorch's messages) from data/alloc_conf.yaml."""
-    import yaml  # lazy: --help must work without third-party packages
-
-    with open(DATA_DIR / "alloc_conf.yaml", encoding="utf-8") as handle:
-        return yaml.safe_load(handle)
+    return load_data_yaml(DATA_DIR / "alloc_conf.yaml")
 
 
 def _v(text: str) -> Version:

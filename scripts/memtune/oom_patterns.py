@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from memtune.data_yaml import load_data_yaml
 from memtune.paths import DATA_DIR
 
 PATTERNS_FILE: Path = DATA_DIR / "oom_patterns.yaml"
@@ -82,10 +83,7 @@ class PatternError(ValueError):
 
 
 def _load_yaml(path: Path) -> dict:
-    import yaml  # lazy: --help must work without third-party packages
-
-    with path.open(encoding="utf-8") as fh:
-        doc = yaml.safe_load(fh)
+    doc = load_data_yaml(path)
     if not isinstance(doc, dict):
         raise PatternError(f"{path}: expected a mapping at the top level")
     return doc

@@ -26,6 +26,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from memtune import launch_script as ls
 from memtune.cli import InputError
+from memtune.data_yaml import load_data_yaml
 from memtune.overrides import refuse_misspelt
 from memtune.paths import DATA_DIR
 from memtune.textfile import one_line
@@ -89,10 +90,7 @@ class RunView:
 
 @lru_cache(maxsize=1)
 def rules_data() -> Mapping[str, Any]:
-    import yaml  # lazy
-
-    with open(DATA_DIR / "check_rules.yaml", encoding="utf-8") as handle:
-        return yaml.safe_load(handle)
+    return load_data_yaml(DATA_DIR / "check_rules.yaml")
 
 
 def switches() -> frozenset[str]:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from memtune import model_spec as ms
+from memtune.data_yaml import load_data_yaml
 from memtune.paths import DATA_DIR
 from memtune.run_spec import RunSpec
 
@@ -126,13 +127,6 @@ class CostTable:
         return self.raw["factors"][name]
 
 
-def _load_yaml(path: Path) -> Mapping[str, Any]:
-    import yaml  # lazy: --help must work without third-party packages
-
-    with open(path, encoding="utf-8") as fh:
-        return yaml.safe_load(fh)
-
-
 def run_from_mapping(values: Mapping[str, Any]) -> RunSpec:
     """A RunSpec from a YAML mapping of its field names (lists become tuples)."""
     data = {key: tuple(value) if isinstance(value, list) else value for key, value in values.items()}
@@ -189,7 +183,7 @@ def build_table(raw: Mapping[str, Any]) -> CostTable:
 
 @lru_cache(maxsize=4)
 def load_costs(path: str | None = None) -> CostTable:
-    return build_table(_load_yaml(Path(path) if path else COSTS_FILE))
+    return build_table(load_data_yaml(Path(path) if path else COSTS_FILE))
 
 
 # ------------------------------------------------------------------ the step-time model

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from memtune import paths
+from memtune.data_yaml import load_data_yaml
 
 LINT_DATA_DIR = paths.DATA_DIR / "lint"
 
@@ -33,10 +34,7 @@ def load_rules(name: str) -> dict[str, Any]:
     The tables come from the linter's own install, not from the package being linted,
     so a broken copy cannot weaken the rules it is checked against.
     """
-    import yaml
-
-    with open(LINT_DATA_DIR / f"{name}.yaml", encoding="utf-8") as handle:
-        return yaml.safe_load(handle)
+    return load_data_yaml(LINT_DATA_DIR / f"{name}.yaml")
 
 
 @dataclass(frozen=True)
