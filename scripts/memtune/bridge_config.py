@@ -18,7 +18,7 @@ from typing import Any, Mapping
 from memtune.cli import InputError
 from memtune.model_spec import ModelSpec, coerce_model_values, model_field_names
 from memtune.run_spec import LORA_DEFAULT_TARGETS, RunSpec, normalize_dtype
-from memtune.textfile import one_line, read_text
+from memtune.textfile import read_text, yaml_syntax_error
 
 SECTIONS = ("model", "train", "optimizer", "ddp", "mixed_precision", "peft", "dataset", "checkpoint", "logger")
 
@@ -47,10 +47,7 @@ def load_bridge_yaml(path: str | Path) -> dict:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f":{mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise InputError(f"{p}{where}: not valid YAML ({one_line(problem, 120)}); fix the syntax") from None
+        raise yaml_syntax_error(p, exc) from None
     except RecursionError:
         raise InputError(f"{p}: YAML nested too deeply to be a Megatron Bridge config") from None
     if data is None:

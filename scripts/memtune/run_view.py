@@ -29,7 +29,7 @@ from memtune.cli import InputError
 from memtune.data_yaml import load_data_yaml
 from memtune.overrides import refuse_misspelt
 from memtune.paths import DATA_DIR
-from memtune.textfile import one_line
+from memtune.textfile import one_line, yaml_syntax_error
 
 ALLOC_VARS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
 
@@ -163,10 +163,7 @@ def load_yaml_lines(path: str) -> dict[str, tuple[Any, int]]:
         with open(path, encoding="utf-8") as handle:
             node = yaml.compose(handle, Loader=yaml.SafeLoader)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f":{mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise InputError(f"{path}{where}: not valid YAML ({problem}); fix the syntax") from None
+        raise yaml_syntax_error(path, exc) from None
     except UnicodeDecodeError:
         raise InputError(f"{path}: not a UTF-8 text file; give a Megatron Bridge YAML config") from None
     except RecursionError:

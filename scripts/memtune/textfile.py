@@ -43,3 +43,15 @@ def one_line(message: object, limit: int = 200) -> str:
     the internal stream "<unicode string>", which means nothing to the user)."""
     text = " ".join(str(message).replace('in "<unicode string>",', "").split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def yaml_syntax_error(path: str | Path, exc: Exception) -> InputError:
+    """The one-line InputError for a YAML file that does not parse: file, line, problem.
+
+    PyYAML's own message spans several lines and shows the parser's context; the user
+    needs where it broke and what the parser expected there.
+    """
+    mark = getattr(exc, "problem_mark", None)
+    where = f":{mark.line + 1}" if mark is not None else ""
+    problem = getattr(exc, "problem", None) or exc
+    return InputError(f"{path}{where}: not valid YAML ({one_line(problem, 120)}); fix the syntax")
