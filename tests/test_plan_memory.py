@@ -26,7 +26,7 @@ def example_json() -> dict:
 
 
 def test_example_text_names_the_first_step_exactly():
-    out = run("--example")
+    out = run("--example", "--top", "50")
     assert out.returncode == 0, out.stderr
     fsdp_row = next(line for line in out.stdout.splitlines() if "Megatron-FSDP (optim_grads_params)" in line)
     assert "unknown" in fsdp_row and "+0.0%" not in fsdp_row
@@ -42,7 +42,11 @@ def test_example_json_has_the_table_content(example_json):
     rows = doc["ranked"]
     assert rows[0]["change"] == "set expandable segments"
     names = [r["change"] for r in rows]
-    assert names.index("PP 4->8, VPP 5") < names.index("TP 4->8") == len(names) - 1
+    tp8 = names.index("TP 4->8")
+    assert names.index("PP 4->8, VPP 5") < tp8
+    # TP is the last priced change; only rows without a price (assumption / unknown) follow
+    assert all(r["evidence_kind"] in ("assumption", "unknown") for r in rows[tp8 + 1:])
+    assert all(r["evidence_kind"] not in ("assumption", "unknown") for r in rows[:tp8 + 1])
     for r in rows:
         assert {"change", "peak_bytes", "headroom_bytes", "throughput_change", "evidence", "exact_change"} <= set(r)
         assert r["evidence"] and r["evidence_kind"] in {"measured", "calibrated", "first-principles", "assumption",

@@ -46,7 +46,9 @@ def test_seed_pp8_ranks_above_tp8_and_tp8_is_last(seed_plan):
     names = titles(seed_plan.ranked)
     pp8, tp8 = names.index("PP 4->8, VPP 5"), names.index("TP 4->8")
     assert pp8 < tp8
-    assert tp8 == len(names) - 1
+    # TP is the last priced row; only changes without a price (assumed or unknown) follow it
+    assert all(not pl.priced(e.cost) for e in seed_plan.ranked[tp8 + 1:])
+    assert all(pl.priced(e.cost) for e in seed_plan.ranked[:tp8 + 1])
     assert seed_plan.ranked[pp8].cost.change == pytest.approx(-0.059)
     assert seed_plan.ranked[tp8].cost.change == pytest.approx(-0.284)
 
@@ -79,8 +81,11 @@ def test_every_ranked_row_fits_and_lowers_memory(seed_plan):
     for e in seed_plan.ranked:
         assert e.peak_bytes <= limit
         assert e.candidate.expandable or e.peak_bytes < seed_plan.baseline.peak_bytes
-    costs = [min(0.0, e.cost.change) for e in seed_plan.ranked]  # a predicted gain ranks as "free"
-    assert all(a >= b - 1e-3 for a, b in zip(costs, costs[1:]))  # ranked to 0.1%
+    for group in (True, False):  # priced rows first, then the unpriced ones, each cheapest first
+        costs = [min(0.0, e.cost.change) for e in seed_plan.ranked if pl.priced(e.cost) is group]
+        assert all(a >= b - 1e-3 for a, b in zip(costs, costs[1:]))  # ranked to 0.1%
+    flags = [pl.priced(e.cost) for e in seed_plan.ranked]
+    assert flags == sorted(flags, reverse=True)
 
 
 def test_a_predicted_speed_up_does_not_outrank_the_free_measured_fix(seed_plan):
@@ -222,8 +227,9 @@ def test_sweep_ranks_assumed_gains_as_zero_but_shows_them(seed, table):
         above = [o for o in plan.ranked if o.cost.kind in ("measured", "calibrated", "first-principles")
                  and o.cost.change >= -1e-4]
         assert all(position[id(o)] < position[id(e)] for o in above)
-    changes = [ranked_change(e) for e in plan.ranked]
-    assert all(a >= b - 1e-3 for a, b in zip(changes, changes[1:]))
+    for group in (True, False):
+        changes = [ranked_change(e) for e in plan.ranked if pl.priced(e.cost) is group]
+        assert all(a >= b - 1e-3 for a, b in zip(changes, changes[1:]))
     from memtune import plan_report
 
     text = plan_report.to_text(plan, 60, [])

@@ -431,8 +431,19 @@ class Evaluator:
 UNSURE_GAIN = ("assumption", tc.UNKNOWN)
 
 
-def rank_key(e: Evaluated, settings: PlanSettings, cap_gain: bool = False) -> tuple[float, int, float]:
-    """Least throughput loss first (to 0.1%, the model's resolution); among equals the
+#: Evidence kinds that put a number on a change (the rest are guesses or nothing).
+PRICED = ("measured", "calibrated", "first-principles")
+
+
+def priced(cost: tc.Cost | None) -> bool:
+    """True when measured, calibrated or first-principles evidence prices every part of the change."""
+    return cost is not None and cost.kind in PRICED
+
+
+def rank_key(e: Evaluated, settings: PlanSettings, cap_gain: bool = False) -> tuple[bool, float, int, float]:
+    """Priced changes first (an assumed or unknown cost never fills the table ahead of a
+    priced change that also fits: its "0%" is a placeholder, not a finding); then least
+    throughput loss first (to 0.1%, the model's resolution); among equals the
     better-evidenced number (measured before modelled), then the most headroom.
 
     With ``cap_gain`` (one-step fixes) a predicted speed-up counts as "no cost": the
@@ -447,7 +458,7 @@ def rank_key(e: Evaluated, settings: PlanSettings, cap_gain: bool = False) -> tu
     change = min(0.0, e.cost.change) if capped else e.cost.change
     # An unknown cost carries only its known parts (0 when there are none); with the kind as
     # tie-breaker it sorts after every measured or estimated cost of the same size.
-    return (-round(change, 3), kind, float(e.peak_bytes))
+    return (not priced(e.cost), -round(change, 3), kind, float(e.peak_bytes))
 
 
 def _split(evaluated: Iterable[Evaluated], settings: PlanSettings, cap_gain: bool = False) -> tuple[list, list, list, list]:

@@ -397,6 +397,8 @@ def throughput_change(m: ms.ModelSpec, base: RunSpec, cand: RunSpec, table: Cost
         value = min(hi, max(lo, table.regather_slope * saved))
         extra *= 1.0 + value
         note(f"LoRA re-gather ({table.regather_slope:.2f} x {saved * 100:.1f}% saved)", "lora_regather", value)
+    if cand.sequence_parallel and not base.sequence_parallel and cand.tp > 1:
+        note("sequence parallel", "sequence_parallel", float(table.factor("sequence_parallel")["value"]))
     anchor = _matches_anchor(table, m, base, cand)
     if anchor is not None:
         source, measured = anchor
