@@ -74,6 +74,7 @@ class Rung:
 class Ladder:
     base: RunSpec
     base_peak_bytes: int
+    gpu_memory_bytes: int
     limit_bytes: int
     rungs: tuple[Rung, ...]
     fits: bool
@@ -202,7 +203,7 @@ def climb(model: ms.ModelSpec, base: RunSpec, settings: pl.PlanSettings, table: 
         notes.append(f"the ladder stops at {rungs[-1].peak_bytes / pl.GIB if rungs else base_peak / pl.GIB:.1f} GiB, "
                      f"above the {limit / pl.GIB:.1f} GiB limit: no further change at this GPU count saves memory")
     final_peak = rungs[-1].peak_bytes if rungs else base_peak
-    return Ladder(base=base, base_peak_bytes=base_peak, limit_bytes=limit, rungs=tuple(rungs),
+    return Ladder(base=base, base_peak_bytes=base_peak, gpu_memory_bytes=settings.gpu_memory_bytes, limit_bytes=limit, rungs=tuple(rungs),
                   fits=final_peak <= limit, estimates=len(cache), notes=tuple(notes))
 
 
@@ -241,7 +242,15 @@ def _merged(steps: list[pl.Evaluated], reasons: list[str], base: RunSpec) -> lis
             out[earlier] = ("", e.candidate.category, f"{first_why}; shown at its final setting ({why.split(':')[0]}, reached later in the climb)",
                             {**old, **diff}, old_knobs | knobs)
         prev = run
-    return [(title, category, why, diff) for title, category, why, diff, _ in out]
+    return [(title, category, why, _tidy(diff)) for title, category, why, diff, _ in out]
+
+
+def _tidy(diff: dict[str, Any]) -> dict[str, Any]:
+    """Full recompute ignores the selective module list: a list picked up on the way there
+    is not part of the change."""
+    if diff.get("recompute_granularity") == "full":
+        return {k: v for k, v in diff.items() if k != "recompute_modules"}
+    return diff
 
 
 def _replay(model: ms.ModelSpec, base: RunSpec, settings: pl.PlanSettings, table: tc.CostTable, evaluator,

@@ -24,9 +24,14 @@ JSON shape (``plan_memory.py --json``)::
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 from memtune.planner import EXPANDABLE_ENV, GIB, Evaluated, Plan, exact_change, fragmentation_note
+
+#: Text output wraps long lines (evidence, reasons, notes) at this width for people;
+#: the JSON keeps every string whole.
+WRAP = 100
 
 
 def gib(n: int | None) -> str:
@@ -94,7 +99,45 @@ def blocked_by(plan: Plan, e: Evaluated) -> str:
     return f"{gib(over)} over the limit ({gib(plan.settings.limit_bytes)} = GPU memory minus headroom)"
 
 
-def to_json(plan: Plan, top: int, input_notes: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+def ladder_json(ladder) -> dict[str, Any]:
+    """The cumulative ladder (memtune.ladder.Ladder) as a JSON object."""
+    rungs = []
+    for i, r in enumerate(ladder.rungs):
+        cost = r.step_cost
+        rungs.append({
+            "step": i + 1,
+            "change": r.title,
+            "category": r.category,
+            "why": r.why,
+            "peak_bytes": r.peak_bytes,
+            "saved_bytes": r.saved_bytes,
+            "headroom_bytes": ladder.gpu_memory_bytes - r.peak_bytes,
+            "fits": r.peak_bytes <= ladder.limit_bytes,
+            "throughput_change": _change(cost),
+            "throughput_change_modelled": round(cost.change, 4),
+            "evidence_kind": cost.kind,
+            "cumulative_throughput_change": None if r.cumulative_kind == "unknown" else round(r.cumulative_change, 4),
+            "cumulative_throughput_change_modelled": round(r.cumulative_change, 4),
+            "cumulative_evidence_kind": r.cumulative_kind,
+            "evidence": list(cost.evidence),
+            "evidence_details": list(cost.details),
+            "exact_change": r.exact_change(),
+        })
+    return {
+        "fits": ladder.fits,
+        "start_peak_bytes": ladder.base_peak_bytes,
+        "final_peak_bytes": ladder.final_peak_bytes,
+        "limit_bytes": ladder.limit_bytes,
+        "throughput_change": None if ladder.total_kind == "unknown" else round(ladder.total_change, 4),
+        "throughput_change_modelled": round(ladder.total_change, 4),
+        "evidence_kind": ladder.total_kind,
+        "rungs": rungs,
+        "estimates": ladder.estimates,
+        "notes": list(ladder.notes),
+    }
+
+
+def to_json(plan: Plan, top: int, input_notes: list[str] | tuple[str, ...] = (), ladder=None) -> dict[str, Any]:
     s = plan.settings
     best = plan.best
     doc: dict[str, Any] = {
@@ -111,7 +154,8 @@ def to_json(plan: Plan, top: int, input_notes: list[str] | tuple[str, ...] = ())
             "fits": plan.baseline.fits,
             "expandable_segments": s.expandable_segments,
         },
-        "nothing_fits": best is None,
+        "nothing_fits": best is None and not (ladder is not None and ladder.fits),
+        "ladder": None if ladder is None else ladder_json(ladder),
         "ranked": [_row(plan, e, i + 1) for i, e in enumerate(plan.ranked[:top])],
         "ranked_total": len(plan.ranked),
         "recommendation": None,
@@ -126,8 +170,16 @@ def to_json(plan: Plan, top: int, input_notes: list[str] | tuple[str, ...] = ())
         "evaluated": plan.evaluated,
         "seconds": round(plan.seconds, 4),
     }
-    if best is not None:
-        doc["recommendation"] = {"change": best.candidate.title, "exact_change": exact_change(plan.base, best.candidate),
+    first = ladder.rungs[0] if ladder is not None and ladder.fits and ladder.rungs else None
+    if first is not None:  # the ladder is the answer: its first rung is the first step
+        cost = first.step_cost
+        doc["recommendation"] = {"change": first.title, "source": "ladder", "exact_change": first.exact_change(),
+                                 "throughput_change": _change(cost),
+                                 "throughput_change_modelled": round(cost.change, 4),
+                                 "evidence_kind": cost.kind, "peak_bytes": first.peak_bytes,
+                                 "headroom_bytes": s.gpu_memory_bytes - first.peak_bytes}
+    elif best is not None:
+        doc["recommendation"] = {"change": best.candidate.title, "source": "table", "exact_change": exact_change(plan.base, best.candidate),
                                  "throughput_change": _change(best.cost),
                                  "throughput_change_modelled": round(best.cost.change, 4) if best.cost else None,
                                  "evidence_kind": best.cost.kind if best.cost else None,
@@ -170,8 +222,47 @@ def _table(rows: list[dict[str, Any]], with_rank: bool = True) -> list[str]:
     return [fmt.format(*header)] + [fmt.format(*b) for b in body]
 
 
-def to_text(plan: Plan, top: int, input_notes: list[str] | tuple[str, ...] = ()) -> str:
-    doc = to_json(plan, top, input_notes)
+def wrap(text: str, indent: str, first: str | None = None) -> list[str]:
+    """``text`` wrapped at :data:`WRAP` columns: ``first`` (default ``indent``) before the
+    first line, ``indent`` before the rest, so long evidence stays readable in a terminal."""
+    return textwrap.wrap(text, width=WRAP, initial_indent=indent if first is None else first,
+                         subsequent_indent=indent, break_long_words=False, break_on_hyphens=False) or [indent]
+
+
+def ladder_text(lad: dict[str, Any]) -> list[str]:
+    """The ladder as a table, then each rung's exact change, reason and evidence."""
+    total = _throughput_text({"evidence_kind": lad["evidence_kind"], "throughput_change": lad["throughput_change"],
+                              "throughput_change_modelled": lad["throughput_change_modelled"]})
+    verdict = "fits" if lad["fits"] else "still does NOT fit"
+    lines = [f"Ladder - apply in order (est. {gib(lad['start_peak_bytes'])} -> {gib(lad['final_peak_bytes'])}, "
+             f"limit {gib(lad['limit_bytes'])}: {verdict}; throughput {total} in total, {lad['evidence_kind']}):"]
+    header = ("#", "change", "saves", "est. peak/GPU", "step", "cumulative", "evidence")
+    body = []
+    for r in lad["rungs"]:
+        cumulative = {"evidence_kind": r["cumulative_evidence_kind"], "throughput_change": r["cumulative_throughput_change"],
+                      "throughput_change_modelled": r["cumulative_throughput_change_modelled"]}
+        body.append((str(r["step"]), r["change"], gib(r["saved_bytes"]) if r["saved_bytes"] else "-",
+                     gib(r["peak_bytes"]), _throughput_text(r), _throughput_text(cumulative), r["evidence_kind"]))
+    widths = [max(len(x) for x in col) for col in zip(header, *body)]
+    fmt = "  ".join("{:<%d}" % w for w in widths)
+    lines += ["  " + fmt.format(*header).rstrip()] + ["  " + fmt.format(*b).rstrip() for b in body]
+    for r in lad["rungs"]:
+        lines.append(f"  [{r['step']}] {r['change']}")
+        ex = r["exact_change"]
+        for key, title in (("env", "env"), ("python", "Python")):  # one statement per line
+            lines += [f"      {title}: {x}" for x in ex[key]]
+        for key, title in (("bridge_overrides", "Bridge"), ("megatron_args", "Megatron-LM")):
+            if ex[key]:  # space-separated, as they go on a command line
+                lines += wrap(" ".join(ex[key]), " " * 8, f"      {title}: ")
+        lines += wrap(r["why"], " " * 8, "      why: ")
+        lines += wrap("; ".join(r["evidence"]), " " * 8, "      evidence: ")
+    for note in lad["notes"]:
+        lines += wrap(note, "    ", "  - ")
+    return lines
+
+
+def to_text(plan: Plan, top: int, input_notes: list[str] | tuple[str, ...] = (), ladder=None) -> str:
+    doc = to_json(plan, top, input_notes, ladder)
     s = plan.settings
     cur = doc["current"]
     lines = [
@@ -182,6 +273,8 @@ def to_text(plan: Plan, top: int, input_notes: list[str] | tuple[str, ...] = ())
         + ("fits by estimate" if cur["fits"] else f"does NOT fit ({gib(-(cur['headroom_bytes'] or 0) + s.headroom_bytes)} over the limit)"),
         "",
     ]
+    if doc["ladder"] is not None and doc["ladder"]["rungs"]:
+        lines += ladder_text(doc["ladder"]) + [""]
     if doc["ranked"]:
         lines.append(f"Changes that fit, lowest throughput cost first ({len(doc['ranked'])} of {doc['ranked_total']}):")
         lines += ["  " + x for x in _table(doc["ranked"])]
@@ -206,12 +299,14 @@ def to_text(plan: Plan, top: int, input_notes: list[str] | tuple[str, ...] = ())
     if shown:
         lines += ["", "Where the throughput numbers come from:"]
         for r in shown:
-            lines.append(f"  [{r['rank']}] {r['change']}: " + "; ".join(r["evidence"]))
+            lines += wrap(f"[{r['rank']}] {r['change']}: " + "; ".join(r["evidence"]), "      ", "  ")
     if doc["rejected"]:
         lines += ["", "Rejected (Megatron would refuse to start, or the change has no effect):"]
         for r in doc["rejected"]:
-            lines.append(f"  - {r['change']}: " + "; ".join(r["reasons"]))
+            lines += wrap(f"{r['change']}: " + "; ".join(r["reasons"]), "    ", "  - ")
     if doc["notes"]:
-        lines += ["", "Notes:"] + [f"  - {n}" for n in doc["notes"]]
+        lines += ["", "Notes:"]
+        for n in doc["notes"]:
+            lines += wrap(n, "    ", "  - ")
     lines.append(f"\n({doc['evaluated']} configurations evaluated in {doc['seconds'] * 1000:.0f} ms)")
     return "\n".join(lines)

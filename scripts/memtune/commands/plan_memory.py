@@ -7,7 +7,13 @@ from typing import Sequence
 from memtune.cli import InputError, print_json
 
 DESCRIPTION = """\
-This run does not fit (or barely fits): which change makes it fit at the lowest throughput cost?
+This run does not fit (or barely fits): which changes make it fit at the lowest throughput cost?
+
+The answer leads with a ladder: from your run, the priced change that buys the most memory per
+unit of throughput, re-estimated, repeated until the run fits with the headroom (expandable
+segments first; the distributed optimizer, sequence parallelism and selective recompute before
+full recompute, PP and TP), each rung with its saving, cumulative peak, throughput cost and
+evidence label, and the exact change. Then the one-step table:
 
 Takes the same run description as estimate_memory.py, enumerates the changes you could make
 at the same GPU count (expandable segments, LoRA input re-gather, selective/full recompute,
@@ -116,12 +122,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                                     expandable_segments=expandable, gpus_per_node=args.gpus_per_node)
     if settings.limit_bytes <= 0:
         raise InputError(f"--headroom {args.headroom} leaves no memory of --gpu-memory {plan_report.gib(gpu)}")
+    from memtune import ladder
+
+    climbed = ladder.climb(model, run, settings)
     if args.sweep:
         result = planner.plan_sweep(model, run, settings)
     else:
         result = planner.plan(model, run, settings)
     if args.json:
-        print_json(plan_report.to_json(result, args.top, notes))
+        print_json(plan_report.to_json(result, args.top, notes, climbed))
     else:
-        print(plan_report.to_text(result, args.top, notes))
+        print(plan_report.to_text(result, args.top, notes, climbed))
     return 0
