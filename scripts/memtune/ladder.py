@@ -4,9 +4,9 @@ A one-step table answers "which single change fits?", but a run that is 50 GiB o
 limit needs several changes, and an engineer makes them in a known order: first what is
 nearly free and saves a lot (the distributed optimizer, sequence parallelism), then what
 costs a little (selective recompute), and only then what costs a lot (full recompute, more
-TP). :func:`climb` reproduces that: from the user's run it takes, at each rung, the priced
-change that buys the most memory per unit of throughput lost, re-estimates, and repeats
-until the run fits with the headroom.
+TP). :func:`climb` reproduces that: from the user's run it takes, at each rung, the cheapest
+priced change that still saves memory (among near-free ones, the largest saving),
+re-estimates, and repeats until the run fits with the headroom.
 
 Two refinements keep the greedy climb honest:
 
@@ -17,8 +17,9 @@ Two refinements keep the greedy climb honest:
   recompute, PP 2->4 followed by PP 4->8) is dropped and the ladder re-estimated, so every
   rung shown is part of the final configuration.
 
-Costs below ``cost_floor`` (data/throughput_costs.yaml) count as the floor, because the
-evidence does not resolve them (the seed measured the distributed optimizer at 1-2%).
+Losses below ``cost_floor`` (data/throughput_costs.yaml, 2%) count as the floor, because the
+evidence does not resolve them (the seed measured the distributed optimizer at 1-2%); a
+modelled speed-up therefore never beats a measured near-free change by itself.
 Raising TP and switching to Megatron-FSDP are last resorts: taken only when no other
 priced change saves memory, or as the finishing step when that is cheapest overall.
 """
@@ -44,6 +45,11 @@ KNOBS: dict[str, tuple[str, ...]] = {
     "tp": ("tp",), "sp": ("sequence_parallel",), "cp": ("cp",), "ep": ("ep",), "etp": ("etp",),
     "mbs": ("mbs",), "regather": ("sequence_parallel_input_regather",),
 }
+
+
+#: A rung must save at least this share of the current peak: below it the saving is inside
+#: the estimator's own error and the rung would only lengthen the ladder.
+MIN_SAVING = 0.005
 
 
 @dataclass(frozen=True)
@@ -125,10 +131,11 @@ def rung_candidates(model: ms.ModelSpec, run: RunSpec, settings: pl.PlanSettings
             yield pl.Candidate(f"recompute {new.recompute}", "recompute", new)
 
 
-def _efficiency(e: pl.Evaluated, peak_before: int, floor: float) -> float:
-    """Bytes saved per unit of throughput lost (losses below ``floor`` count as ``floor``)."""
-    loss = max(floor, -(e.cost.change if e.cost else 0.0))
-    return (peak_before - (e.peak_bytes or peak_before)) / loss
+def rung_key(e: pl.Evaluated, peak_before: int, floor: float) -> tuple[float, int]:
+    """Cheapest first (losses below ``floor`` are one tie: the evidence does not resolve
+    them), then the largest saving."""
+    loss = max(floor, round(-(e.cost.change if e.cost else 0.0), 3))
+    return (loss, -(peak_before - (e.peak_bytes or peak_before)))
 
 
 def _total(steps: list[pl.Evaluated]) -> tuple[float, str]:
@@ -141,9 +148,13 @@ def _total(steps: list[pl.Evaluated]) -> tuple[float, str]:
     return ratio - 1.0, _weakest(kinds)
 
 
-def _plan_key(steps: list[pl.Evaluated]) -> tuple[bool, float, int]:
+def _plan_key(steps: list[pl.Evaluated], floor: float) -> tuple[bool, float, int, int, int]:
+    """Priced first; then the total loss (losses under ``floor`` are equal: the evidence does
+    not resolve them); then the better evidence, the lower final peak, the fewer rungs."""
     change, kind = _total(steps)
-    return (kind not in pl.PRICED, -round(change, 3), len(steps))
+    loss = max(floor, round(-change, 3))
+    peak = steps[-1].peak_bytes if steps and steps[-1].peak_bytes is not None else 0
+    return (kind not in pl.PRICED, loss, tc.KIND_ORDER.index(kind), peak, len(steps))
 
 
 def _knobs(before: RunSpec, run: RunSpec) -> set[str]:
@@ -155,7 +166,7 @@ def climb(model: ms.ModelSpec, base: RunSpec, settings: pl.PlanSettings, table: 
     """Climb from ``base`` until the run fits with the headroom (see the module docstring)."""
     table = table or tc.load_costs()
     params = table.raw.get("ladder", {})
-    floor = float(params.get("cost_floor", 0.01))
+    floor = float(params.get("cost_floor", 0.02))
     max_rungs = int(params.get("max_rungs", 12))
     cache: dict = {}
 
@@ -175,17 +186,18 @@ def climb(model: ms.ModelSpec, base: RunSpec, settings: pl.PlanSettings, table: 
             break
         ev = evaluator(cur)
         useful = [e for e in (ev.evaluate(c, cur_peak) for c in rung_candidates(model, cur, settings))
-                  if not e.rejected and e.peak_bytes is not None and e.peak_bytes < cur_peak and e.cost is not None]
+                  if not e.rejected and e.peak_bytes is not None and e.cost is not None
+                  and cur_peak - e.peak_bytes >= MIN_SAVING * cur_peak]
         if not useful:
             break
         fitting = [e for e in useful if e.fits]
         if fitting:
-            best = min(fitting, key=lambda e: _plan_key(steps + [e]))
+            best = min(fitting, key=lambda e: _plan_key(steps + [e], floor))
             finishes.append((steps + [best], reasons + ["cheapest change that makes the run fit from here"]))
         pool = [e for e in useful if pl.priced(e.cost)] or useful
         pool = [e for e in pool if not last_resort(cur, e.candidate.run)] or pool
-        nxt = max(pool, key=lambda e: (_efficiency(e, cur_peak, floor), -(e.peak_bytes or 0)))
-        why = ("most memory per unit of throughput among priced changes" if pl.priced(nxt.cost)
+        nxt = min(pool, key=lambda e: rung_key(e, cur_peak, floor))
+        why = ("cheapest priced change that saves memory" if pl.priced(nxt.cost)
                else "no priced change saves memory here: cheapest unpriced change")
         if last_resort(cur, nxt.candidate.run):
             why += " (a last resort: nothing cheaper saves memory)"
@@ -194,7 +206,7 @@ def climb(model: ms.ModelSpec, base: RunSpec, settings: pl.PlanSettings, table: 
         cur, cur_peak = nxt.candidate.run, nxt.peak_bytes or cur_peak
     fits = bool(finishes)
     if finishes:
-        steps, reasons = min(finishes, key=lambda f: _plan_key(f[0]))
+        steps, reasons = min(finishes, key=lambda f: _plan_key(f[0], floor))
     rungs = _replay(model, base, settings, table, evaluator, steps, reasons)
     if not settings.expandable_segments and not pl.allocator_violations(base):
         rungs = [_expandable_rung(base, base_peak, table)] + rungs
@@ -239,7 +251,7 @@ def _merged(steps: list[pl.Evaluated], reasons: list[str], base: RunSpec) -> lis
             out.append((e.candidate.title, e.candidate.category, why, diff, knobs))
         else:
             title, category, first_why, old, old_knobs = out[earlier]
-            out[earlier] = ("", e.candidate.category, f"{first_why}; shown at its final setting ({why.split(':')[0]}, reached later in the climb)",
+            out[earlier] = ("", e.candidate.category, f"{first_why}; shown at its final setting, reached later in the climb",
                             {**old, **diff}, old_knobs | knobs)
         prev = run
     return [(title, category, why, _tidy(diff)) for title, category, why, diff, _ in out]
@@ -279,8 +291,9 @@ def _apply(model: ms.ModelSpec, base: RunSpec, settings: pl.PlanSettings, evalua
     for title, category, why, diff in order:
         run = cur.with_(**diff)
         evaluated = evaluator(cur).evaluate(pl.Candidate(title or pl.describe(cur, run), category, run), cur_peak)
-        if evaluated.rejected or evaluated.cost is None or evaluated.peak_bytes is None:
-            return None
+        if (evaluated.rejected or evaluated.cost is None or evaluated.peak_bytes is None
+                or evaluated.peak_bytes >= cur_peak):
+            return None  # illegal here, or saves nothing once an earlier rung was folded in
         cost, peak = evaluated.cost, evaluated.peak_bytes
         ratio *= 1.0 + cost.change
         kinds.append(cost.kind)
