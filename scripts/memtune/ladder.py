@@ -294,6 +294,8 @@ def _apply(model: ms.ModelSpec, base: RunSpec, settings: pl.PlanSettings, evalua
         if (evaluated.rejected or evaluated.cost is None or evaluated.peak_bytes is None
                 or evaluated.peak_bytes >= cur_peak):
             return None  # illegal here, or saves nothing once an earlier rung was folded in
+        if not title and not pl.priced(evaluated.cost):
+            return None  # folding lost the price the climbed rungs had: show them as climbed
         cost, peak = evaluated.cost, evaluated.peak_bytes
         ratio *= 1.0 + cost.change
         kinds.append(cost.kind)

@@ -454,7 +454,9 @@ def rank_key(e: Evaluated, settings: PlanSettings, cap_gain: bool = False) -> tu
     ranks as 0% there too; the number itself is still shown."""
     assert e.cost is not None and e.peak_bytes is not None
     kind = tc.KIND_ORDER.index(e.cost.kind) if e.cost.kind in tc.KIND_ORDER else len(tc.KIND_ORDER)
-    capped = cap_gain or e.cost.kind in UNSURE_GAIN
+    capped = cap_gain or e.cost.kind in UNSURE_GAIN or e.cost.change < tc.NEGLIGIBLE
+    # a predicted gain under 0.5% is inside the evidence's resolution: it ties with "free", so
+    # a measured free fix is not pushed down by a modelled +0.4%
     change = min(0.0, e.cost.change) if capped else e.cost.change
     # An unknown cost carries only its known parts (0 when there are none); with the kind as
     # tie-breaker it sorts after every measured or estimated cost of the same size.
@@ -527,8 +529,10 @@ def sweep_layouts(model: ms.ModelSpec, base: RunSpec, settings: PlanSettings) ->
                     continue
                 if base.gbs and base.gbs % (mbs * dp):
                     continue
+                # SP whenever TP > 1: it divides the activations TP leaves replicated for the
+                # same TP traffic, so no layout of the sweep is worth trying without it
                 yield base.with_(tp=tp, cp=cp, pp=pp, vpp=vpp, ep=ep, etp=etp, mbs=mbs,
-                                 sequence_parallel=_sp_for(base, tp), **split)
+                                 sequence_parallel=tp > 1 or _sp_for(base, tp), **split)
 
 
 def describe(base: RunSpec, run: RunSpec) -> str:
@@ -538,6 +542,8 @@ def describe(base: RunSpec, run: RunSpec) -> str:
         old, new = getattr(base, name), getattr(run, name)
         if old != new:
             parts.append(f"{label} {old or 'off'}->{new or 'off'}")
+    if run.sequence_parallel != base.sequence_parallel and max(run.tp, base.tp) > 1:
+        parts.append("SP on" if run.sequence_parallel else "SP off")
     if (run.recompute_granularity, tc.recompute_set(run)) != (base.recompute_granularity, tc.recompute_set(base)):
         parts.append(f"recompute {run.recompute}")
     if run.use_megatron_fsdp != base.use_megatron_fsdp:
@@ -629,6 +635,7 @@ def sweep(model: ms.ModelSpec, base: RunSpec, settings: PlanSettings, table: tc.
     expandable = bool(settings.expandable_segments)
     space = layouts = illegal = 0
     fitting: list[Evaluated] = []
+    unpriced: list[Evaluated] = []  # fits, but only an assumption or nothing prices it (kept apart)
     closest: list[Evaluated] = []
 
     def ok(peak: int) -> bool:
@@ -668,10 +675,12 @@ def sweep(model: ms.ModelSpec, base: RunSpec, settings: PlanSettings, table: tc.
         bounded: set[int] = set()
         dead = -1  # optimizer settings up to this index cannot fit with any recompute
         found = None
+        unpriced_fit = None  # a setting that fits but whose cost nothing prices
+        skip: set[int] = set()  # optimizer settings whose every fit would be unpriced
         for t, o, i in pairs:
             if len(kept_times) >= keep and t >= -kept_times[0]:
                 break  # slower than every kept row: the rest of this layout cannot enter either
-            if o <= dead or any(o <= fo and (rc_sets[i] <= fs or fs == {"*full*"} == rc_sets[i]) for fo, fs in failed):
+            if o in skip or o <= dead or any(o <= fo and (rc_sets[i] <= fs or fs == {"*full*"} == rc_sets[i]) for fo, fs in failed):
                 continue
             run = layout.with_(**opts[o], **rcs[i])
             if run == base:
@@ -680,8 +689,17 @@ def sweep(model: ms.ModelSpec, base: RunSpec, settings: PlanSettings, table: tc.
             if peak is None:
                 continue  # illegal combination (e.g. full recompute with CUDA graphs): proves nothing
             if ok(peak):
-                found = row(run, peak, base_time / t - 1.0)
-                break
+                candidate_row = row(run, peak, base_time / t - 1.0)
+                if priced(tc.throughput_change(model, base, run, table)):
+                    found = candidate_row
+                    break
+                # unpriced (an assumed or unknown cost): kept apart so that it never takes the
+                # place of a priced row; look on in this layout for a priced setting that fits
+                unpriced_fit = unpriced_fit or candidate_row
+                if not opts[o]["use_megatron_fsdp"] or base.use_megatron_fsdp:
+                    break  # the layout itself is unpriced (e.g. its GEMM-size term): so is every setting
+                skip.add(o)  # only Megatron-FSDP is unpriced here: try the other optimizer settings
+                continue
             failed.append((o, rc_sets[i]))
             if o not in bounded:
                 bounded.add(o)
@@ -711,12 +729,15 @@ def sweep(model: ms.ModelSpec, base: RunSpec, settings: PlanSettings, table: tc.
                         lo = mid + 1
                 if lo > 0:
                     failed.append((o, rc_sets[chain[lo - 1]]))
+        if found is None and unpriced_fit is not None and len(unpriced) < keep:
+            unpriced.append(unpriced_fit)
         if found is not None:
             fitting.append(found)
             heapq.heappush(kept_times, -(base_time / (1.0 + (found.cost.change if found.cost else 0.0))))
             if len(kept_times) > keep:
                 heapq.heappop(kept_times)
     fitting.sort(key=lambda e: rank_key(e, settings))
+    fitting += sorted(unpriced, key=lambda e: rank_key(e, settings))  # after every priced row
     closest.sort(key=lambda e: e.peak_bytes or 0)
     kept = tuple(sorted((_finalise(e, model, base, table, baseline_peak) for e in fitting[:keep]),
                         key=lambda e: rank_key(e, settings)))
