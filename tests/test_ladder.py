@@ -215,3 +215,27 @@ def test_full_recompute_is_offered_by_method_and_layer_count():
 @pytest.fixture(scope="module")
 def table() -> tc.CostTable:
     return tc.load_costs()
+
+
+def test_skill_md_explains_the_lora_order_with_the_planners_own_figures(table):
+    """SKILL.md's step 3 says why the planner may put layernorm recompute before re-gather;
+    its figures must be the ones the planner computes (and the seed's measured range)."""
+    import re
+
+    from memtune import presets
+
+    text = " ".join((REPO_ROOT / "SKILL.md").read_text(encoding="utf-8").split())
+    said = re.search(r"selective `layernorm` recompute first: .*?\(~([0-9.]+)% modelled on Qwen3-8B, TP 2, seq 8192, "
+                     r"~([0-9.]+) GiB saved\)", text)
+    assert said, "SKILL.md step 3 must say when and why layernorm recompute comes before re-gather"
+    model = presets.load_preset("qwen3-8b")
+    run = RunSpec(world_size=2, tp=2, mbs=1, gbs=16, seq_length=8192, sequence_parallel=True, peft="lora")
+    ev = pl.Evaluator(model, run, _settings(80), table)
+    peak = ev.peak(run, False)
+    norm = ev.evaluate(pl.Candidate("ln", "recompute", run.with_(recompute_granularity="selective",
+                                                                   recompute_modules=("layernorm",))), peak)
+    regather = ev.evaluate(pl.Candidate("rg", "peft", run.with_(sequence_parallel_input_regather=True)), peak)
+    assert f"{-norm.cost.change * 100:.1f}" == said.group(1)
+    assert f"{(peak - norm.peak_bytes) / pl.GIB:.0f}" == said.group(2)
+    assert -norm.cost.change < -regather.cost.change  # the order the text explains
+    assert "−0.34% to −6.74%" in text  # the seed's measured re-gather range (throughput_costs.yaml points)

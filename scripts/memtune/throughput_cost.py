@@ -275,7 +275,8 @@ def _fsdp_unknown(base: RunSpec, cand: RunSpec, tb: dict[str, float], tc_: dict[
     if not cand.use_megatron_fsdp or base.use_megatron_fsdp or tc_.get("fsdp", 0.0) > 1e-12:
         return ""
     caveats = ["per-micro-batch parameter all-gathers modelled as hidden behind compute, never measured "
-               "(seed: 'Varies')"]
+               "(seed: 'Varies'); no published Megatron-FSDP vs distributed-optimizer throughput figure "
+               "(the published one is vs PyTorch FSDP2), so it ranks after every priced change"]
     if cand.tp > 1 or cand.cp > 1:
         caveats.append("with TP/CP > 1 Megatron-LM warns they want CUDA_DEVICE_MAX_CONNECTIONS=1 "
                        "while Megatron-FSDP wants it unset (pre-Blackwell)")
