@@ -81,11 +81,12 @@ def test_every_ranked_row_fits_and_lowers_memory(seed_plan):
     for e in seed_plan.ranked:
         assert e.peak_bytes <= limit
         assert e.candidate.expandable or e.peak_bytes < seed_plan.baseline.peak_bytes
-    for group in (True, False):  # priced rows first, then the unpriced ones, each cheapest first
-        costs = [min(0.0, e.cost.change) for e in seed_plan.ranked if pl.priced(e.cost) is group]
+    for tier in (0, 1, 2):  # priced, then assumed, then unknown; each cheapest first
+        costs = [min(0.0, e.cost.change) for e in seed_plan.ranked if pl.evidence_tier(e.cost) == tier]
         assert all(a >= b - 1e-3 for a, b in zip(costs, costs[1:]))  # ranked to 0.1%
-    flags = [pl.priced(e.cost) for e in seed_plan.ranked]
-    assert flags == sorted(flags, reverse=True)
+    tiers = [pl.evidence_tier(e.cost) for e in seed_plan.ranked]
+    assert tiers == sorted(tiers)
+    assert seed_plan.ranked[-1].candidate.run.use_megatron_fsdp  # no price at all: last, with its reason
 
 
 def test_a_predicted_speed_up_does_not_outrank_the_free_measured_fix(seed_plan):
@@ -230,8 +231,8 @@ def test_sweep_ranks_assumed_gains_as_zero_but_shows_them(seed, table):
         above = [o for o in plan.ranked if o.cost.kind in ("measured", "calibrated", "first-principles")
                  and o.cost.change >= -1e-4]
         assert all(position[id(o)] < position[id(e)] for o in above)
-    for group in (True, False):
-        changes = [ranked_change(e) for e in plan.ranked if pl.priced(e.cost) is group]
+    for tier in (0, 1, 2):
+        changes = [ranked_change(e) for e in plan.ranked if pl.evidence_tier(e.cost) == tier]
         assert all(a >= b - 1e-3 for a, b in zip(changes, changes[1:]))
     from memtune import plan_report
 
@@ -247,11 +248,11 @@ def test_sweep_counts_what_it_decides_and_ranks_cheapest_first(table):
     assert result.space > 100 and result.layouts > 10
     assert 0 < result.estimates < result.space  # the bound decides part of the space
     assert result.fitting
-    for group in (True, False):  # priced rows first, each group cheapest first
-        costs = [ranked_change(e) for e in result.fitting if pl.priced(e.cost) is group]
+    for tier in (0, 1, 2):  # priced rows first, then assumed, then unknown; each cheapest first
+        costs = [ranked_change(e) for e in result.fitting if pl.evidence_tier(e.cost) == tier]
         assert all(a >= b - 1e-3 for a, b in zip(costs, costs[1:]))  # ranked to 0.1%
-    flags = [pl.priced(e.cost) for e in result.fitting]
-    assert flags == sorted(flags, reverse=True)
+    tiers = [pl.evidence_tier(e.cost) for e in result.fitting]
+    assert tiers == sorted(tiers)
     assert all(e.cost.evidence for e in result.fitting)
 
 

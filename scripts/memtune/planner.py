@@ -440,7 +440,7 @@ def priced(cost: tc.Cost | None) -> bool:
     return cost is not None and cost.kind in PRICED
 
 
-def rank_key(e: Evaluated, settings: PlanSettings, cap_gain: bool = False) -> tuple[bool, float, int, float]:
+def rank_key(e: Evaluated, settings: PlanSettings, cap_gain: bool = False) -> tuple[int, float, int, float]:
     """Priced changes first (an assumed or unknown cost never fills the table ahead of a
     priced change that also fits: its "0%" is a placeholder, not a finding); then least
     throughput loss first (to 0.1%, the model's resolution); among equals the
@@ -460,7 +460,15 @@ def rank_key(e: Evaluated, settings: PlanSettings, cap_gain: bool = False) -> tu
     change = min(0.0, e.cost.change) if capped else e.cost.change
     # An unknown cost carries only its known parts (0 when there are none); with the kind as
     # tie-breaker it sorts after every measured or estimated cost of the same size.
-    return (not priced(e.cost), -round(change, 3), kind, float(e.peak_bytes))
+    return (evidence_tier(e.cost), -round(change, 3), kind, float(e.peak_bytes))
+
+
+def evidence_tier(cost: tc.Cost) -> int:
+    """0 = priced, 1 = an assumption gives it a number, 2 = nothing does (unknown, e.g.
+    Megatron-FSDP): a guessed number still ranks ahead of none."""
+    if priced(cost):
+        return 0
+    return 2 if cost.kind == tc.UNKNOWN else 1
 
 
 def _split(evaluated: Iterable[Evaluated], settings: PlanSettings, cap_gain: bool = False) -> tuple[list, list, list, list]:
