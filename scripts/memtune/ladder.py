@@ -31,7 +31,6 @@ from typing import Any, Iterator
 
 from memtune import model_spec as ms
 from memtune import planner as pl
-from memtune import run_spec as rs
 from memtune import throughput_cost as tc
 from memtune.run_spec import RunSpec
 
@@ -111,24 +110,16 @@ def last_resort(before: RunSpec, run: RunSpec) -> bool:
     return run.tp > before.tp or (run.use_megatron_fsdp and not before.use_megatron_fsdp)
 
 
-def full_recompute_options(model: ms.ModelSpec, run: RunSpec) -> Iterator[dict[str, Any]]:
-    """Full recompute by method and layer count: uniform over every layer, and block over a
-    quarter, half and all of a model chunk's layers (fewer layers re-run, less saved)."""
-    chunk = max(1, model.num_layers // max(1, run.pp * run.vpp_chunks))
-    for n in sorted({max(1, chunk // 4), max(1, chunk // 2), chunk}):
-        yield {"recompute_granularity": "full", "recompute_method": "block", "recompute_num_layers": n}
+def full_recompute_options(model: ms.ModelSpec, run: RunSpec) -> list[dict[str, Any]]:
+    """Full recompute by block and layer count (see :func:`planner.full_recompute_block_options`)."""
+    return pl.full_recompute_block_options(model, run)
 
 
 def rung_candidates(model: ms.ModelSpec, run: RunSpec, settings: pl.PlanSettings) -> Iterator[pl.Candidate]:
-    """The planner's one-step changes (expandable segments excepted: it is rung 0) plus full
-    recompute by block."""
+    """The planner's one-step changes, expandable segments excepted (it is rung 0)."""
     for cand in pl.candidates(model, run, settings):
         if not cand.expandable:
             yield cand
-    for option in full_recompute_options(model, run):
-        new = run.with_(**option)
-        if new != run:
-            yield pl.Candidate(f"recompute {new.recompute}", "recompute", new)
 
 
 def rung_key(e: pl.Evaluated, peak_before: int, floor: float) -> tuple[float, int]:

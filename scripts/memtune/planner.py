@@ -303,6 +303,15 @@ def recompute_options(model: ms.ModelSpec, base: RunSpec,
     return out
 
 
+def full_recompute_block_options(model: ms.ModelSpec, run: RunSpec) -> list[dict[str, Any]]:
+    """Full recompute by method and layer count beyond ``uniform x1``: ``block`` over a
+    quarter, half and all of a model chunk's layers (fewer layers re-run, less saved), the
+    knob engineers turn when uniform full recompute is more than the gap needs."""
+    chunk = max(1, model.num_layers // max(1, run.pp * run.vpp_chunks))
+    return [{"recompute_granularity": "full", "recompute_method": "block", "recompute_num_layers": n}
+            for n in sorted({max(1, chunk // 4), max(1, chunk // 2), chunk})]
+
+
 def _sp_for(base: RunSpec, tp: int) -> bool:
     """Keep SP as configured; a run that moves off TP=1 gets SP (the usual pairing)."""
     if tp == 1:
@@ -321,7 +330,7 @@ def candidates(model: ms.ModelSpec, base: RunSpec, settings: PlanSettings) -> It
         yield Candidate("LoRA input re-gather", "peft", base.with_(sequence_parallel_input_regather=True))
     if base.tp > 1 and not base.sequence_parallel:
         yield Candidate("sequence parallel on", "tensor", base.with_(sequence_parallel=True))
-    for option in recompute_options(model, base):
+    for option in recompute_options(model, base) + full_recompute_block_options(model, base):
         run = base.with_(**option)
         if tc.recompute_set(run) == tc.recompute_set(base) and run.recompute_granularity == base.recompute_granularity:
             continue
