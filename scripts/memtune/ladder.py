@@ -184,7 +184,8 @@ def climb(model: ms.ModelSpec, base: RunSpec, settings: pl.PlanSettings, table: 
         fitting = [e for e in useful if e.fits]
         if fitting:
             best = min(fitting, key=lambda e: _plan_key(steps + [e], floor))
-            finishes.append((steps + [best], reasons + ["cheapest change that makes the run fit from here"]))
+            finishes.append((steps + [best], reasons + ["the change that makes the run fit from here at the "
+                                                         "lowest total cost"]))
         pool = [e for e in useful if pl.priced(e.cost)] or useful
         pool = [e for e in pool if not last_resort(cur, e.candidate.run)] or pool
         nxt = min(pool, key=lambda e: rung_key(e, cur_peak, floor))
@@ -206,8 +207,9 @@ def climb(model: ms.ModelSpec, base: RunSpec, settings: pl.PlanSettings, table: 
         notes.append(f"the ladder stops at {rungs[-1].peak_bytes / pl.GIB if rungs else base_peak / pl.GIB:.1f} GiB, "
                      f"above the {limit / pl.GIB:.1f} GiB limit: no further change at this GPU count saves memory")
     final_peak = rungs[-1].peak_bytes if rungs else base_peak
-    return Ladder(base=base, base_peak_bytes=base_peak, gpu_memory_bytes=settings.gpu_memory_bytes, limit_bytes=limit, rungs=tuple(rungs),
-                  fits=final_peak <= limit, estimates=len(cache), notes=tuple(notes))
+    return Ladder(base=base, base_peak_bytes=base_peak, gpu_memory_bytes=settings.gpu_memory_bytes,
+                  limit_bytes=limit, rungs=tuple(rungs), fits=final_peak <= limit, estimates=len(cache),
+                  notes=tuple(notes))
 
 
 def _expandable_rung(base: RunSpec, peak: int, table: tc.CostTable) -> Rung:
