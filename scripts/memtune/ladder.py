@@ -244,8 +244,9 @@ def _merged(steps: list[pl.Evaluated], reasons: list[str], base: RunSpec) -> lis
             out.append((e.candidate.title, e.candidate.category, why, diff, knobs))
         else:
             title, category, first_why, old, old_knobs = out[earlier]
-            out[earlier] = ("", e.candidate.category, f"{first_why}; shown at its final setting, reached later in the climb",
-                            {**old, **diff}, old_knobs | knobs)
+            folded = "shown at its final setting, reached later in the climb"
+            merged_why = first_why if folded in first_why else f"{first_why}; {folded}"
+            out[earlier] = ("", e.candidate.category, merged_why, {**old, **diff}, old_knobs | knobs)
         prev = run
     return [(title, category, why, _tidy(diff)) for title, category, why, diff, _ in out]
 

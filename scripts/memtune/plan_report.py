@@ -6,20 +6,9 @@ throughput cost and its evidence, the first step spelled out as the exact change
 closest candidates with what blocks them when nothing fits, and the rejections with the
 constraint that rules each one out.
 
-JSON shape (``plan_memory.py --json``)::
-
-    {"model", "gpus", "gpu_memory_bytes", "headroom_bytes", "limit_bytes",
-     "current": {"layout", "recompute", "peak_bytes", "headroom_bytes", "fits", "expandable_segments"},
-     "nothing_fits": bool,
-     "ranked": [{"rank", "change", "category", "layout", "peak_bytes", "headroom_bytes", "fits",
-                 "throughput_change" (null = unknown), "throughput_change_modelled" (the priced
-                 part; all of it unless evidence_kind is "unknown"), "evidence_kind", "evidence": [...], "evidence_details": [...],
-                 "exact_change": {"env", "bridge_overrides", "megatron_args", "python"}}],
-     "ranked_total", "recommendation": {"change", "exact_change", "throughput_change",
-                                        "peak_bytes", "headroom_bytes"} | null,
-     "combined": [rows from the full sweep when no single change fits],
-     "closest": [rows + "blocked_by"], "rejected": [{"change", "category", "reasons"}],
-     "no_saving": [titles], "notes": [...], "evaluated", "seconds"}
+The JSON shape is defined, field by field with units, by
+``data/schemas/output/plan_memory.schema.json`` (rendered in references/json-output.md);
+tests validate real output against it, so a field added here must be documented there.
 """
 
 from __future__ import annotations
@@ -284,7 +273,8 @@ def to_text(plan: Plan, top: int, input_notes: list[str] | tuple[str, ...] = (),
     else:
         lines.append("Nothing fits at this GPU count. Closest candidates and what blocks them:")
         for r in doc["closest"]:
-            lines.append(f"  - {r['change']} ({r['layout']}): est. {gib(r['peak_bytes'])}, {r['blocked_by']}")
+            lines += wrap(f"{r['change']} ({r['layout']}): est. {gib(r['peak_bytes'])}, {r['blocked_by']}",
+                          "    ", "  - ")
     rec = doc["recommendation"]
     if rec:
         lines += ["", f"Recommended first step: {rec['change']} "
