@@ -13,7 +13,9 @@ CP, EP/ETP, micro-batch size and CPU offloading. Each candidate is
 3. costed with :mod:`memtune.throughput_cost` (measured where the seed measured it);
 
 and the candidates that reduce memory and fit with headroom are ranked by estimated
-throughput (least slowdown first, then most headroom). ``sweep`` does the same for every
+throughput (priced evidence first, then least slowdown, then most headroom).
+:mod:`memtune.ladder` climbs these one-step changes cumulatively (the default answer of
+plan_memory.py). ``sweep`` does the same for every
 combination (the whole configuration space), for when no single step is enough.
 """
 
@@ -450,8 +452,9 @@ def priced(cost: tc.Cost | None) -> bool:
 
 
 def rank_key(e: Evaluated, settings: PlanSettings, cap_gain: bool = False) -> tuple[int, float, int, float]:
-    """Priced changes first (an assumed or unknown cost never fills the table ahead of a
-    priced change that also fits: its "0%" is a placeholder, not a finding); then least
+    """Priced changes first, then assumed, then unknown (:func:`evidence_tier`: an assumed or
+    unknown cost never fills the table ahead of a priced change that also fits - its "0%" is
+    a placeholder, not a finding); then least
     throughput loss first (to 0.1%, the model's resolution); among equals the
     better-evidenced number (measured before modelled), then the most headroom.
 
