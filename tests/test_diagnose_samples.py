@@ -207,6 +207,12 @@ EXPECTED = {
     "91_chatglm3_issue31_capacty_near_capacity_chinese.txt": [
         ("fragmentation", 2, 0, None, nums("386.00 MiB", "22.02 GiB", "165.19 MiB", "21.13 GiB", "458.98 MiB"), 1),
     ],
+    "92_nccl_issue844_rem_allocator_cuda_failure_oom.txt": [("nccl-oom", 4, 0, None, NONE5, 1)],
+    "93_npkit_issue37_nccl_calloc_repeated_two_devices.txt": [
+        ("nccl-oom", 2, 0, None, (1048576, None, None, None, None), 5),
+        ("nccl-oom", 10, 3, None, (1048576, None, None, None, None), 1),
+    ],
+    "94_nemo_rl_issue3793_ray_task_error_outofmemory.txt": [("unrecognized-gpu-memory-error", 2, None, None, NONE5, 1)],
 }
 
 KEYS = ("requested_bytes", "total_bytes", "free_bytes", "allocated_bytes", "reserved_unallocated_bytes")
@@ -336,6 +342,9 @@ ADVICE = {
     "89_llamafactory_issue7532_deepspeed_zero3_optimizer_step.txt": ("deepspeed", [("2.2", None, "accepted")]),
     "90_trl_issue3436_fsdp_trainer_fragmentation.txt": ("hf-trainer", [("2.2", None, "accepted")]),
     "91_chatglm3_issue31_capacty_near_capacity_chinese.txt": (None, [("2.1", "2.2", "accepted")]),
+    "92_nccl_issue844_rem_allocator_cuda_failure_oom.txt": (None, [(None, None, "unknown")]),
+    "93_npkit_issue37_nccl_calloc_repeated_two_devices.txt": (None, [(None, None, "unknown")] * 2),
+    "94_nemo_rl_issue3793_ray_task_error_outofmemory.txt": ("nemo-rl", [(None, None, "unknown")]),
 }
 
 # The knob each stack's capacity advice must name (data/frameworks.yaml), so a vLLM user is
