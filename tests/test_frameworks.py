@@ -45,9 +45,18 @@ def test_megatron_only_kinds_imply_megatron() -> None:
     assert decide("RuntimeError: CUDA error: out of memory", kinds=frozenset({"cuda-runtime-oom"})) is None
 
 
-def test_signals_are_scanner_triggers() -> None:
-    triggers = set(load_patterns().triggers)
-    assert all(sig.encode() in triggers for sig in FW.literals())
+def test_every_signal_line_reaches_the_scanner() -> None:
+    # a signal is seen only if the prefilter selects its line: it must contain a trigger
+    triggers = load_patterns().triggers
+    assert all(any(t in sig.encode() for t in triggers) for sig in FW.literals())
+
+
+def test_redundant_literals_are_dropped_from_the_prefilter() -> None:
+    from memtune.oom_patterns import minimal_triggers
+
+    assert minimal_triggers((b"OOM", b"Got an OOM, unloading", b"vllm", b"vllm", b"x")) == (b"OOM", b"vllm", b"x")
+    triggers = load_patterns().triggers
+    assert not any(a != b and a in b for a in triggers for b in triggers)
 
 
 def test_every_stack_has_capacity_advice() -> None:

@@ -102,6 +102,17 @@ class PatternError(ValueError):
     """The pattern file is malformed (a packaging bug, reported with the file name)."""
 
 
+def minimal_triggers(literals: tuple[bytes, ...]) -> tuple[bytes, ...]:
+    """The literals without those that contain another one (first-seen order kept).
+
+    A line holding "[torch_memory_saver.cpp]" also holds "torch_memory_saver", so the longer
+    literal selects no extra line: dropping it keeps the prefilter's output identical and
+    saves one pass over the log per dropped literal.
+    """
+    unique = list(dict.fromkeys(literals))
+    return tuple(t for t in unique if not any(o != t and o in t for o in unique))
+
+
 def _optional_regex(text: object) -> re.Pattern[str] | None:
     return re.compile(str(text)) if text else None
 
@@ -162,7 +173,7 @@ def load_patterns(path: Path = PATTERNS_FILE) -> PatternSet:
     # Lines that name the framework or carry a hint are read too (data/frameworks.yaml,
     # data/oom_evidence.yaml): one trigger list, so every search path sees the same lines.
     extra = [lit.encode("utf-8") for lit in context_literals()]
-    triggers = triggers + tuple(t for t in dict.fromkeys(extra) if t not in triggers)
+    triggers = minimal_triggers(triggers + tuple(extra))
     return PatternSet(
         triggers=triggers, window_triggers=window_triggers, detectors=tuple(detectors), context=context, kinds=kinds
     )
