@@ -106,12 +106,14 @@ def allocator_fix(rng: TorchRange, status: str, fw: Framework, requested: int | 
         )
     if status == torch_era.REJECTED:
         straddles = torch_era.max_split_available(rng) is None
-        verb = "rejects (1.10-2.0: 'Unrecognized CachingAllocator option') or ignores (older)" if straddles else (
-            "rejects ('Unrecognized CachingAllocator option')"
+        why = (
+            "1.10-2.0 raise 'Unrecognized CachingAllocator option', older releases ignore the variable"
+            if straddles
+            else "it raises 'Unrecognized CachingAllocator option'"
         )
         where = "on 1.10 or newer" if straddles else "on this release"
         return (
-            f"this PyTorch ({rng.describe()}) {verb} expandable_segments: upgrade to >= 2.1 "
+            f"this PyTorch ({rng.describe()}) does not take expandable_segments ({why}): upgrade to >= 2.1 "
             f"(>= {torch_era.split_combo_safe_from()} to combine it with max_split_size_mb), or {where} set " + split
         )
     return (
@@ -295,7 +297,7 @@ def actions(f: Finding, fw: Framework, rng: TorchRange, status: str, near: str |
     if f.kind == "fragmentation":
         out.append(allocator_fix(rng, status, fw, f.numbers.get("requested_bytes")))
         if near:
-            out.append("Also near capacity — if the run still fails, lower peak memory: " + cap[0])
+            out.append("Also near capacity — if the run still fails, lower peak memory: " + cap[0][:1].lower() + cap[0][1:])
     elif f.kind == "capacity":
         if f.note and "cudaMallocAsync" in f.note:
             out.extend(cap)
