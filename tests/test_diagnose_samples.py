@@ -213,6 +213,11 @@ EXPECTED = {
         ("nccl-oom", 10, 3, None, (1048576, None, None, None, None), 1),
     ],
     "94_nemo_rl_issue3793_ray_task_error_outofmemory.txt": [("unrecognized-gpu-memory-error", 2, None, None, NONE5, 1)],
+    # serving engines' own start-up checks: capacity, the quoted `raise` source line folds in
+    "95_vllm_issue10439_no_memory_for_cache_blocks.txt": [("capacity", 3, None, None, NONE5, 1)],
+    "96_vllm_issue10517_max_seq_len_larger_than_kv_cache.txt": [("capacity", 6, None, None, NONE5, 1)],
+    "97_vllm_issue25350_v1_kv_cache_needed_estimate.txt": [("capacity", 2, None, None, NONE5, 1)],
+    "98_sglang_issue4330_not_enough_memory_mem_fraction.txt": [("capacity", 2, None, None, NONE5, 1)],
 }
 
 KEYS = ("requested_bytes", "total_bytes", "free_bytes", "allocated_bytes", "reserved_unallocated_bytes")
@@ -345,7 +350,28 @@ ADVICE = {
     "92_nccl_issue844_rem_allocator_cuda_failure_oom.txt": (None, [(None, None, "unknown")]),
     "93_npkit_issue37_nccl_calloc_repeated_two_devices.txt": (None, [(None, None, "unknown")] * 2),
     "94_nemo_rl_issue3793_ray_task_error_outofmemory.txt": ("nemo-rl", [(None, None, "unknown")]),
+    "95_vllm_issue10439_no_memory_for_cache_blocks.txt": ("vllm", [(None, None, "unknown")]),
+    "96_vllm_issue10517_max_seq_len_larger_than_kv_cache.txt": ("vllm", [(None, None, "unknown")]),
+    "97_vllm_issue25350_v1_kv_cache_needed_estimate.txt": ("vllm", [(None, None, "unknown")]),
+    "98_sglang_issue4330_not_enough_memory_mem_fraction.txt": ("sglang", [(None, None, "unknown")]),
 }
+
+
+@pytest.mark.parametrize(
+    "name, details, first_action",
+    [
+        ("96_vllm_issue10517_max_seq_len_larger_than_kv_cache.txt", {"max_model_len": 29000, "kv_cache_tokens": 23648}, "lower --max-model-len"),
+        ("97_vllm_issue25350_v1_kv_cache_needed_estimate.txt", {"max_model_len": 221000, "estimated_max_model_len": 122080}, "lower --max-model-len"),
+        ("95_vllm_issue10439_no_memory_for_cache_blocks.txt", {}, "--gpu-memory-utilization: raise it"),
+        ("98_sglang_issue4330_not_enough_memory_mem_fraction.txt", {}, "at start-up raise it"),
+    ],
+)
+def test_engine_start_up_checks_keep_their_direction(name: str, details: dict, first_action: str) -> None:
+    # the generic serving advice says *lower* the memory share; these checks need the opposite
+    (f,) = report_for(name)["findings"]
+    assert f.get("details", {}) == details
+    assert first_action in f["advice"][0] and len(f["advice"]) == 1
+    assert f["confidence"]["level"] == "high"
 
 # The knob each stack's capacity advice must name (data/frameworks.yaml), so a vLLM user is
 # never told to run plan_memory.py and a Megatron user never told about --gpu-memory-utilization.

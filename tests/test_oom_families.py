@@ -65,7 +65,9 @@ def test_wording_families(text: str, kind: str, details: dict) -> None:
         "ResourceExhaustedError: OOM when allocating tensor with shape[25088,4096] and type float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc",
         "CUDA显存不足",
         "[Bug]: CUDA OOM with Kimi-K2.5 NVFP4 on both TP4 and TP8",
-        "Error: GPU ran out of memory while loading the checkpoint",
+        # PyTorch's Apple-GPU allocator (aten/src/ATen/mps/MPSAllocator.mm), as a ComfyUI log printed it
+        "RuntimeError: MPS backend out of memory (MPS allocated: 14.29 GiB, other allocations: 3.65 GiB, max allowed: 20.13 GiB). Tried to allocate 2.67 GiB on shared pool.",
+        # C10_CUDA_DRIVER_CHECK's wording (expandable segments map memory through the driver API)
         "RuntimeError: CUDA driver error: out of memory",
     ],
 )

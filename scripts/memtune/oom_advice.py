@@ -259,6 +259,8 @@ def evidence_notes(f: Finding, fw: Framework, ev: Evidence, near: str | None) ->
 def confidence(f: Finding, ev: Evidence, near: str | None) -> tuple[str, str]:
     if f.kind in CONFIG_KINDS:
         return "high", "the text is the guard's own message"
+    if f.note_is_advice:
+        return "high", "the engine's own start-up check, verbatim"
     if f.kind == "unrecognized-gpu-memory-error":
         return "low", "a GPU memory failure in a wording no rule knows; the full log would name the failing call"
     if f.note and "undecided" in f.note:
@@ -299,7 +301,9 @@ def actions(f: Finding, fw: Framework, rng: TorchRange, status: str, near: str |
         if near:
             out.append("Also near capacity — if the run still fails, lower peak memory: " + cap[0][:1].lower() + cap[0][1:])
     elif f.kind == "capacity":
-        if f.note and "cudaMallocAsync" in f.note:
+        if f.note_is_advice and f.note:
+            out.append(f.note)  # the engine's own check: its knob and direction, not the generic list
+        elif f.note and "cudaMallocAsync" in f.note:
             out.extend(cap)
         else:
             out.extend(cap)

@@ -35,6 +35,7 @@ class Detector:
     requires: re.Pattern[str] | None = None
     unless: re.Pattern[str] | None = None
     note: str | None = None
+    note_is_advice: bool = False
     fold_lines: int = 0
 
     @property
@@ -151,6 +152,7 @@ def load_patterns(path: Path = PATTERNS_FILE) -> PatternSet:
                     requires=_optional_regex(entry.get("requires")),
                     unless=_optional_regex(entry.get("unless")),
                     note=str(entry["note"]) if entry.get("note") else None,
+                    note_is_advice=bool(entry.get("note_is_advice", False)),
                     fold_lines=int(entry.get("fold_lines") or 0),
                 )
             )

@@ -53,6 +53,7 @@ class Finding:
     occurrences: int = 1
     note: str | None = None
     hints: tuple[str, ...] = ()  # evidence lines near this failure (data/oom_evidence.yaml)
+    note_is_advice: bool = False  # the note is the engine's own fix (replaces generic advice)
     torch: TorchRange | None = None  # releases whose message wording this is (allocator OOMs)
 
     @property
@@ -270,6 +271,7 @@ class Scanner:
                 numbers=numbers,
                 details=details,
                 note=det.note,
+                note_is_advice=det.note_is_advice,
             )
         )
 
