@@ -218,6 +218,17 @@ EXPECTED = {
     "96_vllm_issue10517_max_seq_len_larger_than_kv_cache.txt": [("capacity", 6, None, None, NONE5, 1)],
     "97_vllm_issue25350_v1_kv_cache_needed_estimate.txt": [("capacity", 2, None, None, NONE5, 1)],
     "98_sglang_issue4330_not_enough_memory_mem_fraction.txt": [("capacity", 2, None, None, NONE5, 1)],
+    # ROCm: PyTorch's HIP wording is the CUDA one with another name
+    "99_therock_issue1054_hip_request_above_reported_gpu.txt": [
+        ("impossible-request", 2, 0, None, nums("16.00 GiB", "15.24 GiB", "15.09 GiB", 0, 0), 1),
+    ],
+    # ComfyUI's "This error means you ran out of memory on your GPU." is advice, not a second failure
+    "100_comfyui_issue9529_hip_out_of_memory_hint_line.txt": [
+        ("capacity", 2, 0, None, nums("432.00 MiB", "15.92 GiB", "7.12 GiB", "8.08 GiB", "321.96 MiB"), 1),
+    ],
+    "101_therock_issue2118_hip_pytest_memory_fraction_cap.txt": [
+        ("fragmentation", 2, 0, None, nums("2.00 MiB", "287.98 GiB", "275.86 GiB", "1017.01 MiB", "54.99 MiB"), 1),
+    ],
 }
 
 KEYS = ("requested_bytes", "total_bytes", "free_bytes", "allocated_bytes", "reserved_unallocated_bytes")
@@ -354,7 +365,18 @@ ADVICE = {
     "96_vllm_issue10517_max_seq_len_larger_than_kv_cache.txt": ("vllm", [(None, None, "unknown")]),
     "97_vllm_issue25350_v1_kv_cache_needed_estimate.txt": ("vllm", [(None, None, "unknown")]),
     "98_sglang_issue4330_not_enough_memory_mem_fraction.txt": ("sglang", [(None, None, "unknown")]),
+    "99_therock_issue1054_hip_request_above_reported_gpu.txt": (None, [("2.2", None, "accepted")]),
+    "100_comfyui_issue9529_hip_out_of_memory_hint_line.txt": ("comfyui", [("2.2", None, "accepted")]),
+    "101_therock_issue2118_hip_pytest_memory_fraction_cap.txt": (None, [("2.4", None, "accepted")]),
 }
+
+
+def test_rocm_advice_names_the_hip_variable_and_the_cap() -> None:
+    (f,) = report_for("101_therock_issue2118_hip_pytest_memory_fraction_cap.txt")["findings"]
+    assert f["details"]["allowed_bytes"] == b("1.05 GiB")
+    assert f["advice"][0].startswith("Raise or remove the per-process memory fraction")
+    assert "memory-fraction-cap" in {n["code"] for n in f["evidence_notes"]}
+    assert "export PYTORCH_HIP_ALLOC_CONF=expandable_segments:True" in " ".join(f["advice"])
 
 
 @pytest.mark.parametrize(

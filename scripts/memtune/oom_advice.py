@@ -81,17 +81,19 @@ def near_capacity(f: Finding, ev: Evidence) -> str | None:
     return "; ".join(reasons) or None
 
 
-def allocator_fix(rng: TorchRange, status: str, fw: Framework, requested: int | None) -> str:
+def allocator_fix(rng: TorchRange, status: str, fw: Framework, requested: int | None, hip: bool = False) -> str:
     """The fragmentation fix this PyTorch actually accepts (never expandable segments where
-    the release rejects or ignores them)."""
+    the release rejects or ignores them).  ``hip``: a ROCm build, whose variable is
+    PYTORCH_HIP_ALLOC_CONF."""
+    var = "PYTORCH_HIP_ALLOC_CONF" if hip else "PYTORCH_CUDA_ALLOC_CONF"
     req = f" (the failed request was {format_bytes(requested)})" if requested else ""
     split = (
-        "PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:512 — cached blocks above 512 MB are then never split, so a large "
+        f"{var}=max_split_size_mb:512 — cached blocks above 512 MB are then never split, so a large "
         "request is not starved by a big block cut into pieces; the cost is more cudaMalloc/cudaFree traffic (slower) "
         "and large free blocks that small requests can no longer use" + req
     )
     if status == torch_era.ACCEPTED or status == torch_era.UNKNOWN:
-        fix = "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True before launch"
+        fix = f"export {var}=expandable_segments:True before launch"
         if torch_era.alloc_conf_rename_applies(rng) is not False:
             fix += " (PyTorch >= 2.9: set PYTORCH_ALLOC_CONF to the same value too)"
         if status == torch_era.UNKNOWN:
@@ -120,6 +122,10 @@ def allocator_fix(rng: TorchRange, status: str, fw: Framework, requested: int | 
         f"this PyTorch ({rng.describe()}) reads no allocator settings (PYTORCH_CUDA_ALLOC_CONF arrived in 1.10): upgrade; "
         "meanwhile release cached blocks between phases with torch.cuda.empty_cache() and lower the peak"
     )
+
+
+def _hip(f: Finding) -> bool:
+    return "HIP out of memory" in f.evidence
 
 
 def _conf_token_note(evidence: str) -> Note | None:
@@ -162,8 +168,20 @@ def evidence_notes(f: Finding, fw: Framework, ev: Evidence, near: str | None) ->
             else "a process that may be this one (in a container PIDs are namespaced, so PyTorch cannot tell)"
         )
         notes.append(Note("other-process", f"{who} holds {format_bytes(d.get('other_processes_bytes'))} on this GPU"))
-    if "cuda-graph-capture" in f.hints or d.get("private_pools_bytes"):
-        pools = d.get("private_pools_bytes")
+    if d.get("allowed_bytes") is not None:
+        notes.append(
+            Note(
+                "memory-fraction-cap",
+                f"this process may use only {format_bytes(d['allowed_bytes'])} ('allowed'): a per-process memory fraction "
+                "(torch.cuda.set_per_process_memory_fraction, or per_process_memory_fraction in the allocator config) caps "
+                f"it while the GPU has {format_bytes(f.numbers.get('free_bytes'))} free; raise or remove the cap",
+            )
+        )
+    pools = d.get("private_pools_bytes") or 0
+    req_bytes, total_bytes = f.numbers.get("requested_bytes"), f.numbers.get("total_bytes")
+    # graph pools matter when they could have served the request, or hold a real share of the GPU
+    big_pools = pools and ((req_bytes and pools >= req_bytes) or (total_bytes and pools >= 0.1 * total_bytes))
+    if "cuda-graph-capture" in f.hints or big_pools:
         held = f" ({format_bytes(pools)} already sit in private pools)" if pools else ""
         notes.append(
             Note(
@@ -288,6 +306,8 @@ def actions(f: Finding, fw: Framework, rng: TorchRange, status: str, near: str |
     d = f.details
     if d.get("other_processes", 0) >= 2:
         out.append("Check device binding first: several processes share this GPU (see the note); one rank per GPU")
+    if d.get("allowed_bytes") is not None:
+        out.append("Raise or remove the per-process memory fraction first: the process hit its own cap, not the GPU's size")
     if "cuda-graph-capture" in f.hints and f.kind not in CONFIG_KINDS:
         out.append(
             "It failed while capturing CUDA graphs: capture fewer/smaller graphs or run once without them to confirm "
@@ -297,7 +317,7 @@ def actions(f: Finding, fw: Framework, rng: TorchRange, status: str, near: str |
     if fw.in_megatron:
         cap = [kind_fix_step]
     if f.kind == "fragmentation":
-        out.append(allocator_fix(rng, status, fw, f.numbers.get("requested_bytes")))
+        out.append(allocator_fix(rng, status, fw, f.numbers.get("requested_bytes"), _hip(f)))
         if near:
             out.append("Also near capacity — if the run still fails, lower peak memory: " + cap[0][:1].lower() + cap[0][1:])
     elif f.kind == "capacity":
@@ -308,7 +328,7 @@ def actions(f: Finding, fw: Framework, rng: TorchRange, status: str, near: str |
         else:
             out.extend(cap)
             if f.note and "undecided" in f.note and status in (torch_era.ACCEPTED, torch_era.UNKNOWN):
-                out.insert(0, "Numbers incomplete: try " + allocator_fix(rng, status, fw, f.numbers.get("requested_bytes")) + " first; if it still fails it is capacity")
+                out.insert(0, "Numbers incomplete: try " + allocator_fix(rng, status, fw, f.numbers.get("requested_bytes"), _hip(f)) + " first; if it still fails it is capacity")
     elif f.kind == "impossible-request":
         out.append("Find the tensor: a shape bug or an unsharded logits/attention buffer; no allocator setting or memory plan helps")
     elif f.kind == "nccl-oom":

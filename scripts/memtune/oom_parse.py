@@ -158,6 +158,7 @@ def parse_allocator_message(text: str) -> AllocatorNumbers:
 _PROCESS = re.compile(r"Process\s+\d+\s+has\s+" + SIZE + r"\s+memory in use")
 _THIS_PROCESS = re.compile(r"this process has\s+" + SIZE + r"\s+memory in use")
 _PRIVATE_POOLS = re.compile(r"with\s+" + SIZE + r"\s+allocated in private pools")
+_ALLOWED = re.compile(r"is free\.\s+" + SIZE + r"\s+allowed;")
 
 
 def breakdown(text: str) -> dict[str, int]:
@@ -165,7 +166,8 @@ def breakdown(text: str) -> dict[str, int]:
 
     ``other_processes``: how many "Process N has X memory in use" entries (NVML's view of
     the GPU; in a container the current process can appear here too, because PIDs are
-    namespaced); ``private_pools_bytes``: memory held by CUDA-graph pools (2.4+).
+    namespaced); ``private_pools_bytes``: memory held by CUDA-graph pools (2.4+);
+    ``allowed_bytes``: the cap a per-process memory fraction puts on this process.
     """
     out: dict[str, int] = {}
     procs = _PROCESS.findall(text)
@@ -178,6 +180,9 @@ def breakdown(text: str) -> dict[str, int]:
     pools = _PRIVATE_POOLS.search(text)
     if pools:
         out["private_pools_bytes"] = size_to_bytes(pools.group(1), pools.group(2))
+    allowed = _ALLOWED.search(text)
+    if allowed:  # a per-process memory fraction caps this process below the GPU size
+        out["allowed_bytes"] = size_to_bytes(allowed.group(1), allowed.group(2))
     return out
 
 
