@@ -229,6 +229,9 @@ EXPECTED = {
     "101_therock_issue2118_hip_pytest_memory_fraction_cap.txt": [
         ("fragmentation", 2, 0, None, nums("2.00 MiB", "287.98 GiB", "275.86 GiB", "1017.01 MiB", "54.99 MiB"), 1),
     ],
+    # TensorRT-LLM's CUDA runtime check, around cudaMallocAsync or not
+    "102_tensorrt_llm_issue498_cudamallocasync_out_of_memory.txt": [("cuda-runtime-oom", 2, None, None, NONE5, 1)],
+    "103_tensorrt_llm_issue1060_runtime_error_in_error.txt": [("cuda-runtime-oom", 3, None, None, NONE5, 1)],
 }
 
 KEYS = ("requested_bytes", "total_bytes", "free_bytes", "allocated_bytes", "reserved_unallocated_bytes")
@@ -368,6 +371,8 @@ ADVICE = {
     "99_therock_issue1054_hip_request_above_reported_gpu.txt": (None, [("2.2", None, "accepted")]),
     "100_comfyui_issue9529_hip_out_of_memory_hint_line.txt": ("comfyui", [("2.2", None, "accepted")]),
     "101_therock_issue2118_hip_pytest_memory_fraction_cap.txt": (None, [("2.4", None, "accepted")]),
+    "102_tensorrt_llm_issue498_cudamallocasync_out_of_memory.txt": ("tensorrt-llm", [(None, None, "unknown")]),
+    "103_tensorrt_llm_issue1060_runtime_error_in_error.txt": ("tensorrt-llm", [(None, None, "unknown")]),
 }
 
 
@@ -404,6 +409,7 @@ CAPACITY_KNOB = {
     "verl": "gpu_memory_utilization",
     "openrlhf": "--vllm_gpu_memory_utilization",
     "nemo-rl": "gpu_memory_utilization",
+    "tensorrt-llm": "free_gpu_memory_fraction",
     "deepspeed": "ZeRO",
     "fsdp": "FULL_SHARD",
     "hf-trainer": "per_device_train_batch_size",
