@@ -138,3 +138,11 @@ def test_unrecognized_failure_asks_for_the_full_log() -> None:
     f, v = judge("[Bug]: CUDA OOM with Kimi-K2.5 NVFP4 on both TP4 and TP8")
     assert f.kind == "unrecognized-gpu-memory-error" and v.confidence == "low"
     assert "full log" in v.actions[0] and any("nvidia-smi" in a for a in v.actions)
+
+
+def test_capture_frame_is_found_late_in_a_long_log() -> None:
+    # many earlier hint lines must not crowd out the one right above a late failure
+    text = "Capturing CUDA graph shapes: 10%\n" * 200 + "x\n" * 300
+    text += '  File ".../torch/cuda/graphs.py", line 84, in capture_end\n' + "RuntimeError: CUDA error: out of memory\n"
+    (f,) = scan_lines(numbered(text), load_patterns())
+    assert "cuda-graph-capture" in f.hints

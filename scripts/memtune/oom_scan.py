@@ -12,6 +12,7 @@ same NCCL warning per channel) fold into one finding with an occurrence count, s
 from __future__ import annotations
 
 import re
+from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Iterable, Iterator
 
@@ -29,7 +30,7 @@ _OOM_START = re.compile(
 )
 # Ray folds repeats of a line into one with this suffix; the failure is still the same one.
 _RAY_REPEAT = re.compile(r"\s*\[repeated (\d+)x across cluster\]")
-MAX_HINT_LINES = 64  # per hint kind and input: enough to place every failure, bounded memory
+RECENT_HINT_LINES = 8  # per hint kind: the latest lines seen, to place a failure that follows them
 _CALLOC = re.compile(r"Failed to CUDA calloc (\d+) bytes")
 _EXC_NAME = re.compile(r"[\w.]*(?:Error|Exception|Wrapper)\)?:?\s*\(?\w*\)?\s*$")
 _NEW_STATEMENT = re.compile(r"^(?:Traceback |\s*File \"|frame #\d|Exception raised from )")
@@ -110,7 +111,7 @@ class Scanner:
         self.frameworks = frameworks or load_frameworks()
         self.evidence = evidence or load_evidence()
         self.framework_hits = FrameworkHits()
-        self.hint_lines: dict[str, list[int]] = {}  # hint name -> line numbers seen
+        self.hint_lines: dict[str, deque[int]] = {}  # hint name -> latest line numbers seen
         self.pending: dict[str, _Pending] = {}
         self.findings: list[Finding] = []
         self._index: dict[tuple, int] = {}  # dedupe key -> position in findings
@@ -161,26 +162,26 @@ class Scanner:
 
     def finish(self) -> list[Finding]:
         self._flush_all()
-        self.findings = [replace(f, hints=self._hints_for(f)) for f in self.findings]
+        # hints that apply wherever they are in the input (a platform warning at start-up)
+        anywhere = tuple(h.name for h in self.evidence.hints if h.within_lines_before is None and h.name in self.hint_lines)
+        if anywhere:
+            self.findings = [replace(f, hints=tuple(dict.fromkeys(f.hints + anywhere))) for f in self.findings]
         return self.findings
 
     # -- context: framework signals and evidence hints (not failures themselves)
     def _observe_context(self, line_no: int, text: str) -> None:
         self.frameworks.observe(text, self.framework_hits)
         for name in self.evidence.hints_in(text):
-            seen = self.hint_lines.setdefault(name, [])
-            if len(seen) < MAX_HINT_LINES:
-                seen.append(line_no)
+            self.hint_lines.setdefault(name, deque(maxlen=RECENT_HINT_LINES)).append(line_no)
 
-    def _hints_for(self, f: Finding) -> tuple[str, ...]:
+    def _near_hints(self, f: Finding) -> tuple[str, ...]:
+        """Hints seen shortly before (or inside) this failure: a traceback frame above it."""
+        end = f.line_end or f.line
         names = []
         for hint in self.evidence.hints:
-            lines = self.hint_lines.get(hint.name)
-            if not lines:
-                continue
             window = hint.within_lines_before
-            end = f.line_end or f.line
-            if window is None or any(f.line - window <= ln <= end for ln in lines):
+            lines = self.hint_lines.get(hint.name)
+            if window is not None and lines and any(f.line - window <= ln <= end for ln in lines):
                 names.append(hint.name)
         return tuple(names)
 
@@ -293,6 +294,7 @@ class Scanner:
         return False
 
     def _add(self, finding: Finding) -> None:
+        finding = replace(finding, hints=self._near_hints(finding))
         # A dict, not a scan of the list: a long log can hold thousands of distinct findings.
         key = finding.dedupe_key()
         i = self._index.get(key)
