@@ -184,3 +184,38 @@ def test_next_step_uses_the_layout_and_gpu_size_the_log_printed(tmp_path: Path) 
     assert doc["run"][str(p)] == {"gpus": 32, "dp": 2, "cp": 1, "tp": 4, "pp": 4}
     plain = run_json(str(SAMPLES / "03_transformers_issue3360_legacy.txt"))["findings"][0]["next_step"]
     assert "--tp TP --pp PP --gpus N --gpu-memory 14.73GiB" in plain
+
+
+def test_torch_version_overrides_the_inferred_release() -> None:
+    sample = str(SAMPLES / "12_lmcache_issue3430_newest_docs_url_private_pools.txt")  # 2.4+ wording
+    (f,) = run_json(sample)["findings"]
+    assert (f["torch"]["since"], f["torch"]["source"], f["torch"]["expandable_segments"]) == ("2.4", "message format", "accepted")
+    assert "expandable_segments:True" in f["advice"][0]
+    (f,) = run_json(sample, "--torch-version", "2.0.1")["findings"]
+    assert (f["torch"]["version"], f["torch"]["expandable_segments"]) == ("2.0.1", "rejected")
+    assert not any("expandable_segments:True" in a for a in f["advice"])
+    assert f["table_fix_applies"] is False and "--torch-version 2.0.1" in f["next_step"]
+
+
+def test_bad_torch_version_is_one_line_exit_2() -> None:
+    res = run(str(SAMPLES / "12_lmcache_issue3430_newest_docs_url_private_pools.txt"), "--torch-version", "newest")
+    assert res.returncode == 2 and res.stdout == b""
+    err = res.stderr.decode()
+    assert err.count("\n") == 1 and "--torch-version" in err and "Traceback" not in err
+
+
+def test_text_output_names_stack_release_and_confidence() -> None:
+    res = run(str(SAMPLES / "61_verl_issue2828_fsdp_logprob_capacity.txt"))
+    out = res.stdout.decode()
+    assert res.returncode == 0
+    assert "framework in" in out and "verl" in out and "outside Megatron" in out
+    assert "do 1:" in out and "gpu_memory_utilization" in out
+    assert "pytorch:  2.2 or newer (message format)" in out
+    assert "confidence: high" in out
+
+
+def test_unknown_gpu_memory_failure_is_reported_not_silent() -> None:
+    res = run("-", "--json", stdin="CUDA显存不足\n".encode())
+    doc = json.loads(res.stdout)
+    assert [f["kind"] for f in doc["findings"]] == ["unrecognized-gpu-memory-error"]
+    assert doc["message"] is None

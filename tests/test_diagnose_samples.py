@@ -106,6 +106,132 @@ EXPECTED = {
     "40_nccl_nccl_unhandled_cuda_error_torch_side.txt": [],
     "43_alloc_conf_equals_instead_of_colon.txt": [("alloc-conf-invalid", 2, None, None, NONE5, 1)],
     "44_alloc_conf_deprecation_warning_29.txt": [("alloc-conf-deprecated", 2, None, None, NONE5, 1)],
+    # ---- issue 11: Megatron-LM / Megatron Bridge / NeMo texts
+    "45_megatron_bridge_pr5884_num_layers_pp_inline_values.txt": [("pp-divisibility", 2, None, None, NONE5, 1)],
+    "46_megatron_bridge_pr5893_vpp_inline_values.txt": [("vpp-divisibility", 2, None, None, NONE5, 1)],
+    "47_ms_swift_issue5737_megatron_arguments_pp_title.txt": [("pp-divisibility", 2, None, None, NONE5, 1)],
+    "48_megatron_lm_ddp_config_nccl_ub_expandable_source.txt": [("nccl-ub-expandable", 2, None, None, NONE5, 1)],
+    "49_megatron_lm_issue525_v100_reserved_total_fragmentation.txt": [
+        ("fragmentation", 2, 0, None, nums("786.00 MiB", "31.74 GiB", "577.12 MiB", "28.82 GiB", b("29.97 GiB") - b("28.82 GiB")), 1),
+    ],
+    # the "Search for `cudaErrorMemoryAllocation'" follow-up line folds into the same failure
+    "50_nemo_rl_issue2702_megatron_policy_worker_accelerator_error.txt": [("cuda-runtime-oom", 3, None, None, NONE5, 1)],
+    "51_nemo_issue14288_vpp_microbatches_pp6_m3.txt": [("vpp-microbatches", 5, None, 7, NONE5, 1)],
+    "52_nemo_rl_issue2814_vllm_refit_private_pools_colocated.txt": [
+        ("fragmentation", 2, 0, None, nums("448.00 MiB", "79.11 GiB", "431.38 MiB", "57.87 GiB", "477.92 MiB"), 1),
+    ],
+    "53_megatron_lm_issue92_legacy_vocab_logits_capacity.txt": [
+        ("capacity", 4, 0, None, nums("9.33 GiB", "10.76 GiB", "4.48 GiB", "5.17 GiB", b("5.28 GiB") - b("5.17 GiB")), 1),
+    ],
+    # "XX.XX MiB" is no number: everything unknown, capacity with the undecided note
+    "54_nemo_speech_issue3493_placeholder_numbers_title.txt": [("capacity", 2, None, None, NONE5, 1)],
+    # ---- issue 11: other stacks
+    "55_kaito_issue976_vllm_engine_private_pools_process.txt": [
+        ("fragmentation", 2, 0, None, nums("546.00 MiB", "15.77 GiB", "514.19 MiB", "13.73 GiB", "736.86 MiB"), 1),
+    ],
+    "56_vllm_pr12981_cumem_allocator_capital_error.txt": [("cuda-runtime-oom", 2, None, None, NONE5, 1)],  # not the 'invalid argument' lines
+    "57_lmm_r1_issue43_openrlhf_vllm_wake_up_cumem.txt": [("cuda-runtime-oom", 6, None, None, NONE5, 1)],
+    "58_verl_issue302_cumem_lowercase_title.txt": [("cuda-runtime-oom", 2, None, None, NONE5, 1)],
+    "59_vllm_issue19186_capture_end_cuda_graph_oom.txt": [("cuda-runtime-oom", 8, None, None, NONE5, 1)],
+    # cut off after "95.00": request and device known, the rest unknown
+    "60_sglang_issue5285_capture_cuda_graph_failed_truncated.txt": [
+        ("capacity", 6, 7, None, nums("448.00 MiB", None, None, None, None), 1),
+    ],
+    "61_verl_issue2828_fsdp_logprob_capacity.txt": [
+        ("capacity", 6, 0, None, nums("13.91 GiB", "79.11 GiB", "8.85 GiB", "60.49 GiB", "6.77 GiB"), 1),
+    ],
+    "62_toolrl_issue39_verl_ray_workerdict_softmax.txt": [
+        ("capacity", 4, 0, None, nums("5.22 GiB", "23.69 GiB", "1.18 GiB", "21.54 GiB", "517.58 MiB"), 1),
+    ],
+    "63_fireredtts2_issue17_two_processes_on_one_gpu.txt": [
+        ("fragmentation", 2, 0, None, nums("26.00 MiB", "11.66 GiB", "9.81 MiB", "9.30 GiB", "163.19 MiB"), 1),
+    ],
+    "64_trl_issue5750_pytest_summary_four_processes.txt": [
+        ("capacity", 2, 0, None, nums("1.54 GiB", "14.74 GiB", "722.19 MiB", "3.34 GiB", "70.13 MiB"), 1),
+        ("capacity", 3, 0, None, nums("216.00 MiB", "14.74 GiB", "182.19 MiB", None, None), 1),
+    ],
+    "65_mask2dit_issue4_dit_inference_near_capacity.txt": [
+        ("fragmentation", 2, 0, None, nums("35.60 GiB", "79.33 GiB", "26.16 GiB", "11.97 GiB", "40.69 GiB"), 1),
+    ],
+    "66_comfyui_issue4936_allocation_on_device_async_backend.txt": [("capacity", 5, None, None, NONE5, 1)],
+    "67_fitdit_comfyui_issue2_allocation_on_device.txt": [("capacity", 3, None, None, NONE5, 1)],
+    # two servers' lines plus a Ray "[repeated 7x across cluster]" copy: one failure, seen twice
+    "68_sglang_issue14092_torch_memory_saver_resume_verl.txt": [("cuda-runtime-oom", 2, None, None, NONE5, 2)],
+    "69_torch_memory_saver_issue99_cumemcreate_then_resume_error.txt": [("cuda-runtime-oom", 2, None, None, NONE5, 1)],
+    "70_torch_memory_saver_issue4_result_2_old_format.txt": [("cuda-runtime-oom", 2, None, None, NONE5, 1)],
+    "71_torch_memory_saver_issue35_result_1_not_memory.txt": [],  # CUresult 1 is not a memory failure
+    "72_openrlhf_issue911_ray_host_memory_not_gpu.txt": [],  # Ray's host-memory monitor, not the GPU
+    "73_vllm_issue23230_engine_log_no_exception_class.txt": [
+        ("capacity", 2, 0, None, nums("33.75 GiB", "44.40 GiB", "26.88 GiB", "17.03 GiB", "6.95 MiB"), 1),
+    ],
+    "74_vllm_issue636_v012_reserved_total.txt": [
+        ("capacity", 4, 0, None, nums("160.00 MiB", "79.35 GiB", "145.19 MiB", "78.58 GiB", 0), 1),
+    ],
+    "75_llamafactory_issue7781_rank5_weight_loading.txt": [
+        ("capacity", 4, 5, 5, nums("270.00 MiB", "23.65 GiB", "208.06 MiB", "22.87 GiB", "6.23 MiB"), 1),
+    ],
+    "76_meta_llama_issue918_v100_capacty_near_capacity.txt": [
+        ("fragmentation", 2, 3, None, nums("448.00 MiB", "15.77 GiB", "289.38 MiB", "14.66 GiB", "483.75 MiB"), 1),
+    ],
+    "77_mgfn_issue35_tiny_gpu_zero_free_capacty.txt": [
+        ("fragmentation", 2, 0, None, nums("1.70 GiB", "6.00 GiB", 0, "2.93 GiB", "2.30 GiB"), 1),
+    ],
+    "78_pytorch_issue35901_reserved_total_half_gpu_request.txt": [
+        ("fragmentation", 2, 0, None, nums("10.84 GiB", "23.65 GiB", "10.26 GiB", "1.06 GiB", b("12.53 GiB") - b("1.06 GiB")), 1),
+    ],
+    "79_sd_webui_replacer_issue74_capacty_request_above_gpu.txt": [
+        ("impossible-request", 2, 0, None, nums("27.12 GiB", "11.99 GiB", 0, "16.16 GiB", "144.59 MiB"), 1),
+    ],
+    "80_torchtune_issue1965_expandable_unsupported_warning.txt": [],  # a warning that matters only beside an OOM
+    "81_pytorch_issue20123_cudnn_alloc_failed_title.txt": [("cublas-oom", 2, None, None, NONE5, 1)],
+    "82_cntk_issue220_cudnn_failure_2_alloc_failed.txt": [("cublas-oom", 2, None, None, NONE5, 1)],
+    "83_gpt2_chinese_issue215_capacity_chinese_thread.txt": [
+        ("capacity", 2, 0, None, nums("384.00 MiB", "14.76 GiB", "259.75 MiB", "11.04 GiB", b("11.10 GiB") - b("11.04 GiB")), 1),
+    ],
+    # only the number list was pasted: no request, so the kind stays undecided (capacity + note)
+    "84_gpt2_chinese_issue215_comment_numbers_without_header.txt": [
+        ("capacity", 2, 0, None, nums(None, "15.75 GiB", "3.62 MiB", "79.11 MiB", b("86.00 MiB") - b("79.11 MiB")), 1),
+    ],
+    "85_llamafactory_issue4213_chinese_title_vram.txt": [("unrecognized-gpu-memory-error", 2, None, None, NONE5, 1)],
+    "86_tensorflow_faster_rcnn_issue110_resource_exhausted.txt": [("unrecognized-gpu-memory-error", 2, None, None, NONE5, 1)],
+    "87_vllm_issue39788_kimi_title_cuda_oom.txt": [("unrecognized-gpu-memory-error", 2, None, None, NONE5, 1)],
+    "88_deepspeed_issue3869_zero_inference_tiny_gpu.txt": [
+        ("fragmentation", 2, 0, None, nums("978.00 MiB", "4.00 GiB", 0, "1.68 GiB", b("2.72 GiB") - b("1.68 GiB")), 1),
+    ],
+    "89_llamafactory_issue7532_deepspeed_zero3_optimizer_step.txt": [
+        ("capacity", 3, 1, None, nums("3.39 GiB", "79.32 GiB", "2.40 GiB", "73.28 GiB", "1.59 GiB"), 1),
+    ],
+    "90_trl_issue3436_fsdp_trainer_fragmentation.txt": [
+        ("fragmentation", 2, 0, None, nums("388.00 MiB", "9.68 GiB", "95.75 MiB", "6.61 GiB", "2.57 GiB"), 1),
+    ],
+    "91_chatglm3_issue31_capacty_near_capacity_chinese.txt": [
+        ("fragmentation", 2, 0, None, nums("386.00 MiB", "22.02 GiB", "165.19 MiB", "21.13 GiB", "458.98 MiB"), 1),
+    ],
+    "92_nccl_issue844_rem_allocator_cuda_failure_oom.txt": [("nccl-oom", 4, 0, None, NONE5, 1)],
+    "93_npkit_issue37_nccl_calloc_repeated_two_devices.txt": [
+        ("nccl-oom", 2, 0, None, (1048576, None, None, None, None), 5),
+        ("nccl-oom", 10, 3, None, (1048576, None, None, None, None), 1),
+    ],
+    "94_nemo_rl_issue3793_ray_task_error_outofmemory.txt": [("unrecognized-gpu-memory-error", 2, None, None, NONE5, 1)],
+    # serving engines' own start-up checks: capacity, the quoted `raise` source line folds in
+    "95_vllm_issue10439_no_memory_for_cache_blocks.txt": [("capacity", 3, None, None, NONE5, 1)],
+    "96_vllm_issue10517_max_seq_len_larger_than_kv_cache.txt": [("capacity", 6, None, None, NONE5, 1)],
+    "97_vllm_issue25350_v1_kv_cache_needed_estimate.txt": [("capacity", 2, None, None, NONE5, 1)],
+    "98_sglang_issue4330_not_enough_memory_mem_fraction.txt": [("capacity", 2, None, None, NONE5, 1)],
+    # ROCm: PyTorch's HIP wording is the CUDA one with another name
+    "99_therock_issue1054_hip_request_above_reported_gpu.txt": [
+        ("impossible-request", 2, 0, None, nums("16.00 GiB", "15.24 GiB", "15.09 GiB", 0, 0), 1),
+    ],
+    # ComfyUI's "This error means you ran out of memory on your GPU." is advice, not a second failure
+    "100_comfyui_issue9529_hip_out_of_memory_hint_line.txt": [
+        ("capacity", 2, 0, None, nums("432.00 MiB", "15.92 GiB", "7.12 GiB", "8.08 GiB", "321.96 MiB"), 1),
+    ],
+    "101_therock_issue2118_hip_pytest_memory_fraction_cap.txt": [
+        ("fragmentation", 2, 0, None, nums("2.00 MiB", "287.98 GiB", "275.86 GiB", "1017.01 MiB", "54.99 MiB"), 1),
+    ],
+    # TensorRT-LLM's CUDA runtime check, around cudaMallocAsync or not
+    "102_tensorrt_llm_issue498_cudamallocasync_out_of_memory.txt": [("cuda-runtime-oom", 2, None, None, NONE5, 1)],
+    "103_tensorrt_llm_issue1060_runtime_error_in_error.txt": [("cuda-runtime-oom", 3, None, None, NONE5, 1)],
 }
 
 KEYS = ("requested_bytes", "total_bytes", "free_bytes", "allocated_bytes", "reserved_unallocated_bytes")
@@ -151,3 +277,203 @@ def test_thc_form_reports_unknown_not_guessed() -> None:
 def test_wrapped_exception_keeps_its_wrapper_in_evidence() -> None:
     (f,) = scan_sample(SAMPLES / "31_pytorch_issue111363_wrapped_exception_capacty.txt")
     assert "(OutOfMemoryError) CUDA out of memory" in f.evidence
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 11: the advice fits the stack the text names and the PyTorch release its wording dates.
+# file -> (framework, per finding: (release since, release before, expandable_segments status))
+# Releases come from the message wording alone (data/oom_evidence.yaml); None: open / unknown.
+ADVICE = {
+    "01_pytorch_pr99699_new_format_capacty.txt": (None, [("2.1", "2.2", "accepted")]),  # 'capacty' typo era
+    "03_transformers_issue3360_legacy.txt": (None, [("1.4", "2.1", "rejected")]),
+    "04_megatron_deepspeed_pr384_torch20_format_with_nccl_abort.txt": ("deepspeed", [("1.10", "2.1", "rejected")]),
+    "06_speechgpt_issue49_capacty_fsdp_a100_80g.txt": (None, [("2.1", "2.2", "accepted")]),
+    "07_framepack_issue369_huge_alloc_expandable.txt": (None, [("2.2", None, "accepted")]),
+    "08_mmed_rag_issue38_zero_bytes_free_wsl_or_shared.txt": (None, [("2.1", "2.2", "accepted")]),
+    "09_megatron_bridge_issue771_nccl_warn_cuda_failure_oom.txt": ("megatron", [(None, None, "unknown")] * 6),
+    "11_tensorrt_llm_issue1670_nccl_enqueue_oom_no_errno.txt": (None, [(None, None, "unknown")]),
+    "12_lmcache_issue3430_newest_docs_url_private_pools.txt": ("vllm", [("2.4", None, "accepted")]),
+    "14_slime_issue274_torch_memory_saver_cumemcreate_oom.txt": ("sglang", [(None, None, "unknown")]),
+    "15_megatron_bridge_issue2992_cpu_offload_pp_valueerror.txt": ("megatron", [(None, None, "unknown")]),
+    "16_megatron_lm_issue5474_nccl_graph_register_guard.txt": ("megatron", [(None, None, "unknown")]),
+    "18_bionemo_issue784_num_layers_pp_divisible.txt": ("megatron", [(None, None, "unknown")]),
+    "20_deepspeed_examples_issue323_cublas_alloc_failed.txt": ("deepspeed", [(None, None, "unknown")]),
+    "21_dense_matching_issue20_cublas_alloc_failed_with_frames.txt": (None, [(None, None, "unknown")]),
+    "22_nemo_speech_issue4982_cuda_error_out_of_memory.txt": (None, [(None, None, "unknown")]),
+    "24_moss_issue328_runtimeerror_cuda_error_oom_wsl.txt": (None, [(None, None, "unknown")]),
+    "25_comfyui_issue12366_cudaErrorMemoryAllocation_search_hint.txt": (None, [(None, None, "unknown")]),
+    "26_deepspeed_issue237_oldest_cached_format.txt": (None, [("1.0", "1.4", "ignored")]),  # 'cached' wording
+    "29_gpt4llm_issue16_a100_legacy_max_split.txt": (None, [("1.4", "2.1", "rejected")]),
+    "31_pytorch_issue111363_wrapped_exception_capacty.txt": (None, [("2.1", "2.2", "accepted")]),
+    "32_taggui_issue188_no_proc_info_truncated_doc.txt": (None, [("2.2", None, "accepted")]),
+    "33_megatron_lm_issue818_interleaved_rank_traceback.txt": ("megatron", []),
+    "34_pytorch_issue18853_cached_kib.txt": (None, [("1.0", "1.4", "ignored")]),
+    "35_pytorch_issue2187_pre10_thc_format.txt": (None, [(None, "1.0", "ignored")]),
+    "36_pytorch_pr13751_cached_format_origin.txt": (None, [("1.0", "1.4", "ignored")]),
+    "38_nccl_issue1235_alloc_h_calloc_oom_multinode.txt": (None, [(None, None, "unknown")]),
+    "40_nccl_nccl_unhandled_cuda_error_torch_side.txt": (None, []),
+    "43_alloc_conf_equals_instead_of_colon.txt": (None, [(None, None, "unknown")]),
+    "44_alloc_conf_deprecation_warning_29.txt": (None, [(None, None, "unknown")]),
+    "45_megatron_bridge_pr5884_num_layers_pp_inline_values.txt": ("megatron", [(None, None, "unknown")]),
+    "46_megatron_bridge_pr5893_vpp_inline_values.txt": ("megatron", [(None, None, "unknown")]),
+    "47_ms_swift_issue5737_megatron_arguments_pp_title.txt": ("megatron", [(None, None, "unknown")]),
+    "48_megatron_lm_ddp_config_nccl_ub_expandable_source.txt": ("megatron", [(None, None, "unknown")]),
+    "49_megatron_lm_issue525_v100_reserved_total_fragmentation.txt": (None, [("1.10", "2.1", "rejected")]),
+    "50_nemo_rl_issue2702_megatron_policy_worker_accelerator_error.txt": ("nemo-rl", [(None, None, "unknown")]),
+    "51_nemo_issue14288_vpp_microbatches_pp6_m3.txt": ("megatron", [(None, None, "unknown")]),
+    "52_nemo_rl_issue2814_vllm_refit_private_pools_colocated.txt": ("nemo-rl", [("2.4", None, "accepted")]),
+    "53_megatron_lm_issue92_legacy_vocab_logits_capacity.txt": ("megatron", [("1.4", "2.1", "rejected")]),
+    "54_nemo_speech_issue3493_placeholder_numbers_title.txt": (None, [(None, None, "unknown")]),
+    "55_kaito_issue976_vllm_engine_private_pools_process.txt": ("vllm", [("2.4", None, "accepted")]),
+    "56_vllm_pr12981_cumem_allocator_capital_error.txt": ("vllm", [(None, None, "unknown")]),
+    "57_lmm_r1_issue43_openrlhf_vllm_wake_up_cumem.txt": ("openrlhf", [(None, None, "unknown")]),
+    "58_verl_issue302_cumem_lowercase_title.txt": ("vllm", [(None, None, "unknown")]),
+    "59_vllm_issue19186_capture_end_cuda_graph_oom.txt": ("vllm", [(None, None, "unknown")]),
+    "60_sglang_issue5285_capture_cuda_graph_failed_truncated.txt": ("sglang", [(None, None, "unknown")]),
+    "61_verl_issue2828_fsdp_logprob_capacity.txt": ("verl", [("2.2", None, "accepted")]),
+    "62_toolrl_issue39_verl_ray_workerdict_softmax.txt": ("verl", [("2.2", None, "accepted")]),
+    "63_fireredtts2_issue17_two_processes_on_one_gpu.txt": (None, [("2.2", None, "accepted")]),
+    "64_trl_issue5750_pytest_summary_four_processes.txt": (None, [("2.2", None, "accepted"), (None, None, "unknown")]),
+    "65_mask2dit_issue4_dit_inference_near_capacity.txt": (None, [("2.2", None, "accepted")]),
+    "66_comfyui_issue4936_allocation_on_device_async_backend.txt": ("comfyui", [(None, None, "unknown")]),
+    "67_fitdit_comfyui_issue2_allocation_on_device.txt": ("comfyui", [(None, None, "unknown")]),
+    "68_sglang_issue14092_torch_memory_saver_resume_verl.txt": ("verl", [(None, None, "unknown")]),
+    "69_torch_memory_saver_issue99_cumemcreate_then_resume_error.txt": ("sglang", [(None, None, "unknown")]),
+    "70_torch_memory_saver_issue4_result_2_old_format.txt": ("sglang", [(None, None, "unknown")]),
+    "71_torch_memory_saver_issue35_result_1_not_memory.txt": ("sglang", []),
+    "72_openrlhf_issue911_ray_host_memory_not_gpu.txt": ("openrlhf", []),
+    "73_vllm_issue23230_engine_log_no_exception_class.txt": ("vllm", [("2.2", None, "accepted")]),
+    "74_vllm_issue636_v012_reserved_total.txt": ("vllm", [("1.10", "2.1", "rejected")]),
+    "75_llamafactory_issue7781_rank5_weight_loading.txt": ("hf-trainer", [("2.2", None, "accepted")]),
+    "76_meta_llama_issue918_v100_capacty_near_capacity.txt": (None, [("2.1", "2.2", "accepted")]),
+    "77_mgfn_issue35_tiny_gpu_zero_free_capacty.txt": (None, [("2.1", "2.2", "accepted")]),
+    "78_pytorch_issue35901_reserved_total_half_gpu_request.txt": (None, [("1.4", "2.1", "rejected")]),
+    "79_sd_webui_replacer_issue74_capacty_request_above_gpu.txt": (None, [("2.1", "2.2", "accepted")]),
+    "80_torchtune_issue1965_expandable_unsupported_warning.txt": ("torchrun", []),
+    "81_pytorch_issue20123_cudnn_alloc_failed_title.txt": (None, [(None, None, "unknown")]),
+    "82_cntk_issue220_cudnn_failure_2_alloc_failed.txt": (None, [(None, None, "unknown")]),
+    "83_gpt2_chinese_issue215_capacity_chinese_thread.txt": (None, [("1.4", "2.1", "rejected")]),
+    "84_gpt2_chinese_issue215_comment_numbers_without_header.txt": (None, [("1.4", "2.1", "rejected")]),
+    "85_llamafactory_issue4213_chinese_title_vram.txt": (None, [(None, None, "unknown")]),
+    "86_tensorflow_faster_rcnn_issue110_resource_exhausted.txt": (None, [(None, None, "unknown")]),
+    "87_vllm_issue39788_kimi_title_cuda_oom.txt": (None, [(None, None, "unknown")]),
+    "88_deepspeed_issue3869_zero_inference_tiny_gpu.txt": ("deepspeed", [("1.10", "2.1", "rejected")]),
+    "89_llamafactory_issue7532_deepspeed_zero3_optimizer_step.txt": ("deepspeed", [("2.2", None, "accepted")]),
+    "90_trl_issue3436_fsdp_trainer_fragmentation.txt": ("hf-trainer", [("2.2", None, "accepted")]),
+    "91_chatglm3_issue31_capacty_near_capacity_chinese.txt": (None, [("2.1", "2.2", "accepted")]),
+    "92_nccl_issue844_rem_allocator_cuda_failure_oom.txt": (None, [(None, None, "unknown")]),
+    "93_npkit_issue37_nccl_calloc_repeated_two_devices.txt": (None, [(None, None, "unknown")] * 2),
+    "94_nemo_rl_issue3793_ray_task_error_outofmemory.txt": ("nemo-rl", [(None, None, "unknown")]),
+    "95_vllm_issue10439_no_memory_for_cache_blocks.txt": ("vllm", [(None, None, "unknown")]),
+    "96_vllm_issue10517_max_seq_len_larger_than_kv_cache.txt": ("vllm", [(None, None, "unknown")]),
+    "97_vllm_issue25350_v1_kv_cache_needed_estimate.txt": ("vllm", [(None, None, "unknown")]),
+    "98_sglang_issue4330_not_enough_memory_mem_fraction.txt": ("sglang", [(None, None, "unknown")]),
+    "99_therock_issue1054_hip_request_above_reported_gpu.txt": (None, [("2.2", None, "accepted")]),
+    "100_comfyui_issue9529_hip_out_of_memory_hint_line.txt": ("comfyui", [("2.2", None, "accepted")]),
+    "101_therock_issue2118_hip_pytest_memory_fraction_cap.txt": (None, [("2.4", None, "accepted")]),
+    "102_tensorrt_llm_issue498_cudamallocasync_out_of_memory.txt": ("tensorrt-llm", [(None, None, "unknown")]),
+    "103_tensorrt_llm_issue1060_runtime_error_in_error.txt": ("tensorrt-llm", [(None, None, "unknown")]),
+}
+
+
+def test_rocm_advice_names_the_hip_variable_and_the_cap() -> None:
+    (f,) = report_for("101_therock_issue2118_hip_pytest_memory_fraction_cap.txt")["findings"]
+    assert f["details"]["allowed_bytes"] == b("1.05 GiB")
+    assert f["advice"][0].startswith("Raise or remove the per-process memory fraction")
+    assert "memory-fraction-cap" in {n["code"] for n in f["evidence_notes"]}
+    assert "export PYTORCH_HIP_ALLOC_CONF=expandable_segments:True" in " ".join(f["advice"])
+
+
+@pytest.mark.parametrize(
+    "name, details, first_action",
+    [
+        ("96_vllm_issue10517_max_seq_len_larger_than_kv_cache.txt", {"max_model_len": 29000, "kv_cache_tokens": 23648}, "lower --max-model-len"),
+        ("97_vllm_issue25350_v1_kv_cache_needed_estimate.txt", {"max_model_len": 221000, "estimated_max_model_len": 122080}, "lower --max-model-len"),
+        ("95_vllm_issue10439_no_memory_for_cache_blocks.txt", {}, "--gpu-memory-utilization: raise it"),
+        ("98_sglang_issue4330_not_enough_memory_mem_fraction.txt", {}, "at start-up raise it"),
+    ],
+)
+def test_engine_start_up_checks_keep_their_direction(name: str, details: dict, first_action: str) -> None:
+    # the generic serving advice says *lower* the memory share; these checks need the opposite
+    (f,) = report_for(name)["findings"]
+    assert f.get("details", {}) == details
+    assert first_action in f["advice"][0] and len(f["advice"]) == 1
+    assert f["confidence"]["level"] == "high"
+
+# The knob each stack's capacity advice must name (data/frameworks.yaml), so a vLLM user is
+# never told to run plan_memory.py and a Megatron user never told about --gpu-memory-utilization.
+CAPACITY_KNOB = {
+    "megatron": "plan_memory.py",
+    "vllm": "--gpu-memory-utilization",
+    "sglang": "--mem-fraction-static",
+    "verl": "gpu_memory_utilization",
+    "openrlhf": "--vllm_gpu_memory_utilization",
+    "nemo-rl": "gpu_memory_utilization",
+    "tensorrt-llm": "free_gpu_memory_fraction",
+    "deepspeed": "ZeRO",
+    "fsdp": "FULL_SHARD",
+    "hf-trainer": "per_device_train_batch_size",
+    "comfyui": "--lowvram",
+    "diffusers": "enable_model_cpu_offload",
+    "torchrun": "gradient accumulation",
+    None: "batch",
+}
+
+
+def report_for(name: str, torch_version=None) -> dict:
+    """The full report (framework, release, advice) of one sample, its source line left out."""
+    from memtune.diagnosis_table import load_rows
+    from memtune.oom_report import build_report
+    from memtune.oom_scan import Scanner
+
+    lines = (SAMPLES / name).read_text(encoding="utf-8").splitlines()
+    scanner = Scanner(load_patterns(), name)
+    for n, line in numbered("\n".join(lines[1:]), first_line=2):
+        scanner.feed(n, line)
+    found = scanner.finish()
+    return build_report(
+        found,
+        load_rows(),
+        load_patterns(),
+        [name],
+        {},
+        framework_hits={name: scanner.framework_hits},
+        torch_version=torch_version,
+        hints_seen={name: sorted(scanner.hint_lines)},
+    )
+
+
+def test_every_sample_has_an_advice_expectation() -> None:
+    assert set(ADVICE) == set(EXPECTED)
+
+
+@pytest.mark.parametrize("name", sorted(ADVICE))
+def test_sample_framework_and_release(name: str) -> None:
+    rep = report_for(name)
+    framework, releases = ADVICE[name]
+    assert rep["frameworks"][name]["name"] == framework
+    got = [(f["torch"]["since"], f["torch"]["before"], f["torch"]["expandable_segments"]) for f in rep["findings"]]
+    # findings are reported most important first; compare in file order
+    order = sorted(range(len(rep["findings"])), key=lambda i: rep["findings"][i]["line"])
+    assert [got[i] for i in order] == releases
+
+
+@pytest.mark.parametrize("name", sorted(ADVICE))
+def test_sample_advice_fits_release_and_stack(name: str) -> None:
+    rep = report_for(name)
+    fw = rep["frameworks"][name]
+    for f in rep["findings"]:
+        advice = " ".join(f["advice"])
+        status = f["torch"]["expandable_segments"]
+        if status in ("rejected", "ignored", "ignored-on-platform"):
+            # never the setting this release rejects or ignores; say what works there
+            assert "expandable_segments:True" not in advice
+            assert "upgrade" in advice or "max_split_size_mb" in advice or f["kind"] != "fragmentation"
+        if f["kind"] == "fragmentation" and status == "accepted":
+            assert "expandable_segments:True" in advice
+        if f["kind"] == "capacity" and not (f.get("note") or "").startswith("fragmentation vs capacity undecided"):
+            assert CAPACITY_KNOB[fw["name"]] in advice, (fw["name"], advice)
+        if fw["name"] is not None and not fw["in_megatron"] and f["kind"] in ("fragmentation", "capacity"):
+            assert "plan_memory.py" not in advice
+            assert "outside-megatron" in {n["code"] for n in f["evidence_notes"]}
+        assert f["confidence"]["level"] in ("high", "medium", "low") and f["confidence"]["why"]

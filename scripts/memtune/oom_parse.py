@@ -155,6 +155,37 @@ def parse_allocator_message(text: str) -> AllocatorNumbers:
     )
 
 
+_PROCESS = re.compile(r"Process\s+\d+\s+has\s+" + SIZE + r"\s+memory in use")
+_THIS_PROCESS = re.compile(r"this process has\s+" + SIZE + r"\s+memory in use")
+_PRIVATE_POOLS = re.compile(r"with\s+" + SIZE + r"\s+allocated in private pools")
+_ALLOWED = re.compile(r"is free\.\s+" + SIZE + r"\s+allowed;")
+
+
+def breakdown(text: str) -> dict[str, int]:
+    """What the 2.1+ message adds besides the five numbers, in bytes (only keys it states).
+
+    ``other_processes``: how many "Process N has X memory in use" entries (NVML's view of
+    the GPU; in a container the current process can appear here too, because PIDs are
+    namespaced); ``private_pools_bytes``: memory held by CUDA-graph pools (2.4+);
+    ``allowed_bytes``: the cap a per-process memory fraction puts on this process.
+    """
+    out: dict[str, int] = {}
+    procs = _PROCESS.findall(text)
+    if procs:
+        out["other_processes"] = len(procs)
+        out["other_processes_bytes"] = sum(size_to_bytes(v, u) for v, u in procs)
+    this = _THIS_PROCESS.search(text)
+    if this:
+        out["this_process_bytes"] = size_to_bytes(this.group(1), this.group(2))
+    pools = _PRIVATE_POOLS.search(text)
+    if pools:
+        out["private_pools_bytes"] = size_to_bytes(pools.group(1), pools.group(2))
+    allowed = _ALLOWED.search(text)
+    if allowed:  # a per-process memory fraction caps this process below the GPU size
+        out["allowed_bytes"] = size_to_bytes(allowed.group(1), allowed.group(2))
+    return out
+
+
 @dataclass(frozen=True)
 class Verdict:
     kind: str

@@ -21,15 +21,36 @@ ALLOCATOR_KINDS = ("fragmentation", "capacity", "impossible-request")
 
 @dataclass(frozen=True)
 class Detector:
-    """One line-level test: ``kind`` is None for the allocator family (decided by numbers)."""
+    """One line-level test: ``kind`` is None for the allocator family (decided by numbers).
+
+    ``requires`` / ``unless`` are second regexes the line must / must not match: kept
+    separate from ``regex`` so that each is one linear scan (no look-around over the whole
+    line).  ``fold_lines``: a hit this close after the previous finding of the same kind and
+    source is the same failure printing another line (see memtune.oom_scan).
+    """
 
     kind: str | None
     regex: re.Pattern[str]
     numbers: re.Pattern[str] | None = None
+    requires: re.Pattern[str] | None = None
+    unless: re.Pattern[str] | None = None
+    note: str | None = None
+    note_is_advice: bool = False
+    fold_lines: int = 0
 
     @property
     def is_allocator(self) -> bool:
         return self.kind is None
+
+    def search(self, text: str) -> re.Match[str] | None:
+        m = self.regex.search(text)
+        if m is None:
+            return None
+        if self.requires is not None and self.requires.search(text) is None:
+            return None
+        if self.unless is not None and self.unless.search(text) is not None:
+            return None
+        return m
 
 
 @dataclass(frozen=True)
@@ -55,7 +76,7 @@ class PatternSet:
 
     def detect(self, text: str) -> tuple[Detector, re.Match[str]] | None:
         for det in self.detectors:
-            m = det.regex.search(text)
+            m = det.search(text)
             if m:
                 return det, m
         return None
@@ -82,6 +103,28 @@ class PatternError(ValueError):
     """The pattern file is malformed (a packaging bug, reported with the file name)."""
 
 
+def minimal_triggers(literals: tuple[bytes, ...]) -> tuple[bytes, ...]:
+    """The literals without those that contain another one (first-seen order kept).
+
+    A line holding "[torch_memory_saver.cpp]" also holds "torch_memory_saver", so the longer
+    literal selects no extra line: dropping it keeps the prefilter's output identical and
+    saves one pass over the log per dropped literal.
+    """
+    unique = list(dict.fromkeys(literals))
+    return tuple(t for t in unique if not any(o != t and o in t for o in unique))
+
+
+def _optional_regex(text: object) -> re.Pattern[str] | None:
+    return re.compile(str(text)) if text else None
+
+
+def context_literals() -> list[str]:
+    """Framework signals and evidence-hint literals (their own data files), as triggers."""
+    from memtune import frameworks, oom_evidence  # noqa: PLC0415 - data modules, no cycle
+
+    return [*frameworks.load_frameworks().literals(), *oom_evidence.load_evidence().hint_literals()]
+
+
 def _load_yaml(path: Path) -> dict:
     doc = load_data_yaml(path)
     if not isinstance(doc, dict):
@@ -101,9 +144,17 @@ def load_patterns(path: Path = PATTERNS_FILE) -> PatternSet:
             kind = entry.get("kind")
             if kind is None and entry.get("family") != "allocator":
                 raise PatternError(f"{path}: detector {entry!r} needs `kind` or `family: allocator`")
-            numbers = entry.get("numbers")
             detectors.append(
-                Detector(kind=kind, regex=re.compile(entry["regex"]), numbers=re.compile(numbers) if numbers else None)
+                Detector(
+                    kind=kind,
+                    regex=re.compile(entry["regex"]),
+                    numbers=_optional_regex(entry.get("numbers")),
+                    requires=_optional_regex(entry.get("requires")),
+                    unless=_optional_regex(entry.get("unless")),
+                    note=str(entry["note"]) if entry.get("note") else None,
+                    note_is_advice=bool(entry.get("note_is_advice", False)),
+                    fold_lines=int(entry.get("fold_lines") or 0),
+                )
             )
         kinds = {}
         for name, info in doc["kinds"].items():
@@ -121,6 +172,10 @@ def load_patterns(path: Path = PATTERNS_FILE) -> PatternSet:
         raise PatternError(f"{path}: detectors and kinds disagree: {sorted(named ^ set(kinds))}")
     if not all(any(w.find(t) != -1 for t in triggers) for w in window_triggers):
         raise PatternError(f"{path}: every window trigger must contain a trigger")
+    # Lines that name the framework or carry a hint are read too (data/frameworks.yaml,
+    # data/oom_evidence.yaml): one trigger list, so every search path sees the same lines.
+    extra = [lit.encode("utf-8") for lit in context_literals()]
+    triggers = minimal_triggers(triggers + tuple(extra))
     return PatternSet(
         triggers=triggers, window_triggers=window_triggers, detectors=tuple(detectors), context=context, kinds=kinds
     )

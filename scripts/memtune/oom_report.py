@@ -11,10 +11,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from memtune import oom_advice
 from memtune.diagnosis_table import Row, row_for_kind
+from memtune.frameworks import Framework, FrameworkHits, load_frameworks
+from memtune.oom_evidence import load_evidence
 from memtune.oom_parse import format_bytes
 from memtune.oom_patterns import PatternSet
 from memtune.oom_scan import Finding
+from memtune.torch_era import TorchRange
 
 NO_FINDING = "no memory-related failure found"
 WARNING_KINDS = frozenset({"alloc-conf-deprecated"})
@@ -64,8 +68,26 @@ def next_step(f: Finding, patterns: PatternSet, facts: dict[str, int], total_byt
 
 
 def finding_json(
-    f: Finding, row: Row, patterns: PatternSet, facts: dict[str, int] | None = None, total_bytes: int | None = None
+    f: Finding,
+    row: Row,
+    patterns: PatternSet,
+    facts: dict[str, int] | None = None,
+    total_bytes: int | None = None,
+    framework: Framework | None = None,
+    torch_version: TorchRange | None = None,
 ) -> dict[str, Any]:
+    fw = framework or load_frameworks().default
+    rng = torch_version or f.torch or TorchRange()
+    step = next_step(f, patterns, facts or {}, total_bytes)
+    verdict = oom_advice.judge(f, fw, load_evidence(), rng, step)
+    applies = table_fix_applies(f, fw, verdict.torch["expandable_segments"])
+    if applies is False and verdict.actions:
+        # The table's generic fix (expandable segments, plan_memory.py) does not fit this
+        # release or stack: the next step is the fitted action instead.
+        step = verdict.actions[0]
+        if f.kind == "fragmentation":
+            version = verdict.torch["version"] or "X.Y"
+            step = f"python3 scripts/check_env.py --env --torch-version {version} (judges the allocator setting for this release); then: {step}"
     doc: dict[str, Any] = {
         "kind": f.kind,
         "cause": row.cause_md,
@@ -83,7 +105,13 @@ def finding_json(
         "source": f.source,
         "numbers": dict(f.numbers),
         "occurrences": f.occurrences,
-        "next_step": next_step(f, patterns, facts or {}, total_bytes),
+        "next_step": step,
+        "table_fix_applies": applies,
+        "framework": fw.name,
+        "advice": list(verdict.actions),
+        "evidence_notes": [{"code": n.code, "text": n.text} for n in verdict.notes],
+        "confidence": {"level": verdict.confidence, "why": verdict.confidence_why},
+        "torch": verdict.torch,
     }
     if f.details:
         doc["details"] = dict(f.details)
@@ -114,25 +142,64 @@ def summarize(ordered: list[Finding]) -> dict[str, Any]:
     }
 
 
+def table_fix_applies(f: Finding, fw: Framework, expandable: str) -> bool | None:
+    """Does the Failure Diagnosis row's Fix cell fit this run (None: cannot tell)?
+
+    The row is written for Megatron on a current PyTorch: expandable segments for
+    fragmentation, plan_memory.py for capacity.
+    """
+    if f.kind == "fragmentation":
+        return expandable in ("accepted", "unknown")
+    if f.kind == "capacity":
+        if fw.in_megatron:
+            return True
+        return None if fw.name is None else False
+    return True
+
+
+def decide_frameworks(findings: list[Finding], hits: dict[str, FrameworkHits], inputs: list[str]) -> dict[str, tuple]:
+    """Per input: (Framework, matched signals, reason)."""
+    fws = load_frameworks()
+    out = {}
+    for name in inputs:
+        kinds = {f.kind for f in findings if f.file == name}
+        out[name] = fws.decide(hits.get(name) or FrameworkHits(), kinds)
+    return out
+
+
 def build_report(
     findings: list[Finding],
     rows: list[Row],
     patterns: PatternSet,
     inputs: list[str],
     facts: dict[str, dict[str, int]] | None = None,
+    framework_hits: dict[str, FrameworkHits] | None = None,
+    torch_version: TorchRange | None = None,
+    hints_seen: dict[str, list[str]] | None = None,
 ) -> dict[str, Any]:
     facts = facts or {}
     ordered = order_findings(findings, patterns)
     table = {kind: row_for_kind(rows, kind, info.table_key) for kind, info in patterns.kinds.items()}
     # The GPU size any allocator message of the same file printed (all ranks share a type).
     totals = {f.file: f.numbers["total_bytes"] for f in reversed(ordered) if f.numbers.get("total_bytes")}
+    frameworks = decide_frameworks(ordered, framework_hits or {}, inputs)
     return {
         "findings": [
-            finding_json(f, table[f.kind], patterns, facts.get(f.file), f.numbers.get("total_bytes") or totals.get(f.file))
+            finding_json(
+                f,
+                table[f.kind],
+                patterns,
+                facts.get(f.file),
+                f.numbers.get("total_bytes") or totals.get(f.file),
+                frameworks[f.file][0] if f.file in frameworks else None,
+                torch_version,
+            )
             for f in ordered
         ],
         "summary": summarize(ordered),
         "run": facts,
+        "frameworks": {name: fw.as_json(matched, why) for name, (fw, matched, why) in frameworks.items()},
+        "hints": {name: found for name, found in (hints_seen or {}).items() if found},
         "inputs": inputs,
         "message": None if ordered else NO_FINDING,
     }
@@ -174,6 +241,10 @@ def render_text(report: dict[str, Any]) -> str:
     for name, facts in report.get("run", {}).items():
         layout = ", ".join(f"{k.upper() if k != 'gpus' else 'GPUs'} {v}" for k, v in facts.items())
         lines.append(f"run layout printed in {name}: {layout}")
+    for name, fw in report.get("frameworks", {}).items():
+        seen = f" (signals: {', '.join(fw['matched'])})" if fw["matched"] else f" ({fw['reason']})"
+        where = "Megatron" if fw["in_megatron"] else "outside Megatron"
+        lines.append(f"framework in {name}: {fw['label']}{seen}; {where}")
     for i, f in enumerate(findings, 1):
         where = f"{f['file']}:{f['line']}" + (f"-{f['line_end']}" if f.get("line_end") else "")
         who = f["source"] + (f", GPU {f['device']}" if f["device"] is not None and "GPU" not in f["source"] else "")
@@ -190,8 +261,19 @@ def render_text(report: dict[str, Any]) -> str:
             lines.append(f"    note:     {f['note']}")
         lines.append(f"    cause:    {f['cause']}")
         lines.append(f"    confirm:  {f['confirm']}")
-        lines.append(f"    fix:      {f['fix']}")
+        fit = "" if f.get("table_fix_applies") is not False else "(does not fit this run, see do 1) "
+        lines.append(f"    fix:      {fit}{f['fix']}")
         lines.append(f"    next:     {f['next_step']}")
+        for j, action in enumerate(f.get("advice") or (), 1):
+            lines.append(f"    do {j}:     {action}")
+        for note in f.get("evidence_notes") or ():
+            lines.append(f"    fact:     [{note['code']}] {note['text']}")
+        t = f.get("torch")
+        if t and (t["source"] != "unknown" or f["kind"] in ("fragmentation", "capacity")):
+            lines.append(f"    pytorch:  {t['range']} ({t['source']}); expandable_segments {t['expandable_segments']}")
+        c = f.get("confidence")
+        if c:
+            lines.append(f"    confidence: {c['level']} — {c['why']}")
     return "\n".join(lines) + "\n"
 
 

@@ -12,16 +12,25 @@ same NCCL warning per channel) fold into one finding with an occurrence count, s
 from __future__ import annotations
 
 import re
+from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Iterable, Iterator
 
-from memtune import oom_parse
+from memtune import oom_parse, torch_era
+from memtune.frameworks import FrameworkHits, FrameworkSet, load_frameworks
 from memtune.log_reader import WINDOW_LINES, LinePrefix, nccl_origin, strip_prefixes
-from memtune.oom_patterns import PatternSet
+from memtune.oom_evidence import Evidence, load_evidence
+from memtune.oom_patterns import Detector, PatternSet
+from memtune.torch_era import TorchRange
 
 MAX_MESSAGE_LINES = 10  # an allocator message never spans more lines than this
 EVIDENCE_CHARS = 600
-_OOM_START = re.compile(r"CUDA out of memory|cuda runtime error \(2\) : out of memory")
+_OOM_START = re.compile(
+    r"(?:CUDA|HIP) out of memory|cuda runtime error \(2\) : out of memory|Tried to allocate|\(GPU \d+; [\d.]+ ?[KMGT]?i?B total capacity"
+)
+# Ray folds repeats of a line into one with this suffix; the failure is still the same one.
+_RAY_REPEAT = re.compile(r"\s*\[repeated (\d+)x across cluster\]")
+RECENT_HINT_LINES = 8  # per hint kind: the latest lines seen, to place a failure that follows them
 _CALLOC = re.compile(r"Failed to CUDA calloc (\d+) bytes")
 _EXC_NAME = re.compile(r"[\w.]*(?:Error|Exception|Wrapper)\)?:?\s*\(?\w*\)?\s*$")
 _NEW_STATEMENT = re.compile(r"^(?:Traceback |\s*File \"|frame #\d|Exception raised from )")
@@ -44,6 +53,9 @@ class Finding:
     line_end: int | None = None
     occurrences: int = 1
     note: str | None = None
+    hints: tuple[str, ...] = ()  # evidence lines near this failure (data/oom_evidence.yaml)
+    note_is_advice: bool = False  # the note is the engine's own fix (replaces generic advice)
+    torch: TorchRange | None = None  # releases whose message wording this is (allocator OOMs)
 
     @property
     def source(self) -> str:
@@ -65,7 +77,7 @@ class Finding:
 
 
 def _strip_digits(text: str) -> str:
-    return re.sub(r"\d+", "#", text)
+    return re.sub(r"\d+", "#", _RAY_REPEAT.sub("", text))
 
 
 def empty_numbers() -> dict[str, int | None]:
@@ -87,9 +99,19 @@ class _Pending:
 class Scanner:
     """Stateful line consumer; call :meth:`feed` per candidate line, then :meth:`finish`."""
 
-    def __init__(self, patterns: PatternSet, file: str) -> None:
+    def __init__(
+        self,
+        patterns: PatternSet,
+        file: str,
+        frameworks: FrameworkSet | None = None,
+        evidence: Evidence | None = None,
+    ) -> None:
         self.patterns = patterns
         self.file = file
+        self.frameworks = frameworks or load_frameworks()
+        self.evidence = evidence or load_evidence()
+        self.framework_hits = FrameworkHits()
+        self.hint_lines: dict[str, deque[int]] = {}  # hint name -> latest line numbers seen
         self.pending: dict[str, _Pending] = {}
         self.findings: list[Finding] = []
         self._index: dict[tuple, int] = {}  # dedupe key -> position in findings
@@ -107,6 +129,8 @@ class Scanner:
         key = prefix.stream_key
         triggered = self.patterns.has_trigger(body)
         detected = self.patterns.detect(body) if triggered else None
+        if triggered:
+            self._observe_context(line_no, text)
 
         pend = self.pending.get(key)
         if pend is not None and detected is None:
@@ -134,11 +158,32 @@ class Scanner:
             else:
                 self.pending[key] = pend
             return
-        self._emit_simple(det.kind, det.numbers, body, prefix, line_no)
+        self._emit_simple(det, body, prefix, line_no)
 
     def finish(self) -> list[Finding]:
         self._flush_all()
+        # hints that apply wherever they are in the input (a platform warning at start-up)
+        anywhere = tuple(h.name for h in self.evidence.hints if h.within_lines_before is None and h.name in self.hint_lines)
+        if anywhere:
+            self.findings = [replace(f, hints=tuple(dict.fromkeys(f.hints + anywhere))) for f in self.findings]
         return self.findings
+
+    # -- context: framework signals and evidence hints (not failures themselves)
+    def _observe_context(self, line_no: int, text: str) -> None:
+        self.frameworks.observe(text, self.framework_hits)
+        for name in self.evidence.hints_in(text):
+            self.hint_lines.setdefault(name, deque(maxlen=RECENT_HINT_LINES)).append(line_no)
+
+    def _near_hints(self, f: Finding) -> tuple[str, ...]:
+        """Hints seen shortly before (or inside) this failure: a traceback frame above it."""
+        end = f.line_end or f.line
+        names = []
+        for hint in self.evidence.hints:
+            window = hint.within_lines_before
+            lines = self.hint_lines.get(hint.name)
+            if window is not None and lines and any(f.line - window <= ln <= end for ln in lines):
+                names.append(hint.name)
+        return tuple(names)
 
     # -- helpers
     def _continues(self, pend: _Pending, body: str, line_no: int) -> bool:
@@ -172,11 +217,16 @@ class Scanner:
                 host=pend.prefix.host,
                 device=nums.device,
                 numbers=nums.as_json(),
+                details=oom_parse.breakdown(text),
                 note=verdict.note,
+                torch=torch_era.infer(text, self.evidence),
             )
         )
 
-    def _emit_simple(self, kind: str, numbers_rx: re.Pattern[str] | None, body: str, prefix: LinePrefix, line_no: int) -> None:
+    def _emit_simple(self, det: Detector, body: str, prefix: LinePrefix, line_no: int) -> None:
+        kind, numbers_rx = str(det.kind), det.numbers
+        if det.fold_lines and self._fold(kind, prefix, line_no, det.fold_lines, body):
+            return
         numbers = empty_numbers()
         details: dict[str, int] = {}
         origin = nccl_origin(body) if kind == "nccl-oom" else None
@@ -187,7 +237,8 @@ class Scanner:
         if numbers_rx is not None:
             m = numbers_rx.search(body)
             if m:
-                details = {k.removesuffix("_b"): int(v) for k, v in m.groupdict().items() if v is not None}
+                # one-letter suffixes (_b, _c) let regex alternatives reuse a group name
+                details = {re.sub(r"_[b-z]$", "", k): int(v) for k, v in m.groupdict().items() if v is not None}
         calloc = _CALLOC.search(body) if kind == "nccl-oom" else None
         if calloc:
             numbers["requested_bytes"] = int(calloc.group(1))
@@ -220,10 +271,30 @@ class Scanner:
                 device=device,
                 numbers=numbers,
                 details=details,
+                note=det.note,
+                note_is_advice=det.note_is_advice,
             )
         )
 
+    def _fold(self, kind: str, prefix: LinePrefix, line_no: int, window: int, body: str) -> bool:
+        """Merge into the previous finding of ``kind`` from the same source if it is close."""
+        for i in range(len(self.findings) - 1, max(-1, len(self.findings) - 4), -1):
+            prev = self.findings[i]
+            if prev.kind != kind or prev.file != self.file or prev.rank != prefix.rank or prev.host != prefix.host:
+                continue
+            if line_no - (prev.line_end or prev.line) > window:
+                return False
+            said = {_strip_digits(part.strip()) for part in prev.evidence.split(" | ")}
+            if _strip_digits(body.strip()) in said:
+                return False  # the same line again: a repeat (counted by _add), not a continuation
+            self._index.pop(prev.dedupe_key(), None)
+            self.findings[i] = replace(prev, line_end=line_no, evidence=_clip(prev.evidence + " | " + body.strip()))
+            self._index.setdefault(self.findings[i].dedupe_key(), i)
+            return True
+        return False
+
     def _add(self, finding: Finding) -> None:
+        finding = replace(finding, hints=self._near_hints(finding))
         # A dict, not a scan of the list: a long log can hold thousands of distinct findings.
         key = finding.dedupe_key()
         i = self._index.get(key)

@@ -18,18 +18,24 @@ training log and answer with the matching row of SKILL.md's Failure Diagnosis ta
 For a PyTorch allocator OOM it extracts the request, GPU total, free, allocated and
 reserved-but-unallocated bytes and decides: fragmentation (the idle reserve could have
 served the request: enable expandable segments), capacity (plan a memory change) or
-impossible-request (larger than the GPU: a shape bug).  It also recognises NCCL, cuBLAS
-and CUDA-driver OOMs, Megatron config errors (CPU offloading + PP, NCCL UB + expandable
-segments, CUDA graphs without NCCL_GRAPH_REGISTER=0, VPP/PP divisibility, VPP micro-batch
-range) and allocator-config errors.  Each finding says where (file:line, rank, GPU), the
-cause, how to confirm, the fix and which helper to run next; a summary says how many
-ranks failed, the worst one, and whether they all failed the same way."""
+impossible-request (larger than the GPU: a shape bug).  It also recognises NCCL, cuBLAS,
+cuDNN and CUDA-driver OOMs (vLLM's sleep allocator, torch_memory_saver), Megatron config
+errors (CPU offloading + PP, NCCL UB + expandable segments, CUDA graphs without
+NCCL_GRAPH_REGISTER=0, VPP/PP divisibility, VPP micro-batch range) and allocator-config
+errors.  Each finding says where (file:line, rank, GPU), the
+cause, how to confirm, the fix and which helper to run next, then ranked actions that fit
+the stack named in the text (Megatron, DeepSpeed, FSDP, vLLM, SGLang, verl, OpenRLHF,
+ComfyUI, ...) and the PyTorch release its wording dates (expandable_segments is never
+offered to a release that rejects it), evidence notes and a confidence; a summary says how
+many ranks failed, the worst one, and whether they all failed the same way.  A GPU memory
+failure in a wording no rule knows is still reported (unrecognized-gpu-memory-error)."""
 
 EPILOG = """\
 examples:
   python3 scripts/diagnose.py train.log
   python3 scripts/diagnose.py logs/rank*.log.gz --json
   pbpaste | python3 scripts/diagnose.py -
+  python3 scripts/diagnose.py err.txt --torch-version 2.0.1
   python3 scripts/diagnose.py --symptom "OOM on one rank only"
 
 exit codes: 0 ran (findings or "no memory-related failure found"); 2 bad input
@@ -42,6 +48,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON document (DESIGN.md §3 findings + summary)")
     parser.add_argument("--symptom", metavar="TEXT", help="look a symptom up in the Failure Diagnosis table (fuzzy, ranked)")
     parser.add_argument("--limit", type=int, default=3, metavar="N", help="rows to show for --symptom (default 3)")
+    parser.add_argument(
+        "--torch-version",
+        metavar="X.Y[.Z]",
+        help="the PyTorch that printed the log; overrides the release inferred from the message wording "
+        "(decides whether expandable_segments is offered)",
+    )
     args = parser.parse_args(argv)
 
     if args.symptom is None and not args.inputs:
@@ -50,6 +62,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise InputError("use either log FILE(s) or --symptom, not both")
     if args.limit < 1:
         raise InputError(f"--limit must be at least 1, got {args.limit}")
+    torch_range = None
+    if args.torch_version is not None:
+        from memtune import torch_era
+
+        torch_range = torch_era.exact(args.torch_version)
 
     from memtune import diagnosis_table, oom_report
 
@@ -82,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.inputs.count("-") > 1:
         raise InputError("- (standard input) can be given only once")
-    report = diagnose_sources(args.inputs, rows)
+    report = diagnose_sources(args.inputs, rows, torch_version=torch_range)
     if args.json:
         print_json(report)
     else:

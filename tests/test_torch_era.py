@@ -1,0 +1,76 @@
+"""Which PyTorch printed a message, and what that release does with the allocator settings."""
+
+from __future__ import annotations
+
+import pytest
+
+from memtune import torch_era
+from memtune.cli import InputError
+from memtune.oom_evidence import load_evidence
+
+EV = load_evidence()
+
+NEW_21 = (
+    "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.70 GiB. GPU 0 has a total capacty of 6.00 GiB "
+    "of which 0 bytes is free. If reserved but unallocated memory is large try setting max_split_size_mb to avoid fragmentation."
+)
+OLD_110 = (
+    "RuntimeError: CUDA out of memory. Tried to allocate 12.00 MiB (GPU 0; 23.70 GiB total capacity; 1.10 GiB already allocated; "
+    "10.56 MiB free; 1.18 GiB reserved in total by PyTorch) If reserved memory is >> allocated memory try setting max_split_size_mb"
+)
+CACHED = "RuntimeError: CUDA out of memory. Tried to allocate 16.00 GiB (GPU 0; 11.93 GiB total capacity; 179.00 KiB cached)"
+POOLS = "Of the allocated memory 22.43 GiB is allocated by PyTorch, with 74.00 MiB allocated in private pools (e.g., CUDA Graphs)"
+
+
+@pytest.mark.parametrize(
+    "text, since, before, status",
+    [
+        (NEW_21, (2, 1), (2, 2), "accepted"),
+        (OLD_110, (1, 10), (2, 1), "rejected"),
+        (CACHED, (1, 0), (1, 4), "ignored"),
+        ("RuntimeError: cuda runtime error (2) : out of memory at THCStorage.cu:66", None, (1, 0), "ignored"),
+        (POOLS, (2, 4), None, "accepted"),
+        ("RuntimeError: CUDA error: out of memory", None, None, "unknown"),
+    ],
+)
+def test_wording_dates_the_release(text: str, since, before, status: str) -> None:
+    rng = torch_era.infer(text, EV)
+    assert (rng.since, rng.before) == (since, before)
+    assert torch_era.expandable_status(rng) == status
+    assert rng.source == ("unknown" if since is None and before is None else "message format")
+
+
+def test_reserved_total_without_hint_straddles_the_allocator_variable() -> None:
+    rng = torch_era.infer("(GPU 0; 10.76 GiB total capacity; 5.17 GiB already allocated; 4.48 GiB free; 5.28 GiB reserved in total by PyTorch)", EV)
+    assert (rng.since, rng.before) == ((1, 4), (2, 1))
+    assert torch_era.expandable_status(rng) == "rejected"
+    assert torch_era.max_split_available(rng) is None  # 1.4-1.9 do not read it, 1.10-2.0 do
+
+
+def test_contradicting_markers_leave_the_range_open() -> None:
+    rng = torch_era.infer(CACHED + " " + POOLS, EV)  # an edited paste: 1.0-1.3 and 2.4+ at once
+    assert (rng.since, rng.before) == (None, None)
+    assert any("disagree" in e for e in rng.evidence)
+
+
+@pytest.mark.parametrize(
+    "version, status",
+    [("2.0.1", "rejected"), ("1.13", "rejected"), ("1.9", "ignored"), ("2.1", "accepted"), ("2.9.1+cu128", "accepted")],
+)
+def test_exact_version_decides(version: str, status: str) -> None:
+    assert torch_era.expandable_status(torch_era.exact(version)) == status
+
+
+def test_platform_warning_beats_the_release() -> None:
+    assert torch_era.expandable_status(torch_era.exact("2.5"), platform_unsupported=True) == "ignored-on-platform"
+
+
+def test_bad_version_is_a_one_line_input_error() -> None:
+    with pytest.raises(InputError, match="not a version"):
+        torch_era.exact("latest")
+
+
+def test_rename_of_the_variable_from_2_9() -> None:
+    assert torch_era.alloc_conf_rename_applies(torch_era.exact("2.9")) is True
+    assert torch_era.alloc_conf_rename_applies(torch_era.infer(NEW_21, EV)) is False
+    assert torch_era.alloc_conf_rename_applies(torch_era.infer(POOLS, EV)) is None
