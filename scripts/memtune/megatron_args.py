@@ -227,16 +227,75 @@ def _list(value: Any) -> tuple[str, ...]:
     return tuple(x for x in re.split(r"[\s,\[\]]+", str(value)) if x)
 
 
+def vocab_from_tokenizer(a: Mapping[str, Any]) -> tuple[int, str]:
+    """(vocabulary size, the assumption to print) when --vocab-size is absent.
+
+    Megatron reads the size from the tokenizer file at start-up, which we never open: a
+    known tokenizer file name or type (``data/tokenizers.yaml``) gives its real size, any
+    other tokenizer a stated assumption - never an error, because the vocabulary only moves
+    the embedding/output matrices and the logits, and a launch script rarely spells it out.
+    """
+    tokenizer = str(a.get("tokenizer_type", "GPT2BPETokenizer"))
+    if tokenizer.startswith("$"):
+        default = int(_tokenizer_table()["types"]["SentencePieceTokenizer"]["vocab_size"])
+        return default, (f"vocabulary ASSUMED {default}: --tokenizer-type is the unresolved {tokenizer}; "
+                         "pass --vocab-size for the real one")
+    if tokenizer == "GPT2BPETokenizer":
+        return GPT2_VOCAB_SIZE, f"vocabulary {GPT2_VOCAB_SIZE} (GPT-2 BPE, Megatron's default tokenizer)"
+    table = _tokenizer_table()
+    # The file name is enough, even behind an unresolved ${DATA_PATH}/ prefix.
+    model_file = str(a.get("tokenizer_model", "") or "").lower().rsplit("/", 1)[-1]
+    if model_file.startswith("$"):
+        model_file = ""
+    for key, entry in table.get("models", {}).items():
+        if model_file and key.lower() in model_file:
+            return int(entry["vocab_size"]), (f"vocabulary {entry['vocab_size']} for tokenizer model {model_file} "
+                                              f"({entry['source']}); pass --vocab-size if yours differs")
+    entry = table.get("types", {}).get(tokenizer)
+    if entry is not None:
+        kind = "ASSUMED" if entry.get("assumed") else "known"
+        return int(entry["vocab_size"]), (f"vocabulary {entry['vocab_size']} {kind} for --tokenizer-type {tokenizer} "
+                                          f"({entry['source']})")
+    default = int(table["types"]["SentencePieceTokenizer"]["vocab_size"])
+    return default, (f"vocabulary ASSUMED {default} for --tokenizer-type {tokenizer} (size unknown without the "
+                     "tokenizer file); pass --vocab-size for the real one")
+
+
+def _tokenizer_table() -> dict[str, Any]:
+    from memtune.data_yaml import load_data_yaml
+    from memtune.paths import DATA_DIR
+
+    return load_data_yaml(DATA_DIR / "tokenizers.yaml") or {}
+
+
+def _largest_batch(a: Mapping[str, Any]) -> int | None:
+    """The largest global batch a run reaches: --global-batch-size, or the last (largest)
+    entry of a --step-batch-size-schedule such as '0:384 200B:768 400B:1152'."""
+    gbs = _int(a, "global_batch_size")
+    schedule = _flag(a, "step_batch_size_schedule")
+    if gbs is None and schedule not in (None, True):
+        items = schedule if isinstance(schedule, (list, tuple)) else str(schedule).split()
+        sizes = [int(str(x).rsplit(":", 1)[-1]) for x in items if str(x).rsplit(":", 1)[-1].isdigit()]
+        if sizes:
+            return max(sizes)
+    return gbs
+
+
 def specs_from_megatron_args(flags: Mapping[str, Any], world_size: int | None = None):
     """(ModelSpec, RunSpec, assumptions) from Megatron-LM flags (either key spelling)."""
     from memtune.model_spec import ModelSpec
     from memtune.run_spec import RunSpec, normalize_dtype
 
-    a = {normalize_flag(k): v for k, v in flags.items()}
+    a = _ReadFlags({normalize_flag(k): v for k, v in flags.items()})
     assumptions: list[str] = []
     missing = [f"--{k.replace('_', '-')}" for k in ("num_layers", "hidden_size", "num_attention_heads") if _flag(a, k) is None]
     if missing:
         raise InputError(f"Megatron args are missing {', '.join(missing)}")
+    hybrid = [f"--{k.replace('_', '-')}" for k in ("is_hybrid_model", "hybrid_override_pattern", "hybrid_layer_pattern")
+              if _flag(a, k) not in (None, False)]
+    if hybrid:
+        raise InputError(f"Megatron args: {hybrid[0]} is a hybrid Mamba/attention model, which estimate_memory does "
+                         "not model yet (Mamba layers, SSM states); estimate the attention-only part with a preset instead")
     layers = _int(a, "num_layers")
     hidden = _int(a, "hidden_size")
     heads = _int(a, "num_attention_heads")
@@ -246,12 +305,8 @@ def specs_from_megatron_args(flags: Mapping[str, Any], world_size: int | None = 
         ffn = int(4 * hidden * 2 / 3 / 64) * 64 if swiglu else 4 * hidden
     vocab = _int(a, "vocab_size")
     if vocab is None:
-        tokenizer = str(_flag(a, "tokenizer_type", "GPT2BPETokenizer"))
-        if tokenizer == "GPT2BPETokenizer":
-            vocab = GPT2_VOCAB_SIZE
-            assumptions.append(f"vocabulary {GPT2_VOCAB_SIZE} (GPT-2 BPE, Megatron's default tokenizer)")
-        else:
-            raise InputError(f"Megatron args: --vocab-size is needed with --tokenizer-type {tokenizer}")
+        vocab, note = vocab_from_tokenizer(a)
+        assumptions.append(note)
     gqa = _bool(a, "group_query_attention")
     groups = _int(a, "num_query_groups") if gqa else None
     experts = _int(a, "num_experts")
@@ -295,7 +350,11 @@ def specs_from_megatron_args(flags: Mapping[str, Any], world_size: int | None = 
     vpp = _int(a, "num_virtual_stages_per_pipeline_rank")
     per_vstage = _int(a, "num_layers_per_virtual_pipeline_stage")
     if vpp is None and per_vstage:
-        vpp = max(1, layers // pp // per_vstage)
+        # Megatron counts the embedding / loss as a layer each when they are accounted for
+        # in the pipeline split (transformer_block.get_num_layers_to_build).
+        virtual = layers + int(_bool(a, "account_for_embedding_in_pipeline_split")) \
+            + int(_bool(a, "account_for_loss_in_pipeline_split"))
+        vpp = max(1, virtual // pp // per_vstage)
     stage_layers = None
     layout = _flag(a, "pipeline_model_parallel_layout")
     if layout:
@@ -322,7 +381,7 @@ def specs_from_megatron_args(flags: Mapping[str, Any], world_size: int | None = 
         ep=_int(a, "expert_model_parallel_size", 1) or 1,
         etp=_int(a, "expert_tensor_parallel_size"),
         mbs=_int(a, "micro_batch_size", 1) or 1,
-        gbs=_int(a, "global_batch_size"),
+        gbs=_largest_batch(a),
         seq_length=_int(a, "seq_length", 4096) or 4096,
         sequence_parallel=_bool(a, "sequence_parallel"),
         params_dtype=params_dtype,
@@ -343,7 +402,8 @@ def specs_from_megatron_args(flags: Mapping[str, Any], world_size: int | None = 
         data_parallel_sharding_strategy=_str(a, "data_parallel_sharding_strategy", "optim_grads_params"),
         overlap_grad_reduce=_bool(a, "overlap_grad_reduce"),
         overlap_param_gather=_bool(a, "overlap_param_gather"),
-        recompute_granularity=_str(a, "recompute_granularity", None),
+        # --recompute-activations is Megatron's older spelling of selective (core-attention) recompute.
+        recompute_granularity=_str(a, "recompute_granularity", "selective" if _bool(a, "recompute_activations") else None),
         recompute_method=_str(a, "recompute_method", None),
         recompute_num_layers=_int(a, "recompute_num_layers"),
         recompute_modules=recompute_modules,
@@ -371,5 +431,45 @@ def specs_from_megatron_args(flags: Mapping[str, Any], world_size: int | None = 
     )
     if "attention_dropout" not in a or "hidden_dropout" not in a:
         assumptions.append("dropout defaults 0.1 (Megatron-LM) where not given")
+    if _bool(a, "recompute_activations") and _flag(a, "recompute_granularity") is None:
+        assumptions.append("--recompute-activations = selective recompute of core attention (Megatron-LM)")
+    if _int(a, "global_batch_size") is None and run.gbs is not None:
+        assumptions.append(f"global batch {run.gbs}: the largest step of --step-batch-size-schedule")
+    if _flag(a, "rampup_batch_size") is not None:
+        assumptions.append(f"--rampup-batch-size: the batch ramps up to --global-batch-size {run.gbs}; "
+                           "the estimate is for that final (largest) batch")
+    ignored = ignored_flags(a)
+    if ignored:
+        assumptions.append("ignored flags (not modelled; check they do not change memory): "
+                           + ", ".join("--" + f.replace("_", "-") for f in ignored))
     return model, run, assumptions
+
+
+class _ReadFlags(dict):
+    """A flag mapping that remembers which flags were looked up, so the flags the estimator
+    never read can be listed instead of silently dropped."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.read: set[str] = set()
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        self.read.add(key)
+        return super().get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        self.read.add(str(key))
+        return super().__contains__(key)
+
+
+def ignored_flags(a: Mapping[str, Any]) -> list[str]:
+    """Flags given but neither read by the estimator nor known to leave memory unchanged."""
+    from memtune.data_yaml import load_data_yaml
+    from memtune.paths import DATA_DIR
+
+    table = load_data_yaml(DATA_DIR / "megatron_flags.yaml") or {}
+    prefixes = tuple(table.get("prefixes", ()))
+    names = set(table.get("names", ()))
+    read = getattr(a, "read", set())
+    return sorted(k for k in a if k not in read and k not in names and not k.startswith(prefixes))
 

@@ -278,7 +278,12 @@ def violations(model: ModelSpec, run: RunSpec) -> list[str]:
         if run.pp == 1:
             out.append("virtual pipeline parallelism needs pipeline_model_parallel_size > 1")
         for i, c in enumerate(counts if run.stage_layers is None else ()):
-            # Megatron requires every stage's layers to split evenly into VPP chunks.
+            # Megatron requires every stage's layers to split evenly into VPP chunks; an
+            # embedding / loss accounted for in the split counts as one layer of the first /
+            # last stage there (transformer_block.get_num_layers_to_build), and that chunk
+            # then builds one decoder layer fewer.
+            c += int(i == 0 and run.account_for_embedding_in_pipeline_split)
+            c += int(i == run.pp - 1 and run.account_for_loss_in_pipeline_split)
             if c % run.vpp_chunks:
                 out.append(
                     f"layers on pipeline stage {i} ({c}) not divisible by virtual_pipeline_model_parallel_size {run.vpp_chunks}"
