@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from memtune.model_spec import ModelSpec, attention_params, count_parameters, layer_params, mtp_layer_params
+from memtune.model_spec import (ModelSpec, attention_params, count_parameters, embedding_params, layer_params,
+                                 mtp_layer_params)
 from memtune.run_spec import RunSpec, stage_layer_counts, validate
 
 GIB = 1024**3
@@ -479,9 +480,11 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
             if mtp is not None:
                 dense_params += model.mtp_num_layers * (mtp.dense / t + mtp.replicated)
                 expert_params += model.mtp_num_layers * mtp.expert / max(1, run.ep * run.expert_tp)
+        mtp_embedding = mtp_stage_embedding(model, run, stage)
+        dense_params += mtp_embedding
         stage_params = dense_params + expert_params
 
-        vocab_params = (emb / t if is_first else 0.0) + (out / t if is_last else 0.0)
+        vocab_params = (emb / t if is_first else 0.0) + (out / t if is_last else 0.0) + mtp_embedding
         fp8_cached = 0.0
         if run.fp8 and not run.fp8_param_gather:
             # TE caches an fp8 copy of each GEMM weight for the step (1 B/param). The embedding
@@ -550,6 +553,21 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
         parameters_per_gpu_max=max(s.params for s in stages),
         assumptions=tuple(assumptions),
     )
+
+
+def mtp_stage_embedding(model: ModelSpec, run: RunSpec, stage: int) -> float:
+    """Embedding parameters (per GPU) that the multi-token-prediction stage builds for itself.
+
+    The MTP modules embed the shifted input tokens again, so the stage that holds them (the
+    last one) builds its own ``LanguageModelEmbedding`` (gpt_model.py: ``if self.pre_process or
+    self.mtp_process: self.embedding = ...``) next to its output layer - "both embedding
+    layer and output layer in the mtp process stage" (language_module.py,
+    ``shared_embedding_or_output_weight``), tied or not. On the first stage (PP 1) it is the
+    decoder's own embedding: nothing extra.
+    """
+    if not model.mtp_num_layers or run.pp == 1 or stage != run.pp - 1:
+        return 0.0
+    return embedding_params(model, max(1, run.tp)) / max(1, run.tp)
 
 
 def _capture_bytes(run: RunSpec, weights: float, grads: float, optim: float, graph_pool: float) -> float:
