@@ -252,7 +252,7 @@ DSV3 = load_preset("deepseek-v3")
 def test_mtp_stage_builds_its_own_embedding():
     """gpt_model.py builds ``self.embedding`` when ``pre_process or mtp_process``: with PP > 1
     the last (MTP) stage holds a second V x h embedding shard; with PP 1 it is the same one."""
-    run = RunSpec(world_size=64, tp=2, pp=4, ep=16, etp=1, mbs=1, gbs=64, seq_length=4096,
+    run = RunSpec(world_size=64, tp=2, pp=4, ep=16, etp=1, mbs=1, gbs=64, seq_length=4096, num_layers_in_first_pipeline_stage=13,
                   sequence_parallel=True, use_distributed_optimizer=True)
     with_mtp, without = estimate(DSV3, run), estimate(DSV3.with_(mtp_num_layers=0), run)
     extra = with_mtp.last_stage.params - without.last_stage.params
@@ -260,7 +260,7 @@ def test_mtp_stage_builds_its_own_embedding():
     vocab_shard = DSV3.padded_vocab_size(2) * DSV3.hidden_size / 2
     from memtune.estimator import mtp_stage_embedding
     assert mtp_stage_embedding(DSV3, run, 3) == vocab_shard
-    assert mtp_stage_embedding(DSV3, run, 0) == 0 and mtp_stage_embedding(DSV3, run.with_(pp=1, world_size=16), 0) == 0
+    assert mtp_stage_embedding(DSV3, run, 0) == 0 and mtp_stage_embedding(DSV3, run.with_(pp=1, world_size=16, num_layers_in_first_pipeline_stage=None), 0) == 0
     assert extra > vocab_shard and mtp_layer > 0
     # the first stage is unchanged
     assert with_mtp.stages[0].params == without.stages[0].params
