@@ -264,3 +264,36 @@ def test_mtp_stage_builds_its_own_embedding():
     assert extra > vocab_shard and mtp_layer > 0
     # the first stage is unchanged
     assert with_mtp.stages[0].params == without.stages[0].params
+
+
+def test_interleaved_replay_matches_the_closed_form_for_equal_chunks():
+    from memtune.estimator import interleaved_peak_layer_sets
+    for pp, v, m in [(4, 5, 8), (4, 2, 16), (8, 5, 32), (4, 10, 8), (2, 2, 4)]:
+        run = RunSpec(world_size=pp, pp=pp, vpp=v, mbs=1, gbs=m)
+        for stage in range(pp):
+            assert interleaved_peak_layer_sets(run, stage, (2,) * v) == in_flight_layer_microbatches(run, stage, 2 * v)
+
+
+def _large_case(name):
+    data = json.loads((ROOT / "tests" / "data" / "estimator" / "megatron-lm-large-models.json").read_text())
+    return next(c for c in data if c["case"].startswith(name))
+
+
+def test_vpp_with_embedding_and_loss_in_the_split_builds_megatrons_layout():
+    """Megatron-LM golden gpt3_mcore_te_tp1_pp4_vp2_account_for_embedding_loss_in_pipeline_split
+    (6 layers, PP 4, VPP 2): 8 virtual layers, one per chunk; the first chunk of stage 0 and
+    the last chunk of stage 3 build none. Held out: measured 2,841,169,408 B on the last rank."""
+    from memtune.megatron_args import specs_from_megatron_args
+    from memtune.run_spec import stage_chunk_layers, stage_layer_counts
+    case = _large_case("gpt3_mcore_te_tp1_pp4_vp2_account_for_embedding")
+    model, run, _ = specs_from_megatron_args(case["megatron_args"], world_size=case["world_size"])
+    assert violations(model, run) == []
+    assert stage_layer_counts(model, run) == (1, 2, 2, 1)
+    assert stage_chunk_layers(model, run, 0) == (0, 1) and stage_chunk_layers(model, run, 3) == (1, 0)
+    assert stage_chunk_layers(model, run, 1) is None
+    measured = case["peak_allocated_bytes"]
+    assert measured == 2_841_169_408
+    assert abs(estimate(model, run).last_stage.allocated_bytes / measured - 1) < 0.03
+    # a per-chunk count that does not divide is still refused, in Megatron's terms
+    bad = run.with_(vpp=4)
+    assert any("not divisible by virtual_pipeline_model_parallel_size" in v for v in violations(model, bad))

@@ -30,7 +30,7 @@ from typing import Any
 
 from memtune.model_spec import (ModelSpec, attention_params, count_parameters, embedding_params, layer_params,
                                  mtp_layer_params)
-from memtune.run_spec import RunSpec, stage_layer_counts, validate
+from memtune.run_spec import RunSpec, stage_chunk_layers, stage_layer_counts, validate
 
 GIB = 1024**3
 
@@ -368,7 +368,40 @@ def regather_saving_bytes(model: ModelSpec, run: RunSpec) -> int:
     return max(a.activations - b.activations for a, b in zip(without.stages, with_.stages))
 
 
-def in_flight_layer_microbatches(run: RunSpec, stage: int, layers: int) -> float:
+def interleaved_peak_layer_sets(run: RunSpec, stage: int, chunk_layers: tuple[int, ...]) -> float:
+    """Peak layer x micro-batch activation sets on one stage of the interleaved 1F1B schedule
+    whose chunks hold different numbers of layers, found by replaying the schedule.
+
+    Megatron's order (schedules.py, forward_backward_pipelining_with_interleaving): forward
+    number ``k`` runs chunk ``(k mod (g v)) div g`` (``g`` = micro-batches per virtual-stage
+    group), backward number ``k`` runs the mirrored chunk ``v - 1 - that``; the stage first
+    runs ``2 (pp - stage - 1) + (v - 1) g`` warm-up forwards, then alternates one forward and
+    one backward. The alive set is periodic after one cycle of ``g v`` forwards, so replaying
+    three groups per chunk finds the same peak as the whole step.
+    """
+    v, pp = len(chunk_layers), run.pp
+    g = run.microbatch_group_size_per_vp_stage or pp
+    m = min(run.num_microbatches, 3 * g + pp)
+    total = m * v
+    warmup = min(total, 2 * (pp - stage - 1) + (v - 1) * g)
+
+    def chunk(k: int, forward: bool) -> int:
+        c = (k % (g * v)) // g
+        return c if forward else v - 1 - c
+
+    alive = peak = 0.0
+    backward = 0
+    for k in range(total):
+        alive += chunk_layers[chunk(k, True)]
+        peak = max(peak, alive)
+        if k >= warmup:
+            alive -= chunk_layers[chunk(backward, False)]
+            backward += 1
+    return peak
+
+
+def in_flight_layer_microbatches(run: RunSpec, stage: int, layers: int,
+                                 chunk_layers: tuple[int, ...] | None = None) -> float:
     """Layer x micro-batch activation sets alive at this stage's peak.
 
     1F1B: stage ``i`` runs ``pp - i - 1`` warm-up forwards before its first backward,
@@ -383,6 +416,8 @@ def in_flight_layer_microbatches(run: RunSpec, stage: int, layers: int) -> float
     v = run.vpp_chunks
     if v == 1:
         return float(layers * min(pp - stage, m))
+    if chunk_layers is not None and len(chunk_layers) == v:
+        return interleaved_peak_layer_sets(run, stage, chunk_layers)
     group = run.microbatch_group_size_per_vp_stage or pp
     warmup = 2 * (pp - stage - 1) + (v - 1) * group
     chunks = min(warmup + 1, m * v)
@@ -496,7 +531,7 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
         step_copy = _step_grad_copy(run, dense_params, expert_params, grad_b, dp_shard, edp_shard)
 
         # activations
-        inflight_layers = in_flight_layer_microbatches(run, stage, n)
+        inflight_layers = in_flight_layer_microbatches(run, stage, n, stage_chunk_layers(model, run, stage))
         per_layer_stored = (act_dense.stored * dense_n + act_moe.stored * moe_n) / max(1, n)
         per_layer_full = max(act_dense.full, act_moe.full if moe_n else 0.0)
         layer_acts = _recompute_layers(run, n, inflight_layers, per_layer_stored, per_layer_full,
