@@ -112,7 +112,9 @@ def test_fewer_bytes_with_bf16_grads_and_fp8_param_gather():
     assert fp32 == pytest.approx(2 * bf16, rel=1e-6)
     fp8w = estimate(LLAMA70, BASE.with_(fp8="tensorwise", fp8_param_gather=True)).stages[1].weights
     bf16w = estimate(LLAMA70, BASE).stages[1].weights
-    assert fp8w < bf16w
+    cachedw = estimate(LLAMA70, BASE.with_(fp8="tensorwise")).stages[1].weights
+    # fp8 primary weights (1 B + 1 B transpose) replace the bf16 weight and its 2 B fp8 cache
+    assert fp8w == bf16w < cachedw
 
 
 def test_impossible_parallelism_is_named():
@@ -220,17 +222,18 @@ def test_fp8_weight_cache_skips_vocab_layers_and_mlp_only_cuda_graphs():
     fp8 = BASE.with_(fp8="tensorwise")
     plain = estimate(LLAMA70, BASE).stages
     cached = estimate(LLAMA70, fp8).stages
-    # 1 B per TE GEMM weight; the embedding (stage 0) and output layer (last stage) run in bf16
+    # 2 B (row- and column-wise) per TE GEMM weight; the embedding (stage 0) and output layer
+    # (last stage) run in bf16
     vocab = LLAMA70.padded_vocab_size(4) * LLAMA70.hidden_size / 4
     for p, c in zip(plain, cached):
         vocab_here = vocab if c.stage in (0, 3) else 0
-        assert c.weights - p.weights == pytest.approx(c.params - vocab_here, rel=1e-6)
+        assert c.weights - p.weights == pytest.approx(2 * (c.params - vocab_here), rel=1e-6)
     # Megatron passes fp8_weight_caching only when the graphs capture attention: with
     # cuda_graph_scope=['mlp'] the graphed MLP weights are quantised per replay, not cached
     mlp_graphs = estimate(LLAMA70, fp8.with_(cuda_graph_scope=("mlp",))).stages[1]
     attn_graphs = estimate(LLAMA70, fp8.with_(cuda_graph_scope=("attn", "mlp"))).stages[1]
     mlp_params = 20 * 3 * LLAMA70.hidden_size * LLAMA70.ffn_hidden_size / 4
-    assert attn_graphs.weights - mlp_graphs.weights == pytest.approx(mlp_params, rel=1e-6)
+    assert attn_graphs.weights - mlp_graphs.weights == pytest.approx(2 * mlp_params, rel=1e-6)
 
 
 def test_loss_peak_and_backward_working_layer_do_not_stack():
@@ -297,3 +300,19 @@ def test_vpp_with_embedding_and_loss_in_the_split_builds_megatrons_layout():
     # a per-chunk count that does not divide is still refused, in Megatron's terms
     bad = run.with_(vpp=4)
     assert any("not divisible by virtual_pipeline_model_parallel_size" in v for v in violations(model, bad))
+
+
+def test_fp8_weight_cache_is_row_and_column_wise():
+    """TE quantises each weight with set_usage(rowwise=True, columnwise=is_grad_enabled): the
+    cached copy is 2 B/param over the TE (non-vocabulary) weights; with fp8 primary weights the
+    transpose is the 1 B/param extra and the bf16 embedding/output stay at 2 B."""
+    run = RunSpec(world_size=8, tp=8, mbs=1, gbs=8, seq_length=4096, sequence_parallel=True,
+                  use_distributed_optimizer=True)
+    model = load_preset("llama3-8b")
+    bf16 = estimate(model, run).stages[0]
+    fp8 = estimate(model, run.with_(fp8="tensorwise")).stages[0]
+    vocab = (model.padded_vocab_size(8) * model.hidden_size * 2) / 8  # untied: embedding + output
+    assert fp8.weights - bf16.weights == pytest.approx(2 * (bf16.params - vocab), abs=4)
+    primary = estimate(model, run.with_(fp8="tensorwise", fp8_param_gather=True)).stages[0]
+    # 1 B row-wise parameter + 1 B transpose for TE weights, 2 B for the vocabulary matrices
+    assert primary.weights == pytest.approx(2 * bf16.params, abs=4)

@@ -43,6 +43,14 @@ CE_BYTES_PER_LOGIT = 6
 #: The fused cross-entropy kernel computes the logits gradient already in the forward pass
 #: and keeps it (fp32, 4) next to the bf16 logits (2) and the fp32 softmax (4).
 CE_FUSED_BYTES_PER_LOGIT = 10
+#: Bytes per parameter of the fp8 weight copy TE caches for a training step: it quantises
+#: each weight with ``weight_quantizer.set_usage(rowwise=True, columnwise=is_grad_enabled)``
+#: (transformer_engine/pytorch/module/linear.py), i.e. the row-wise data for the forward GEMM
+#: and the column-wise (transposed) data for the backward GEMM, 1 B each.
+FP8_WEIGHT_CACHE_BYTES = 2
+#: With fp8 primary weights (--fp8-param-gather) the parameter is the row-wise data; the
+#: column-wise copy for the backward GEMM is the 1 B/param extra.
+FP8_TRANSPOSE_BYTES = 1
 #: Bytes per score element of unfused (non-flash) attention: the softmax output (2) that
 #: backward needs; dropout adds its mask (1) and its output (2).
 UNFUSED_SOFTMAX_BYTES = 2
@@ -522,10 +530,16 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
         vocab_params = (emb / t if is_first else 0.0) + (out / t if is_last else 0.0) + mtp_embedding
         fp8_cached = 0.0
         if run.fp8 and not run.fp8_param_gather:
-            # TE caches an fp8 copy of each GEMM weight for the step (1 B/param). The embedding
-            # and the output layer are Megatron (not TE) modules that run in bf16: no copy.
-            fp8_cached = max(0.0, stage_params - vocab_params
-                             - _fp8_uncached_graphed_params(model, run, dense_n, moe_n))
+            # TE caches an fp8 copy of each GEMM weight for the step, row-wise and column-wise
+            # (FP8_WEIGHT_CACHE_BYTES). The embedding and the output layer are Megatron (not TE)
+            # modules that run in bf16: no copy.
+            fp8_cached = FP8_WEIGHT_CACHE_BYTES * max(0.0, stage_params - vocab_params
+                                                      - _fp8_uncached_graphed_params(model, run, dense_n, moe_n))
+        elif run.fp8 and run.fp8_param_gather:
+            # fp8 primary weights hold the row-wise data (the 1 B/param of ``param_b``); TE adds
+            # the column-wise (transposed) copy for the backward GEMM. The bf16 embedding and
+            # output layer are kept in bf16: 1 more byte each than ``param_b`` charged.
+            fp8_cached = FP8_TRANSPOSE_BYTES * max(0.0, stage_params - vocab_params) + vocab_params
         weights, grads, optim = _static_bytes(run, model, dense_params, expert_params, n, param_b, grad_b, opt_b,
                                               dp_shard, edp_shard, vocab_params, fp8_cached)
         step_copy = _step_grad_copy(run, dense_params, expert_params, grad_b, dp_shard, edp_shard)
@@ -674,7 +688,7 @@ def _static_bytes(run: RunSpec, model: ModelSpec, dense: float, expert: float, l
                   param_b: float, grad_b: float, opt_b: float, dp_shard: int, edp_shard: int,
                   embedding_output_params: float = 0.0, fp8_cached_params: float = 0.0):
     """Weights, gradient buffer and optimizer states of one GPU of a stage
-    (``fp8_cached_params``: weights TE keeps an fp8 copy of for the step, 1 B each)."""
+    (``fp8_cached_params``: bytes of the fp8 weight copies TE keeps for the step)."""
     weights = (dense + expert) * param_b + fp8_cached_params
     if run.peft is not None:
         trainable = _lora_params(model, run, layers)
