@@ -316,3 +316,12 @@ def test_fp8_weight_cache_is_row_and_column_wise():
     primary = estimate(model, run.with_(fp8="tensorwise", fp8_param_gather=True)).stages[0]
     # 1 B row-wise parameter + 1 B transpose for TE weights, 2 B for the vocabulary matrices
     assert primary.weights == pytest.approx(2 * bf16.params, abs=4)
+
+
+def test_missing_gbs_with_pipeline_parallelism_is_a_prominent_warning():
+    text = run_cli("--preset", "llama3-8b", "--gpus", "8", "--pp", "2")
+    assert text.returncode == 0 and text.stdout.startswith("WARNING: no global batch (--gbs) with PP 2")
+    doc = json.loads(run_cli("--preset", "llama3-8b", "--gpus", "8", "--pp", "2", "--json").stdout)
+    assert any("--gbs" in w for w in doc["warnings"])
+    quiet = json.loads(run_cli("--preset", "llama3-8b", "--gpus", "8", "--pp", "2", "--gbs", "64", "--json").stdout)
+    assert quiet["warnings"] == []

@@ -76,6 +76,38 @@ def parse_launch_text(text: str, source: str = "<text>") -> dict[str, Any]:
     return flags
 
 
+def launch_world_size(text: str, source: str = "<text>") -> tuple[int | None, str | None]:
+    """(GPU count, note) from the training command's launcher (torchrun --nproc_per_node x
+    --nnodes, srun / #SBATCH nodes and tasks per node), or (None, a loud warning) when the
+    count is built from variables the job only knows at run time ($NNODES, $GPUS_PER_NODE)."""
+    from memtune import launch_script as ls
+
+    script = ls.parse_text(text, source)
+    command = script.training_command()
+    if command is None:
+        return None, None
+    opts = dict(command.launcher_options)
+    per_node = opts.get("torchrun.nproc_per_node") or opts.get("torchrun.nproc-per-node") \
+        or opts.get("srun.ntasks-per-node") or (script.sbatch.get("ntasks-per-node") or script.sbatch.get("gpus-per-node")
+                                                 or (None, 0))[0]
+    nodes = opts.get("torchrun.nnodes") or opts.get("srun.nodes") or opts.get("srun.N") \
+        or (script.sbatch.get("nodes") or script.sbatch.get("N") or (None, 0))[0]
+    if per_node is None and nodes is None:
+        return None, None
+    words = {"GPUs per node": per_node, "nodes": nodes}
+    unresolved = [f"{k} {v}" for k, v in words.items() if v is not None and "$" in str(v)]
+    if unresolved:
+        return None, (f"WARNING: world size unresolved: the launcher takes {' and '.join(unresolved)} from the "
+                      f"environment at run time (line {command.line}); pass --gpus N - without it the "
+                      "estimate assumes one data-parallel replica, which overstates sharded optimizer memory")
+    try:
+        gpn = int(str(per_node or 1).split(":")[-1])
+        n = int(str(nodes or 1).split(":")[-1])
+    except ValueError:
+        return None, f"WARNING: world size unreadable from the launcher ({per_node!r} x {nodes!r}); pass --gpus N"
+    return gpn * n, f"world size {gpn * n} = {gpn} GPUs per node x {n} node(s) from the launcher (line {command.line})"
+
+
 def _mapping_flags(data: Mapping[str, Any]) -> dict[str, Any] | None:
     """Find a {'--flag': value} mapping at the top level or under MODEL_ARGS."""
     if "MODEL_ARGS" in data and isinstance(data["MODEL_ARGS"], Mapping):
