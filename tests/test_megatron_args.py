@@ -178,9 +178,22 @@ def test_largest_step_of_a_batch_schedule_and_ignored_flags_listed():
     assert "--log-interval" not in ignored[0] and "--lr" not in ignored[0] and "--num-layers" not in ignored[0]
 
 
-def test_hybrid_mamba_models_are_refused_by_name():
-    with pytest.raises(InputError, match="hybrid Mamba"):
-        specs_from_megatron_args({**BASE_FLAGS, "--is-hybrid-model": True, "--hybrid-override-pattern": "M*M*"})
+def test_hybrid_pattern_gives_layers_kinds_and_the_pipeline_split():
+    flags = {k: v for k, v in BASE_FLAGS.items() if k != "--num-layers"}
+    model, run, _ = specs_from_megatron_args({**flags, "--hybrid-layer-pattern": "M-M*-M-"})
+    assert model.num_layers == 7 and model.layer_kinds() == tuple("M-M*-M-") and run.stage_layers is None
+    # '|' ends a pipeline segment; segment i runs on stage i mod PP (here 4 segments, PP 2: VPP 2)
+    model, run, _ = specs_from_megatron_args({**flags, "--hybrid-layer-pattern": "M-M*|M-M-|M*|M-",
+                                              "--pipeline-model-parallel-size": 2})
+    assert model.num_layers == 12 and run.stage_layers == (6, 6) and run.vpp == 2
+    from memtune.model_spec import hybrid_stage_kinds
+    assert hybrid_stage_kinds(model.hybrid_layer_pattern, (6, 6)) == ("M-M*M*", "M-M-M-")
+    with pytest.raises(InputError, match="not modelled"):
+        specs_from_megatron_args({**flags, "--hybrid-layer-pattern": "MGM*"})
+    with pytest.raises(InputError, match="--hybrid-layer-pattern"):
+        specs_from_megatron_args({**BASE_FLAGS, "--is-hybrid-model": True})
+    with pytest.raises(InputError, match="not a literal pattern"):
+        specs_from_megatron_args({**BASE_FLAGS, "--hybrid-override-pattern": "${PATTERN}"})
 
 
 def test_world_size_from_the_launcher_or_a_loud_warning():

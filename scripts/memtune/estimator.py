@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from memtune.model_spec import (ModelSpec, attention_params, count_parameters, embedding_params, layer_params,
-                                 mtp_layer_params)
+from memtune.model_spec import (ModelSpec, attention_params, count_parameters, embedding_params, hybrid_layer_params,
+                                 hybrid_stage_kinds, layer_params, mtp_layer_params)
 from memtune.run_spec import RunSpec, stage_chunk_layers, stage_layer_counts, validate
 
 GIB = 1024**3
@@ -293,9 +293,57 @@ def layer_activation_terms(model: ModelSpec, run: RunSpec, moe: bool) -> dict[st
     return terms
 
 
-def layer_activations(model: ModelSpec, run: RunSpec, moe: bool) -> LayerActivations:
-    """Saved-tensor bytes of one layer for one micro-batch after recompute, offload and LoRA."""
-    terms = layer_activation_terms(model, run, moe)
+#: Saved tensors of a hybrid pattern's attention-only ('*') and MLP/MoE-only ('-', 'E') layers.
+_ATTN_TERMS = ("attn_norm_in", "attn_norm_out", "mla_latent", "qkv", "proj_in", "core_attn", "attn_dropout")
+_MLP_TERMS = ("mlp_norm_in", "mlp_norm_out", "mlp_fc1_out", "mlp_act_out", "router", "expert_fc1_in",
+              "moe_fc1_out", "moe_act_out", "moe_fc2_out", "shared_fc1_out", "shared_act_out", "mlp_dropout")
+
+
+def mamba_activation_terms(model: ModelSpec, run: RunSpec) -> dict[str, float]:
+    """Tensors one Mamba layer saves for backward (one micro-batch, one GPU), no recompute.
+
+    Megatron-Core trains Mamba through mamba_ssm's ``mamba_split_conv1d_scan_combined``
+    (MambaMixer with the memory-efficient path), whose autograd function keeps
+    ``ctx.save_for_backward(zxbcdt, conv1d_weight, conv1d_bias, out_x, A, D, dt_bias,
+    initial_states, seq_idx, rmsnorm_weight, rstd, ...)``: the in_proj output z|x|B|C|dt and
+    the scan output before the gated norm (``out_x``, d_inner), with per-group fp32 ``rstd``;
+    conv and scan states are recomputed in backward. Around it, the fused-norm in_proj keeps
+    its input and normalised input (as an attention block's QKV does) and out_proj keeps its
+    d_inner input; the residual dropout keeps its mask.
+    """
+    t = max(1, run.tp)
+    spt = _sp_div(run)
+    tokens = run.seq_length / max(1, run.cp) * run.mbs
+    h, d_inner = model.hidden_size, model.mamba_d_inner
+    act = 2 if run.params_dtype != "fp32" else 4
+    gemm_in = 1 if run.fp8 else act
+    zxbcdt = 2 * d_inner + 2 * model.mamba_num_groups * model.mamba_state_dim + model.mamba_heads
+    return {
+        "mamba_norm_in": act * tokens * h / spt,
+        "mamba_norm_out": gemm_in * tokens * h / spt,
+        "mamba_zxbcdt": act * tokens * zxbcdt / t,
+        "mamba_out_x": act * tokens * d_inner / t,
+        "mamba_rstd": 4 * tokens * model.mamba_num_groups / t,
+        "mamba_out_proj_in": gemm_in * tokens * d_inner / t,
+        "mamba_dropout": (1 if run.hidden_dropout > 0 else 0) * tokens * h / spt,
+    }
+
+
+def hybrid_layer_activations(model: ModelSpec, run: RunSpec, kind: str) -> LayerActivations:
+    """Saved-tensor bytes of one layer of a hybrid pattern ('M', '*', '-', 'E')."""
+    return layer_activations(model, run, kind == "E", kind=kind)
+
+
+def layer_activations(model: ModelSpec, run: RunSpec, moe: bool, kind: str | None = None) -> LayerActivations:
+    """Saved-tensor bytes of one layer for one micro-batch after recompute, offload and LoRA
+    (``kind``: a hybrid-pattern symbol, for the part of a layer that symbol builds)."""
+    if kind == "M":
+        terms = mamba_activation_terms(model, run)
+    else:
+        terms = layer_activation_terms(model, run, moe)
+        if kind in ("*", "-", "E"):
+            keep = _ATTN_TERMS if kind == "*" else _MLP_TERMS
+            terms = {k: v for k, v in terms.items() if k in keep}
     dropped: set[str] = set()
     if run.recompute_granularity == "selective":
         for module in run.recompute_modules:
@@ -343,7 +391,8 @@ def layer_activations(model: ModelSpec, run: RunSpec, moe: bool) -> LayerActivat
             graphed_terms.update(CUDA_GRAPH_TERMS.get(scope, ()))
     graphed = sum(v for k, v in terms.items() if k in graphed_terms and k not in dropped)
     return LayerActivations(
-        stored=stored, full=full, checkpoint_input=terms["attn_norm_in"],
+        stored=stored, full=full,
+        checkpoint_input=terms.get("attn_norm_in", terms.get("mlp_norm_in", terms.get("mamba_norm_in", 0.0))),
         lora_regather_saving=saving, offloaded=sum(terms[k] for k in offload if k in terms), graphed=graphed,
         terms=tuple(terms.items()),
     )
@@ -496,6 +545,11 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
 
     act_dense = layer_activations(model, run, False)
     act_moe = layer_activations(model, run, True) if model.is_moe else act_dense
+    hybrid = model.is_hybrid
+    kinds = model.layer_kinds() if hybrid else ()
+    hybrid_params = {k: hybrid_layer_params(model, k) for k in set(kinds)}
+    hybrid_acts = {k: hybrid_layer_activations(model, run, k) for k in set(kinds)}
+    stage_kind_lists = hybrid_stage_kinds(model.hybrid_layer_pattern or "", counts) if hybrid else ()
     param_b = 1 if run.fp8_param_gather else _b(run.params_dtype)
     grad_b = 4 if (run.grad_reduce_in_fp32 or run.params_dtype == "fp32") else _b(run.params_dtype)
     opt_b = _optimizer_bytes_per_param(run)
@@ -509,12 +563,16 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
         is_first, is_last = stage == 0, stage == pp - 1
         moe_n = moe_prefix[start + n] - moe_prefix[start]
         dense_n = n - moe_n
+        stage_kinds = stage_kind_lists[stage] if hybrid else ()
         start += n
         dense_params = (
             dense_n * (dense_layer.dense / t + dense_layer.replicated + dense_layer.expert)
             + moe_n * (moe_layer.dense / t + moe_layer.replicated)
         )
         expert_params = moe_n * moe_layer.expert / max(1, run.ep * run.expert_tp)
+        if hybrid:
+            dense_params = sum(stage_kinds.count(k) * (hybrid_params[k].dense / t + hybrid_params[k].replicated)
+                               for k in set(stage_kinds))
         if is_first:
             dense_params += emb / t
         if is_last:
@@ -548,11 +606,16 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
         inflight_layers = in_flight_layer_microbatches(run, stage, n, stage_chunk_layers(model, run, stage))
         per_layer_stored = (act_dense.stored * dense_n + act_moe.stored * moe_n) / max(1, n)
         per_layer_full = max(act_dense.full, act_moe.full if moe_n else 0.0)
+        if hybrid and n:
+            per_layer_stored = sum(hybrid_acts[k].stored for k in stage_kinds) / n
+            per_layer_full = max(hybrid_acts[k].full for k in stage_kinds)
         layer_acts = _recompute_layers(run, n, inflight_layers, per_layer_stored, per_layer_full,
                                        act_dense.checkpoint_input)
         graph_pool = 0.0
         if run.cuda_graph_scope and run.recompute_granularity != "full" and n:
             per_layer_graphed = (act_dense.graphed * dense_n + act_moe.graphed * moe_n) / n
+            if hybrid:
+                per_layer_graphed = sum(hybrid_acts[k].graphed for k in stage_kinds) / n
             graph_pool = inflight_layers * per_layer_graphed
             layer_acts -= graph_pool
         mb = _microbatches_in_flight(run, stage)

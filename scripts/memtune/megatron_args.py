@@ -199,6 +199,19 @@ def parse_pipeline_layout(layout: str, pp: int) -> tuple[tuple[int, ...], int]:
     return tuple(per_stage), vpp
 
 
+def hybrid_pipeline_split(pattern: str, pp: int) -> tuple[tuple[int, ...], int]:
+    """'M-M*|M-M-|...' -> (layers per PP stage, VPP chunks): in a hybrid pattern '|' ends a
+    pipeline segment, and segment i runs on stage i mod PP (Megatron's hybrid layer
+    allocation), so segments / PP is the number of virtual stages."""
+    segments = str(pattern).split("/")[0].split("|")
+    if len(segments) % pp:
+        raise InputError(f"hybrid layer pattern has {len(segments)} pipeline segments, not a multiple of PP {pp}")
+    per_stage = [0] * pp
+    for i, segment in enumerate(segments):
+        per_stage[i % pp] += len(segment.strip())
+    return tuple(per_stage), len(segments) // pp
+
+
 def _flag(args: Mapping[str, Any], name: str, default: Any = None) -> Any:
     value = args.get(name, default)
     if isinstance(value, str) and value.startswith("${"):
@@ -320,14 +333,25 @@ def specs_from_megatron_args(flags: Mapping[str, Any], world_size: int | None = 
 
     a = _ReadFlags({normalize_flag(k): v for k, v in flags.items()})
     assumptions: list[str] = []
+    pattern = a.get("hybrid_layer_pattern") or a.get("hybrid_override_pattern")
+    if pattern is not None and (not isinstance(pattern, str) or pattern.startswith("$")):
+        raise InputError(f"Megatron args: hybrid layer pattern {pattern!r} is not a literal pattern; "
+                         "give it as e.g. M-M-M*-M-")
+    if pattern is None and (_bool(a, "is_hybrid_model") or _flag(a, "hybrid_attention_ratio") is not None):
+        raise InputError("Megatron args: a hybrid Mamba model without --hybrid-layer-pattern "
+                         "(--hybrid-override-pattern); give the pattern (one symbol per layer: M * - E)")
+    if pattern is not None:
+        from memtune.model_spec import hybrid_symbols
+
+        try:
+            symbols = hybrid_symbols(pattern)
+        except ValueError as exc:
+            raise InputError(f"Megatron args: {exc}") from None
+        if _flag(a, "num_layers") is None:
+            a["num_layers"] = len(symbols)
     missing = [f"--{k.replace('_', '-')}" for k in ("num_layers", "hidden_size", "num_attention_heads") if _flag(a, k) is None]
     if missing:
         raise InputError(f"Megatron args are missing {', '.join(missing)}")
-    hybrid = [f"--{k.replace('_', '-')}" for k in ("is_hybrid_model", "hybrid_override_pattern", "hybrid_layer_pattern")
-              if _flag(a, k) not in (None, False)]
-    if hybrid:
-        raise InputError(f"Megatron args: {hybrid[0]} is a hybrid Mamba/attention model, which estimate_memory does "
-                         "not model yet (Mamba layers, SSM states); estimate the attention-only part with a preset instead")
     layers = _int(a, "num_layers")
     hidden = _int(a, "hidden_size")
     heads = _int(a, "num_attention_heads")
@@ -376,6 +400,11 @@ def specs_from_megatron_args(flags: Mapping[str, Any], world_size: int | None = 
         qk_pos_emb_head_dim=_int(a, "qk_pos_emb_head_dim", 64) or 64,
         v_head_dim=_int(a, "v_head_dim", 128) or 128,
         mtp_num_layers=mtp,
+        hybrid_layer_pattern=str(pattern).split("/")[0] if pattern is not None else None,
+        mamba_state_dim=_int(a, "mamba_state_dim", 128) or 128,
+        mamba_head_dim=_int(a, "mamba_head_dim", 64) or 64,
+        mamba_num_groups=_int(a, "mamba_num_groups", 8) or 8,
+        mamba_num_heads=_int(a, "mamba_num_heads"),
     )
     tp = _int(a, "tensor_model_parallel_size", 1) or 1
     pp = _int(a, "pipeline_model_parallel_size", 1) or 1
@@ -391,6 +420,8 @@ def specs_from_megatron_args(flags: Mapping[str, Any], world_size: int | None = 
     layout = _flag(a, "pipeline_model_parallel_layout")
     if layout:
         stage_layers, vpp = parse_pipeline_layout(str(layout), pp)
+    elif model.hybrid_layer_pattern and "|" in model.hybrid_layer_pattern:
+        stage_layers, vpp = hybrid_pipeline_split(model.hybrid_layer_pattern, pp)
     if world_size is None:
         world_size = _int(a, "world_size")
     if world_size is None:
@@ -420,7 +451,8 @@ def specs_from_megatron_args(flags: Mapping[str, Any], world_size: int | None = 
         fp8=_str(a, "fp8_recipe", "delayed") if _flag(a, "fp8_format") else None,
         fp8_param_gather=_bool(a, "fp8_param_gather"),
         # Megatron-LM forces fp32 gradient accumulation/all-reduce with bf16.
-        grad_reduce_in_fp32=bf16 or _bool(a, "accumulate_allreduce_grads_in_fp32"),
+        # (unless --grad-reduce-in-bf16 keeps the gradient buffer in bf16).
+        grad_reduce_in_fp32=(bf16 and not _bool(a, "grad_reduce_in_bf16")) or _bool(a, "accumulate_allreduce_grads_in_fp32"),
         optimizer=_str(a, "optimizer", "adam"),
         use_distributed_optimizer=_bool(a, "use_distributed_optimizer"),
         num_distributed_optimizer_instances=_int(a, "num_distributed_optimizer_instances", 1) or 1,

@@ -271,6 +271,18 @@ def violations(model: ModelSpec, run: RunSpec) -> list[str]:
     for name, value in (("attention_dropout", run.attention_dropout), ("hidden_dropout", run.hidden_dropout)):
         if not isinstance(value, (int, float)) or not 0 <= value < 1:
             out.append(f"{name} must be in [0, 1), got {value!r}")
+    if model.hybrid_layer_pattern:
+        from memtune.model_spec import hybrid_symbols
+
+        try:
+            symbols = hybrid_symbols(model.hybrid_layer_pattern)
+        except ValueError as exc:
+            out.append(str(exc))
+        else:
+            if len(symbols) != model.num_layers:
+                out.append(f"hybrid layer pattern has {len(symbols)} layers for num_layers {model.num_layers}")
+            if "E" in symbols and not model.is_moe:
+                out.append("hybrid layer pattern has MoE layers (E) but num_moe_experts is not set")
     if model.moe_layer_pattern is not None and len(model.moe_layer_pattern) != model.num_layers:
         out.append(f"MoE layer pattern has {len(model.moe_layer_pattern)} entries for {model.num_layers} layers")
     if out:
