@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import re
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -306,6 +307,7 @@ def vocab_from_tokenizer(a: Mapping[str, Any]) -> tuple[int, str]:
                      "tokenizer file); pass --vocab-size for the real one")
 
 
+@lru_cache(maxsize=1)
 def _tokenizer_table() -> dict[str, Any]:
     from memtune.data_yaml import load_data_yaml
     from memtune.paths import DATA_DIR
@@ -528,12 +530,16 @@ class _ReadFlags(dict):
 
 def ignored_flags(a: Mapping[str, Any]) -> list[str]:
     """Flags given but neither read by the estimator nor known to leave memory unchanged."""
+    prefixes, names = _no_memory_flags()
+    read = getattr(a, "read", set())
+    return sorted(k for k in a if k not in read and k not in names and not k.startswith(prefixes))
+
+
+@lru_cache(maxsize=1)
+def _no_memory_flags() -> tuple[tuple[str, ...], frozenset[str]]:
+    """(prefixes, names) of flags known to leave GPU memory unchanged (data/megatron_flags.yaml)."""
     from memtune.data_yaml import load_data_yaml
     from memtune.paths import DATA_DIR
 
     table = load_data_yaml(DATA_DIR / "megatron_flags.yaml") or {}
-    prefixes = tuple(table.get("prefixes", ()))
-    names = set(table.get("names", ()))
-    read = getattr(a, "read", set())
-    return sorted(k for k in a if k not in read and k not in names and not k.startswith(prefixes))
-
+    return tuple(table.get("prefixes", ())), frozenset(table.get("names", ()))
