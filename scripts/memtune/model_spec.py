@@ -168,7 +168,11 @@ def hybrid_stage_kinds(pattern: str, counts: tuple[int, ...]) -> tuple[str, ...]
     pp = len(counts)
     if "|" in main:
         segments = main.split("|")
-        return tuple("".join(segments[i] for i in range(stage, len(segments), pp)) for stage in range(pp))
+        if len(segments) % pp == 0:
+            stages = tuple("".join(segments[i] for i in range(stage, len(segments), pp)) for stage in range(pp))
+            if tuple(len(x) for x in stages) == tuple(counts):
+                return stages
+        main = main.replace("|", "")  # another split was chosen (e.g. by the planner): contiguous runs
     out, start = [], 0
     for n in counts:
         out.append(main[start:start + n])
