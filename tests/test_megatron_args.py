@@ -203,3 +203,8 @@ def test_world_size_from_the_launcher_or_a_loud_warning():
     assert launch_world_size(resolved)[0] == 16
     world, note = launch_world_size("torchrun --nproc_per_node $GPUS_PER_NODE --nnodes $NNODES train.py --num-layers 2\n")
     assert world is None and note.startswith("WARNING") and "$NNODES" in note and "--gpus" in note
+
+
+def test_legacy_models_flag_is_a_warning_not_silence():
+    _, _, notes = specs_from_megatron_args({**BASE_FLAGS, "--use-legacy-models": True})
+    assert any(n.startswith("WARNING") and "--use-legacy-models" in n for n in notes)

@@ -504,6 +504,9 @@ def specs_from_megatron_args(flags: Mapping[str, Any], world_size: int | None = 
     if _flag(a, "rampup_batch_size") is not None:
         assumptions.append(f"--rampup-batch-size: the batch ramps up to --global-batch-size {run.gbs}; "
                            "the estimate is for that final (largest) batch")
+    if _bool(a, "use_legacy_models"):
+        assumptions.append("WARNING: --use-legacy-models builds Megatron-LM's legacy GPT model, not Megatron-Core; "
+                           "the estimate is for the Megatron-Core model with the same flags")
     ignored = ignored_flags(a)
     if ignored:
         assumptions.append("ignored flags (not modelled; check they do not change memory): "
