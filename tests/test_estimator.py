@@ -146,7 +146,7 @@ def test_accuracy_bar_on_measured_runs():
     hybrid = result["by_group"]["hybrid Mamba, held out (last stage)"]["ours"]
     assert hybrid["median_abs_err"] <= 0.05 and hybrid["p90_abs_err"] <= 0.08
     held = result["by_group"]["megatron-lm held-out (last stage)"]["ours"]
-    assert held["median_abs_err"] <= 0.02
+    assert held["cases"] >= 32 and held["median_abs_err"] <= 0.02 and held["p90_abs_err"] <= 0.08
     assert ours["median_abs_err"] <= 0.10 and ours["p90_abs_err"] <= 0.25
     assert ours["median_abs_err"] < ref["median_abs_err"] and ours["p90_abs_err"] < ref["p90_abs_err"]
     assert estimator_accuracy.DATA.is_dir()
