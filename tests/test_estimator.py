@@ -112,7 +112,9 @@ def test_fewer_bytes_with_bf16_grads_and_fp8_param_gather():
     assert fp32 == pytest.approx(2 * bf16, rel=1e-6)
     fp8w = estimate(LLAMA70, BASE.with_(fp8="tensorwise", fp8_param_gather=True)).stages[1].weights
     bf16w = estimate(LLAMA70, BASE).stages[1].weights
-    assert fp8w < bf16w
+    cachedw = estimate(LLAMA70, BASE.with_(fp8="tensorwise")).stages[1].weights
+    # fp8 primary weights (1 B + 1 B transpose) replace the bf16 weight and its 2 B fp8 cache
+    assert fp8w == bf16w < cachedw
 
 
 def test_impossible_parallelism_is_named():
@@ -132,7 +134,19 @@ def test_accuracy_bar_on_measured_runs():
                          capture_output=True, text=True, check=True)
     result = json.loads(out.stdout)
     ours, ref = result["ours"], result["reference"]
-    assert ours["coverage"] == 1.0
+    # Every case is estimated except the one whose world size the data file cannot give.
+    uncovered = [r for r in result["rows"] if "ours" not in r]
+    assert [r["case"] for r in uncovered] == ["nemotron3_super_release_gb200 [dgx_gb200]"], uncovered
+    assert "no world size" in uncovered[0]["ours_error"]
+    for group in ("megatron-lm (last stage)", "megatron-lm held-out (last stage)", "hybrid Mamba, held out (last stage)",
+                  "bridge (peak)"):
+        assert result["by_group"][group]["ours"]["coverage"] == 1.0, group
+    large = result["by_group"]["large models, held out (last stage)"]["ours"]
+    assert large["median_abs_err"] <= 0.05 and large["p90_abs_err"] <= 0.15
+    hybrid = result["by_group"]["hybrid Mamba, held out (last stage)"]["ours"]
+    assert hybrid["median_abs_err"] <= 0.05 and hybrid["p90_abs_err"] <= 0.08
+    held = result["by_group"]["megatron-lm held-out (last stage)"]["ours"]
+    assert held["cases"] >= 32 and held["median_abs_err"] <= 0.02 and held["p90_abs_err"] <= 0.08
     assert ours["median_abs_err"] <= 0.10 and ours["p90_abs_err"] <= 0.25
     assert ours["median_abs_err"] < ref["median_abs_err"] and ours["p90_abs_err"] < ref["p90_abs_err"]
     assert estimator_accuracy.DATA.is_dir()
@@ -215,17 +229,18 @@ def test_fp8_weight_cache_skips_vocab_layers_and_mlp_only_cuda_graphs():
     fp8 = BASE.with_(fp8="tensorwise")
     plain = estimate(LLAMA70, BASE).stages
     cached = estimate(LLAMA70, fp8).stages
-    # 1 B per TE GEMM weight; the embedding (stage 0) and output layer (last stage) run in bf16
+    # 2 B (row- and column-wise) per TE GEMM weight; the embedding (stage 0) and output layer
+    # (last stage) run in bf16
     vocab = LLAMA70.padded_vocab_size(4) * LLAMA70.hidden_size / 4
     for p, c in zip(plain, cached):
         vocab_here = vocab if c.stage in (0, 3) else 0
-        assert c.weights - p.weights == pytest.approx(c.params - vocab_here, rel=1e-6)
+        assert c.weights - p.weights == pytest.approx(2 * (c.params - vocab_here), rel=1e-6)
     # Megatron passes fp8_weight_caching only when the graphs capture attention: with
     # cuda_graph_scope=['mlp'] the graphed MLP weights are quantised per replay, not cached
     mlp_graphs = estimate(LLAMA70, fp8.with_(cuda_graph_scope=("mlp",))).stages[1]
     attn_graphs = estimate(LLAMA70, fp8.with_(cuda_graph_scope=("attn", "mlp"))).stages[1]
     mlp_params = 20 * 3 * LLAMA70.hidden_size * LLAMA70.ffn_hidden_size / 4
-    assert attn_graphs.weights - mlp_graphs.weights == pytest.approx(mlp_params, rel=1e-6)
+    assert attn_graphs.weights - mlp_graphs.weights == pytest.approx(2 * mlp_params, rel=1e-6)
 
 
 def test_loss_peak_and_backward_working_layer_do_not_stack():
@@ -238,3 +253,116 @@ def test_loss_peak_and_backward_working_layer_do_not_stack():
     token_ids = 8 * tokens
     expected = 80 * per_layer.stored + final_norm + token_ids + max(loss_peak, per_layer.full)
     assert last.activations == pytest.approx(expected, rel=1e-6)
+
+
+# ---------------------------------------------------------------- issue 12: large-model terms
+DSV3 = load_preset("deepseek-v3")
+
+
+def test_mtp_stage_builds_its_own_embedding():
+    """gpt_model.py builds ``self.embedding`` when ``pre_process or mtp_process``: with PP > 1
+    the last (MTP) stage holds a second V x h embedding shard; with PP 1 it is the same one."""
+    run = RunSpec(world_size=64, tp=2, pp=4, ep=16, etp=1, mbs=1, gbs=64, seq_length=4096, num_layers_in_first_pipeline_stage=13,
+                  sequence_parallel=True, use_distributed_optimizer=True)
+    with_mtp, without = estimate(DSV3, run), estimate(DSV3.with_(mtp_num_layers=0), run)
+    extra = with_mtp.last_stage.params - without.last_stage.params
+    mtp_layer = with_mtp.last_stage.params - extra
+    vocab_shard = DSV3.padded_vocab_size(2) * DSV3.hidden_size / 2
+    from memtune.estimator import mtp_stage_embedding
+    assert mtp_stage_embedding(DSV3, run, 3) == vocab_shard
+    assert mtp_stage_embedding(DSV3, run, 0) == 0 and mtp_stage_embedding(DSV3, run.with_(pp=1, world_size=16, num_layers_in_first_pipeline_stage=None), 0) == 0
+    assert extra > vocab_shard and mtp_layer > 0
+    # the first stage is unchanged
+    assert with_mtp.stages[0].params == without.stages[0].params
+
+
+def test_interleaved_replay_matches_the_closed_form_for_equal_chunks():
+    from memtune.estimator import interleaved_peak_layer_sets
+    for pp, v, m in [(4, 5, 8), (4, 2, 16), (8, 5, 32), (4, 10, 8), (2, 2, 4)]:
+        run = RunSpec(world_size=pp, pp=pp, vpp=v, mbs=1, gbs=m)
+        for stage in range(pp):
+            assert interleaved_peak_layer_sets(run, stage, (2,) * v) == in_flight_layer_microbatches(run, stage, 2 * v)
+
+
+def _large_case(name):
+    data = json.loads((ROOT / "tests" / "data" / "estimator" / "megatron-lm-large-models.json").read_text())
+    return next(c for c in data if c["case"].startswith(name))
+
+
+def test_vpp_with_embedding_and_loss_in_the_split_builds_megatrons_layout():
+    """Megatron-LM golden gpt3_mcore_te_tp1_pp4_vp2_account_for_embedding_loss_in_pipeline_split
+    (6 layers, PP 4, VPP 2): 8 virtual layers, one per chunk; the first chunk of stage 0 and
+    the last chunk of stage 3 build none. Held out: measured 2,841,169,408 B on the last rank."""
+    from memtune.megatron_args import specs_from_megatron_args
+    from memtune.run_spec import stage_chunk_layers, stage_layer_counts
+    case = _large_case("gpt3_mcore_te_tp1_pp4_vp2_account_for_embedding")
+    model, run, _ = specs_from_megatron_args(case["megatron_args"], world_size=case["world_size"])
+    assert violations(model, run) == []
+    assert stage_layer_counts(model, run) == (1, 2, 2, 1)
+    assert stage_chunk_layers(model, run, 0) == (0, 1) and stage_chunk_layers(model, run, 3) == (1, 0)
+    assert stage_chunk_layers(model, run, 1) is None
+    measured = case["peak_allocated_bytes"]
+    assert measured == 2_841_169_408
+    assert abs(estimate(model, run).last_stage.allocated_bytes / measured - 1) < 0.03
+    # a per-chunk count that does not divide is still refused, in Megatron's terms
+    bad = run.with_(vpp=4)
+    assert any("not divisible by virtual_pipeline_model_parallel_size" in v for v in violations(model, bad))
+
+
+def test_fp8_weight_cache_is_row_and_column_wise():
+    """TE quantises each weight with set_usage(rowwise=True, columnwise=is_grad_enabled): the
+    cached copy is 2 B/param over the TE (non-vocabulary) weights; with fp8 primary weights the
+    transpose is the 1 B/param extra and the bf16 embedding/output stay at 2 B."""
+    run = RunSpec(world_size=8, tp=8, mbs=1, gbs=8, seq_length=4096, sequence_parallel=True,
+                  use_distributed_optimizer=True)
+    model = load_preset("llama3-8b")
+    bf16 = estimate(model, run).stages[0]
+    fp8 = estimate(model, run.with_(fp8="tensorwise")).stages[0]
+    vocab = (model.padded_vocab_size(8) * model.hidden_size * 2) / 8  # untied: embedding + output
+    assert fp8.weights - bf16.weights == pytest.approx(2 * (bf16.params - vocab), abs=4)
+    primary = estimate(model, run.with_(fp8="tensorwise", fp8_param_gather=True)).stages[0]
+    # 1 B row-wise parameter + 1 B transpose for TE weights, 2 B for the vocabulary matrices
+    assert primary.weights == pytest.approx(2 * bf16.params, abs=4)
+
+
+def test_missing_gbs_with_pipeline_parallelism_is_a_prominent_warning():
+    text = run_cli("--preset", "llama3-8b", "--gpus", "8", "--pp", "2")
+    assert text.returncode == 0 and text.stdout.startswith("WARNING: no global batch (--gbs) with PP 2")
+    doc = json.loads(run_cli("--preset", "llama3-8b", "--gpus", "8", "--pp", "2", "--json").stdout)
+    assert any("--gbs" in w for w in doc["warnings"])
+    quiet = json.loads(run_cli("--preset", "llama3-8b", "--gpus", "8", "--pp", "2", "--gbs", "64", "--json").stdout)
+    assert quiet["warnings"] == []
+
+
+@pytest.mark.parametrize("name, measured", [
+    ("hybrid_mr_mcore_te_tp1_pp1_cp1", 10_145_497_088),
+    ("hybrid_mr_mcore_te_tp1_pp2_vpp2_cp1", 7_744_709_120),
+    ("hybrid_mr_mcore_te_tp2_pp1_cp4", 2_743_789_056),
+])
+def test_hybrid_mamba_runs_against_megatron_goldens(name, measured):
+    """Held-out Megatron-LM hybrid goldens (H100, 8 GPUs, mem-max-allocated-bytes on the last
+    rank): Mamba layers from MambaMixer's parameters and mamba_ssm's saved tensors, '|' pipeline
+    segments as Megatron places them. Nothing here was fitted to these numbers."""
+    from memtune.megatron_args import specs_from_megatron_args
+    case = _large_case(name)
+    assert case["peak_allocated_bytes"] == measured
+    model, run, _ = specs_from_megatron_args(case["megatron_args"], world_size=case["world_size"])
+    assert model.is_hybrid and "M" in model.layer_kinds()
+    est = estimate(model, run).last_stage
+    assert abs(est.allocated_bytes / measured - 1) < 0.05
+    static = est.weights + est.gradients + est.optimizer
+    assert abs(static / case["allocated_after_step_max_bytes"] - 1) < 0.08  # measured after the step (-3% to -7%)
+
+
+def test_mamba_layer_parameters_follow_mamba_mixer():
+    from memtune.model_spec import ModelSpec, count_parameters, mamba_layer_params
+    m = ModelSpec(num_layers=2, hidden_size=1024, num_attention_heads=16, vocab_size=32000,
+                  hybrid_layer_pattern="M*", num_query_groups=8)
+    p = mamba_layer_params(m)
+    d_inner, heads, gs = 2048, 32, 8 * 128  # expand 2, head_dim 64, 8 groups x d_state 128
+    in_proj = 1024 * (2 * d_inner + 2 * gs + heads)
+    conv = (d_inner + 2 * gs) * (4 + 1)
+    assert p.dense == in_proj + conv + 3 * heads + d_inner + d_inner * 1024 and p.replicated == 1024
+    total = count_parameters(m).total
+    attn_sharded = 1024 * (16 + 2 * 8) * 64 + 16 * 64 * 1024
+    assert total == 2 * 32000 * 1024 + p.total + attn_sharded + 1024 + 1024  # + attention norm + final norm

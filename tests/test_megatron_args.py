@@ -136,3 +136,75 @@ def test_random_launch_text_never_crashes():
             pass
 
     check()
+
+
+# ---------------------------------------------------------------- issue 12: inputs people trip on
+BASE_FLAGS = {"--num-layers": 4, "--hidden-size": 1024, "--num-attention-heads": 16, "--seq-length": 2048,
+              "--micro-batch-size": 1, "--bf16": True}
+
+
+def test_vocab_from_a_known_tokenizer_or_a_stated_assumption():
+    # Megatron-LM's release tests name the Nemotron-4 SentencePiece model by file, behind ${DATA_PATH}
+    model, _, notes = specs_from_megatron_args({**BASE_FLAGS, "--tokenizer-type": "GPTSentencePieceTokenizer",
+                                                "--tokenizer-model": "${DATA_PATH}/utils/nemotron_2_256k.model"})
+    assert model.vocab_size == 256000 and any("256000" in n and "nemotron_2_256k" in n for n in notes)
+    model, _, notes = specs_from_megatron_args({**BASE_FLAGS, "--tokenizer-type": "Llama2Tokenizer",
+                                                "--tokenizer-model": "/data/tokenizer.model"})
+    assert model.vocab_size == 32000
+    model, _, notes = specs_from_megatron_args({**BASE_FLAGS, "--tokenizer-type": "HuggingFaceTokenizer",
+                                                "--tokenizer-model": "/models/mine"})
+    assert model.vocab_size == 32000 and any("ASSUMED" in n for n in notes)
+    model, _, notes = specs_from_megatron_args({**BASE_FLAGS, "--tokenizer-type": "${TOKENIZER_TYPE}"})
+    assert any("ASSUMED" in n and "unresolved" in n for n in notes)
+    model, _, _ = specs_from_megatron_args({**BASE_FLAGS, "--tokenizer-type": "Llama2Tokenizer", "--vocab-size": 1234})
+    assert model.vocab_size == 1234
+
+
+def test_recompute_activations_is_selective_core_attention():
+    _, run, notes = specs_from_megatron_args({**BASE_FLAGS, "--recompute-activations": True})
+    assert run.recompute_granularity == "selective" and run.recompute_modules == ("core_attn",)
+    assert any("--recompute-activations" in n for n in notes)
+    _, run, _ = specs_from_megatron_args({**BASE_FLAGS, "--recompute-activations": True,
+                                          "--recompute-granularity": "full"})
+    assert run.recompute_granularity == "full"
+
+
+def test_largest_step_of_a_batch_schedule_and_ignored_flags_listed():
+    _, run, notes = specs_from_megatron_args({**BASE_FLAGS, "--step-batch-size-schedule": "0:384 200B:768 400B:1152",
+                                              "--some-new-memory-flag": 3, "--log-interval": 1, "--lr": 1e-4})
+    assert run.gbs == 1152
+    ignored = [n for n in notes if n.startswith("ignored flags")]
+    assert ignored and "--some-new-memory-flag" in ignored[0]
+    assert "--log-interval" not in ignored[0] and "--lr" not in ignored[0] and "--num-layers" not in ignored[0]
+
+
+def test_hybrid_pattern_gives_layers_kinds_and_the_pipeline_split():
+    flags = {k: v for k, v in BASE_FLAGS.items() if k != "--num-layers"}
+    model, run, _ = specs_from_megatron_args({**flags, "--hybrid-layer-pattern": "M-M*-M-"})
+    assert model.num_layers == 7 and model.layer_kinds() == tuple("M-M*-M-") and run.stage_layers is None
+    # '|' ends a pipeline segment; segment i runs on stage i mod PP (here 4 segments, PP 2: VPP 2)
+    model, run, _ = specs_from_megatron_args({**flags, "--hybrid-layer-pattern": "M-M*|M-M-|M*|M-",
+                                              "--pipeline-model-parallel-size": 2})
+    assert model.num_layers == 12 and run.stage_layers == (6, 6) and run.vpp == 2
+    from memtune.model_spec import hybrid_stage_kinds
+    assert hybrid_stage_kinds(model.hybrid_layer_pattern, (6, 6)) == ("M-M*M*", "M-M-M-")
+    with pytest.raises(InputError, match="not modelled"):
+        specs_from_megatron_args({**flags, "--hybrid-layer-pattern": "MGM*"})
+    with pytest.raises(InputError, match="--hybrid-layer-pattern"):
+        specs_from_megatron_args({**BASE_FLAGS, "--is-hybrid-model": True})
+    with pytest.raises(InputError, match="not a literal pattern"):
+        specs_from_megatron_args({**BASE_FLAGS, "--hybrid-override-pattern": "${PATTERN}"})
+
+
+def test_world_size_from_the_launcher_or_a_loud_warning():
+    from memtune.megatron_args import launch_world_size
+    assert launch_world_size(LAUNCH)[0] == 32  # #SBATCH --nodes=4 x torchrun --nproc-per-node 8
+    resolved = "GPUS_PER_NODE=8\nNNODES=${NNODES:-2}\ntorchrun --nproc_per_node $GPUS_PER_NODE --nnodes $NNODES train.py --num-layers 2\n"
+    assert launch_world_size(resolved)[0] == 16
+    world, note = launch_world_size("torchrun --nproc_per_node $GPUS_PER_NODE --nnodes $NNODES train.py --num-layers 2\n")
+    assert world is None and note.startswith("WARNING") and "$NNODES" in note and "--gpus" in note
+
+
+def test_legacy_models_flag_is_a_warning_not_silence():
+    _, _, notes = specs_from_megatron_args({**BASE_FLAGS, "--use-legacy-models": True})
+    assert any(n.startswith("WARNING") and "--use-legacy-models" in n for n in notes)

@@ -56,3 +56,12 @@ def test_model_from_mapping_names_missing_and_unknown_fields():
         model_from_mapping({"num_layers": 2, "num_attention_heads": 4, "vocab_size": 10})
     with pytest.raises(ValueError, match="unknown model field.*hiden_size"):
         model_from_mapping({"num_layers": 2, "hiden_size": 4})
+
+
+def test_hybrid_stage_kinds_follow_pipes_or_fall_back_to_contiguous_runs():
+    from memtune.model_spec import hybrid_stage_kinds
+    # '|' segments: segment i on stage i mod PP (Megatron's hybrid layer allocation)
+    assert hybrid_stage_kinds("M-M*|M-M-|M*|M-", (6, 6)) == ("M-M*M*", "M-M-M-")
+    # a split the pipes do not describe (e.g. the planner trying PP 4): contiguous runs
+    assert hybrid_stage_kinds("M-M*|M-M-|M*|M-", (3, 3, 3, 3)) == ("M-M", "*M-", "M-M", "*M-")
+    assert hybrid_stage_kinds("M-M*M-", (6,)) == ("M-M*M-",)

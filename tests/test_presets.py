@@ -32,3 +32,20 @@ def test_preset_size_matches_publication(name):
 def test_unknown_preset_lists_known_ones():
     with pytest.raises(InputError, match="unknown preset 'llama9'.*llama3-8b"):
         load_preset("llama9")
+
+
+def test_hybrid_preset_and_hf_config_agree():
+    """Nemotron-H 8B: the preset and the HF config.json fields give the same model; its size
+    is in the 8B class the model card states (24 Mamba-2, 4 attention, 24 MLP layers)."""
+    from memtune.hf_config import model_from_hf
+    preset = load_preset("nemotron-h-8b")
+    hf = model_from_hf({
+        "model_type": "nemotron_h", "hidden_size": 4096, "num_hidden_layers": 52, "num_attention_heads": 32,
+        "num_key_value_heads": 8, "attention_head_dim": 128, "intermediate_size": 21504, "vocab_size": 131072,
+        "mlp_hidden_act": "relu2", "hybrid_override_pattern": "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-",
+        "mamba_num_heads": 128, "mamba_head_dim": 64, "ssm_state_size": 128, "n_groups": 8, "conv_kernel": 4,
+        "expand": 2, "tie_word_embeddings": False, "max_position_embeddings": 8192})
+    assert count_parameters(hf).total == count_parameters(preset).total
+    kinds = preset.layer_kinds()
+    assert (kinds.count("M"), kinds.count("*"), kinds.count("-")) == (24, 4, 24)
+    assert 7.5 < count_parameters(preset).total / 1e9 < 8.5

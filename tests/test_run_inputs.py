@@ -90,3 +90,32 @@ def test_list_presets_json_is_one_document(capsys) -> None:
     assert "llama3-8b" in [p["name"] for p in doc["presets"]] and all(p["source"] for p in doc["presets"])
     print_presets(as_json=False)
     assert "llama3-8b" in capsys.readouterr().out.split()
+
+
+# ---------------------------------------------------------------- issue 12: GPU names and units
+def test_gpu_names_give_the_size_the_driver_reports():
+    inputs = load_model_and_run(_parse("--preset", "llama3-8b", "--gpus", "8", "--gpu", "h100"))
+    assert inputs.gpu_memory_bytes == 81559 * 2**20  # nvidia-smi memory.total of an H100 80GB HBM3
+    assert any("H100-80GB" in n for n in inputs.notes)
+    assert load_model_and_run(_parse("--preset", "llama3-8b", "--gpu", "A100-SXM4-40GB")).gpu_memory_bytes == 40960 * 2**20
+    assert load_model_and_run(_parse("--preset", "llama3-8b", "--gpu", "MI300X")).gpu_memory_bytes == 205822885888
+
+
+def test_every_gpu_in_the_table_has_a_source_and_a_size_below_its_label_plus_margin():
+    from memtune.gpus import _table, lookup_gpu
+    for gpu in _table()[1]:
+        assert gpu.source and lookup_gpu(gpu.name) is gpu
+        label = float(gpu.marketing.rstrip("GB"))
+        assert 0.9 * label * 1e9 < gpu.usable_bytes < 1.1 * label * 1e9
+
+
+def test_marketing_size_warns_and_unknown_gpu_or_both_flags_refused():
+    inputs = load_model_and_run(_parse("--preset", "llama3-8b", "--gpu-memory", "80GB"))
+    assert inputs.gpu_memory_bytes == 80 * 10**9
+    assert inputs.notes[0].startswith("WARNING") and "74.5 GiB" in inputs.notes[0] and "79.6 GiB" in inputs.notes[0]
+    quiet = load_model_and_run(_parse("--preset", "llama3-8b", "--gpu-memory", "81559MiB"))
+    assert not any(n.startswith("WARNING") for n in quiet.notes)
+    with pytest.raises(InputError, match="unknown GPU"):
+        load_model_and_run(_parse("--preset", "llama3-8b", "--gpu", "Z100"))
+    with pytest.raises(InputError, match="not both"):
+        load_model_and_run(_parse("--preset", "llama3-8b", "--gpu", "H100", "--gpu-memory", "80GiB"))

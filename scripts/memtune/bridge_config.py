@@ -25,6 +25,8 @@ SECTIONS = ("model", "train", "optimizer", "ddp", "mixed_precision", "peft", "da
 # Bridge / TransformerConfig name -> ModelSpec name, where they differ.
 _MODEL_ALIASES = {
     "moe_layer_freq": "moe_layer_pattern",
+    # Megatron Bridge's MambaModelProvider (Nemotron-H) names
+    "hybrid_override_pattern": "hybrid_layer_pattern",
     "share_embeddings_and_output_weights": None,  # handled below (inverse)
 }
 

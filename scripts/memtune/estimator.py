@@ -28,8 +28,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from memtune.model_spec import ModelSpec, attention_params, count_parameters, layer_params, mtp_layer_params
-from memtune.run_spec import RunSpec, stage_layer_counts, validate
+from memtune.model_spec import (ModelSpec, attention_params, count_parameters, embedding_params, hybrid_layer_params,
+                                 hybrid_stage_kinds, layer_params, mtp_layer_params)
+from memtune.run_spec import RunSpec, stage_chunk_layers, stage_layer_counts, validate
 
 GIB = 1024**3
 
@@ -42,6 +43,14 @@ CE_BYTES_PER_LOGIT = 6
 #: The fused cross-entropy kernel computes the logits gradient already in the forward pass
 #: and keeps it (fp32, 4) next to the bf16 logits (2) and the fp32 softmax (4).
 CE_FUSED_BYTES_PER_LOGIT = 10
+#: Bytes per parameter of the fp8 weight copy TE caches for a training step: it quantises
+#: each weight with ``weight_quantizer.set_usage(rowwise=True, columnwise=is_grad_enabled)``
+#: (transformer_engine/pytorch/module/linear.py), i.e. the row-wise data for the forward GEMM
+#: and the column-wise (transposed) data for the backward GEMM, 1 B each.
+FP8_WEIGHT_CACHE_BYTES = 2
+#: With fp8 primary weights (--fp8-param-gather) the parameter is the row-wise data; the
+#: column-wise copy for the backward GEMM is the 1 B/param extra.
+FP8_TRANSPOSE_BYTES = 1
 #: Bytes per score element of unfused (non-flash) attention: the softmax output (2) that
 #: backward needs; dropout adds its mask (1) and its output (2).
 UNFUSED_SOFTMAX_BYTES = 2
@@ -284,9 +293,57 @@ def layer_activation_terms(model: ModelSpec, run: RunSpec, moe: bool) -> dict[st
     return terms
 
 
-def layer_activations(model: ModelSpec, run: RunSpec, moe: bool) -> LayerActivations:
-    """Saved-tensor bytes of one layer for one micro-batch after recompute, offload and LoRA."""
-    terms = layer_activation_terms(model, run, moe)
+#: Saved tensors of a hybrid pattern's attention-only ('*') and MLP/MoE-only ('-', 'E') layers.
+_ATTN_TERMS = ("attn_norm_in", "attn_norm_out", "mla_latent", "qkv", "proj_in", "core_attn", "attn_dropout")
+_MLP_TERMS = ("mlp_norm_in", "mlp_norm_out", "mlp_fc1_out", "mlp_act_out", "router", "expert_fc1_in",
+              "moe_fc1_out", "moe_act_out", "moe_fc2_out", "shared_fc1_out", "shared_act_out", "mlp_dropout")
+
+
+def mamba_activation_terms(model: ModelSpec, run: RunSpec) -> dict[str, float]:
+    """Tensors one Mamba layer saves for backward (one micro-batch, one GPU), no recompute.
+
+    Megatron-Core trains Mamba through mamba_ssm's ``mamba_split_conv1d_scan_combined``
+    (MambaMixer with the memory-efficient path), whose autograd function keeps
+    ``ctx.save_for_backward(zxbcdt, conv1d_weight, conv1d_bias, out_x, A, D, dt_bias,
+    initial_states, seq_idx, rmsnorm_weight, rstd, ...)``: the in_proj output z|x|B|C|dt and
+    the scan output before the gated norm (``out_x``, d_inner), with per-group fp32 ``rstd``;
+    conv and scan states are recomputed in backward. Around it, the fused-norm in_proj keeps
+    its input and normalised input (as an attention block's QKV does) and out_proj keeps its
+    d_inner input; the residual dropout keeps its mask.
+    """
+    t = max(1, run.tp)
+    spt = _sp_div(run)
+    tokens = run.seq_length / max(1, run.cp) * run.mbs
+    h, d_inner = model.hidden_size, model.mamba_d_inner
+    act = 2 if run.params_dtype != "fp32" else 4
+    gemm_in = 1 if run.fp8 else act
+    zxbcdt = 2 * d_inner + 2 * model.mamba_num_groups * model.mamba_state_dim + model.mamba_heads
+    return {
+        "mamba_norm_in": act * tokens * h / spt,
+        "mamba_norm_out": gemm_in * tokens * h / spt,
+        "mamba_zxbcdt": act * tokens * zxbcdt / t,
+        "mamba_out_x": act * tokens * d_inner / t,
+        "mamba_rstd": 4 * tokens * model.mamba_num_groups / t,
+        "mamba_out_proj_in": gemm_in * tokens * d_inner / t,
+        "mamba_dropout": (1 if run.hidden_dropout > 0 else 0) * tokens * h / spt,
+    }
+
+
+def hybrid_layer_activations(model: ModelSpec, run: RunSpec, kind: str) -> LayerActivations:
+    """Saved-tensor bytes of one layer of a hybrid pattern ('M', '*', '-', 'E')."""
+    return layer_activations(model, run, kind == "E", kind=kind)
+
+
+def layer_activations(model: ModelSpec, run: RunSpec, moe: bool, kind: str | None = None) -> LayerActivations:
+    """Saved-tensor bytes of one layer for one micro-batch after recompute, offload and LoRA
+    (``kind``: a hybrid-pattern symbol, for the part of a layer that symbol builds)."""
+    if kind == "M":
+        terms = mamba_activation_terms(model, run)
+    else:
+        terms = layer_activation_terms(model, run, moe)
+        if kind in ("*", "-", "E"):
+            keep = _ATTN_TERMS if kind == "*" else _MLP_TERMS
+            terms = {k: v for k, v in terms.items() if k in keep}
     dropped: set[str] = set()
     if run.recompute_granularity == "selective":
         for module in run.recompute_modules:
@@ -334,7 +391,8 @@ def layer_activations(model: ModelSpec, run: RunSpec, moe: bool) -> LayerActivat
             graphed_terms.update(CUDA_GRAPH_TERMS.get(scope, ()))
     graphed = sum(v for k, v in terms.items() if k in graphed_terms and k not in dropped)
     return LayerActivations(
-        stored=stored, full=full, checkpoint_input=terms["attn_norm_in"],
+        stored=stored, full=full,
+        checkpoint_input=terms.get("attn_norm_in", terms.get("mlp_norm_in", terms.get("mamba_norm_in", 0.0))),
         lora_regather_saving=saving, offloaded=sum(terms[k] for k in offload if k in terms), graphed=graphed,
         terms=tuple(terms.items()),
     )
@@ -367,7 +425,40 @@ def regather_saving_bytes(model: ModelSpec, run: RunSpec) -> int:
     return max(a.activations - b.activations for a, b in zip(without.stages, with_.stages))
 
 
-def in_flight_layer_microbatches(run: RunSpec, stage: int, layers: int) -> float:
+def interleaved_peak_layer_sets(run: RunSpec, stage: int, chunk_layers: tuple[int, ...]) -> float:
+    """Peak layer x micro-batch activation sets on one stage of the interleaved 1F1B schedule
+    whose chunks hold different numbers of layers, found by replaying the schedule.
+
+    Megatron's order (schedules.py, forward_backward_pipelining_with_interleaving): forward
+    number ``k`` runs chunk ``(k mod (g v)) div g`` (``g`` = micro-batches per virtual-stage
+    group), backward number ``k`` runs the mirrored chunk ``v - 1 - that``; the stage first
+    runs ``2 (pp - stage - 1) + (v - 1) g`` warm-up forwards, then alternates one forward and
+    one backward. The alive set is periodic after one cycle of ``g v`` forwards, so replaying
+    three groups per chunk finds the same peak as the whole step.
+    """
+    v, pp = len(chunk_layers), run.pp
+    g = run.microbatch_group_size_per_vp_stage or pp
+    m = min(run.num_microbatches, 3 * g + pp)
+    total = m * v
+    warmup = min(total, 2 * (pp - stage - 1) + (v - 1) * g)
+
+    def chunk(k: int, forward: bool) -> int:
+        c = (k % (g * v)) // g
+        return c if forward else v - 1 - c
+
+    alive = peak = 0.0
+    backward = 0
+    for k in range(total):
+        alive += chunk_layers[chunk(k, True)]
+        peak = max(peak, alive)
+        if k >= warmup:
+            alive -= chunk_layers[chunk(backward, False)]
+            backward += 1
+    return peak
+
+
+def in_flight_layer_microbatches(run: RunSpec, stage: int, layers: int,
+                                 chunk_layers: tuple[int, ...] | None = None) -> float:
     """Layer x micro-batch activation sets alive at this stage's peak.
 
     1F1B: stage ``i`` runs ``pp - i - 1`` warm-up forwards before its first backward,
@@ -382,6 +473,8 @@ def in_flight_layer_microbatches(run: RunSpec, stage: int, layers: int) -> float
     v = run.vpp_chunks
     if v == 1:
         return float(layers * min(pp - stage, m))
+    if chunk_layers is not None and len(chunk_layers) == v:
+        return interleaved_peak_layer_sets(run, stage, chunk_layers)
     group = run.microbatch_group_size_per_vp_stage or pp
     warmup = 2 * (pp - stage - 1) + (v - 1) * group
     chunks = min(warmup + 1, m * v)
@@ -452,6 +545,11 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
 
     act_dense = layer_activations(model, run, False)
     act_moe = layer_activations(model, run, True) if model.is_moe else act_dense
+    hybrid = model.is_hybrid
+    kinds = model.layer_kinds() if hybrid else ()
+    hybrid_params = {k: hybrid_layer_params(model, k) for k in set(kinds)}
+    hybrid_acts = {k: hybrid_layer_activations(model, run, k) for k in set(kinds)}
+    stage_kind_lists = hybrid_stage_kinds(model.hybrid_layer_pattern or "", counts) if hybrid else ()
     param_b = 1 if run.fp8_param_gather else _b(run.params_dtype)
     grad_b = 4 if (run.grad_reduce_in_fp32 or run.params_dtype == "fp32") else _b(run.params_dtype)
     opt_b = _optimizer_bytes_per_param(run)
@@ -465,12 +563,16 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
         is_first, is_last = stage == 0, stage == pp - 1
         moe_n = moe_prefix[start + n] - moe_prefix[start]
         dense_n = n - moe_n
+        stage_kinds = stage_kind_lists[stage] if hybrid else ()
         start += n
         dense_params = (
             dense_n * (dense_layer.dense / t + dense_layer.replicated + dense_layer.expert)
             + moe_n * (moe_layer.dense / t + moe_layer.replicated)
         )
         expert_params = moe_n * moe_layer.expert / max(1, run.ep * run.expert_tp)
+        if hybrid:
+            dense_params = sum(stage_kinds.count(k) * (hybrid_params[k].dense / t + hybrid_params[k].replicated)
+                               for k in set(stage_kinds))
         if is_first:
             dense_params += emb / t
         if is_last:
@@ -479,28 +581,41 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
             if mtp is not None:
                 dense_params += model.mtp_num_layers * (mtp.dense / t + mtp.replicated)
                 expert_params += model.mtp_num_layers * mtp.expert / max(1, run.ep * run.expert_tp)
+        mtp_embedding = mtp_stage_embedding(model, run, stage)
+        dense_params += mtp_embedding
         stage_params = dense_params + expert_params
 
-        vocab_params = (emb / t if is_first else 0.0) + (out / t if is_last else 0.0)
+        vocab_params = (emb / t if is_first else 0.0) + (out / t if is_last else 0.0) + mtp_embedding
         fp8_cached = 0.0
         if run.fp8 and not run.fp8_param_gather:
-            # TE caches an fp8 copy of each GEMM weight for the step (1 B/param). The embedding
-            # and the output layer are Megatron (not TE) modules that run in bf16: no copy.
-            fp8_cached = max(0.0, stage_params - vocab_params
-                             - _fp8_uncached_graphed_params(model, run, dense_n, moe_n))
+            # TE caches an fp8 copy of each GEMM weight for the step, row-wise and column-wise
+            # (FP8_WEIGHT_CACHE_BYTES). The embedding and the output layer are Megatron (not TE)
+            # modules that run in bf16: no copy.
+            fp8_cached = FP8_WEIGHT_CACHE_BYTES * max(0.0, stage_params - vocab_params
+                                                      - _fp8_uncached_graphed_params(model, run, dense_n, moe_n))
+        elif run.fp8 and run.fp8_param_gather:
+            # fp8 primary weights hold the row-wise data (the 1 B/param of ``param_b``); TE adds
+            # the column-wise (transposed) copy for the backward GEMM. The bf16 embedding and
+            # output layer are kept in bf16: 1 more byte each than ``param_b`` charged.
+            fp8_cached = FP8_TRANSPOSE_BYTES * max(0.0, stage_params - vocab_params) + vocab_params
         weights, grads, optim = _static_bytes(run, model, dense_params, expert_params, n, param_b, grad_b, opt_b,
                                               dp_shard, edp_shard, vocab_params, fp8_cached)
         step_copy = _step_grad_copy(run, dense_params, expert_params, grad_b, dp_shard, edp_shard)
 
         # activations
-        inflight_layers = in_flight_layer_microbatches(run, stage, n)
+        inflight_layers = in_flight_layer_microbatches(run, stage, n, stage_chunk_layers(model, run, stage))
         per_layer_stored = (act_dense.stored * dense_n + act_moe.stored * moe_n) / max(1, n)
         per_layer_full = max(act_dense.full, act_moe.full if moe_n else 0.0)
+        if hybrid and n:
+            per_layer_stored = sum(hybrid_acts[k].stored for k in stage_kinds) / n
+            per_layer_full = max(hybrid_acts[k].full for k in stage_kinds)
         layer_acts = _recompute_layers(run, n, inflight_layers, per_layer_stored, per_layer_full,
                                        act_dense.checkpoint_input)
         graph_pool = 0.0
         if run.cuda_graph_scope and run.recompute_granularity != "full" and n:
             per_layer_graphed = (act_dense.graphed * dense_n + act_moe.graphed * moe_n) / n
+            if hybrid:
+                per_layer_graphed = sum(hybrid_acts[k].graphed for k in stage_kinds) / n
             graph_pool = inflight_layers * per_layer_graphed
             layer_acts -= graph_pool
         mb = _microbatches_in_flight(run, stage)
@@ -550,6 +665,21 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
         parameters_per_gpu_max=max(s.params for s in stages),
         assumptions=tuple(assumptions),
     )
+
+
+def mtp_stage_embedding(model: ModelSpec, run: RunSpec, stage: int) -> float:
+    """Embedding parameters (per GPU) that the multi-token-prediction stage builds for itself.
+
+    The MTP modules embed the shifted input tokens again, so the stage that holds them (the
+    last one) builds its own ``LanguageModelEmbedding`` (gpt_model.py: ``if self.pre_process or
+    self.mtp_process: self.embedding = ...``) next to its output layer - "both embedding
+    layer and output layer in the mtp process stage" (language_module.py,
+    ``shared_embedding_or_output_weight``), tied or not. On the first stage (PP 1) it is the
+    decoder's own embedding: nothing extra.
+    """
+    if not model.mtp_num_layers or run.pp == 1 or stage != run.pp - 1:
+        return 0.0
+    return embedding_params(model, max(1, run.tp)) / max(1, run.tp)
 
 
 def _capture_bytes(run: RunSpec, weights: float, grads: float, optim: float, graph_pool: float) -> float:
@@ -621,7 +751,7 @@ def _static_bytes(run: RunSpec, model: ModelSpec, dense: float, expert: float, l
                   param_b: float, grad_b: float, opt_b: float, dp_shard: int, edp_shard: int,
                   embedding_output_params: float = 0.0, fp8_cached_params: float = 0.0):
     """Weights, gradient buffer and optimizer states of one GPU of a stage
-    (``fp8_cached_params``: weights TE keeps an fp8 copy of for the step, 1 B each)."""
+    (``fp8_cached_params``: bytes of the fp8 weight copies TE keeps for the step)."""
     weights = (dense + expert) * param_b + fp8_cached_params
     if run.peft is not None:
         trainable = _lora_params(model, run, layers)

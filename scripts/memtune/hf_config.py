@@ -1,5 +1,5 @@
 """Hugging Face ``config.json`` -> ModelSpec, for Llama, Mistral, Qwen2/3, Qwen2/3-MoE,
-Mixtral, gpt-oss, DeepSeek-V2/V3 and Nemotron field names.
+Mixtral, gpt-oss, DeepSeek-V2/V3, Nemotron and Nemotron-H (hybrid Mamba) field names.
 
 The architecture family (``model_type``) decides what the file does not say: Qwen2 has
 QKV biases, Qwen3 has QK-norm, gpt-oss has attention/expert/router biases and attention
@@ -51,7 +51,7 @@ def model_from_hf(cfg: Mapping[str, Any], name: str | None = None) -> ModelSpec:
     if ffn is None:
         raise InputError("HF config is missing intermediate_size (or moe_intermediate_size)")
 
-    mlp_hint = str(cfg.get("mlp", cfg.get("hidden_act", ""))).lower()
+    mlp_hint = str(cfg.get("mlp", cfg.get("mlp_hidden_act", cfg.get("hidden_act", "")))).lower()
     gated = not ("not gated" in mlp_hint or "relu2" in mlp_hint or "squared" in mlp_hint or kind == "nemotron")
     if mlp_hint in ("gelu", "gelu_new", "gelu_pytorch_tanh") and kind in ("gpt2", "gpt_neox", "starcoder2"):
         gated = False
@@ -84,7 +84,7 @@ def model_from_hf(cfg: Mapping[str, Any], name: str | None = None) -> ModelSpec:
         hidden_size=hidden,
         num_attention_heads=heads,
         num_query_groups=None if mla else _first(cfg, "num_key_value_heads", default=None),
-        kv_channels=None if mla else _first(cfg, "head_dim", default=None),
+        kv_channels=None if mla else _first(cfg, "head_dim", "attention_head_dim", default=None),
         ffn_hidden_size=int(ffn),
         vocab_size=int(cfg["vocab_size"]),
         gated_linear_unit=gated,
@@ -115,7 +115,23 @@ def model_from_hf(cfg: Mapping[str, Any], name: str | None = None) -> ModelSpec:
         qk_pos_emb_head_dim=int(cfg.get("qk_rope_head_dim") or 64),
         v_head_dim=int(cfg.get("v_head_dim") or 128),
         mtp_num_layers=int(cfg.get("num_nextn_predict_layers") or 0),
+        **_hybrid_fields(cfg),
     )
+
+
+def _hybrid_fields(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """Nemotron-H (model_type nemotron_h): the layer pattern and Mamba-2 sizes, under the
+    names its config.json uses (hybrid_override_pattern, ssm_state_size, n_groups, ...)."""
+    pattern = cfg.get("hybrid_override_pattern")
+    if not pattern:
+        return {}
+    out: dict[str, Any] = {"hybrid_layer_pattern": str(pattern)}
+    for ours, theirs in (("mamba_num_heads", "mamba_num_heads"), ("mamba_head_dim", "mamba_head_dim"),
+                         ("mamba_state_dim", "ssm_state_size"), ("mamba_num_groups", "n_groups"),
+                         ("mamba_d_conv", "conv_kernel"), ("mamba_expand", "expand")):
+        if cfg.get(theirs) is not None:
+            out[ours] = int(cfg[theirs])
+    return out
 
 
 # Fields that count things (layers, heads, widths, experts): a transformers config always
@@ -126,7 +142,8 @@ COUNT_FIELDS = REQUIRED + (
     "num_experts", "n_routed_experts", "num_experts_per_tok", "num_experts_per_token", "n_shared_experts",
     "shared_expert_intermediate_size", "first_k_dense_replace", "decoder_sparse_step", "moe_layer_freq",
     "max_position_embeddings", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
-    "v_head_dim", "num_nextn_predict_layers",
+    "v_head_dim", "num_nextn_predict_layers", "mamba_num_heads", "mamba_head_dim", "ssm_state_size", "n_groups",
+    "conv_kernel", "attention_head_dim",
 )
 
 

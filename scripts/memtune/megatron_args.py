@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import re
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -74,6 +75,38 @@ def parse_launch_text(text: str, source: str = "<text>") -> dict[str, Any]:
         for name, flag in parsed.items():
             flags["--" + name] = _flag_value(flag.values)
     return flags
+
+
+def launch_world_size(text: str, source: str = "<text>") -> tuple[int | None, str | None]:
+    """(GPU count, note) from the training command's launcher (torchrun --nproc_per_node x
+    --nnodes, srun / #SBATCH nodes and tasks per node), or (None, a loud warning) when the
+    count is built from variables the job only knows at run time ($NNODES, $GPUS_PER_NODE)."""
+    from memtune import launch_script as ls
+
+    script = ls.parse_text(text, source)
+    command = script.training_command()
+    if command is None:
+        return None, None
+    opts = dict(command.launcher_options)
+    per_node = opts.get("torchrun.nproc_per_node") or opts.get("torchrun.nproc-per-node") \
+        or opts.get("srun.ntasks-per-node") or (script.sbatch.get("ntasks-per-node") or script.sbatch.get("gpus-per-node")
+                                                 or (None, 0))[0]
+    nodes = opts.get("torchrun.nnodes") or opts.get("srun.nodes") or opts.get("srun.N") \
+        or (script.sbatch.get("nodes") or script.sbatch.get("N") or (None, 0))[0]
+    if per_node is None and nodes is None:
+        return None, None
+    words = {"GPUs per node": per_node, "nodes": nodes}
+    unresolved = [f"{k} {v}" for k, v in words.items() if v is not None and "$" in str(v)]
+    if unresolved:
+        return None, (f"WARNING: world size unresolved: the launcher takes {' and '.join(unresolved)} from the "
+                      f"environment at run time (line {command.line}); pass --gpus N - without it the "
+                      "estimate assumes one data-parallel replica, which overstates sharded optimizer memory")
+    try:
+        gpn = int(str(per_node or 1).split(":")[-1])
+        n = int(str(nodes or 1).split(":")[-1])
+    except ValueError:
+        return None, f"WARNING: world size unreadable from the launcher ({per_node!r} x {nodes!r}); pass --gpus N"
+    return gpn * n, f"world size {gpn * n} = {gpn} GPUs per node x {n} node(s) from the launcher (line {command.line})"
 
 
 def _mapping_flags(data: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -167,6 +200,19 @@ def parse_pipeline_layout(layout: str, pp: int) -> tuple[tuple[int, ...], int]:
     return tuple(per_stage), vpp
 
 
+def hybrid_pipeline_split(pattern: str, pp: int) -> tuple[tuple[int, ...], int]:
+    """'M-M*|M-M-|...' -> (layers per PP stage, VPP chunks): in a hybrid pattern '|' ends a
+    pipeline segment, and segment i runs on stage i mod PP (Megatron's hybrid layer
+    allocation), so segments / PP is the number of virtual stages."""
+    segments = str(pattern).split("/")[0].split("|")
+    if len(segments) % pp:
+        raise InputError(f"hybrid layer pattern has {len(segments)} pipeline segments, not a multiple of PP {pp}")
+    per_stage = [0] * pp
+    for i, segment in enumerate(segments):
+        per_stage[i % pp] += len(segment.strip())
+    return tuple(per_stage), len(segments) // pp
+
+
 def _flag(args: Mapping[str, Any], name: str, default: Any = None) -> Any:
     value = args.get(name, default)
     if isinstance(value, str) and value.startswith("${"):
@@ -227,13 +273,84 @@ def _list(value: Any) -> tuple[str, ...]:
     return tuple(x for x in re.split(r"[\s,\[\]]+", str(value)) if x)
 
 
+def vocab_from_tokenizer(a: Mapping[str, Any]) -> tuple[int, str]:
+    """(vocabulary size, the assumption to print) when --vocab-size is absent.
+
+    Megatron reads the size from the tokenizer file at start-up, which we never open: a
+    known tokenizer file name or type (``data/tokenizers.yaml``) gives its real size, any
+    other tokenizer a stated assumption - never an error, because the vocabulary only moves
+    the embedding/output matrices and the logits, and a launch script rarely spells it out.
+    """
+    tokenizer = str(a.get("tokenizer_type", "GPT2BPETokenizer"))
+    if tokenizer.startswith("$"):
+        default = int(_tokenizer_table()["types"]["SentencePieceTokenizer"]["vocab_size"])
+        return default, (f"vocabulary ASSUMED {default}: --tokenizer-type is the unresolved {tokenizer}; "
+                         "pass --vocab-size for the real one")
+    if tokenizer == "GPT2BPETokenizer":
+        return GPT2_VOCAB_SIZE, f"vocabulary {GPT2_VOCAB_SIZE} (GPT-2 BPE, Megatron's default tokenizer)"
+    table = _tokenizer_table()
+    # The file name is enough, even behind an unresolved ${DATA_PATH}/ prefix.
+    model_file = str(a.get("tokenizer_model", "") or "").lower().rsplit("/", 1)[-1]
+    if model_file.startswith("$"):
+        model_file = ""
+    for key, entry in table.get("models", {}).items():
+        if model_file and key.lower() in model_file:
+            return int(entry["vocab_size"]), (f"vocabulary {entry['vocab_size']} for tokenizer model {model_file} "
+                                              f"({entry['source']}); pass --vocab-size if yours differs")
+    entry = table.get("types", {}).get(tokenizer)
+    if entry is not None:
+        kind = "ASSUMED" if entry.get("assumed") else "known"
+        return int(entry["vocab_size"]), (f"vocabulary {entry['vocab_size']} {kind} for --tokenizer-type {tokenizer} "
+                                          f"({entry['source']})")
+    default = int(table["types"]["SentencePieceTokenizer"]["vocab_size"])
+    return default, (f"vocabulary ASSUMED {default} for --tokenizer-type {tokenizer} (size unknown without the "
+                     "tokenizer file); pass --vocab-size for the real one")
+
+
+@lru_cache(maxsize=1)
+def _tokenizer_table() -> dict[str, Any]:
+    from memtune.data_yaml import load_data_yaml
+    from memtune.paths import DATA_DIR
+
+    return load_data_yaml(DATA_DIR / "tokenizers.yaml") or {}
+
+
+def _largest_batch(a: Mapping[str, Any]) -> int | None:
+    """The largest global batch a run reaches: --global-batch-size, or the last (largest)
+    entry of a --step-batch-size-schedule such as '0:384 200B:768 400B:1152'."""
+    gbs = _int(a, "global_batch_size")
+    schedule = _flag(a, "step_batch_size_schedule")
+    if gbs is None and schedule not in (None, True):
+        items = schedule if isinstance(schedule, (list, tuple)) else str(schedule).split()
+        sizes = [int(str(x).rsplit(":", 1)[-1]) for x in items if str(x).rsplit(":", 1)[-1].isdigit()]
+        if sizes:
+            return max(sizes)
+    return gbs
+
+
 def specs_from_megatron_args(flags: Mapping[str, Any], world_size: int | None = None):
     """(ModelSpec, RunSpec, assumptions) from Megatron-LM flags (either key spelling)."""
     from memtune.model_spec import ModelSpec
     from memtune.run_spec import RunSpec, normalize_dtype
 
-    a = {normalize_flag(k): v for k, v in flags.items()}
+    a = _ReadFlags({normalize_flag(k): v for k, v in flags.items()})
     assumptions: list[str] = []
+    pattern = a.get("hybrid_layer_pattern") or a.get("hybrid_override_pattern")
+    if pattern is not None and (not isinstance(pattern, str) or pattern.startswith("$")):
+        raise InputError(f"Megatron args: hybrid layer pattern {pattern!r} is not a literal pattern; "
+                         "give it as e.g. M-M-M*-M-")
+    if pattern is None and (_bool(a, "is_hybrid_model") or _flag(a, "hybrid_attention_ratio") is not None):
+        raise InputError("Megatron args: a hybrid Mamba model without --hybrid-layer-pattern "
+                         "(--hybrid-override-pattern); give the pattern (one symbol per layer: M * - E)")
+    if pattern is not None:
+        from memtune.model_spec import hybrid_symbols
+
+        try:
+            symbols = hybrid_symbols(pattern)
+        except ValueError as exc:
+            raise InputError(f"Megatron args: {exc}") from None
+        if _flag(a, "num_layers") is None:
+            a["num_layers"] = len(symbols)
     missing = [f"--{k.replace('_', '-')}" for k in ("num_layers", "hidden_size", "num_attention_heads") if _flag(a, k) is None]
     if missing:
         raise InputError(f"Megatron args are missing {', '.join(missing)}")
@@ -246,12 +363,8 @@ def specs_from_megatron_args(flags: Mapping[str, Any], world_size: int | None = 
         ffn = int(4 * hidden * 2 / 3 / 64) * 64 if swiglu else 4 * hidden
     vocab = _int(a, "vocab_size")
     if vocab is None:
-        tokenizer = str(_flag(a, "tokenizer_type", "GPT2BPETokenizer"))
-        if tokenizer == "GPT2BPETokenizer":
-            vocab = GPT2_VOCAB_SIZE
-            assumptions.append(f"vocabulary {GPT2_VOCAB_SIZE} (GPT-2 BPE, Megatron's default tokenizer)")
-        else:
-            raise InputError(f"Megatron args: --vocab-size is needed with --tokenizer-type {tokenizer}")
+        vocab, note = vocab_from_tokenizer(a)
+        assumptions.append(note)
     gqa = _bool(a, "group_query_attention")
     groups = _int(a, "num_query_groups") if gqa else None
     experts = _int(a, "num_experts")
@@ -289,17 +402,28 @@ def specs_from_megatron_args(flags: Mapping[str, Any], world_size: int | None = 
         qk_pos_emb_head_dim=_int(a, "qk_pos_emb_head_dim", 64) or 64,
         v_head_dim=_int(a, "v_head_dim", 128) or 128,
         mtp_num_layers=mtp,
+        hybrid_layer_pattern=str(pattern).split("/")[0] if pattern is not None else None,
+        mamba_state_dim=_int(a, "mamba_state_dim", 128) or 128,
+        mamba_head_dim=_int(a, "mamba_head_dim", 64) or 64,
+        mamba_num_groups=_int(a, "mamba_num_groups", 8) or 8,
+        mamba_num_heads=_int(a, "mamba_num_heads"),
     )
     tp = _int(a, "tensor_model_parallel_size", 1) or 1
     pp = _int(a, "pipeline_model_parallel_size", 1) or 1
     vpp = _int(a, "num_virtual_stages_per_pipeline_rank")
     per_vstage = _int(a, "num_layers_per_virtual_pipeline_stage")
     if vpp is None and per_vstage:
-        vpp = max(1, layers // pp // per_vstage)
+        # Megatron counts the embedding / loss as a layer each when they are accounted for
+        # in the pipeline split (transformer_block.get_num_layers_to_build).
+        virtual = layers + int(_bool(a, "account_for_embedding_in_pipeline_split")) \
+            + int(_bool(a, "account_for_loss_in_pipeline_split"))
+        vpp = max(1, virtual // pp // per_vstage)
     stage_layers = None
     layout = _flag(a, "pipeline_model_parallel_layout")
     if layout:
         stage_layers, vpp = parse_pipeline_layout(str(layout), pp)
+    elif model.hybrid_layer_pattern and "|" in model.hybrid_layer_pattern:
+        stage_layers, vpp = hybrid_pipeline_split(model.hybrid_layer_pattern, pp)
     if world_size is None:
         world_size = _int(a, "world_size")
     if world_size is None:
@@ -322,14 +446,15 @@ def specs_from_megatron_args(flags: Mapping[str, Any], world_size: int | None = 
         ep=_int(a, "expert_model_parallel_size", 1) or 1,
         etp=_int(a, "expert_tensor_parallel_size"),
         mbs=_int(a, "micro_batch_size", 1) or 1,
-        gbs=_int(a, "global_batch_size"),
+        gbs=_largest_batch(a),
         seq_length=_int(a, "seq_length", 4096) or 4096,
         sequence_parallel=_bool(a, "sequence_parallel"),
         params_dtype=params_dtype,
         fp8=_str(a, "fp8_recipe", "delayed") if _flag(a, "fp8_format") else None,
         fp8_param_gather=_bool(a, "fp8_param_gather"),
         # Megatron-LM forces fp32 gradient accumulation/all-reduce with bf16.
-        grad_reduce_in_fp32=bf16 or _bool(a, "accumulate_allreduce_grads_in_fp32"),
+        # (unless --grad-reduce-in-bf16 keeps the gradient buffer in bf16).
+        grad_reduce_in_fp32=(bf16 and not _bool(a, "grad_reduce_in_bf16")) or _bool(a, "accumulate_allreduce_grads_in_fp32"),
         optimizer=_str(a, "optimizer", "adam"),
         use_distributed_optimizer=_bool(a, "use_distributed_optimizer"),
         num_distributed_optimizer_instances=_int(a, "num_distributed_optimizer_instances", 1) or 1,
@@ -343,7 +468,8 @@ def specs_from_megatron_args(flags: Mapping[str, Any], world_size: int | None = 
         data_parallel_sharding_strategy=_str(a, "data_parallel_sharding_strategy", "optim_grads_params"),
         overlap_grad_reduce=_bool(a, "overlap_grad_reduce"),
         overlap_param_gather=_bool(a, "overlap_param_gather"),
-        recompute_granularity=_str(a, "recompute_granularity", None),
+        # --recompute-activations is Megatron's older spelling of selective (core-attention) recompute.
+        recompute_granularity=_str(a, "recompute_granularity", "selective" if _bool(a, "recompute_activations") else None),
         recompute_method=_str(a, "recompute_method", None),
         recompute_num_layers=_int(a, "recompute_num_layers"),
         recompute_modules=recompute_modules,
@@ -371,5 +497,52 @@ def specs_from_megatron_args(flags: Mapping[str, Any], world_size: int | None = 
     )
     if "attention_dropout" not in a or "hidden_dropout" not in a:
         assumptions.append("dropout defaults 0.1 (Megatron-LM) where not given")
+    if _bool(a, "recompute_activations") and _flag(a, "recompute_granularity") is None:
+        assumptions.append("--recompute-activations = selective recompute of core attention (Megatron-LM)")
+    if _int(a, "global_batch_size") is None and run.gbs is not None:
+        assumptions.append(f"global batch {run.gbs}: the largest step of --step-batch-size-schedule")
+    if _flag(a, "rampup_batch_size") is not None:
+        assumptions.append(f"--rampup-batch-size: the batch ramps up to --global-batch-size {run.gbs}; "
+                           "the estimate is for that final (largest) batch")
+    if _bool(a, "use_legacy_models"):
+        assumptions.append("WARNING: --use-legacy-models builds Megatron-LM's legacy GPT model, not Megatron-Core; "
+                           "the estimate is for the Megatron-Core model with the same flags")
+    ignored = ignored_flags(a)
+    if ignored:
+        assumptions.append("ignored flags (not modelled; check they do not change memory): "
+                           + ", ".join("--" + f.replace("_", "-") for f in ignored))
     return model, run, assumptions
 
+
+class _ReadFlags(dict):
+    """A flag mapping that remembers which flags were looked up, so the flags the estimator
+    never read can be listed instead of silently dropped."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.read: set[str] = set()
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        self.read.add(key)
+        return super().get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        self.read.add(str(key))
+        return super().__contains__(key)
+
+
+def ignored_flags(a: Mapping[str, Any]) -> list[str]:
+    """Flags given but neither read by the estimator nor known to leave memory unchanged."""
+    prefixes, names = _no_memory_flags()
+    read = getattr(a, "read", set())
+    return sorted(k for k in a if k not in read and k not in names and not k.startswith(prefixes))
+
+
+@lru_cache(maxsize=1)
+def _no_memory_flags() -> tuple[tuple[str, ...], frozenset[str]]:
+    """(prefixes, names) of flags known to leave GPU memory unchanged (data/megatron_flags.yaml)."""
+    from memtune.data_yaml import load_data_yaml
+    from memtune.paths import DATA_DIR
+
+    table = load_data_yaml(DATA_DIR / "megatron_flags.yaml") or {}
+    return tuple(table.get("prefixes", ())), frozenset(table.get("names", ()))

@@ -68,6 +68,16 @@ class ModelSpec:
     v_head_dim: int = 128
     # --- multi-token prediction ---------------------------------------------------
     mtp_num_layers: int = 0
+    # --- hybrid Mamba / attention (Megatron-Core HybridModel, Nemotron-H) ------------
+    # One symbol per decoder layer: M Mamba, * self-attention, - MLP, E MoE (Megatron's
+    # hybrid_layer_allocation.Symbols); None = a plain transformer (attention + MLP per layer).
+    hybrid_layer_pattern: str | None = None
+    mamba_state_dim: int = 128  # d_state (Megatron default)
+    mamba_head_dim: int = 64
+    mamba_num_groups: int = 8
+    mamba_num_heads: int | None = None  # None = expand * hidden / head_dim
+    mamba_expand: int = 2  # MambaMixer's expand: d_inner = expand * hidden
+    mamba_d_conv: int = 4  # causal conv width
     extra: tuple[tuple[str, Any], ...] = field(default=(), compare=False)
 
     # ----------------------------------------------------------------- derived sizes
@@ -96,8 +106,31 @@ class ModelSpec:
         """Parameters per normalised feature: LayerNorm has a bias, RMSNorm does not."""
         return 2 if self.normalization.lower().startswith("layernorm") else 1
 
+    @property
+    def is_hybrid(self) -> bool:
+        return bool(self.hybrid_layer_pattern)
+
+    @property
+    def mamba_d_inner(self) -> int:
+        if self.mamba_num_heads:
+            return self.mamba_num_heads * self.mamba_head_dim
+        return self.mamba_expand * self.hidden_size
+
+    @property
+    def mamba_heads(self) -> int:
+        return self.mamba_num_heads or self.mamba_d_inner // self.mamba_head_dim
+
+    def layer_kinds(self) -> tuple[str, ...]:
+        """Per decoder layer: 'M' Mamba, '*' attention, '-' MLP, 'E' MoE; 'T' for a plain
+        transformer layer (attention + MLP, MoE when the MoE pattern says so)."""
+        if self.hybrid_layer_pattern:
+            return tuple(hybrid_symbols(self.hybrid_layer_pattern))
+        return ("T",) * self.num_layers
+
     def moe_layers(self) -> tuple[bool, ...]:
         """Per decoder layer: is its MLP a mixture of experts?"""
+        if self.hybrid_layer_pattern:
+            return tuple(k == "E" for k in self.layer_kinds())
         if not self.is_moe:
             return (False,) * self.num_layers
         if self.moe_layer_pattern is None:
@@ -111,6 +144,40 @@ class ModelSpec:
 
     def with_(self, **changes: Any) -> "ModelSpec":
         return replace(self, **changes)
+
+
+HYBRID_SYMBOLS = {"M": "Mamba", "*": "attention", "-": "MLP", "E": "MoE"}
+
+
+def hybrid_symbols(pattern: str) -> list[str]:
+    """Decoder-layer symbols of a hybrid pattern: the part before the MTP separator '/',
+    without pipeline-stage separators '|' (Megatron's hybrid_layer_allocation). Raises
+    ValueError naming a symbol we do not model (GDN 'G', DSA 'D', MLA '+')."""
+    main = str(pattern).split("/")[0].replace("|", "").replace(" ", "").strip("\"'")
+    unknown = sorted({c for c in main if c not in HYBRID_SYMBOLS})
+    if unknown:
+        raise ValueError(f"hybrid layer pattern symbol(s) {' '.join(unknown)} not modelled; "
+                         f"known: {', '.join(f'{k} {v}' for k, v in HYBRID_SYMBOLS.items())}")
+    return list(main)
+
+
+def hybrid_stage_kinds(pattern: str, counts: tuple[int, ...]) -> tuple[str, ...]:
+    """Layer symbols on each pipeline stage: from the '|' segments when the pattern has them
+    (segment i on stage i mod PP), else contiguous runs of ``counts`` layers."""
+    main = str(pattern).split("/")[0]
+    pp = len(counts)
+    if "|" in main:
+        segments = main.split("|")
+        if len(segments) % pp == 0:
+            stages = tuple("".join(segments[i] for i in range(stage, len(segments), pp)) for stage in range(pp))
+            if tuple(len(x) for x in stages) == tuple(counts):
+                return stages
+        main = main.replace("|", "")  # another split was chosen (e.g. by the planner): contiguous runs
+    out, start = [], 0
+    for n in counts:
+        out.append(main[start:start + n])
+        start += n
+    return tuple(out)
 
 
 def model_field_names() -> tuple[str, ...]:
@@ -259,6 +326,35 @@ def layer_params(m: ModelSpec, moe: bool) -> LayerParams:
     return LayerParams(dense=dense, replicated=replicated, expert=expert)
 
 
+def mamba_layer_params(m: ModelSpec) -> LayerParams:
+    """One Megatron-Core Mamba layer (MambaMixer, mamba_mixer.py): in_proj h -> z, x, B, C,
+    dt (2 d_inner + 2 groups d_state + heads) with its fused input norm, the depthwise causal
+    conv over x, B, C (weight x d_conv + bias), dt_bias, A_log and D per head, the gated
+    RMSNorm over d_inner and out_proj d_inner -> h; everything but the input norm is
+    TP-sharded."""
+    h, d_inner, heads = m.hidden_size, m.mamba_d_inner, m.mamba_heads
+    groups_state = m.mamba_num_groups * m.mamba_state_dim
+    in_proj = h * (2 * d_inner + 2 * groups_state + heads)
+    conv_dim = d_inner + 2 * groups_state
+    conv = conv_dim * m.mamba_d_conv + conv_dim
+    sharded = in_proj + conv + 3 * heads + d_inner + d_inner * h
+    return LayerParams(dense=sharded, replicated=m.layer_norm_width * h, expert=0)
+
+
+def hybrid_layer_params(m: ModelSpec, kind: str) -> LayerParams:
+    """Parameters of one layer of a hybrid pattern: each symbol is a whole layer with its
+    own pre-norm ('*' attention only, '-' MLP only, 'E' MoE only, 'M' Mamba)."""
+    if kind == "M":
+        return mamba_layer_params(m)
+    if kind == "*":
+        sharded, replicated = attention_params(m)
+        return LayerParams(dense=sharded, replicated=replicated, expert=0)
+    attn_sharded, attn_rep = attention_params(m)
+    full = layer_params(m, kind == "E")
+    # a transformer layer minus its attention block (which carries the input norm)
+    return LayerParams(dense=full.dense - attn_sharded, replicated=full.replicated - attn_rep, expert=full.expert)
+
+
 def mtp_layer_params(m: ModelSpec) -> LayerParams:
     """One multi-token-prediction module: two norms, the 2h->h projection, a decoder
     layer shaped like the last main layer, and its final norm (embedding and output
@@ -311,7 +407,11 @@ def count_parameters(m: ModelSpec, padded_tp: int | None = None, include_mtp: bo
     pattern = m.moe_layers()
     n_moe = sum(pattern)
     n_dense = m.num_layers - n_moe
-    decoder = n_dense * dense_layer.total + n_moe * moe_layer.total
+    if m.is_hybrid:
+        kinds = m.layer_kinds()
+        decoder = sum(hybrid_layer_params(m, k).total * kinds.count(k) for k in set(kinds))
+    else:
+        decoder = n_dense * dense_layer.total + n_moe * moe_layer.total
     expert = n_moe * moe_layer.expert
     mtp = 0
     if include_mtp and m.mtp_num_layers:

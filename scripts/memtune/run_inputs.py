@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from memtune.cli import InputError, Once
@@ -130,6 +131,8 @@ def add_input_arguments(parser: argparse.ArgumentParser) -> None:
     mem.add_argument("--no-regather", dest="regather", action="store_false")
     gpu = parser.add_argument_group("GPU")
     gpu.add_argument("--gpu-memory", metavar="SIZE", help="GPU memory (80GB, 80GiB, 81559MiB)")
+    gpu.add_argument("--gpu", metavar="NAME", help="GPU model, for its real usable memory "
+                     "(H100-80GB, H100-NVL, H200, A100-40GB, A100-80GB, B200, GB200, L40S, MI300X)")
 
 
 def print_presets(as_json: bool) -> None:
@@ -153,8 +156,23 @@ def load_model_and_run(args: argparse.Namespace) -> RunInputs:
     """
     model, run, notes, extras = _load_source(args)
     run = _apply_flags(args, run)
+    gpu_name = getattr(args, "gpu", None)
+    if gpu_name and args.gpu_memory:
+        raise InputError("give --gpu or --gpu-memory, not both (--gpu sets the memory from the GPU's real size)")
+    if gpu_name:
+        from memtune.gpus import lookup_gpu
+
+        gpu = lookup_gpu(gpu_name)
+        notes.append(f"GPU {gpu.name}: {gpu.usable_bytes / 2**30:.1f} GiB usable ({gpu.source})")
+        return RunInputs(model=model, run=run, notes=tuple(notes), gpu_memory_bytes=gpu.usable_bytes)
     memory_text = args.gpu_memory or extras.get("gpu_memory")
     memory = parse_memory(str(memory_text)) if memory_text else None
+    if memory and args.gpu_memory:
+        from memtune.gpus import marketing_size_warning
+
+        warning = marketing_size_warning(str(args.gpu_memory), memory)
+        if warning:
+            notes.insert(0, warning)
     return RunInputs(model=model, run=run, notes=tuple(notes), gpu_memory_bytes=memory)
 
 
@@ -185,8 +203,17 @@ def _load_source(args) -> tuple[Any, Any, list[str], dict[str, Any]]:
         if args.overrides:
             raise InputError("Hydra overrides apply to --config/--example, not to --megatron-args")
         flags = load_megatron_args(args.megatron_args)
+        world, world_note = args.gpus, None
+        if world is None and "--world-size" not in flags and Path(args.megatron_args).suffix.lower() not in (".json", ".yaml", ".yml"):
+            from memtune.megatron_args import launch_world_size
+            from memtune.textfile import read_text
+
+            world, world_note = launch_world_size(read_text(Path(args.megatron_args), "a launch script", strict=False),
+                                                  str(args.megatron_args))
         try:
-            model, run, notes = specs_from_megatron_args(flags, world_size=args.gpus)
+            model, run, notes = specs_from_megatron_args(flags, world_size=world)
+            if world_note:
+                notes = [world_note, *notes] if world_note.startswith("WARNING") else [*notes, world_note]
         except InputError as exc:  # a bad flag value: say which file holds it
             raise InputError(f"{args.megatron_args}: {exc}") from None
         return model, run, notes, extras

@@ -192,6 +192,30 @@ def stage_layer_counts(model: ModelSpec, run: RunSpec) -> tuple[int, ...]:
     return tuple(counts)
 
 
+def stage_chunk_layers(model: ModelSpec, run: RunSpec, stage: int) -> tuple[int, ...] | None:
+    """Decoder layers of each virtual-pipeline chunk of ``stage`` when they are uneven, else None.
+
+    With interleaving and ``account_for_embedding/loss_in_pipeline_split`` Megatron sizes
+    every chunk as if the embedding and the loss were layers, then builds one decoder layer
+    fewer in the first chunk of the first stage and in the last chunk of the last stage
+    (transformer_block.get_num_layers_to_build). Those chunks then hold fewer layers than
+    the stage's others, which changes how many layer activations are alive at the peak.
+    """
+    v = run.vpp_chunks
+    emb, loss = run.account_for_embedding_in_pipeline_split, run.account_for_loss_in_pipeline_split
+    if v == 1 or run.stage_layers is not None or not (emb or loss):
+        return None
+    if run.num_layers_in_first_pipeline_stage is not None or run.num_layers_in_last_pipeline_stage is not None:
+        return None
+    per_chunk = (model.num_layers + int(emb) + int(loss)) // run.pp // v
+    chunks = [per_chunk] * v
+    if stage == 0 and emb:
+        chunks[0] -= 1
+    if stage == run.pp - 1 and loss:
+        chunks[-1] -= 1
+    return tuple(chunks) if len(set(chunks)) > 1 else None
+
+
 #: Sizes beyond these are typos, not runs (they would also make the arithmetic meaningless).
 SIZE_LIMITS = {"num_layers": 100_000, "world_size": 10_000_000, "seq_length": 100_000_000,
                "hidden_size": 1_000_000, "num_attention_heads": 100_000, "vocab_size": 100_000_000}
@@ -247,6 +271,18 @@ def violations(model: ModelSpec, run: RunSpec) -> list[str]:
     for name, value in (("attention_dropout", run.attention_dropout), ("hidden_dropout", run.hidden_dropout)):
         if not isinstance(value, (int, float)) or not 0 <= value < 1:
             out.append(f"{name} must be in [0, 1), got {value!r}")
+    if model.hybrid_layer_pattern:
+        from memtune.model_spec import hybrid_symbols
+
+        try:
+            symbols = hybrid_symbols(model.hybrid_layer_pattern)
+        except ValueError as exc:
+            out.append(str(exc))
+        else:
+            if len(symbols) != model.num_layers:
+                out.append(f"hybrid layer pattern has {len(symbols)} layers for num_layers {model.num_layers}")
+            if "E" in symbols and not model.is_moe:
+                out.append("hybrid layer pattern has MoE layers (E) but num_moe_experts is not set")
     if model.moe_layer_pattern is not None and len(model.moe_layer_pattern) != model.num_layers:
         out.append(f"MoE layer pattern has {len(model.moe_layer_pattern)} entries for {model.num_layers} layers")
     if out:
@@ -278,7 +314,12 @@ def violations(model: ModelSpec, run: RunSpec) -> list[str]:
         if run.pp == 1:
             out.append("virtual pipeline parallelism needs pipeline_model_parallel_size > 1")
         for i, c in enumerate(counts if run.stage_layers is None else ()):
-            # Megatron requires every stage's layers to split evenly into VPP chunks.
+            # Megatron requires every stage's layers to split evenly into VPP chunks; an
+            # embedding / loss accounted for in the split counts as one layer of the first /
+            # last stage there (transformer_block.get_num_layers_to_build), and that chunk
+            # then builds one decoder layer fewer.
+            c += int(i == 0 and run.account_for_embedding_in_pipeline_split)
+            c += int(i == run.pp - 1 and run.account_for_loss_in_pipeline_split)
             if c % run.vpp_chunks:
                 out.append(
                     f"layers on pipeline stage {i} ({c}) not divisible by virtual_pipeline_model_parallel_size {run.vpp_chunks}"

@@ -110,19 +110,31 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     inputs = load_model_and_run(args)
     model, run, notes = inputs.model, inputs.run, list(inputs.notes)
-    if run.gbs is None:
+    if run.gbs is None and run.pp > 1:
+        # With PP > 1 the global batch decides how many micro-batches are in flight on the
+        # first stages: leaving it out can understate activations several-fold.
+        notes.insert(0, f"WARNING: no global batch (--gbs) with PP {run.pp}: assumed one micro-batch per "
+                        "data-parallel rank per step, so the pipeline never fills and early stages' activations "
+                        "are understated; pass --gbs")
+    elif run.gbs is None:
         notes.append("global batch not given: one micro-batch per data-parallel rank per step "
                      "(pipeline warm-up then holds fewer micro-batches; pass --gbs)")
     est = estimate(model, run)
     gpu_memory = inputs.gpu_memory_bytes
+    warnings = [n for n in notes if n.startswith("WARNING")]
     if args.json:
         doc = est.to_json()
         doc["assumptions"] = [*notes, *doc["assumptions"]]
+        doc["warnings"] = warnings
         doc["model"] = model.name
         if gpu_memory:
             doc["gpu_memory_bytes"] = gpu_memory
             doc["fits"] = est.peak_bytes <= gpu_memory
         print_json(doc)
         return 0
+    for warning in warnings:  # first, where nobody can miss them
+        print(warning)
+    if warnings:
+        print()
     print(render_text(model, run, est, notes, gpu_memory))
     return 0
