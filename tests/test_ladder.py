@@ -80,7 +80,7 @@ SCENARIOS = (
                                          "16", "--seq-length", "8192", "--sequence-parallel", "--peft", "lora",
                                          "--gpu-memory", A100_40, "--headroom", "25%"),
              ("recompute selective [layernorm]", "LoRA input re-gather"),
-             "LoRA: layernorm recompute re-runs only memory-bound norms (~0.4% modelled) while re-gather's "
+             "LoRA: layernorm recompute re-runs only memory-bound norms (~0.5% modelled) while re-gather's "
              "measured cost grows with what it saves (-6.7% at 10% saved); SKILL.md step 3 says so"),
     Scenario("llama3-8b-128k-8xB200", ("--preset", "llama3-8b", "--gpus", "8", "--tp", "2", "--mbs", "1", "--gbs",
                                        "8", "--seq-length", "131072", "--sequence-parallel", "--dist-opt",
