@@ -222,3 +222,28 @@ def test_no_modelled_gain_above_the_measured_maximum_is_priced(table):
     base = tc.RunSpec(world_size=64, tp=16, mbs=1, gbs=64, seq_length=4096, sequence_parallel=True)
     cost = tc.throughput_change(m, base, base.with_(tp=1), table)  # TP across nodes -> TP 1: a huge model gain
     assert cost.change <= tc.gain_cap(table) + 1e-12 and cost.kind == "assumption"
+
+
+# ------------------------------------------------------------- deep pipelines: extrapolation is labelled
+def test_thinner_stages_than_any_published_pipeline_are_an_assumption(table):
+    """Calibrated on the seed's PP 8 (10 layers per stage, 2 per virtual chunk); the thinnest
+    published pipeline found is Llama 3 405B at PP 16 (~7.9 per stage). PP 8->16 on 405B stays
+    priced; PP 8->64 (2 per stage) is labelled an assumption with the reason."""
+    from memtune import presets
+
+    m = presets.load_preset("llama3.1-405b")
+    base = tc.RunSpec(world_size=1024, tp=8, pp=8, mbs=1, gbs=1024, seq_length=8192, sequence_parallel=True,
+                      num_layers_in_last_pipeline_stage=14, use_distributed_optimizer=True)
+    ok = tc.throughput_change(m, base, base.with_(pp=16, num_layers_in_last_pipeline_stage=6), table)
+    deep = tc.throughput_change(m, base, base.with_(pp=64, num_layers_in_first_pipeline_stage=1,
+                                                    num_layers_in_last_pipeline_stage=1), table)
+    assert ok.kind == "first-principles"
+    assert deep.kind == "assumption" and any("1.97 layers per stage" in line for line in deep.evidence)
+
+
+def test_one_layer_virtual_chunks_are_an_assumption_but_the_seeds_two_are_not(table, seed):
+    model, base = seed  # PP 4, VPP 5: 4 layers per chunk
+    two = tc.throughput_change(model, base, base.with_(vpp=10), table)  # 2 per chunk: the seed's own PP 8 chunk
+    one = tc.throughput_change(model, base.with_(pp=8), base.with_(pp=8, vpp=10), table)  # 1 per chunk
+    assert two.kind in ("calibrated", "first-principles")
+    assert one.kind == "assumption" and any("1.00 layers per virtual chunk" in line for line in one.evidence)

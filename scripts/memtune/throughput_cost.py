@@ -401,6 +401,28 @@ WEAK_KINDS = ("assumption", UNKNOWN)
 UNMEASURED_GAIN_TERMS = {"ep": "expert_parallel_gain"}
 
 
+def pipeline_depth_note(m: ms.ModelSpec, base: RunSpec, cand: RunSpec, table: CostTable) -> str:
+    """Why a deeper pipeline's price is an extrapolation ('' when it is inside the evidence).
+
+    The pipeline terms are checked against pipelines of at least ``min_layers_per_stage``
+    layers per stage and ``min_layers_per_chunk`` per virtual chunk (the YAML names them);
+    thinner stages or chunks than the run already has, below those, have no measurement."""
+    depth = table.factor("pipeline_depth")
+    out = []
+    per_stage, per_stage_base = m.num_layers / max(1, cand.pp), m.num_layers / max(1, base.pp)
+    if cand.pp > 1 and per_stage < min(per_stage_base, float(depth["min_layers_per_stage"])):
+        out.append(f"{per_stage:.2f} layers per stage (fewest measured or published: "
+                   f"{float(depth['min_layers_per_stage']):.1f})")
+    chunk = per_stage / cand.vpp_chunks
+    chunk_base = per_stage_base / base.vpp_chunks
+    if cand.pp > 1 and chunk < min(chunk_base, float(depth["min_layers_per_chunk"])):
+        out.append(f"{chunk:.2f} layers per virtual chunk (fewest measured: {float(depth['min_layers_per_chunk']):.0f})")
+    if not out:
+        return ""
+    return (f"PP {cand.pp}" + (f" VPP {cand.vpp_chunks}" if cand.vpp_chunks > 1 else "") + ": " + "; ".join(out)
+            + f" ({depth['kind']}: {depth['label']}): the pipeline price is an extrapolation")
+
+
 def gain_cap(table: CostTable) -> float:
     """The largest throughput gain one configuration change has been measured to give."""
     return float(table.factor("gain_cap")["value"])
@@ -482,6 +504,11 @@ def throughput_change(m: ms.ModelSpec, base: RunSpec, cand: RunSpec, table: Cost
         if name in UNMEASURED_GAIN_TERMS and term_ratio - 1.0 >= NEGLIGIBLE:
             factor = UNMEASURED_GAIN_TERMS[name]  # a modelled speed-up nobody has measured
         note(name, factor, term_ratio - 1.0)
+    depth_note = pipeline_depth_note(m, base, cand, table)
+    if depth_note:
+        evidence.append(depth_note)
+        details.append(f"pipeline depth: {table.factor('pipeline_depth').get('source', '')}")
+        kinds.append(str(table.factor("pipeline_depth")["kind"]))
     cap = gain_cap(table)
     if ratio - 1.0 > cap:
         spec = table.factor("gain_cap")
