@@ -247,3 +247,10 @@ def test_one_layer_virtual_chunks_are_an_assumption_but_the_seeds_two_are_not(ta
     one = tc.throughput_change(model, base.with_(pp=8), base.with_(pp=8, vpp=10), table)  # 1 per chunk
     assert two.kind in ("calibrated", "first-principles")
     assert one.kind == "assumption" and any("1.00 layers per virtual chunk" in line for line in one.evidence)
+
+
+def test_skill_md_quotes_the_gain_cap_the_planner_uses(table):
+    from conftest import REPO_ROOT
+
+    text = " ".join((REPO_ROOT / "SKILL.md").read_text(encoding="utf-8").split())
+    assert f"+{tc.gain_cap(table) * 100:.1f}%, TP 8→4" in text
