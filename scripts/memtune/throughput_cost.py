@@ -281,8 +281,9 @@ def expert_comm(m: ms.ModelSpec, k: RunSpec, table: CostTable, f: LayerFlops) ->
     not all move over the same wire: Megatron lays an EP group out on EP x ETP consecutive
     ranks (ETP innermost), so ``min(EP, gpus_per_node / ETP)`` members share a node and talk
     over NVLink while the rest go over InfiniBand, both at once (the slower part sets the
-    time). Pricing all of it at InfiniBand as soon as EP x ETP leaves the node over-charged a
-    two-node EP group by 2x and made ETP 2->1 look like a +114% win on Qwen3-30B-A3B.
+    time). Pricing all of it at InfiniBand as soon as EP x ETP leaves the node (7/8 of the
+    bytes for EP 8 x ETP 2 on two nodes, where 4/8 really cross) made ETP 2->1 look like a
+    +114% win on Qwen3-30B-A3B (TP 2, seq 8192).
 
     ETP > 1 adds an all-gather of the routed tokens over the ETP group before the expert
     GEMMs and a reduce-scatter after them (forward and backward): (ETP - 1) x the routed
@@ -394,6 +395,7 @@ KIND_ORDER = ("measured", "calibrated", "first-principles", "assumption", UNKNOW
 #: beyond what the measured evidence resolves (e.g. the assumed GEMM-size term of CP 1->2 at
 #: 128K tokens is 0.2%).
 WEAK_KINDS = ("assumption", UNKNOWN)
+NEGLIGIBLE = 0.005
 
 #: Terms whose *gains* no measurement in our sources confirms: a speed-up they predict (e.g.
 #: EP 64->8, ETP 2->1 bringing the all-to-all into the node) is shown with its own factor's
@@ -426,7 +428,6 @@ def pipeline_depth_note(m: ms.ModelSpec, base: RunSpec, cand: RunSpec, table: Co
 def gain_cap(table: CostTable) -> float:
     """The largest throughput gain one configuration change has been measured to give."""
     return float(table.factor("gain_cap")["value"])
-NEGLIGIBLE = 0.005
 
 
 def _pct(x: float) -> str:
