@@ -243,6 +243,9 @@ def test_thinner_stages_than_any_published_pipeline_are_an_assumption(table):
                                                     num_layers_in_last_pipeline_stage=1), table)
     assert ok.kind == "first-principles"
     assert deep.kind == "assumption" and any("1.97 layers per stage" in line for line in deep.evidence)
+    # 2 x hidden x vocab = 4.2 GFLOP per token vs ~6.7 for a 405B layer: the last stage's extra load is named
+    assert any("output layer adds 0.63 layers' work" in line for line in deep.evidence), deep.evidence
+    assert not any("output layer" in line for line in ok.evidence)
 
 
 def test_one_layer_virtual_chunks_are_an_assumption_but_the_seeds_two_are_not(table, seed):

@@ -421,6 +421,11 @@ def pipeline_depth_note(m: ms.ModelSpec, base: RunSpec, cand: RunSpec, table: Co
         out.append(f"{chunk:.2f} layers per virtual chunk (fewest measured: {float(depth['min_layers_per_chunk']):.0f})")
     if not out:
         return ""
+    f = _flops_cached(m, cand.seq_length, table.hw("achieved_flops_per_gpu"), table.hw("hbm_bytes_per_s"))
+    head = f.logits / f.per_layer  # the output layer in layer-equivalents, on the last stage
+    if head >= 0.25 * per_stage:
+        out.append(f"the output layer adds {head:.2f} layers' work to the last stage "
+                   f"({head / per_stage:.0%} of a stage) unless the split gives that stage fewer layers")
     return (f"PP {cand.pp}" + (f" VPP {cand.vpp_chunks}" if cand.vpp_chunks > 1 else "") + ": " + "; ".join(out)
             + f" ({depth['kind']}: {depth['label']}): the pipeline price is an extrapolation")
 
