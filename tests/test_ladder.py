@@ -55,8 +55,10 @@ SCENARIOS = (
     Scenario("llama3.1-405b-1024xH100", ("--preset", "llama3.1-405b", "--gpus", "1024", "--tp", "8", "--pp", "8",
                                          "--last-stage-layers", "14", "--mbs", "1", "--gbs", "1024", "--seq-length",
                                          "8192", "--sequence-parallel", "--gpu-memory", H100, "--no-dist-opt"),
-             ("distributed optimizer", "PP 8->"),
-             "optimizer state first (DP 16), then more pipeline stages; TP is already the 8-GPU NVLink domain"),
+             ("distributed optimizer", "PP 8->16"),
+             "optimizer state first (DP 16), then more pipeline stages, but only to PP 16 (~8 layers per stage, "
+             "the deepest published Llama 3 405B pipeline): PP 32/64 are priced as extrapolations, so recompute "
+             "follows; TP is already the 8-GPU NVLink domain"),
     Scenario("llama3.1-405b-128xH200", ("--preset", "llama3.1-405b", "--gpus", "128", "--tp", "8", "--pp", "8",
                                         "--last-stage-layers", "14", "--mbs", "1", "--gbs", "512", "--seq-length",
                                         "8192", "--sequence-parallel", "--dist-opt", "--gpu-memory", H200),
@@ -80,7 +82,7 @@ SCENARIOS = (
                                          "16", "--seq-length", "8192", "--sequence-parallel", "--peft", "lora",
                                          "--gpu-memory", A100_40, "--headroom", "25%"),
              ("recompute selective [layernorm]", "LoRA input re-gather"),
-             "LoRA: layernorm recompute re-runs only memory-bound norms (~0.4% modelled) while re-gather's "
+             "LoRA: layernorm recompute re-runs only memory-bound norms (~0.5% modelled) while re-gather's "
              "measured cost grows with what it saves (-6.7% at 10% saved); SKILL.md step 3 says so"),
     Scenario("llama3-8b-128k-8xB200", ("--preset", "llama3-8b", "--gpus", "8", "--tp", "2", "--mbs", "1", "--gbs",
                                        "8", "--seq-length", "131072", "--sequence-parallel", "--dist-opt",
@@ -239,3 +241,19 @@ def test_skill_md_explains_the_lora_order_with_the_planners_own_figures(table):
     assert f"{(peak - norm.peak_bytes) / pl.GIB:.0f}" == said.group(2)
     assert -norm.cost.change < -regather.cost.change  # the order the text explains
     assert "−0.34% to −6.74%" in text  # the seed's measured re-gather range (throughput_costs.yaml points)
+
+
+def test_405b_ladder_stops_at_the_deepest_published_pipeline():
+    """Issue 13 follow-up: the 405B ladder used to climb to PP 64 (2 layers per stage, priced at
+    -6.5%). Thinner stages than any measured or published pipeline are an extrapolation: the
+    ladder stops at PP 16 and takes priced recompute instead, and the one-step PP 64 row says why."""
+    sc = next(s for s in SCENARIOS if s.name == "llama3.1-405b-1024xH100")
+    doc = plan_json(*sc.args)
+    changes = [r["change"] for r in doc["ladder"]["rungs"]]
+    pipeline = [r for r in doc["ladder"]["rungs"] if r["category"] == "pipeline"]
+    assert len(pipeline) == 1 and pipeline[0]["change"].startswith("PP 8->16"), changes
+    assert "model.pipeline_model_parallel_size=16" in pipeline[0]["exact_change"]["bridge_overrides"]
+    assert any(c.startswith("recompute ") for c in changes), changes
+    deep = next(r for r in doc["closest"] if r["change"].startswith("PP 8->64"))
+    assert deep["evidence_kind"] == "assumption"
+    assert any("layers per stage" in line for line in deep["evidence"]), deep["evidence"]

@@ -213,6 +213,19 @@ def recompute_flops(f: LayerFlops, k: RunSpec) -> float:
     return sum(f.by_module.get(module, 0.0) for module in modules)
 
 
+def step_passes(k: RunSpec) -> float:
+    """A training step's compute in units of the forward pass.
+
+    Full training runs the forward, the backward for the inputs (as large as the forward)
+    and the backward for the weights (as large again): 3x. With LoRA/DoRA the base weights
+    are frozen, so their weight-gradient GEMMs are never run and the step is ~2x the forward
+    (the adapters' own weight gradients are rank-r, a fraction of a percent). Every term that
+    compares extra work with the step's compute uses this, so recomputing a module under LoRA
+    costs half as much again as in full training.
+    """
+    return 2.0 if k.peft in ("lora", "dora") else 3.0
+
+
 def step_terms(m: ms.ModelSpec, k: RunSpec, table: CostTable) -> dict[str, float]:
     """Each overhead as a fraction of the GPU's compute time (see the YAML's formulas)."""
     rate = table.hw("achieved_flops_per_gpu")
@@ -228,7 +241,8 @@ def step_terms(m: ms.ModelSpec, k: RunSpec, table: CostTable) -> dict[str, float
     terms["pp"] = c.get("pp", 1.0) * k.pp * k.vpp_chunks * h / (f.per_layer * f.num_layers) if pipelined else 0.0
     m_batches = k.num_microbatches or 1
     terms["bubble"] = (k.pp - 1) / (k.vpp_chunks * m_batches) if pipelined else 0.0
-    terms["recompute"] = c.get("recompute", 1.0) * recompute_flops(f, k) / (3.0 * f.total)
+    passes = step_passes(k)
+    terms["recompute"] = c.get("recompute", 1.0) * recompute_flops(f, k) / (passes * f.total)
     tokens = k.seq_length * k.mbs / max(1, k.cp)
     terms["gemm"] = float(table.factor("gemm_size")["tokens_overhead"]) / max(1.0, tokens)
     if k.cp > 1:
@@ -241,20 +255,12 @@ def step_terms(m: ms.ModelSpec, k: RunSpec, table: CostTable) -> dict[str, float
         terms["cp"] = (1 - float(cp_f["overlap"])) * 2 * kv * dims * (k.cp - 1) * rate / (f.per_layer * bw)
     else:
         terms["cp"] = 0.0
-    if k.ep > 1 and f.num_moe_layers:
-        ep_f = table.factor("expert_parallel")
-        topk = min(m.moe_router_topk, m.num_moe_experts or 1)
-        bw = nvlink if k.ep * k.expert_tp <= per_node else ib
-        share = f.num_moe_layers / f.num_layers
-        terms["ep"] = ((1 - float(ep_f["overlap"])) * share * 8 * topk * h * (k.ep - 1) / k.ep * rate
-                       / (3 * f.per_moe_layer * bw))
-    else:
-        terms["ep"] = 0.0
+    terms["ep"] = expert_comm(m, k, table, f)
     if k.cpu_offloading:
         off = table.factor("cpu_offloading")
         layers = min(k.cpu_offloading_num_layers or 1, f.num_layers) / f.num_layers
         terms["offload"] = (layers * (1 - float(off["overlap"])) * 2 * 34 * h * rate
-                            / (3 * f.per_layer * table.hw("pcie_bytes_per_s")))
+                            / (passes * f.per_layer * table.hw("pcie_bytes_per_s")))
     else:
         terms["offload"] = 0.0
     optimizer = 0.0
@@ -264,6 +270,39 @@ def step_terms(m: ms.ModelSpec, k: RunSpec, table: CostTable) -> dict[str, float
     terms["optimizer"] = optimizer
     terms["fsdp"] = fsdp_exposed(m, k, table, f) if k.use_megatron_fsdp else 0.0
     return terms
+
+
+def expert_comm(m: ms.ModelSpec, k: RunSpec, table: CostTable, f: LayerFlops) -> float:
+    """MoE token traffic (EP all-to-all, ETP gather/scatter) as a fraction of the step's compute.
+
+    Per MoE layer every GPU sends each token it owns (seq x mbs / (TP x CP) under SP) to its
+    top-k experts and takes the results back: dispatch + combine, forward and backward, 4 x
+    topk x hidden bf16 values. Only the share bound for *other* EP ranks moves, and it does
+    not all move over the same wire: Megatron lays an EP group out on EP x ETP consecutive
+    ranks (ETP innermost), so ``min(EP, gpus_per_node / ETP)`` members share a node and talk
+    over NVLink while the rest go over InfiniBand, both at once (the slower part sets the
+    time). Pricing all of it at InfiniBand as soon as EP x ETP leaves the node (7/8 of the
+    bytes for EP 8 x ETP 2 on two nodes, where 4/8 really cross) made ETP 2->1 look like a
+    +114% win on Qwen3-30B-A3B (TP 2, seq 8192).
+
+    ETP > 1 adds an all-gather of the routed tokens over the ETP group before the expert
+    GEMMs and a reduce-scatter after them (forward and backward): (ETP - 1) x the routed
+    bytes over NVLink.
+    """
+    if not f.num_moe_layers or (k.ep <= 1 and k.expert_tp <= 1):
+        return 0.0
+    spec = table.factor("expert_parallel")
+    rate, nvlink, ib = table.hw("achieved_flops_per_gpu"), table.hw("nvlink_bytes_per_s"), table.hw("inter_node_bytes_per_s")
+    per_node = int(table.hw("gpus_per_node"))
+    topk = min(m.moe_router_topk, m.num_moe_experts or 1)
+    routed = 4 * topk * m.hidden_size * 2  # bytes per owned token per MoE layer
+    etp = max(1, k.expert_tp)
+    on_node = max(1, min(k.ep, per_node // etp))
+    intra, inter = (on_node - 1) / k.ep, (k.ep - on_node) / k.ep
+    seconds = max(routed * intra / nvlink, routed * inter / ib)
+    seconds += routed * (etp - 1) / nvlink
+    compute = step_passes(k) * f.total / rate  # seconds of compute per token for the whole model
+    return (1 - float(spec["overlap"])) * f.num_moe_layers * seconds / compute
 
 
 def _fsdp_unknown(base: RunSpec, cand: RunSpec, tb: dict[str, float], tc_: dict[str, float]) -> str:
@@ -358,6 +397,43 @@ KIND_ORDER = ("measured", "calibrated", "first-principles", "assumption", UNKNOW
 WEAK_KINDS = ("assumption", UNKNOWN)
 NEGLIGIBLE = 0.005
 
+#: Terms whose *gains* no measurement in our sources confirms: a speed-up they predict (e.g.
+#: EP 64->8, ETP 2->1 bringing the all-to-all into the node) is shown with its own factor's
+#: kind (an assumption), so it never ranks as a confident win; their costs stay priced.
+UNMEASURED_GAIN_TERMS = {"ep": "expert_parallel_gain"}
+
+
+def pipeline_depth_note(m: ms.ModelSpec, base: RunSpec, cand: RunSpec, table: CostTable) -> str:
+    """Why a deeper pipeline's price is an extrapolation ('' when it is inside the evidence).
+
+    The pipeline terms are checked against pipelines of at least ``min_layers_per_stage``
+    layers per stage and ``min_layers_per_chunk`` per virtual chunk (the YAML names them);
+    thinner stages or chunks than the run already has, below those, have no measurement."""
+    depth = table.factor("pipeline_depth")
+    out = []
+    per_stage, per_stage_base = m.num_layers / max(1, cand.pp), m.num_layers / max(1, base.pp)
+    if cand.pp > 1 and per_stage < min(per_stage_base, float(depth["min_layers_per_stage"])):
+        out.append(f"{per_stage:.2f} layers per stage (fewest measured or published: "
+                   f"{float(depth['min_layers_per_stage']):.1f})")
+    chunk = per_stage / cand.vpp_chunks
+    chunk_base = per_stage_base / base.vpp_chunks
+    if cand.pp > 1 and chunk < min(chunk_base, float(depth["min_layers_per_chunk"])):
+        out.append(f"{chunk:.2f} layers per virtual chunk (fewest measured: {float(depth['min_layers_per_chunk']):.0f})")
+    if not out:
+        return ""
+    f = _flops_cached(m, cand.seq_length, table.hw("achieved_flops_per_gpu"), table.hw("hbm_bytes_per_s"))
+    head = f.logits / f.per_layer  # the output layer in layer-equivalents, on the last stage
+    if head >= 0.25 * per_stage:
+        out.append(f"the output layer adds {head:.2f} layers' work to the last stage "
+                   f"({head / per_stage:.0%} of a stage) unless the split gives that stage fewer layers")
+    return (f"PP {cand.pp}" + (f" VPP {cand.vpp_chunks}" if cand.vpp_chunks > 1 else "") + ": " + "; ".join(out)
+            + f" ({depth['kind']}: {depth['label']}): the pipeline price is an extrapolation")
+
+
+def gain_cap(table: CostTable) -> float:
+    """The largest throughput gain one configuration change has been measured to give."""
+    return float(table.factor("gain_cap")["value"])
+
 
 def _pct(x: float) -> str:
     return f"{x * 100:+.1f}%"
@@ -430,7 +506,23 @@ def throughput_change(m: ms.ModelSpec, base: RunSpec, cand: RunSpec, table: Cost
             continue
         term_ratio = (1.0 + tb[name]) / (1.0 + tc_[name])
         ratio *= term_ratio
-        note(name, TERM_FACTOR[name], term_ratio - 1.0)
+        factor = TERM_FACTOR[name]
+        if name in UNMEASURED_GAIN_TERMS and term_ratio - 1.0 >= NEGLIGIBLE:
+            factor = UNMEASURED_GAIN_TERMS[name]  # a modelled speed-up nobody has measured
+        note(name, factor, term_ratio - 1.0)
+    depth_note = pipeline_depth_note(m, base, cand, table)
+    if depth_note:
+        evidence.append(depth_note)
+        details.append(f"pipeline depth: {table.factor('pipeline_depth').get('source', '')}")
+        kinds.append(str(table.factor("pipeline_depth")["kind"]))
+    cap = gain_cap(table)
+    if ratio - 1.0 > cap:
+        spec = table.factor("gain_cap")
+        evidence.append(f"modelled {_pct(ratio - 1.0)} is above the largest measured gain of one change "
+                        f"({_pct(cap)}, {spec['label']}): shown capped, unconfirmed")
+        details.append(f"gain cap: {spec.get('source', '')}")
+        kinds.append(str(spec["kind"]))
+        ratio = 1.0 + cap
     fsdp_unknown = _fsdp_unknown(base, cand, tb, tc_)
     if fsdp_unknown:
         evidence.append(fsdp_unknown)
