@@ -28,6 +28,10 @@ from typing import Any, Iterable, Mapping, Sequence
 from memtune.cli import InputError
 
 PREDICATE_TYPE = "https://model_signing/signature/v1.0"
+# SHA-256 of this project's release root ("Skill Signing Root CA"). A copy of the code can be
+# edited along with the anchor it checks, so this pin only helps when the code itself comes
+# from a trusted place; the independent check is --expect-fingerprint (README).
+RELEASE_ROOT_SHA256 = "F0:35:40:EA:DE:99:C4:17:DE:25:60:86:EA:16:A8:DF:C9:5E:9A:34:43:10:E4:60:A8:F1:6E:22:FA:66:59:43"
 SUPPORTED_CURVES = ("secp256r1", "secp384r1", "secp521r1")
 
 
@@ -161,6 +165,22 @@ def load_certificates(path: Path, what: str) -> list[Any]:
     if not certs:
         raise InputError(f"{what} {path} holds no PEM certificate (expected PEM blocks of type CERTIFICATE)")
     return certs
+
+
+def normalize_fingerprint(text: str, what: str = "fingerprint") -> str:
+    """A SHA-256 fingerprint as ``AA:BB:...`` (64 hex digits), from the forms people paste:
+    colon-separated or not, any case, with openssl's ``sha256 Fingerprint=`` prefix."""
+    value = text.strip()
+    if "=" in value:
+        value = value.split("=", 1)[1]
+    if value.lower().startswith("sha256:"):
+        value = value[len("sha256:"):]
+    digits = value.replace(":", "").replace(" ", "").upper()
+    if len(digits) != 64 or any(c not in "0123456789ABCDEF" for c in digits):
+        shown = text if len(text) <= 80 else text[:77] + "..."
+        raise InputError(f"{what} {shown!r} is not a SHA-256 fingerprint (64 hex digits, colons optional), "
+                         "as printed by: openssl x509 -in root-cert.pem -noout -fingerprint -sha256")
+    return ":".join(digits[i:i + 2] for i in range(0, 64, 2))
 
 
 def trust_anchor_info(path: Path) -> CertInfo:
