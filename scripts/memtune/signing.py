@@ -142,8 +142,10 @@ def cert_info(cert: Any) -> CertInfo:
 
 
 def _read(path: Path, what: str) -> bytes:
+    from memtune.textfile import read_bounded
+
     try:
-        return path.read_bytes()
+        return read_bounded(path, what)
     except FileNotFoundError:
         raise InputError(f"{what} {path} does not exist") from None
     except IsADirectoryError:
@@ -256,6 +258,8 @@ def read_statement(signature: Path) -> SignedStatement:
         doc = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError(f"signature {signature} is not JSON ({exc}); expected a Sigstore bundle from `sign_skill.py sign` or `model_signing sign`") from None
+    except RecursionError:
+        raise InputError(f"signature {signature} is JSON nested too deeply to be a Sigstore bundle; pass the real skill.oms.sig") from None
     bad = f"signature {signature} is not a model_signing bundle"
     if not isinstance(doc, dict):
         raise InputError(f"{bad}: the top level is not a JSON object")
@@ -264,6 +268,8 @@ def read_statement(signature: Path) -> SignedStatement:
         raise InputError(f"{bad}: no dsseEnvelope.payload")
     try:
         statement = json.loads(base64.b64decode(envelope["payload"], validate=True))
+    except RecursionError:
+        raise InputError(f"{bad}: dsseEnvelope.payload is JSON nested too deeply") from None
     except (binascii.Error, ValueError):
         raise InputError(f"{bad}: dsseEnvelope.payload is not base64-encoded JSON") from None
     if not isinstance(statement, dict) or statement.get("predicateType") != PREDICATE_TYPE:
