@@ -391,3 +391,20 @@ def test_full_disk_is_one_line() -> None:
 def test_zero_headroom_is_a_valid_choice(headroom: str, capsys) -> None:
     code, out, err = run_in_process("plan_memory", ["--example", "--top", "1", "--headroom", headroom], capsys)
     assert code == 0, err
+
+
+def test_full_disk_while_writing_a_file_names_the_file(tmp_path, capsys) -> None:
+    import errno
+
+    from memtune import cli
+
+    target = tmp_path / "BENCHMARK.md"
+
+    def main(argv):
+        with cli.writing(target):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(SystemExit) as stop:
+        cli.run(main, "helper.py", [])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err == f"helper.py: error: cannot write {target}: No space left on device; free some space and run again\n"

@@ -342,3 +342,23 @@ def test_verify_lists_content_the_signature_does_not_cover(capsys, package, pki)
     assert code == 0
     for item in (".github/workflows/ci.yml", ".gitattributes", ".gitignore", "file modes"):
         assert item in line
+
+
+# --------------------------------------------------------------------------- full disk
+
+
+def test_full_disk_names_the_signature_and_keeps_the_old_one(capsys, package, pki, monkeypatch):
+    import errno
+
+    assert sign(capsys, package, pki)[0] == 0
+    before = (package / "skill.oms.sig").read_bytes()
+
+    def no_space(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")  # what write/fsync raise: no file name
+
+    monkeypatch.setattr(os, "fsync", no_space)
+    code, out, err = sign(capsys, package, pki)
+    assert code == 2 and err.count("\n") == 1
+    assert f"cannot write {package / 'skill.oms.sig'}: No space left on device" in err
+    assert (package / "skill.oms.sig").read_bytes() == before
+    assert not list(package.glob(".skill.oms.sig.*.tmp"))
