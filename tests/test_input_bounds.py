@@ -49,13 +49,13 @@ def test_yaml_alias_bomb_in_a_bridge_config(tmp_path, build, helper, extra):
 def test_yaml_nested_100k_levels(tmp_path, helper, extra):
     config = attack.yaml_deep(tmp_path / "deep.yaml")
     result = run_bounded(helper, *extra, "--config", str(config), timeout=TIMEOUT)
-    assert_one_line_exit_2(result, "nests deeper than")
+    assert_one_line_exit_2(result, "nested deeper than")
 
 
 def test_deep_json_as_megatron_args(tmp_path):
     flags = attack.json_deep(tmp_path / "flags.json")
     result = run_bounded("estimate_memory", "--megatron-args", str(flags), timeout=TIMEOUT)
-    assert_one_line_exit_2(result, "nests deeper than")
+    assert_one_line_exit_2(result, "nested deeper than")
     flags.write_text('{"--num-layers": ' + "[" * attack.NESTING + "]" * attack.NESTING + "}")
     result = run_bounded("estimate_memory", "--megatron-args", str(flags), timeout=TIMEOUT)
     assert_one_line_exit_2(result, "nested too deeply")
@@ -83,7 +83,7 @@ def test_yaml_guard_refuses_a_recursive_alias():
 
 def test_yaml_guard_depth_bound_is_exact():
     yaml_guard.safe_load("[" * 64 + "]" * 64)
-    with pytest.raises(yaml_guard.YamlLimitError, match="deeper than 64"):
+    with pytest.raises(yaml_guard.YamlLimitError, match="nested deeper than 64"):
         yaml_guard.safe_load("[" * 65 + "]" * 65)
 
 
@@ -167,7 +167,7 @@ def test_bounded_runner_reports_memory():
 
 @pytest.mark.parametrize("build, expected", [
     (lambda path: attack.yaml_bomb_unused(path), "aliases"),
-    (lambda path: attack.yaml_deep(path, key="title"), "nests deeper than"),
+    (lambda path: attack.yaml_deep(path, key="title"), "nested deeper than"),
 ])
 def test_lint_reports_a_hostile_card_yaml_as_a_finding(tmp_path, build, expected):
     from lint_helpers import copy_package

@@ -53,7 +53,7 @@ def check_node(root: Any, max_nodes: int = MAX_EXPANDED_NODES, max_depth: int = 
             if size > max_nodes:
                 raise YamlLimitError(f"expands to more than {max_nodes:,} nodes through aliases (&anchor/*alias)")
             if depth > max_depth:
-                raise YamlLimitError(f"nests deeper than {max_depth} levels")
+                raise YamlLimitError(f"is nested deeper than {max_depth} levels")
             measured[key] = (size, depth)
             continue
         if key in measured:
@@ -61,7 +61,7 @@ def check_node(root: Any, max_nodes: int = MAX_EXPANDED_NODES, max_depth: int = 
         if key in open_nodes:
             raise YamlLimitError("contains an alias that refers to itself (recursive anchor)")
         if len(open_nodes) >= max_depth:
-            raise YamlLimitError(f"nests deeper than {max_depth} levels")
+            raise YamlLimitError(f"is nested deeper than {max_depth} levels")
         open_nodes.add(key)
         stack.append((node, True))
         stack.extend((kid, False) for kid in _children(node) if id(kid) not in measured)
@@ -78,7 +78,7 @@ def compose(text: str) -> Any:
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
     except RecursionError:
-        raise YamlLimitError(f"nests deeper than {MAX_DEPTH} levels") from None
+        raise YamlLimitError(f"is nested deeper than {MAX_DEPTH} levels") from None
     if node is not None:
         check_node(node)
     return node

@@ -45,6 +45,8 @@ EPILOG = f"""\
 examples:
   # verify this package (a git checkout checks its tracked files)
   python3 scripts/sign_skill.py verify
+  # ... requiring the root fingerprint you obtained outside the package
+  python3 scripts/sign_skill.py verify --expect-fingerprint F0:35:40:EA:...:59:43
   # verify an installed copy; the Claude Code path is a symlink and is resolved
   python3 scripts/sign_skill.py verify .claude/skills/nemo-mbridge-perf-memory-tuning --json
   # the same check with the plain model_signing CLI (strict)
