@@ -4,10 +4,14 @@
 Thin entry point: the work is done by memtune.commands.check_env. Run with --help.
 """
 
+import os
 import sys
 from pathlib import Path
 
-# An installed skill copy is signed: bytecode caches would appear inside the verified tree.
+# Before any package import: never read or write bytecode inside the skill folder. The
+# signature cannot vouch for a cache, and Python would run a planted unchecked .pyc there;
+# a prefix that cannot be a directory means sources are always compiled fresh.
+sys.pycache_prefix = os.path.join(os.devnull, "memtune-no-bytecode")
 sys.dont_write_bytecode = True
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 

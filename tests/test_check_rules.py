@@ -48,6 +48,7 @@ CASES = [
     ("mt021_es_split_old_torch.env", "MT021", "warning", 1, {"torch_version": "2.3"}),
     ("mt022_world_not_divisible.sh", "MT022", "error", 11, {}),
     ("mt023_ep_experts.yaml", "MT023", "error", 11, {}),
+    ("mt024_crlf.sh", "MT024", "error", 1, {}),
 ]
 
 
@@ -254,3 +255,21 @@ def test_suggested_allocator_strings_are_accepted_and_clean(fixture: str, versio
         view = run_view.build(run_view.Inputs(env_values=[f"PYTORCH_CUDA_ALLOC_CONF={value}"], torch_version=version))
         again = {f.rule for f in check_rules.run_all(view)}
         assert again <= {"MT017", "MT008"} | ({"MT001"} if syntax_only else set()), (fixture, value, again)
+
+
+def test_crlf_script_reports_what_bash_exports(tmp_path) -> None:
+    hit = next(f for f in check("mt024_crlf.sh") if f.rule == "MT024")
+    assert "'expandable_segments:True\\r'" in hit.message
+    assert "Expected a single True/False argument for expandable_segments" in hit.message
+    assert "sed -i" in hit.fix
+
+
+def test_crlf_without_exports_and_lf_scripts(tmp_path) -> None:
+    crlf = tmp_path / "plain.sh"
+    crlf.write_bytes(b"#!/bin/bash\nexport NCCL_DEBUG=INFO\r\ntorchrun train.py\r\n")
+    view = run_view.build(run_view.Inputs(scripts=[str(crlf)]))
+    hits = [f for f in check_rules.run_all(view) if f.rule == "MT024"]
+    assert len(hits) == 1 and hits[0].source == f"{crlf}:2" and "'INFO\\r'" in hits[0].message
+    crlf.write_bytes(crlf.read_bytes().replace(b"\r\n", b"\n"))
+    view = run_view.build(run_view.Inputs(scripts=[str(crlf)]))
+    assert not [f for f in check_rules.run_all(view) if f.rule == "MT024"]

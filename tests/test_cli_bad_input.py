@@ -182,7 +182,7 @@ ROWS = [
     row("check_env", "--env-file {tmp}/ls.bin", "ls.bin", "binary"),
     row("check_env", "--env-file {data}/garbage-line.env", "garbage-line.env:2", "KEY=VALUE"),
     row("check_env", "--env-file {data}/unclosed-quote.env", "unclosed-quote.env:1", "quote"),
-    row("check_env", "--config {tmp}/ls.bin", "ls.bin", "UTF-8"),
+    row("check_env", "--config {tmp}/ls.bin", "ls.bin", "binary"),
     row("check_env", "--config {tmp}/latin1.txt", "latin1.txt", "UTF-8"),
     row("check_env", "--config {data}/broken.yaml", "broken.yaml:3", "YAML"),
     row("check_env", "--config {data}/broken.yaml --json", "broken.yaml:3"),
@@ -222,7 +222,7 @@ ROWS = [
     row("regather_config", "--preset qwen3-8b model.tensor_model_parallel_size=abc", "model.tensor_model_parallel_size", "abc"),
     row("regather_config", "--preset qwen3-8b --tp 2 --form bogus --json", "--form", "bogus"),
     row("regather_config", "--preset qwen3-8b --tp 2 peft.dimm=8", "peft.dimm", "peft.dim?"),
-    row("regather_config", "--config {tmp}/ls.bin", "ls.bin", "UTF-8"),
+    row("regather_config", "--config {tmp}/ls.bin", "ls.bin", "binary"),
     row("regather_config", "--config {data}/broken.yaml --json", "broken.yaml:3"),
     row("regather_config", "--config {data}/section-list.yaml", "section-list.yaml:1", "model"),
     row("regather_config", "--script {tmp}/ls.bin", "ls.bin", "binary"),
@@ -391,3 +391,20 @@ def test_full_disk_is_one_line() -> None:
 def test_zero_headroom_is_a_valid_choice(headroom: str, capsys) -> None:
     code, out, err = run_in_process("plan_memory", ["--example", "--top", "1", "--headroom", headroom], capsys)
     assert code == 0, err
+
+
+def test_full_disk_while_writing_a_file_names_the_file(tmp_path, capsys) -> None:
+    import errno
+
+    from memtune import cli
+
+    target = tmp_path / "BENCHMARK.md"
+
+    def main(argv):
+        with cli.writing(target):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(SystemExit) as stop:
+        cli.run(main, "helper.py", [])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err == f"helper.py: error: cannot write {target}: No space left on device; free some space and run again\n"

@@ -32,6 +32,13 @@ def run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300, **kwargs)
 
 
+def expecting(pki) -> dict[str, str]:
+    """The environment that names the throwaway root as the expected trust anchor."""
+    from memtune import signing
+
+    return {**os.environ, "MEMTUNE_EXPECT_ROOT_SHA256": signing.trust_anchor_info(pki.root_cert).sha256}
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
     """(project dir, test PKI) after a signed export was installed for both agents."""
@@ -99,7 +106,7 @@ def test_installed_copy_verifies_strictly_with_our_verify(installed, agent):
     project, pki = installed
     place = locations(project)[agent]
     result = run([sys.executable, str(place / "scripts" / "sign_skill.py"), "verify", str(place),
-                  "--root-cert", str(pki.root_cert), "--json"])
+                  "--root-cert", str(pki.root_cert), "--json"], env=expecting(pki))
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(result.stdout)
     assert report["ok"] and report["mode"] == "directory" and report["files_signed"] > 30
@@ -123,6 +130,6 @@ def test_tampered_installed_copy_fails_and_names_the_file(installed, tmp_path):
     shutil.copytree(locations(project)["codex"], copy)
     (copy / "SKILL.md").write_text((copy / "SKILL.md").read_text().replace("memory", "mem0ry", 1))
     result = run([sys.executable, str(REPO_ROOT / "scripts" / "sign_skill.py"), "verify", str(copy),
-                  "--root-cert", str(pki.root_cert)])
+                  "--root-cert", str(pki.root_cert)], env=expecting(pki))
     assert result.returncode == 1
     assert "changed: SKILL.md" in result.stdout

@@ -94,11 +94,20 @@ def test_is_excluded_follows_the_skills_cli(rel, excluded):
     assert shipped_files.is_excluded(rel) is excluded
 
 
-def test_bytecode_cache_dirs_cover_each_python_directory():
-    files = ("SKILL.md", "scripts/a.py", "scripts/memtune/b.py", "scripts/memtune/c.py", "tests/t.py")
-    assert shipped_files.bytecode_cache_dirs(files) == (
-        "scripts/__pycache__", "scripts/memtune/__pycache__", "tests/__pycache__",
-    )
+def test_bytecode_is_found_in_caches_and_as_sourceless_files(tmp_path):
+    (tmp_path / "scripts" / "__pycache__").mkdir(parents=True)
+    (tmp_path / "scripts" / "__pycache__" / "cli.cpython-312.pyc").write_bytes(b"\0")
+    (tmp_path / "scripts" / "argparse.pyc").write_bytes(b"\0")
+    (tmp_path / "old.pyo").write_bytes(b"\0")
+    (tmp_path / ".venv" / "lib").mkdir(parents=True)
+    (tmp_path / ".venv" / "lib" / "x.pyc").write_bytes(b"\0")
+    (tmp_path / "scripts" / "tool.py").write_text("")
+    assert sorted(shipped_files.bytecode_files(tmp_path)) == [
+        ".venv/lib/x.pyc", "old.pyo", "scripts/__pycache__/cli.cpython-312.pyc", "scripts/argparse.pyc",
+    ]
+    assert sorted(shipped_files.bytecode_files(tmp_path, in_caches=False, in_venvs=False)) == ["old.pyo", "scripts/argparse.pyc"]
+    assert ".venv/lib/x.pyc" not in shipped_files.bytecode_files(tmp_path, in_venvs=False)
+    assert shipped_files.is_bytecode("a/__pycache__/notes.txt") and not shipped_files.is_bytecode("a/b.py")
 
 
 def test_export_copies_exactly_the_shipped_files(repo, tmp_path):

@@ -33,9 +33,17 @@ def package(tmp_path):
 
 
 @pytest.fixture(autouse=True)
-def no_key_env(monkeypatch):
+def no_key_env(monkeypatch, pki):
     for name in (sign_skill.ENV_KEY, sign_skill.ENV_CERT, sign_skill.ENV_CHAIN):
         monkeypatch.delenv(name, raising=False)
+    # The throwaway root is the expected anchor here; the pinned release root is tested below.
+    monkeypatch.setenv(sign_skill.ENV_EXPECT, fingerprint(pki.root_cert))
+
+
+def fingerprint(cert: Path) -> str:
+    from memtune import signing
+
+    return signing.trust_anchor_info(cert).sha256
 
 
 def invoke(capsys, *argv: str) -> tuple[int, str, str]:
@@ -179,8 +187,9 @@ def test_drift_report_names_changed_added_and_missing_files(capsys, package, pki
     assert report["drift"] == {"changed": ["SKILL.md"], "added": ["evil.sh"], "missing": ["LICENSE"]}
 
 
-def test_verify_against_another_root_fails_with_exit_1(capsys, package, pki):
+def test_verify_against_another_root_fails_with_exit_1(capsys, package, pki, monkeypatch):
     assert sign(capsys, package, pki)[0] == 0
+    monkeypatch.setenv(sign_skill.ENV_EXPECT, fingerprint(pki.other_root_cert))  # the anchor is the one expected
     code, out, _ = verify(capsys, package, pki, root=pki.other_root_cert)
     assert code == 1 and "does not chain to the trust anchor" in out and str(pki.other_root_cert) in out
 
@@ -229,3 +238,127 @@ def test_entry_point_verify_failure_has_no_traceback(package, pki):
     )
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.count("\n") == 1
+
+
+# --------------------------------------------------------------------------- trust anchor
+
+
+def swap_anchor(package: Path, pki) -> None:
+    """The attack: replace the in-tree anchor with another root and re-sign with that CA."""
+    (package / "signing" / "root-cert.pem").write_bytes(pki.root_cert.read_bytes())
+
+
+def test_fingerprint_is_printed_on_every_run(capsys, package, pki):
+    assert sign(capsys, package, pki)[0] == 0
+    code, out, _ = verify(capsys, package, pki)
+    assert code == 0 and f"trust anchor: {pki.root_cert} SHA-256 {fingerprint(pki.root_cert)} (matches" in out
+    (package / "SKILL.md").write_text("changed\n")
+    code, out, _ = verify(capsys, package, pki)
+    assert code == 1 and f"SHA-256 {fingerprint(pki.root_cert)}" in out
+
+
+def test_swapped_anchor_fails_against_the_pinned_release_root(capsys, package, pki, monkeypatch):
+    """Anchor swapped and tree re-signed with the attacker's CA: without an explicit
+    expectation the pinned release root decides, and the swap is named."""
+    monkeypatch.delenv(sign_skill.ENV_EXPECT)
+    swap_anchor(package, pki)
+    assert sign(capsys, package, pki)[0] == 0
+    code, out, _ = invoke(capsys, "verify", str(package), "--root-cert", str(package / "signing" / "root-cert.pem"), "--json")
+    report = json.loads(out)
+    assert code == 1 and report["failure"]["kind"] == "anchor-mismatch"
+    assert report["trust_anchor"]["expected_sha256"] == signing_module().RELEASE_ROOT_SHA256
+    assert report["trust_anchor"]["sha256"] == fingerprint(pki.root_cert) and not report["trust_anchor"]["matches_expected"]
+    code, out, _ = invoke(capsys, "verify", str(package), "--root-cert", str(package / "signing" / "root-cert.pem"))
+    assert code == 1 and "may have been swapped" in out and "DOES NOT MATCH the release root pinned" in out
+
+
+def signing_module():
+    from memtune import signing
+
+    return signing
+
+
+def test_expect_fingerprint_option_and_environment(capsys, package, pki, monkeypatch):
+    assert sign(capsys, package, pki)[0] == 0
+    monkeypatch.delenv(sign_skill.ENV_EXPECT)
+    plain = fingerprint(pki.root_cert).replace(":", "").lower()
+    code, out, _ = verify(capsys, package, pki, "--expect-fingerprint", plain)
+    assert code == 0 and "matches --expect-fingerprint" in out
+    code, out, _ = verify(capsys, package, pki, "--expect-fingerprint", fingerprint(pki.other_root_cert))
+    assert code == 1 and "anchor" in out and "--expect-fingerprint expects" in out
+    monkeypatch.setenv(sign_skill.ENV_EXPECT, fingerprint(pki.other_root_cert))
+    code, out, _ = verify(capsys, package, pki)
+    assert code == 1 and f"${sign_skill.ENV_EXPECT} expects" in out
+
+
+def test_malformed_expected_fingerprint_is_bad_input(capsys, package, pki):
+    assert sign(capsys, package, pki)[0] == 0
+    code, out, err = verify(capsys, package, pki, "--expect-fingerprint", "F0:35:zz")
+    assert code == 2 and out == "" and "not a SHA-256 fingerprint" in err and err.count("\n") == 1
+
+
+def test_pinned_fingerprint_is_the_committed_release_root():
+    assert fingerprint(REPO_ROOT / "signing" / "root-cert.pem") == signing_module().RELEASE_ROOT_SHA256
+
+
+# --------------------------------------------------------------------------- bytecode, unsigned content
+
+
+@pytest.mark.parametrize("planted", ["scripts/memtune/__pycache__/cli.cpython-312.pyc", "scripts/argparse.pyc", "old.pyo"])
+def test_bytecode_in_an_installed_copy_fails_verification(capsys, package, pki, planted):
+    assert sign(capsys, package, pki)[0] == 0
+    (package / planted).parent.mkdir(parents=True, exist_ok=True)
+    (package / planted).write_bytes(b"\x00" * 16)
+    code, out, _ = verify(capsys, package, pki)
+    assert code == 1 and "unsigned executable content" in out and planted in out
+
+
+def test_git_checkout_fails_on_sourceless_bytecode_but_not_on_its_caches(capsys, package, pki):
+    git_commit_all(package)
+    assert sign(capsys, package, pki)[0] == 0
+    (package / "scripts" / "memtune" / "__pycache__").mkdir()
+    (package / "scripts" / "memtune" / "__pycache__" / "cli.cpython-312.pyc").write_bytes(b"\x00")
+    code, out, _ = verify(capsys, package, pki)
+    assert code == 0 and "bytecode caches in the work tree are not checked" in out
+    (package / "scripts" / "json.pyc").write_bytes(b"\x00")  # ignored by .gitignore, yet importable
+    code, out, _ = verify(capsys, package, pki)
+    assert code == 1 and "unsigned executable content" in out and "scripts/json.pyc" in out
+
+
+def test_sign_refuses_a_tree_with_bytecode(capsys, package, pki):
+    (package / "scripts" / "json.pyc").write_bytes(b"\x00")
+    code, _, err = sign(capsys, package, pki)
+    assert code == 2 and "holds bytecode (scripts/json.pyc)" in err
+    assert not (package / "skill.oms.sig").exists()
+
+
+def test_verify_lists_content_the_signature_does_not_cover(capsys, package, pki):
+    (package / ".github" / "workflows").mkdir(parents=True)
+    (package / ".github" / "workflows" / "ci.yml").write_text("on: push\n")
+    (package / ".gitattributes").write_text("* text=auto\n")
+    assert sign(capsys, package, pki)[0] == 0
+    code, out, _ = verify(capsys, package, pki)
+    line = next(l for l in out.splitlines() if "present, not covered by the signature" in l)
+    assert code == 0
+    for item in (".github/workflows/ci.yml", ".gitattributes", ".gitignore", "file modes"):
+        assert item in line
+
+
+# --------------------------------------------------------------------------- full disk
+
+
+def test_full_disk_names_the_signature_and_keeps_the_old_one(capsys, package, pki, monkeypatch):
+    import errno
+
+    assert sign(capsys, package, pki)[0] == 0
+    before = (package / "skill.oms.sig").read_bytes()
+
+    def no_space(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")  # what write/fsync raise: no file name
+
+    monkeypatch.setattr(os, "fsync", no_space)
+    code, out, err = sign(capsys, package, pki)
+    assert code == 2 and err.count("\n") == 1
+    assert f"cannot write {package / 'skill.oms.sig'}: No space left on device" in err
+    assert (package / "skill.oms.sig").read_bytes() == before
+    assert not list(package.glob(".skill.oms.sig.*.tmp"))

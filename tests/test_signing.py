@@ -43,7 +43,8 @@ def package(tmp_path):
 
 def sign_package(package: Path, material: signing.KeyMaterial) -> Path:
     shipped = shipped_files.shipped_set(package, use_git=False)
-    ignore = ["skill.oms.sig", *shipped_files.bytecode_cache_dirs(shipped.files)]
+    assert shipped.files
+    ignore = ["skill.oms.sig"]
     signature = package / "skill.oms.sig"
     signing.sign_tree(package, signature, material, ignore)
     return signature
@@ -81,7 +82,9 @@ def test_statement_is_in_toto_with_model_signing_predicate(package, material):
     payload = json.loads(base64.b64decode(doc["dsseEnvelope"]["payload"]))
     assert payload["_type"] == "https://in-toto.io/Statement/v1"
     assert payload["predicateType"] == "https://model_signing/signature/v1.0"
-    assert "scripts/memtune/__pycache__" in payload["predicate"]["serialization"]["ignore_paths"]
+    ignored = payload["predicate"]["serialization"]["ignore_paths"]
+    assert "skill.oms.sig" in ignored
+    assert not any("__pycache__" in p for p in ignored)  # a planted cache must not pass unseen
 
 
 # --------------------------------------------------------------------------- tampering
@@ -137,13 +140,17 @@ def test_altered_statement_fails_signature_check(package, material, pki):
     assert not outcome.ok and outcome.failure.kind == "bad-signature"
 
 
-def test_bytecode_caches_do_not_break_a_used_copy(package, material, pki):
+def test_planted_bytecode_cache_fails_the_plain_cli_and_ours(package, material, pki):
+    """__pycache__ is not ignored by the signature: the strict plain CLI sees an unsigned file."""
     sign_package(package, material)
+    assert cli_verify(package, pki.root_cert).returncode == 0
     cache = package / "scripts" / "memtune" / "__pycache__"
     cache.mkdir()
-    (cache / "cli.cpython-311.pyc").write_bytes(b"\x00" * 16)
-    assert verify(package, pki.root_cert).ok
-    assert cli_verify(package, pki.root_cert).returncode == 0
+    (cache / f"cli.{sys.implementation.cache_tag}.pyc").write_bytes(b"\x00" * 16)
+    outcome = verify(package, pki.root_cert)
+    assert not outcome.ok and outcome.failure.kind == "drift"
+    assert outcome.drift.added == (f"scripts/memtune/__pycache__/cli.{sys.implementation.cache_tag}.pyc",)
+    assert cli_verify(package, pki.root_cert).returncode != 0
 
 
 # --------------------------------------------------------------------------- cross-compat

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import sys
+from pathlib import Path
 from typing import Iterable
 
 # import name -> PyPI distribution name
@@ -23,6 +25,19 @@ PIP_NAMES: dict[str, str] = {
 }
 
 MIN_PYTHON = (3, 10)
+
+
+def bytecode_outside(skill_root: Path, prefix: str | None = None) -> bool:
+    """Is bytecode kept away from ``skill_root``? (``sys.pycache_prefix`` by default.)
+
+    Each entry point sets the prefix before its first package import, because a planted
+    unchecked ``.pyc`` in a ``__pycache__`` of the signed tree would otherwise run in place
+    of the verified source. This is the guard that a new entry point did not forget it.
+    """
+    prefix = sys.pycache_prefix if prefix is None else prefix
+    if not prefix or not os.path.isabs(prefix):
+        return False
+    return not Path(prefix).resolve().is_relative_to(skill_root.resolve())
 
 
 def missing_modules(modules: Iterable[str]) -> list[str]:
@@ -56,6 +71,11 @@ def launch(module: str, prog: str, requires: Iterable[str] = ()) -> None:
     if absent:
         names = ", ".join(f"{PIP_NAMES.get(m, m)} (import {m})" for m in absent)
         sys.stderr.write(f"{prog}: error: missing Python package(s): {names}; install with: {install_hint(absent)}\n")
+        raise SystemExit(2)
+    skill_root = Path(__file__).resolve().parent.parent.parent
+    if not bytecode_outside(skill_root):
+        sys.stderr.write(f"{prog}: error: the entry point must set sys.pycache_prefix outside {skill_root} "
+                         "before importing memtune (bytecode inside the signed tree could be planted)\n")
         raise SystemExit(2)
     from memtune import cli
 

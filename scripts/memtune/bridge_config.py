@@ -46,12 +46,14 @@ def load_bridge_yaml(path: str | Path) -> dict:
     text = read_text(p, "a Megatron Bridge YAML config")
     import yaml  # lazy: --help must work without PyYAML
 
+    from memtune import yaml_guard
+
     try:
-        data = yaml.safe_load(text)
+        data = yaml_guard.safe_load(text)
     except yaml.YAMLError as exc:
         raise yaml_syntax_error(p, exc) from None
-    except RecursionError:
-        raise InputError(f"{p}: YAML nested too deeply to be a Megatron Bridge config") from None
+    except yaml_guard.YamlLimitError as exc:
+        raise InputError(f"{p}: the YAML {exc}: not a Megatron Bridge config; pass the real config") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -596,7 +596,26 @@ def es_with_split_on_old_torch(view: RunView) -> Iterable[Finding]:
                        fixed_in=fixed_in, suggested=kept or "expandable_segments:True")
 
 
-ORDER = ("MT007", "MT019", "MT001", "MT002", "MT003", "MT004", "MT022", "MT023", "MT005", "MT006", "MT008", "MT018", "MT009",
+@rule("MT024")
+def crlf_line_endings(view: RunView) -> Iterable[Finding]:
+    """Bash reads ``VALUE\r\n`` as ``VALUE\r``; the reader strips the CR so that the other
+    rules still see the script, which is why this rule must say what bash will do."""
+    for script, command in view.crlf_scripts:
+        env = script.env_for(command)
+        alloc = next((env[n] for n in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF") if n in env and env[n].value), None)
+        if alloc is not None:
+            last = alloc.value.split(",")[-1].split(":")[0].strip()
+            rejected = (f"rejects it: \"Expected a single True/False argument for {last}\"" if last == "expandable_segments"
+                        else "reads an option value with a stray \\r at its end")
+            effect = f"{alloc.name} reaches PyTorch as {alloc.value + chr(13)!r} and PyTorch {rejected}"
+        else:
+            exported = next((s for s in env.values() if s.value), None)
+            effect = (f"the exported {exported.name} reaches the training process as {exported.value + chr(13)!r}"
+                      if exported is not None else "every exported value and the last argument of each line end in \\r")
+        yield make("MT024", f"{script.path}:{script.crlf_line}", path=script.path, line=script.crlf_line, effect=effect)
+
+
+ORDER = ("MT024", "MT007", "MT019", "MT001", "MT002", "MT003", "MT004", "MT022", "MT023", "MT005", "MT006", "MT008", "MT018", "MT009",
          "MT010", "MT011", "MT012", "MT016", "MT013", "MT014", "MT015", "MT021", "MT020", "MT017")
 
 

@@ -13,7 +13,9 @@ import json
 import os
 import re
 import sys
-from typing import Any, Callable, NoReturn, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator, NoReturn, Sequence
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1
@@ -58,6 +60,25 @@ class Once(argparse.Action):
         if before is not None:
             raise InputError(f"{option_string} given twice ({before!r}, then {values!r}); give it once")
         setattr(namespace, self.dest, values)
+
+
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+@contextmanager
+def writing(path: str | Path) -> Iterator[None]:
+    """Name ``path`` in any OSError raised while writing it.
+
+    ``write()`` on a full disk raises ENOSPC without a file name, so the user would read
+    "no space left" and not know which file is now missing or stale; the one-line error
+    of ``run`` then says which file could not be written.
+    """
+    try:
+        yield
+    except OSError as exc:
+        if getattr(exc, "filename", None):
+            raise
+        raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from None
 
 
 def make_parser(prog: str, description: str, epilog: str | None = None) -> ArgumentParser:
@@ -106,7 +127,10 @@ def run(main: Callable[[Sequence[str] | None], int], prog: str, argv: Sequence[s
             raise SystemExit(EXIT_USAGE) from None
         if not getattr(exc, "filename", None):
             raise
-        sys.stderr.write(f"{prog}: error: {exc.strerror or exc}: {exc.filename}\n")
+        if exc.errno in _FULL:
+            sys.stderr.write(f"{prog}: error: cannot write {exc.filename}: {exc.strerror}; free some space and run again\n")
+        else:
+            sys.stderr.write(f"{prog}: error: {exc.strerror or exc}: {exc.filename}\n")
         code = EXIT_USAGE
     except UnicodeDecodeError as exc:
         # a loader read a user's file as text without memtune.textfile: still one line, not a traceback

@@ -10,15 +10,20 @@ Megatron Bridge Hydra overrides. Every value keeps the line it came from.
 Deliberately not a full shell: no execution, no globbing, command substitution is kept
 as literal text. ``$VAR`` / ``${VAR}`` / ``${VAR:-default}`` are expanded from assignments
 seen earlier in the script (so ``--tensor-model-parallel-size $TP`` resolves), unknown
-variables stay literal. Heredoc bodies are skipped. Linear time in the script length.
+variables stay literal. Heredoc bodies are skipped. Linear time in the script length,
+and the text that expansion may produce is bounded (``A=$A$A`` doubles per line, an array
+appended to itself grows geometrically): past the bound the script is refused with an
+"expansion too large" error instead of exhausting memory.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterator, Mapping, Sequence
+
+from memtune.cli import InputError
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PLAIN = re.compile(r"[^\s'\"\\$`;&|()<>#]+")  # a run of characters with no shell meaning
@@ -32,6 +37,34 @@ _WRAPPERS = {"srun", "mpirun", "mpiexec", "salloc", "numactl", "taskset", "nsys"
              "pdm", "conda", "micromamba", "apptainer", "singularity", "enroot", "docker", "timeout",
              "stdbuf", "env", "xargs", "bash", "sh", "accelerate", "deepspeed", "ddp", "nemo", "sudo", "exec"}
 _TORCHRUN_MODULES = {"torch.distributed.run", "torch.distributed.launch"}
+# All the text variable and array expansion may produce for one script, together. A real
+# launch script expands a few kilobytes; bash itself would need gigabytes past this.
+MAX_EXPANSION_CHARS = 8 << 20
+_LEX_COST = 256  # what re-lexing an array's definition costs beyond its length, in the same units
+_WORD_COST = 16  # what handing one expanded word up one level costs
+
+
+class ExpansionTooLarge(InputError):
+    """The script's variable expansion outgrew MAX_EXPANSION_CHARS (one line, exit 2)."""
+
+
+class _Budget:
+    """The expansion output one script may still produce, shared by every nested lexer."""
+
+    __slots__ = ("left", "path")
+
+    def __init__(self, path: str) -> None:
+        self.left = MAX_EXPANSION_CHARS
+        self.path = path
+
+    def spend(self, amount: int, name: str, line: int) -> None:
+        self.left -= amount
+        if self.left < 0:
+            raise ExpansionTooLarge(
+                f"{self.path or 'script'}:{line}: expansion too large: expanding ${name} takes the script past "
+                f"{MAX_EXPANSION_CHARS >> 20} MiB of expanded text (a variable that repeats itself, like A=$A$A, "
+                "or an array appended to itself); simplify the script"
+            )
 
 # Bridge performance-script shortcuts -> ConfigContainer paths (scripts/performance/argument_parser.py).
 BRIDGE_SHORTCUTS: Mapping[str, str] = {
@@ -133,6 +166,7 @@ class LaunchScript:
     sbatch: Mapping[str, tuple[str, int]]
     notes: tuple[str, ...] = ()
     unclosed_quote: tuple[str, int] | None = None  # (quote, line): the rest of the file was read as one word
+    crlf_line: int | None = None  # first line ending in CR LF: bash keeps the CR in every word there
 
     @property
     def python_commands(self) -> tuple[Command, ...]:
@@ -187,7 +221,8 @@ class LaunchScript:
 class _Lexer:
     """Produces one simple command (a list of Words) at a time, bash-style."""
 
-    def __init__(self, text: str, first_line: int = 1) -> None:
+    def __init__(self, text: str, first_line: int = 1, budget: _Budget | None = None) -> None:
+        self.budget = budget or _Budget("")
         self.s = text
         self.n = len(text)
         self.i = 0
@@ -267,6 +302,7 @@ class _Lexer:
                 if name in variables and (variables[name] != "" or op is None or not op.startswith(":")):
                     if split and _needs_split(variables[name]):
                         return f"\0{name}\0", end
+                    self.budget.spend(len(variables[name]), name, self.line)
                     return variables[name], end
                 if op is not None:
                     return _strip_simple_quotes(default or ""), end
@@ -284,6 +320,7 @@ class _Lexer:
             if name in variables:
                 if split and _needs_split(variables[name]):
                     return f"\0{name}\0", match.end()
+                self.budget.spend(len(variables[name]), name, self.line)
                 return variables[name], match.end()
             return s[start:match.end()], match.end()
         return "$" + nxt, start + 2
@@ -588,15 +625,20 @@ def parse_text(
     first_line: int = 1,
     variables: Mapping[str, str] | None = None,
     variable_lines: Mapping[str, int] | None = None,
+    budget: _Budget | None = None,
 ) -> LaunchScript:
-    """Parse launch-script ``text``; ``path`` is used in sources (``file:line``)."""
+    """Parse launch-script ``text``; ``path`` is used in sources (``file:line``).
+
+    Raises ExpansionTooLarge when expanding variables would outgrow MAX_EXPANSION_CHARS.
+    """
+    budget = budget or _Budget(path)
     env: list[EnvSetting] = []
     commands: list[Command] = []
     notes: list[str] = []
     known: dict[str, str] = dict(variables or {})
     known_lines: dict[str, Any] = dict(variable_lines or {})  # name -> line, or [(array part, line), ...]
     branches = _Branches()
-    lexer = _Lexer(text, first_line)
+    lexer = _Lexer(text, first_line, budget)
     auto_export = False
     sbatch: dict[str, tuple[str, int]] = {}
     while True:
@@ -605,7 +647,7 @@ def parse_text(
             break
         words, sep = item
         if any("\0" in w.text for w in words):
-            words = _expand_markers(words, known, known_lines)
+            words = _expand_markers(words, known, known_lines, budget)
         words = branches.step(words, sep)
         if not branches.active:
             continue
@@ -678,7 +720,7 @@ def parse_text(
         # bash -c "..." / sh -c "...": parse the inner script too
         inner = _inner_script(words)
         if inner is not None:
-            sub = parse_text(inner.text, path, inner.line, known, known_lines)
+            sub = parse_text(inner.text, path, inner.line, known, known_lines, budget)
             for setting in sub.env:
                 env.append(setting)
                 if setting.value is not None:
@@ -789,7 +831,8 @@ def _test(words: Sequence[Word], sep: str) -> bool | None:
     return result != negate
 
 
-def _expand_markers(words: Sequence[Word], known: Mapping[str, str], lines: Mapping[str, Any], depth: int = 0) -> list[Word]:
+def _expand_markers(words: Sequence[Word], known: Mapping[str, str], lines: Mapping[str, Any], budget: _Budget,
+                    depth: int = 0) -> list[Word]:
     """Replace ``\0NAME\0`` markers: a whole-word marker becomes the definition's words.
 
     ``\0~NAME\0`` (unquoted ``${A[@]}``) also splits each element at whitespace, as bash
@@ -815,19 +858,22 @@ def _expand_markers(words: Sequence[Word], known: Mapping[str, str], lines: Mapp
                 parts_with_lines = [(body, where)]
             inner: list[Word] = []
             for body, first_line in parts_with_lines:
-                lexer = _Lexer(body, first_line)
+                budget.spend(len(body) + _LEX_COST, name, word.line)  # re-lexing is work even for a short body
+                lexer = _Lexer(body, first_line, budget)
                 while True:
                     item = lexer.next_command(known)
                     if item is None:
                         break
                     inner.extend(item[0])
-            for element in _expand_markers(inner, known, lines, depth + 1):
+            for element in _expand_markers(inner, known, lines, budget, depth + 1):
+                budget.spend(len(element.text) + _WORD_COST, name, word.line)
                 if split and element.quoted and any(ch.isspace() for ch in element.text):
                     out.extend(Word(piece, element.line, True) for piece in element.text.split())
                 else:
                     out.append(element)
             continue
         text = "".join(known.get(part.lstrip("~"), part) if idx % 2 else part for idx, part in enumerate(parts))
+        budget.spend(len(text), parts[1].lstrip("~") if len(parts) > 1 else "", word.line)
         out.append(Word(text, word.line, word.quoted))
     return out
 
@@ -912,7 +958,13 @@ def parse_file(path: str) -> LaunchScript:
     from memtune.cli import InputError
     from memtune.textfile import read_text
 
-    script = parse_text(read_text(path, "a bash / sbatch launch script", strict=False), path)
+    text = read_text(path, "a bash / sbatch launch script", strict=False)
+    script = parse_text(text, path)
+    crlf = text.find("\r\n")
+    if crlf >= 0:
+        # The reader drops the CR so the rest of the check still works; bash does not, and
+        # the check rules report what that does to the run (MT024).
+        script = replace(script, crlf_line=text.count("\n", 0, crlf) + 1)
     if script.unclosed_quote is not None:
         # bash itself stops with "unexpected EOF while looking for matching quote"; checking
         # the rest of the file as one long word would only produce nonsense findings

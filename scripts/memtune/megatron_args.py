@@ -131,9 +131,11 @@ def load_megatron_args(path: str | Path) -> dict[str, Any]:
             if stripped.startswith("{"):
                 data = json.loads(text)
             else:
-                import yaml  # lazy: --help must work without PyYAML
+                from memtune import yaml_guard  # lazy: --help must work without PyYAML
 
-                data = yaml.safe_load(text)
+                data = yaml_guard.safe_load(text)
+        except RecursionError:
+            raise InputError(f"{p}: JSON nested too deeply to be a mapping of Megatron flags") from None
         except Exception as exc:  # noqa: BLE001 - any parse failure is bad input
             raise InputError(f"{p}: not valid YAML/JSON: {str(exc).splitlines()[0]}") from None
         if isinstance(data, Mapping):

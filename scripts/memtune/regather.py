@@ -15,6 +15,7 @@ recompute replays. Each fallback is stated, per target module.
 from __future__ import annotations
 
 import fnmatch
+import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -138,6 +139,36 @@ class RecipeCall:
     kwargs: tuple[tuple[str, str], ...]  # keyword -> source text, in order
 
 
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
+
+
+class SourceSegments:
+    """``ast.get_source_segment`` for many nodes of one source, in linear total time.
+
+    The stdlib function splits the whole source into lines on every call, so asking it
+    for each of the 5,000 assignments of a long recipe is quadratic (minutes). Here the
+    lines are split once (the same way: ``\r\n``, ``\r`` and ``\n`` only) and each node's
+    UTF-8 column offsets are applied to its own lines.
+    """
+
+    def __init__(self, source: str) -> None:
+        self.lines = _LINE.findall(source)
+
+    def __call__(self, node: Any) -> str | None:
+        try:
+            first, last = node.lineno - 1, node.end_lineno - 1
+            start, end = node.col_offset, node.end_col_offset
+        except AttributeError:
+            return None
+        if last is None or end is None or not 0 <= first <= last < len(self.lines):
+            return None
+        if first == last:
+            return self.lines[first].encode()[start:end].decode()
+        head = self.lines[first].encode()[start:].decode()
+        tail = self.lines[last].encode()[:end].decode()
+        return "".join([head, *self.lines[first + 1:last], tail])
+
+
 def find_lora_calls(path: str) -> list[RecipeCall]:
     """``LoRA(...)`` calls in a Python recipe, keyword values kept as written (never executed)."""
     import ast
@@ -154,10 +185,11 @@ def find_lora_calls(path: str) -> list[RecipeCall]:
         raise InputError(f"{where}: not valid Python ({exc.msg}); give the recipe file that builds cfg.peft") from None
     except (ValueError, RecursionError, MemoryError) as exc:
         raise InputError(f"{path}: cannot be read as Python ({type(exc).__name__}); give the recipe file that builds cfg.peft") from None
+    segment = SourceSegments(source)
     targets: dict[int, str] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and node.targets:
-            targets[id(node.value)] = ast.get_source_segment(source, node.targets[0]) or ""
+            targets[id(node.value)] = segment(node.targets[0]) or ""
     calls: list[RecipeCall] = []
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
@@ -166,7 +198,7 @@ def find_lora_calls(path: str) -> list[RecipeCall]:
         name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
         if name not in ("LoRA", "DoRA", "CanonicalLoRA"):
             continue
-        kwargs = tuple((kw.arg, ast.get_source_segment(source, kw.value) or "...") for kw in node.keywords if kw.arg)
+        kwargs = tuple((kw.arg, segment(kw.value) or "...") for kw in node.keywords if kw.arg)
         calls.append(RecipeCall(path, node.lineno, name, targets.get(id(node), ""), kwargs))
     return sorted(calls, key=lambda c: c.line)
 
@@ -175,17 +207,19 @@ def find_recipe_settings(path: str) -> list[tuple[str, Any, int]]:
     """``cfg.model.x = <literal>`` assignments in a recipe -> (``model.x``, value, line)."""
     import ast
 
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        source = handle.read()
+    from memtune.textfile import read_text
+
+    source = read_text(path, "a Python recipe", strict=False)
     try:
         tree = ast.parse(source, filename=path)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []
+    segment = SourceSegments(source)
     out: list[tuple[str, Any, int]] = []
     for node in ast.walk(tree):
         if not isinstance(node, ast.Assign) or len(node.targets) != 1:
             continue
-        target = ast.get_source_segment(source, node.targets[0]) or ""
+        target = segment(node.targets[0]) or ""
         parts = target.split(".")
         if len(parts) < 3 or not all(p.isidentifier() for p in parts):
             continue

@@ -71,6 +71,7 @@ class RunView:
     unresolved: dict[str, Value] = field(default_factory=dict)  # e.g. "$TP" left literal
     flat: dict[str, tuple[Any, str, str]] = field(default_factory=dict)  # config key -> (value, source, text)
     flags: dict[str, ls.Flag] = field(default_factory=dict)  # training command's Megatron-LM flags
+    crlf_scripts: list[tuple[ls.LaunchScript, ls.Command | None]] = field(default_factory=list)  # CR LF line endings
 
     def get(self, name: str, default: Any = None) -> Any:
         item = self.settings.get(name)
@@ -159,15 +160,16 @@ def load_yaml_lines(path: str) -> dict[str, tuple[Any, int]]:
     """
     import yaml  # lazy
 
+    from memtune import yaml_guard
+    from memtune.textfile import read_text
+
+    text = read_text(path, "a Megatron Bridge YAML config")
     try:
-        with open(path, encoding="utf-8") as handle:
-            node = yaml.compose(handle, Loader=yaml.SafeLoader)
+        node = yaml_guard.compose(text)
     except yaml.YAMLError as exc:
         raise yaml_syntax_error(path, exc) from None
-    except UnicodeDecodeError:
-        raise InputError(f"{path}: not a UTF-8 text file; give a Megatron Bridge YAML config") from None
-    except RecursionError:
-        raise InputError(f"{path}: YAML nested too deeply to be a Megatron Bridge config") from None
+    except yaml_guard.YamlLimitError as exc:
+        raise InputError(f"{path}: the YAML {exc}: not a Megatron Bridge config; pass the real config") from None
     if node is None:
         return {}
     if not isinstance(node, yaml.MappingNode):
@@ -322,6 +324,8 @@ def build(inputs: Inputs) -> RunView:
         view.notes.extend(script.notes)
         command = script.training_command()
         view.command = command
+        if script.crlf_line is not None:
+            view.crlf_scripts.append((script, command))
         for name, setting in script.env_for(command).items():
             view.env[name] = EnvValue(name, setting.value or "", setting.source, setting.line, setting.file)
         if command is not None:

@@ -34,6 +34,10 @@ EXCLUDED_FILE_NAMES = frozenset({"metadata.json"})
 # What model_signing skips at the top of the tree by default (hashing.Config.hash).
 MODEL_SIGNING_GIT_PATHS = (".git", ".gitattributes", ".github", ".gitignore")
 
+BYTECODE_SUFFIXES = (".pyc", ".pyo")
+BYTECODE_DIR = "__pycache__"
+VENV_DIR_NAMES = frozenset({".venv", "venv"})
+
 MODE_GIT = "git-tracked"
 MODE_DIRECTORY = "directory"
 
@@ -177,15 +181,31 @@ def shipped_set(root: Path, signature_rel: str | None = SIGNATURE_NAME, use_git:
     )
 
 
-def bytecode_cache_dirs(files: tuple[str, ...]) -> tuple[str, ...]:
-    """``<dir>/__pycache__`` for every directory holding a shipped ``.py`` file.
+def is_bytecode(rel: str) -> bool:
+    """Compiled Python (``*.pyc``, ``*.pyo``, anything in a ``__pycache__`` folder).
 
-    Running a helper from an installed copy writes bytecode next to the sources; the
-    signature records these directories as ignored so a used copy still verifies strictly
-    with the plain model_signing CLI (which honours the ignore list stored in the bundle).
+    Python runs such files in place of, or without, a source file; the signature covers
+    sources only, so bytecode in a verified tree is unsigned executable content.
     """
-    dirs = {PurePosixPath(f).parent for f in files if f.endswith(".py")}
-    return tuple(sorted((d / "__pycache__").as_posix() for d in dirs))
+    path = PurePosixPath(rel)
+    return path.suffix in BYTECODE_SUFFIXES or BYTECODE_DIR in path.parts[:-1]
+
+
+def bytecode_files(root: Path, *, in_caches: bool = True, in_venvs: bool = True) -> tuple[str, ...]:
+    """Every bytecode file under ``root`` (relative POSIX paths, symlinks not followed).
+
+    In a git work tree, ``__pycache__`` folders and virtualenvs are the developer's own
+    caches, which the helpers never read (their entry points keep bytecode outside the
+    tree); ``in_caches=False`` / ``in_venvs=False`` leave them out, while a sourceless
+    ``.pyc`` elsewhere is still found: it could shadow a module on ``sys.path``.
+    """
+    skip = {".git", *(() if in_caches else (BYTECODE_DIR,)), *(() if in_venvs else VENV_DIR_NAMES)}
+    found: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        dirnames[:] = sorted(d for d in dirnames if d not in skip)
+        base = Path(dirpath).relative_to(root)
+        found.extend((base / name).as_posix() for name in sorted(filenames) if is_bytecode((base / name).as_posix()))
+    return tuple(found)
 
 
 def export(shipped: ShippedSet, dest: Path) -> Path:

@@ -28,6 +28,10 @@ from typing import Any, Iterable, Mapping, Sequence
 from memtune.cli import InputError
 
 PREDICATE_TYPE = "https://model_signing/signature/v1.0"
+# SHA-256 of this project's release root ("Skill Signing Root CA"). A copy of the code can be
+# edited along with the anchor it checks, so this pin only helps when the code itself comes
+# from a trusted place; the independent check is --expect-fingerprint (README).
+RELEASE_ROOT_SHA256 = "F0:35:40:EA:DE:99:C4:17:DE:25:60:86:EA:16:A8:DF:C9:5E:9A:34:43:10:E4:60:A8:F1:6E:22:FA:66:59:43"
 SUPPORTED_CURVES = ("secp256r1", "secp384r1", "secp521r1")
 
 
@@ -138,8 +142,10 @@ def cert_info(cert: Any) -> CertInfo:
 
 
 def _read(path: Path, what: str) -> bytes:
+    from memtune.textfile import read_bounded
+
     try:
-        return path.read_bytes()
+        return read_bounded(path, what)
     except FileNotFoundError:
         raise InputError(f"{what} {path} does not exist") from None
     except IsADirectoryError:
@@ -161,6 +167,22 @@ def load_certificates(path: Path, what: str) -> list[Any]:
     if not certs:
         raise InputError(f"{what} {path} holds no PEM certificate (expected PEM blocks of type CERTIFICATE)")
     return certs
+
+
+def normalize_fingerprint(text: str, what: str = "fingerprint") -> str:
+    """A SHA-256 fingerprint as ``AA:BB:...`` (64 hex digits), from the forms people paste:
+    colon-separated or not, any case, with openssl's ``sha256 Fingerprint=`` prefix."""
+    value = text.strip()
+    if "=" in value:
+        value = value.split("=", 1)[1]
+    if value.lower().startswith("sha256:"):
+        value = value[len("sha256:"):]
+    digits = value.replace(":", "").replace(" ", "").upper()
+    if len(digits) != 64 or any(c not in "0123456789ABCDEF" for c in digits):
+        shown = text if len(text) <= 80 else text[:77] + "..."
+        raise InputError(f"{what} {shown!r} is not a SHA-256 fingerprint (64 hex digits, colons optional), "
+                         "as printed by: openssl x509 -in root-cert.pem -noout -fingerprint -sha256")
+    return ":".join(digits[i:i + 2] for i in range(0, 64, 2))
 
 
 def trust_anchor_info(path: Path) -> CertInfo:
@@ -236,6 +258,8 @@ def read_statement(signature: Path) -> SignedStatement:
         doc = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError(f"signature {signature} is not JSON ({exc}); expected a Sigstore bundle from `sign_skill.py sign` or `model_signing sign`") from None
+    except RecursionError:
+        raise InputError(f"signature {signature} is JSON nested too deeply to be a Sigstore bundle; pass the real skill.oms.sig") from None
     bad = f"signature {signature} is not a model_signing bundle"
     if not isinstance(doc, dict):
         raise InputError(f"{bad}: the top level is not a JSON object")
@@ -244,6 +268,8 @@ def read_statement(signature: Path) -> SignedStatement:
         raise InputError(f"{bad}: no dsseEnvelope.payload")
     try:
         statement = json.loads(base64.b64decode(envelope["payload"], validate=True))
+    except RecursionError:
+        raise InputError(f"{bad}: dsseEnvelope.payload is JSON nested too deeply") from None
     except (binascii.Error, ValueError):
         raise InputError(f"{bad}: dsseEnvelope.payload is not base64-encoded JSON") from None
     if not isinstance(statement, dict) or statement.get("predicateType") != PREDICATE_TYPE:
@@ -391,15 +417,18 @@ def verify_with_report(tree: Path, signature: Path, anchors: Sequence[Path], sta
 def write_atomically(data: bytes, target: Path) -> None:
     """Replace ``target`` only once the new bytes are fully on disk (same-dir temp + rename),
     so an interrupted or failed run leaves the previous good signature untouched."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    from memtune.cli import writing
+
+    with writing(target):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise

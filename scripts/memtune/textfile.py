@@ -14,16 +14,38 @@ from pathlib import Path
 from memtune.cli import InputError
 
 SNIFF_BYTES = 64 << 10  # a NUL byte this early never occurs in a text file
+# Configs, launch scripts, recipes, env files and signing material are kilobytes; anything
+# past this is the wrong file (a log, a checkpoint, /dev/zero) and would only exhaust memory.
+# Logs are not read through here: diagnose.py streams them.
+MAX_INPUT_BYTES = 2 << 20
 
 
-def read_text(path: str | Path, what: str, *, strict: bool = True) -> str:
+def read_bounded(path: str | Path, what: str, limit: int = MAX_INPUT_BYTES) -> bytes:
+    """At most ``limit`` bytes of ``path``; InputError naming the limit when there are more.
+
+    Reads ``limit + 1`` bytes and stops, so an endless device or a huge file costs no more.
+    """
+    with open(path, "rb") as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise InputError(f"{path}: larger than the {_size(limit)} limit for {what}; "
+                         "check the path (a log, a checkpoint or a device is not an input here)")
+    return data
+
+
+def _size(limit: int) -> str:
+    return f"{limit >> 20} MiB" if limit >= 1 << 20 else f"{limit >> 10} KiB"
+
+
+def read_text(path: str | Path, what: str, *, strict: bool = True, limit: int = MAX_INPUT_BYTES) -> str:
     """The file's text; InputError for a binary file, or (``strict``) one that is not UTF-8.
 
     ``what`` names the expected content ("a Hugging Face config.json"), so the message
     says what to pass instead. ``strict=False`` keeps undecodable bytes as U+FFFD, for
-    formats where a stray Latin-1 byte in a comment should not stop the check.
+    formats where a stray Latin-1 byte in a comment should not stop the check. Files above
+    ``limit`` bytes are refused before they are decoded.
     """
-    data = Path(path).read_bytes()
+    data = read_bounded(path, what, limit)
     if b"\x00" in data[:SNIFF_BYTES]:
         raise InputError(f"{path}: a binary file (NUL bytes) where {what} was expected; check the path")
     if data.startswith(b"\xef\xbb\xbf"):

@@ -44,7 +44,7 @@ def build_parser():
     parser.add_argument("--script", action="append", default=[], metavar="FILE", help="bash / sbatch launch script")
     parser.add_argument("--config", action="append", default=[], metavar="FILE", help="Megatron Bridge YAML")
     parser.add_argument("--env-file", action="append", default=[], metavar="FILE", help="KEY=VALUE lines")
-    parser.add_argument("--recipe", action=Once, metavar="FILE.py", help="Python recipe that builds cfg.peft = LoRA(...); its arguments are kept")
+    parser.add_argument("--recipe", action=Once, metavar="FILE.py", help="Python recipe that builds cfg.peft = LoRA(...): read, never run or edited; the answer prints your call with the change, its arguments kept")
     parser.add_argument("--preset", action=Once, metavar="NAME", help="model preset for the memory estimate (e.g. qwen3-8b)")
     parser.add_argument("--tp", type=int, help="tensor parallel size (overrides the config)")
     parser.add_argument("--pp", type=int, help="pipeline parallel size")

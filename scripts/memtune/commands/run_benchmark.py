@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from memtune import paths
-from memtune.cli import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, InputError, make_parser
+from memtune.cli import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, InputError, make_parser, writing
 
 DESCRIPTION = """\
 Measure what the skill changes in an agent's answers. Every case in evals/evals.json runs
@@ -312,7 +312,8 @@ def cmd_report(args, results_dir: Path) -> int:
             return EXIT_FINDINGS
         print(f"{_display(output)} matches {_display(run.path)}")
         return EXIT_OK
-    output.write_text(text, encoding="utf-8")
+    with writing(output):
+        output.write_text(text, encoding="utf-8")
     print(f"wrote {_display(output)} from {_display(run.path)}")
     return EXIT_OK
 

@@ -17,9 +17,12 @@ DEFAULT_ROOT_CERT = paths.SKILL_ROOT / "signing" / "root-cert.pem"
 ENV_KEY = "MEMTUNE_SIGNING_KEY"
 ENV_CERT = "MEMTUNE_SIGNING_CERT"
 ENV_CHAIN = "MEMTUNE_SIGNING_CHAIN"
+ENV_EXPECT = "MEMTUNE_EXPECT_ROOT_SHA256"
+# What model_signing's default never hashes, besides the git metadata files themselves.
+NOT_COVERED_ALWAYS = "file modes (the executable bit) and empty folders"
 MAX_LISTED = 20
 
-DESCRIPTION = """\
+DESCRIPTION = f"""\
 Sign or verify skill.oms.sig, the OMS (Sigstore bundle) signature over every file the
 skill ships. `npx skills add` copies the whole package minus .git, __pycache__ and
 metadata.json, so the signature covers all of it and the strict form of
@@ -31,13 +34,19 @@ metadata.json, so the signature covers all of it and the strict form of
           against the trust anchor before it replaces the old one.
   verify  strict verification against the trust anchor (default: this package's
           signing/root-cert.pem); on failure, which files changed, were added or are
-          missing. Exit 0 verified, 1 verification failed, 2 bad input.
+          missing. Prints the anchor's SHA-256 fingerprint on every run and fails when it
+          differs from the expected one (--expect-fingerprint, ${ENV_EXPECT}, else
+          the release root pinned in the code): an anchor inside the tree it verifies
+          proves nothing by itself. Any bytecode (*.pyc, __pycache__) in the tree fails.
+          Exit 0 verified, 1 verification failed, 2 bad input.
 """
 
 EPILOG = f"""\
 examples:
   # verify this package (a git checkout checks its tracked files)
   python3 scripts/sign_skill.py verify
+  # ... requiring the root fingerprint you obtained outside the package
+  python3 scripts/sign_skill.py verify --expect-fingerprint F0:35:40:EA:...:59:43
   # verify an installed copy; the Claude Code path is a symlink and is resolved
   python3 scripts/sign_skill.py verify .claude/skills/nemo-mbridge-perf-memory-tuning --json
   # the same check with the plain model_signing CLI (strict)
@@ -83,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("directory", nargs="?", type=Path, default=paths.SKILL_ROOT, help="package root (default: this package)")
     verify.add_argument("--signature", type=Path, help=f"signature file (default: DIRECTORY/{SIGNATURE_NAME})")
     verify.add_argument("--root-cert", type=Path, default=DEFAULT_ROOT_CERT, help="trust anchor, PEM (default: signing/root-cert.pem of this package)")
+    verify.add_argument("--expect-fingerprint", metavar="SHA256", help=f"SHA-256 fingerprint the trust anchor must have, obtained outside this package (or ${ENV_EXPECT}; default: the release root pinned in the code)")
     verify.add_argument("--all-files", action="store_true", help="in a git work tree, check every file (as a local `npx skills add DIR` would ship) instead of the tracked ones")
     verify.add_argument("--json", action="store_true", help="print one JSON document")
     return parser
@@ -177,7 +187,13 @@ def _sign(args: argparse.Namespace, root: Path, notes: list[str]) -> int:
         commit = shipped_files.git_head(root) + ("-dirty" if dirty else "")
     if not shipped.files:
         raise InputError(f"{root} has no files to sign")
-    ignore = sorted({SIGNATURE_NAME, *([own] if own else [])}) + list(shipped_files.bytecode_cache_dirs(shipped.files))
+    bytecode = [f for f in shipped.files if shipped_files.is_bytecode(f)]
+    if bytecode:
+        raise InputError(f"{root} holds bytecode ({_listed(bytecode)}); a signature must not vouch for compiled "
+                         "files: delete them and sign again")
+    # __pycache__ is deliberately not ignored: a cache planted in an installed copy must make
+    # even the plain `model_signing verify` fail (the helpers never write one there).
+    ignore = sorted({SIGNATURE_NAME, *([own] if own else [])})
 
     with tempfile.TemporaryDirectory(prefix="sign_skill.") as tmp:
         tree = shipped_files.export(shipped, Path(tmp) / _skill_name(root))
@@ -189,8 +205,7 @@ def _sign(args: argparse.Namespace, root: Path, notes: list[str]) -> int:
             raise InputError(f"the new signature does not verify against {args.root_cert}: {failure.message}; nothing was written")
         signing.write_atomically(draft.read_bytes(), target)
 
-    if shipped.unsignable:
-        notes.append(f"shipped but not covered (model_signing always skips git metadata): {_listed(shipped.unsignable)}")
+    notes.append(_not_covered_note(shipped.unsignable))
     result = {
         "signature": str(target),
         "root": str(root),
@@ -217,34 +232,88 @@ def _sign(args: argparse.Namespace, root: Path, notes: list[str]) -> int:
 # --------------------------------------------------------------------------- verify
 
 
+def _expected_anchor(args: argparse.Namespace) -> tuple[str, str]:
+    """(fingerprint the anchor must have, where that expectation came from)."""
+    from memtune import signing
+
+    if args.expect_fingerprint:
+        return signing.normalize_fingerprint(args.expect_fingerprint, "--expect-fingerprint"), "--expect-fingerprint"
+    if os.environ.get(ENV_EXPECT):
+        return signing.normalize_fingerprint(os.environ[ENV_EXPECT], f"${ENV_EXPECT}"), f"${ENV_EXPECT}"
+    return signing.RELEASE_ROOT_SHA256, "the release root pinned in memtune/signing.py"
+
+
+def _not_covered_note(unsignable: Sequence[str]) -> str:
+    """Shipped content the signature cannot vouch for, named so a reviewer looks at it."""
+    files = f"{_listed(unsignable)}; " if unsignable else ""
+    return f"present, not covered by the signature: {files}{NOT_COVERED_ALWAYS} (model_signing never hashes git metadata or modes)"
+
+
+def _bytecode_failure(root: Path, use_git: bool) -> tuple[Any, list[str]]:
+    """(Failure or None, notes) for compiled Python found under ``root``.
+
+    A directory (an installed copy) must hold none at all. A git work tree keeps its
+    developer caches (__pycache__, virtualenvs: never read by the helpers, never shipped),
+    but tracked bytecode or a sourceless .pyc elsewhere fails.
+    """
+    from memtune import signing
+
+    notes: list[str] = []
+    if use_git:
+        bad = list(shipped_files.bytecode_files(root, in_caches=False, in_venvs=False))
+        cached = shipped_files.bytecode_files(root, in_venvs=False)
+        caches = sorted({str(Path(f).parent) for f in cached if shipped_files.BYTECODE_DIR in Path(f).parts})
+        if caches:
+            notes.append(f"bytecode caches in the work tree are not checked (they never ship and the helpers never read them): {_listed(caches)}")
+    else:
+        bad = list(shipped_files.bytecode_files(root))
+    if not bad:
+        return None, notes
+    failure = signing.Failure(
+        "unsigned-executable",
+        f"unsigned executable content: {len(bad)} bytecode file(s) ({_listed(bad)}); Python can run them in place of "
+        "the signed sources: delete them (and find out who put them there), then verify again",
+    )
+    return failure, notes
+
+
 def _verify(args: argparse.Namespace, root: Path, notes: list[str]) -> int:
     from memtune import signing
 
     signature = (args.signature or root / SIGNATURE_NAME).absolute()
+    expected, expected_from = _expected_anchor(args)
     statement = signing.read_statement(signature)
     anchor = signing.trust_anchor_info(args.root_cert)
+    anchor_matches = anchor.sha256 == expected
     if args.root_cert.resolve().is_relative_to(root):
         notes.append(
-            f"the trust anchor {args.root_cert} lies inside the tree being verified: compare its SHA-256 "
-            "fingerprint with the one published in the README, or pass --root-cert with your own copy"
+            f"the trust anchor {args.root_cert} lies inside the tree being verified, so this check alone is circular: "
+            "compare its fingerprint with one obtained outside the package (README: Verify the signature)"
         )
     own = signature.resolve().relative_to(root).as_posix() if signature.resolve().is_relative_to(root) else None
     use_git = shipped_files.is_git_root(root) and not args.all_files
     shipped = shipped_files.shipped_set(root, signature_rel=own, use_git=use_git)
+    bytecode, bytecode_notes = _bytecode_failure(root, use_git)
+    notes.extend(bytecode_notes)
 
-    with tempfile.TemporaryDirectory(prefix="sign_skill.") as tmp:
-        # A git work tree holds a venv and caches that never ship: check an export of
-        # what does ship. Any other folder is checked in place, as model_signing would.
-        tree = shipped_files.export(shipped, Path(tmp) / root.name) if use_git else root
-        outcome = signing.verify_with_report(tree, signature, [args.root_cert], statement)
+    if not anchor_matches:
+        outcome = signing.VerifyOutcome(signing.Failure(
+            "anchor-mismatch",
+            f"the trust anchor {args.root_cert} has SHA-256 {anchor.sha256}, but {expected_from} expects {expected}: "
+            "it may have been swapped; get the release root from a trusted source and pass it with --root-cert",
+        ))
+    else:
+        with tempfile.TemporaryDirectory(prefix="sign_skill.") as tmp:
+            # A git work tree holds a venv and caches that never ship: check an export of
+            # what does ship. Any other folder is checked in place, as model_signing would.
+            tree = shipped_files.export(shipped, Path(tmp) / root.name) if use_git else root
+            outcome = signing.verify_with_report(tree, signature, [args.root_cert], statement)
+        if bytecode is not None:
+            outcome = signing.VerifyOutcome(bytecode, outcome.drift)
 
-    if shipped.unsignable:
-        notes.append(f"shipped but not covered (model_signing always skips git metadata): {_listed(shipped.unsignable)}")
+    notes.append(_not_covered_note(shipped.unsignable))
     if shipped.untracked:
         notes.append(f"{len(shipped.untracked)} untracked file(s) not checked (they do not ship from git): {_listed(shipped.untracked)}")
-    caches = sorted(str(p.relative_to(root)) for p in root.rglob("__pycache__") if p.is_dir())
-    if caches and not use_git:
-        notes.append(f"bytecode caches present and not covered by the signature: {_listed(caches)}")
 
     result = {
         "ok": outcome.ok,
@@ -254,9 +323,11 @@ def _verify(args: argparse.Namespace, root: Path, notes: list[str]) -> int:
         "files_checked": len(shipped.files),
         "files_signed": len(statement.digests),
         "signer": statement.signer.as_dict() if statement.signer else None,
-        "trust_anchor": {"path": str(args.root_cert), **anchor.as_dict()},
+        "trust_anchor": {"path": str(args.root_cert), **anchor.as_dict(), "expected_sha256": expected,
+                         "expected_from": expected_from, "matches_expected": anchor_matches},
         "failure": {"kind": outcome.failure.kind, "message": outcome.failure.message} if outcome.failure else None,
         "drift": outcome.drift.as_dict(),
+        "not_covered": [*shipped.unsignable, NOT_COVERED_ALWAYS],
         "notes": notes,
     }
     if args.json:
@@ -271,7 +342,7 @@ def _print_verify(result: dict[str, Any], outcome: Any) -> None:
     signer = result["signer"] or {}
     if outcome.ok:
         print(f"verified: {result['root']} matches {result['signature']} ({result['files_signed']} signed files, {result['mode']})")
-        print(f"signer: {signer.get('subject', '?')}; trust anchor {anchor['path']} (SHA-256 {anchor['sha256']})")
+        print(f"signer: {signer.get('subject', '?')}")
     else:
         print(f"FAILED: {result['root']} does not verify against {result['signature']}")
         print(f"reason: {outcome.failure.message}")
@@ -283,5 +354,7 @@ def _print_verify(result: dict[str, Any], outcome: Any) -> None:
                 print(f"  {label + ':':9}… {len(items) - MAX_LISTED} more")
         if outcome.failure.kind == "drift" and not drift:
             print("  (the file-level report is unavailable for this signature's serialization method)")
+    verdict = "matches" if anchor["matches_expected"] else "DOES NOT MATCH"
+    print(f"trust anchor: {anchor['path']} SHA-256 {anchor['sha256']} ({verdict} {anchor['expected_from']})")
     for note in result["notes"]:
         print(f"note: {note}")

@@ -64,8 +64,12 @@ def check_card_yaml(package: Package, rules: dict[str, Any]) -> list[Finding]:
     text = package.read_text(name)
     if text is None:
         return [error("card/card-yaml-missing", f"{name} is missing", "add the technique card", name)]
+    from memtune import yaml_guard
+
     try:
-        card = yaml.safe_load(text)
+        card = yaml_guard.safe_load(text)
+    except yaml_guard.YamlLimitError as exc:
+        return [error("card/card-yaml-too-big", f"{name}: the YAML {exc}", "write the card out plainly, without deep nesting or alias chains", name)]
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         return [error("card/card-yaml-syntax", f"{name} is not valid YAML: {' '.join(str(exc).split())}", "fix the YAML", name,

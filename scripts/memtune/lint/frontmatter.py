@@ -68,8 +68,12 @@ def _parse_header(header: str) -> tuple[Any, str, list[str]]:
             raise FrontmatterError(f"strictyaml (as used by skills-ref) rejects the frontmatter: {_one_line(exc)}", _mark_line(exc)) from None
     import yaml
 
+    from memtune import yaml_guard
+
     try:
-        data = yaml.safe_load(header)
+        data = yaml_guard.safe_load(header)
+    except yaml_guard.YamlLimitError as exc:
+        raise FrontmatterError(f"the frontmatter YAML {exc}", 1) from None
     except yaml.YAMLError as exc:
         raise FrontmatterError(f"invalid YAML in the frontmatter: {_one_line(exc)}", _mark_line(exc)) from None
     note = "strictyaml is not installed: parsed with yaml.safe_load (install skills-ref for the exact spec parser)"

@@ -1,10 +1,13 @@
 """The package being linted: its root, its rule tables, and the files it ships.
 
-"Shipped" means what a user receives: ``npx skills add`` copies the whole repository
-minus ``.git`` and caches, so every file git would commit is in scope. In a git checkout
-that is ``git ls-files --cached --others --exclude-standard`` (tracked plus new files that
-are not ignored); in a plain folder (an installed copy, a test's temp copy) it is the tree
-minus version-control, virtual-env and cache folders.
+"Shipped" means what a user receives: ``npx skills add`` copies the whole folder minus
+``.git``, ``__pycache__`` and ``__pypackages__``, so every file git would commit is in
+scope. In a git checkout that is ``git ls-files --cached --others --exclude-standard``
+(tracked plus new files that are not ignored), what installing the pushed repository
+copies. In a plain folder (an installed copy, a test's temp copy) it is everything the
+skills CLI would copy, virtualenvs and build folders included: a local install of that
+folder ships them. The git-ignored folders of a checkout are listed separately, because a
+local ``npx skills add DIR`` of the checkout ships those too.
 """
 
 from __future__ import annotations
@@ -19,12 +22,13 @@ from typing import Any
 
 from memtune import paths
 from memtune.data_yaml import load_data_yaml
+from memtune.shipped_files import EXCLUDED_DIR_NAMES
 
 LINT_DATA_DIR = paths.DATA_DIR / "lint"
 
-# Folders that never ship when walking a tree that is not a git checkout.
-WALK_SKIP_DIRS = frozenset({".git", ".venv", "venv", "__pycache__", ".pytest_cache", ".hypothesis", ".mypy_cache", ".ruff_cache"})
-WALK_SKIP_SUFFIXES = (".egg-info",)
+# Folders that never ship when walking a tree that is not a git checkout: only what the
+# skills CLI itself leaves out. A .venv, venv, build/ or *.egg-info in the folder ships.
+WALK_SKIP_DIRS = EXCLUDED_DIR_NAMES
 
 
 @functools.lru_cache(maxsize=None)
@@ -90,8 +94,23 @@ def _git_files(root: Path) -> list[Path] | None:
 def _walk_files(root: Path) -> list[Path]:
     found: list[Path] = []
     for directory, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(
-            d for d in dirnames if d not in WALK_SKIP_DIRS and not d.endswith(WALK_SKIP_SUFFIXES)
-        )
+        dirnames[:] = sorted(d for d in dirnames if d not in WALK_SKIP_DIRS)
         found.extend(Path(directory) / name for name in filenames)
     return sorted(path for path in found if path.is_file())
+
+
+def ignored_but_installable(root: Path) -> list[str]:
+    """Git-ignored paths of a checkout that a local ``npx skills add DIR`` would still copy
+    (``.venv/``, ``build/``, ``*.egg-info/``...): not scanned as shipped, named instead."""
+    git = shutil.which("git")
+    if git is None or not (root / ".git").exists():
+        return []
+    try:
+        out = subprocess.run(
+            [git, "-C", str(root), "ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--directory"],
+            capture_output=True, timeout=60, check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    names = [n for n in out.decode("utf-8", "surrogateescape").split("\0") if n]
+    return sorted(n for n in names if not set(Path(n).parts) & WALK_SKIP_DIRS)

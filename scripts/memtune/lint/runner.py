@@ -7,7 +7,7 @@ from pathlib import Path
 
 from memtune.lint import cards, frontmatter, links, reference_validator, security, skill_body, versions
 from memtune.lint.findings import Finding, counts, error, info, sort_key
-from memtune.lint.package import Package, load_rules, shipped_files
+from memtune.lint.package import Package, ignored_but_installable, load_rules, shipped_files
 
 
 @dataclass(frozen=True)
@@ -64,4 +64,10 @@ def lint(root: Path, options: Options = Options()) -> Report:
     files, method = shipped_files(root)
     findings += security.check(package, files, load_rules("security"))
     findings.append(info("security/scope", f"scanned {len(files)} shipped files (listed by {method})"))
+    local_only = ignored_but_installable(root)
+    if local_only:
+        shown = ", ".join(local_only[:8]) + (f", ... ({len(local_only) - 8} more)" if len(local_only) > 8 else "")
+        findings.append(info("security/local-install-extra",
+                             f"git-ignored, not scanned, yet copied by a local `npx skills add` of this folder: {shown}",
+                             "install from the pushed repository (or a `git archive` export), not from a work tree"))
     return Report(root, tuple(sorted(findings, key=sort_key)), len(files), method)

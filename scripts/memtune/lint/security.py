@@ -37,11 +37,22 @@ class ScanRules:
     pipe_to_shell: tuple[TextRule, ...]
     python: pysafety.PyRules
     max_bytes: int
+    markdown: tuple[TextRule, ...] = ()
 
     @classmethod
     def from_table(cls, table: dict[str, Any]) -> "ScanRules":
         return cls(_compile(table["secrets"]), _compile(table["pipe_to_shell"]),
-                   pysafety.PyRules.from_table(table), int(table["max_scan_bytes"]))
+                   pysafety.PyRules.from_table(table), int(table["max_scan_bytes"]),
+                   _compile(table.get("markdown_injection", [])))
+
+
+_CONTINUATION = re.compile(r"\\\r?\n")
+
+
+def join_continuations(text: str) -> str:
+    """Backslash-newline replaced by spaces of the same length: a command split over lines
+    reads as one line, and every offset (so every reported line number) stays the same."""
+    return _CONTINUATION.sub(lambda m: " " * len(m.group(0)), text)
 
 
 def _line_of(text: str, offset: int) -> int:
@@ -57,10 +68,17 @@ def scan_text(text: str, label: str, rules: ScanRules, is_text: bool = True) -> 
                                   "remove it from the repository (and rotate it: it has been exposed)",
                                   label, _line_of(text, match.start())))
     if is_text:
+        joined = join_continuations(text)
         for rule in rules.pipe_to_shell:
-            for match in rule.pattern.finditer(text):
-                findings.append(error(f"security/{rule.id}", f"{rule.what}: {match.group(0).strip()[:80]}",
+            for match in rule.pattern.finditer(joined):
+                findings.append(error(f"security/{rule.id}", f"{rule.what}: {' '.join(match.group(0).split())[:80]}",
                                       "download, verify, then run a pinned file; never pipe the network into a shell",
+                                      label, _line_of(text, match.start())))
+    if is_text and label.lower().endswith(".md"):
+        for rule in rules.markdown:
+            for match in rule.pattern.finditer(text):
+                findings.append(error(f"security/{rule.id}", f"{rule.what}: {match.group(0)[:80]!r}",
+                                      "remove the line: documentation informs the agent, it never overrides its instructions",
                                       label, _line_of(text, match.start())))
     return findings
 
