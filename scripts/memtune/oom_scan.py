@@ -20,6 +20,11 @@ from memtune.log_reader import WINDOW_LINES, LinePrefix, nccl_origin, strip_pref
 from memtune.oom_patterns import PatternSet
 
 MAX_MESSAGE_LINES = 10  # an allocator message never spans more lines than this
+# The longest line the scanner parses.  PyTorch's longest OOM message is ~1.5 KB; a longer
+# line (a JSON record, a minified dump, an attack) is cut to a window around its first
+# trigger, so the work per line is bounded whatever the line's length.
+MAX_LINE_CHARS = 16 << 10
+LINE_LEAD_CHARS = 1 << 10  # kept before the trigger (exception name, rank prefix)
 EVIDENCE_CHARS = 600
 _OOM_START = re.compile(r"CUDA out of memory|cuda runtime error \(2\) : out of memory")
 _CALLOC = re.compile(r"Failed to CUDA calloc (\d+) bytes")
@@ -99,6 +104,8 @@ class Scanner:
     # -- input
     def feed(self, line_no: int, raw: bytes | str) -> None:
         text = raw.decode("utf-8", "replace") if isinstance(raw, (bytes, bytearray)) else raw
+        if len(text) > MAX_LINE_CHARS:
+            text = self._bound(text)
         if line_no != self._last_line + 1:
             self._flush_all()  # a gap: no message continues across lines we never saw
         self._last_line = line_no
@@ -141,6 +148,12 @@ class Scanner:
         return self.findings
 
     # -- helpers
+    def _bound(self, text: str) -> str:
+        """A window of MAX_LINE_CHARS around the first trigger of an over-long line."""
+        hits = [i for i in (text.find(t.decode("utf-8", "replace")) for t in self.patterns.triggers) if i != -1]
+        start = max(0, min(hits) - LINE_LEAD_CHARS) if hits else 0
+        return text[start : start + MAX_LINE_CHARS]
+
     def _continues(self, pend: _Pending, body: str, line_no: int) -> bool:
         stripped = body.strip()
         if not stripped or _NEW_STATEMENT.match(body):
