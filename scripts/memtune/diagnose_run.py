@@ -1,33 +1,81 @@
-"""Glue: inputs -> streamed candidate lines -> findings -> report (what diagnose.py runs)."""
+"""Glue: inputs -> streamed candidate lines -> findings -> report (what diagnose.py runs).
+
+The report side (the Failure Diagnosis table parsed from SKILL.md, markdown-it) is only
+imported once the first input's prefilter is running: on a big log GNU grep then reads
+while this process starts up, instead of after it.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator
 
-from memtune.diagnosis_table import Row
-from memtune.log_reader import Source, TextStream, candidate_lines
+from memtune import grep_prefilter
+from memtune.log_reader import MAX_CARRY, WINDOW_LINES, Source, TextStream, candidate_lines
 from memtune.oom_patterns import PatternSet, load_patterns
-from memtune.oom_report import build_report
 from memtune.oom_scan import Finding, Scanner
 
+if TYPE_CHECKING:
+    from memtune.diagnosis_table import Row
 
-def scan_source(source: Source, patterns: PatternSet) -> tuple[list[Finding], dict[str, int]]:
-    """Findings of one input, streamed in constant memory, and the run facts it printed."""
-    label = "<stdin>" if source.is_stdin else source.name
-    scanner = Scanner(patterns, label)
-    with TextStream(source) as stream:
-        for line_no, raw, _hit in candidate_lines(stream, patterns.triggers, patterns.window_triggers):
+
+def source_lines(stream: TextStream, patterns: PatternSet, prefilter: str | None = None) -> Iterator[tuple[int, bytes, bool]]:
+    """The candidate lines of one input: GNU grep for a big plain file, else the Python pass.
+
+    ``prefilter`` ("grep" / "python") overrides the choice (tests compare the two).  The
+    grep process starts here, not at the first ``next()``.
+    """
+    if stream.plain_file:
+        path = Path(stream.source.name)
+        how = prefilter or grep_prefilter.choose(path, path.stat().st_size)
+        if how == "grep":
+            stream.readinto(memoryview(bytearray(64 << 10)))  # the binary-file check on the first 64 KiB
+            return grep_prefilter.grep_candidate_lines(
+                path, patterns.triggers, patterns.window_triggers, WINDOW_LINES, MAX_CARRY
+            )
+    return candidate_lines(stream, patterns.triggers, patterns.window_triggers)
+
+
+def _scan(stream: TextStream, lines: Iterator[tuple[int, bytes, bool]], patterns: PatternSet) -> tuple[list[Finding], dict[str, int]]:
+    source = stream.source
+    scanner = Scanner(patterns, "<stdin>" if source.is_stdin else source.name)
+    with stream:
+        for line_no, raw, _hit in lines:
             scanner.feed(line_no, raw)
     return scanner.finish(), scanner.run_facts
 
 
-def diagnose_sources(names: list[str], rows: list[Row], patterns: PatternSet | None = None) -> dict[str, Any]:
+def scan_source(source: Source, patterns: PatternSet, prefilter: str | None = None) -> tuple[list[Finding], dict[str, int]]:
+    """Findings of one input, streamed in constant memory, and the run facts it printed."""
+    stream = TextStream(source)
+    try:
+        lines = source_lines(stream, patterns, prefilter)
+    except BaseException:
+        stream.close()
+        raise
+    return _scan(stream, lines, patterns)
+
+
+def diagnose_sources(names: list[str], rows: "list[Row] | None" = None, patterns: PatternSet | None = None) -> dict[str, Any]:
+    """Scan every input and build the report; ``rows`` default to SKILL.md's table."""
     patterns = patterns or load_patterns()
     sources = [Source(n) for n in names]
+    first = TextStream(sources[0])
+    try:
+        first_lines = source_lines(first, patterns)
+    except BaseException:
+        first.close()
+        raise
+    if rows is None:  # parsed while the first prefilter runs
+        from memtune import diagnosis_table
+
+        rows = diagnosis_table.load_rows()
+    from memtune.oom_report import build_report
+
     findings: list[Finding] = []
     facts: dict[str, dict[str, int]] = {}
-    for src in sources:
-        found, run_facts = scan_source(src, patterns)
+    for i, src in enumerate(sources):
+        found, run_facts = _scan(first, first_lines, patterns) if i == 0 else scan_source(src, patterns)
         findings.extend(found)
         if run_facts:
             facts["<stdin>" if src.is_stdin else src.name] = run_facts

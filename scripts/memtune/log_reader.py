@@ -112,6 +112,11 @@ class TextStream:
         self.source = source
         self._stream = open_source(source)
         self._checked = False
+        # A regular file read as it is on disk (not stdin, not gunzipped, not re-encoded from
+        # UTF-16): only then may another reader (the grep prefilter) read the path itself.
+        self.plain_file = (
+            not source.is_stdin and isinstance(self._stream, io.BufferedReader) and Path(source.name).is_file()
+        )
 
     def readinto(self, view: memoryview) -> int:
         try:

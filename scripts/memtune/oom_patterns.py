@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 
 from memtune.data_yaml import load_data_yaml
@@ -71,6 +71,16 @@ class PatternSet:
     def has_trigger(self, text: str) -> bool:
         raw = text.encode("utf-8", "replace")
         return any(t in raw for t in self.triggers)
+
+    @cached_property
+    def _trigger_strs(self) -> tuple[str, ...]:
+        return tuple(t.decode("utf-8") for t in self.triggers)
+
+    def has_trigger_in(self, line: bytes | str) -> bool:
+        """:meth:`has_trigger` for a raw line, bytes or text, without re-encoding it."""
+        if isinstance(line, str):
+            return any(t in line for t in self._trigger_strs)
+        return any(t in line for t in self.triggers)
 
 
 def _ere_escape(literal: str) -> str:

@@ -25,6 +25,8 @@ MAX_MESSAGE_LINES = 10  # an allocator message never spans more lines than this
 # trigger, so the work per line is bounded whatever the line's length.
 MAX_LINE_CHARS = 16 << 10
 LINE_LEAD_CHARS = 1 << 10  # kept before the trigger (exception name, rank prefix)
+BENIGN_CACHE = 4096  # distinct benign trigger lines remembered (bounded memory)
+BENIGN_LINE_MAX = 512  # longer lines are not remembered
 EVIDENCE_CHARS = 600
 _OOM_START = re.compile(r"CUDA out of memory|cuda runtime error \(2\) : out of memory")
 _CALLOC = re.compile(r"Failed to CUDA calloc (\d+) bytes")
@@ -100,15 +102,30 @@ class Scanner:
         self._index: dict[tuple, int] = {}  # dedupe key -> position in findings
         self.run_facts: dict[str, int] = {}  # latest parallel layout the log printed
         self._last_line = 0
+        self._benign: set[bytes | str] = set()  # trigger lines that matched nothing (exact text)
 
     # -- input
     def feed(self, line_no: int, raw: bytes | str) -> None:
-        text = raw.decode("utf-8", "replace") if isinstance(raw, (bytes, bytearray)) else raw
-        if len(text) > MAX_LINE_CHARS:
-            text = self._bound(text)
         if line_no != self._last_line + 1:
             self._flush_all()  # a gap: no message continues across lines we never saw
         self._last_line = line_no
+        if not self.pending:
+            # Nothing is being re-joined, so only a line with a trigger can matter, and not
+            # one already known to match nothing: real logs repeat their benign trigger lines
+            # (every rank echoing the same allocator setting, NCCL its environment, at every
+            # restart), and a dense log is mostly those.
+            if raw in self._benign or not self.patterns.has_trigger_in(raw):
+                return
+            if self._feed(line_no, raw) and len(self._benign) < BENIGN_CACHE and len(raw) <= BENIGN_LINE_MAX:
+                self._benign.add(raw)
+            return
+        self._feed(line_no, raw)
+
+    def _feed(self, line_no: int, raw: bytes | str) -> bool:
+        """Process one line; True when it was a trigger line that matched nothing at all."""
+        text = raw.decode("utf-8", "replace") if isinstance(raw, (bytes, bytearray)) else raw
+        if len(text) > MAX_LINE_CHARS:
+            text = self._bound(text)
         prefix = strip_prefixes(text)
         body = prefix.text
         key = prefix.stream_key
@@ -122,15 +139,17 @@ class Scanner:
                 pend.last_line = line_no
                 if oom_parse.is_complete(pend.text()):
                     self._emit_allocator(self.pending.pop(key))
-                return
+                return False
             self._emit_allocator(self.pending.pop(key))
         elif pend is not None:
             self._emit_allocator(self.pending.pop(key))
         self._expire(line_no)
         if detected is None:
             if triggered:
-                self.run_facts.update(self.patterns.run_facts(body))
-            return
+                facts = self.patterns.run_facts(body)
+                self.run_facts.update(facts)
+                return not facts
+            return False
         det, match = detected
         if det.is_allocator:
             start = _OOM_START.search(body)
@@ -140,8 +159,9 @@ class Scanner:
                 self._emit_allocator(pend)
             else:
                 self.pending[key] = pend
-            return
+            return False
         self._emit_simple(det.kind, det.numbers, body, prefix, line_no)
+        return False
 
     def finish(self) -> list[Finding]:
         self._flush_all()

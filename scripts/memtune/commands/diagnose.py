@@ -51,10 +51,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.limit < 1:
         raise InputError(f"--limit must be at least 1, got {args.limit}")
 
-    from memtune import diagnosis_table, oom_report
-
-    rows = diagnosis_table.load_rows()
     if args.symptom is not None:
+        from memtune import diagnosis_table, oom_report
+
+        rows = diagnosis_table.load_rows()
         if not args.symptom.strip():
             raise InputError('--symptom needs some text, e.g. --symptom "OOM on one rank only"')
         matches = diagnosis_table.lookup_symptom(rows, args.symptom, limit=args.limit)
@@ -82,9 +82,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.inputs.count("-") > 1:
         raise InputError("- (standard input) can be given only once")
-    report = diagnose_sources(args.inputs, rows)
+    report = diagnose_sources(args.inputs)  # SKILL.md's table is parsed while the log is read
     if args.json:
         print_json(report)
     else:
+        from memtune import oom_report
+
         print(oom_report.render_text(report), end="")
     return 0
