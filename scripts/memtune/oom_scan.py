@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Iterable, Iterator
 
-from memtune import oom_parse
+from memtune import oom_parse, oom_rejoin
 from memtune.log_reader import WINDOW_LINES, LinePrefix, nccl_origin, strip_prefixes
 from memtune.oom_patterns import PatternSet
 
@@ -25,6 +25,7 @@ MAX_MESSAGE_LINES = 10  # an allocator message never spans more lines than this
 # trigger, so the work per line is bounded whatever the line's length.
 MAX_LINE_CHARS = 16 << 10
 LINE_LEAD_CHARS = 1 << 10  # kept before the trigger (exception name, rank prefix)
+ADOPT_WORDING_SHARE = 0.6  # an unlabelled line continues another rank's message if mostly its words
 BENIGN_CACHE = 4096  # distinct benign trigger lines remembered (bounded memory)
 BENIGN_LINE_MAX = 512  # longer lines are not remembered
 EVIDENCE_CHARS = 600
@@ -88,7 +89,7 @@ class _Pending:
     file: str
 
     def text(self) -> str:
-        return re.sub(r"\s+", " ", " ".join(p.strip() for p in self.parts)).strip()
+        return oom_rejoin.join(self.parts)
 
 
 class Scanner:
@@ -133,6 +134,10 @@ class Scanner:
         detected = self.patterns.detect(body) if triggered else None
 
         pend = self.pending.get(key)
+        if pend is None and detected is None and self.pending:
+            adopted = self._adopter(prefix, body, line_no)
+            if adopted is not None:
+                key, pend = adopted
         if pend is not None and detected is None:
             if self._continues(pend, body, line_no):
                 pend.parts.append(body)
@@ -181,6 +186,36 @@ class Scanner:
         # Bounded by the first line, the same window the streaming reader reads after it,
         # so a streamed scan and a scan of every line give identical findings.
         return len(pend.parts) < MAX_MESSAGE_LINES and line_no - pend.first_line <= WINDOW_LINES
+
+    def _adopter(self, prefix: LinePrefix, body: str, line_no: int) -> tuple[str, _Pending] | None:
+        """The pending message of another stream that a line without its own rank continues.
+
+        Launchers and loggers often label only a message's first line (``[rank5]:``,
+        ``5: ``), so its continuations arrive with no rank, possibly between other ranks'
+        lines.  Such a line may continue any pending message of a compatible stream (no
+        conflicting rank or host); it goes to the one whose grammar it advances most (a
+        number completed, the closing clause reached), else, when it reads as allocator
+        wording at all, to the most recently started one.  A line that does neither
+        (a progress bar, another program's output) continues nothing.
+        """
+        if prefix.rank is not None:
+            return None
+        candidates = [
+            (k, p) for k, p in self.pending.items()
+            if (prefix.host is None or prefix.host == p.prefix.host) and self._continues(p, body, line_no)
+        ]
+        if not candidates:
+            return None
+        best, best_gain = None, 0
+        for k, p in candidates:
+            gain = oom_rejoin.progress(oom_rejoin.join([*p.parts, body])) - oom_rejoin.progress(p.text())
+            if gain > best_gain:
+                best, best_gain = (k, p), gain
+        if best is not None:
+            return best
+        if oom_rejoin.wording_share(body) >= ADOPT_WORDING_SHARE:
+            return max(candidates, key=lambda kp: kp[1].first_line)
+        return None
 
     def _expire(self, line_no: int) -> None:
         for key in [k for k, p in self.pending.items() if line_no - p.first_line > WINDOW_LINES]:
