@@ -17,7 +17,7 @@ from typing import Iterable, Iterator
 
 from memtune import oom_parse, oom_rejoin
 from memtune.log_reader import WINDOW_LINES, LinePrefix, nccl_origin, strip_prefixes
-from memtune.oom_patterns import PatternSet
+from memtune.oom_patterns import Detector, PatternSet
 
 MAX_MESSAGE_LINES = 10  # an allocator message never spans more lines than this
 # The longest line the scanner parses.  PyTorch's longest OOM message is ~1.5 KB; a longer
@@ -28,6 +28,7 @@ LINE_LEAD_CHARS = 1 << 10  # kept before the trigger (exception name, rank prefi
 ADOPT_WORDING_SHARE = 0.6  # an unlabelled line continues another rank's message if mostly its words
 BENIGN_CACHE = 4096  # distinct benign trigger lines remembered (bounded memory)
 BENIGN_LINE_MAX = 512  # longer lines are not remembered
+DETECT_CACHE = 4096  # distinct texts whose detection / allocator verdict is remembered
 EVIDENCE_CHARS = 600
 _OOM_START = re.compile(r"CUDA out of memory|cuda runtime error \(2\) : out of memory")
 _CALLOC = re.compile(r"Failed to CUDA calloc (\d+) bytes")
@@ -104,6 +105,8 @@ class Scanner:
         self.run_facts: dict[str, int] = {}  # latest parallel layout the log printed
         self._last_line = 0
         self._benign: set[bytes | str] = set()  # trigger lines that matched nothing (exact text)
+        self._detections: dict[str, tuple[Detector, re.Match[str]] | None] = {}
+        self._verdicts: dict[str, tuple[oom_parse.AllocatorNumbers, oom_parse.Verdict]] = {}
 
     # -- input
     def feed(self, line_no: int, raw: bytes | str) -> None:
@@ -130,8 +133,8 @@ class Scanner:
         prefix = strip_prefixes(text)
         body = prefix.text
         key = prefix.stream_key
-        triggered = self.patterns.has_trigger(body)
-        detected = self.patterns.detect(body) if triggered else None
+        triggered = self.patterns.has_trigger_in(body)
+        detected = self._detect(body) if triggered else None
 
         pend = self.pending.get(key)
         if pend is None and detected is None and self.pending:
@@ -173,6 +176,16 @@ class Scanner:
         return self.findings
 
     # -- helpers
+    def _detect(self, body: str) -> tuple[Detector, re.Match[str]] | None:
+        """``patterns.detect``, remembered per exact text: a retry loop prints the same
+        failure thousands of times (bounded, so memory stays flat)."""
+        if body in self._detections:
+            return self._detections[body]
+        found = self.patterns.detect(body)
+        if len(self._detections) < DETECT_CACHE and len(body) <= BENIGN_LINE_MAX:
+            self._detections[body] = found
+        return found
+
     def _bound(self, text: str) -> str:
         """A window of MAX_LINE_CHARS around the first trigger of an over-long line."""
         hits = [i for i in (text.find(t.decode("utf-8", "replace")) for t in self.patterns.triggers) if i != -1]
@@ -227,8 +240,13 @@ class Scanner:
 
     def _emit_allocator(self, pend: _Pending) -> None:
         text = pend.text()
-        nums = oom_parse.parse_allocator_message(text)
-        verdict = oom_parse.classify(nums)
+        cached = self._verdicts.get(text)
+        if cached is None:
+            cached = (oom_parse.parse_allocator_message(text), None)
+            cached = (cached[0], oom_parse.classify(cached[0]))
+            if len(self._verdicts) < DETECT_CACHE:
+                self._verdicts[text] = cached
+        nums, verdict = cached
         self._add(
             Finding(
                 kind=verdict.kind,
