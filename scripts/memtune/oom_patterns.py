@@ -50,8 +50,8 @@ class PatternSet:
     kinds: dict[str, KindInfo]
 
     def grep_pattern(self) -> str:
-        """The triggers as one ``grep -E`` alternation (for the speed baseline)."""
-        return "|".join(_ere_escape(t.decode("utf-8")) for t in self.triggers)
+        """The triggers as one ``grep -E`` alternation (the prefilter's and the speed baseline's)."""
+        return ere_alternation(self.triggers)
 
     def detect(self, text: str) -> tuple[Detector, re.Match[str]] | None:
         for det in self.detectors:
@@ -86,6 +86,11 @@ class PatternSet:
         """:meth:`has_trigger` for a raw line, bytes or text, without re-encoding it."""
         rx = self._trigger_rx_str if isinstance(line, str) else self._trigger_rx
         return rx.search(line) is not None
+
+
+def ere_alternation(literals: tuple[bytes, ...]) -> str:
+    """Fixed strings as one POSIX ERE alternation (``a|b\\.c``)."""
+    return "|".join(_ere_escape(t.decode("utf-8")) for t in literals)
 
 
 def _ere_escape(literal: str) -> str:

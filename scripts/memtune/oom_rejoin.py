@@ -59,6 +59,7 @@ def glue(left: str, right: str) -> bool:
     """
     if not left or not right or left[-1].isspace() or right[0].isspace():
         return False
+    left, right = left[-64:], right[:64]  # only the edges matter: bounded work per boundary
     if _DIGIT_END.search(left) and right[0].isdigit():
         return True
     if left.endswith(_GLUE_LEFT) or right.startswith(_GLUE_RIGHT):
