@@ -52,6 +52,13 @@ def _generated(seed: int) -> bytes:
             lines.append(f"[rank{r}]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB. GPU {r} has a total capacity of 79.10 GiB".encode())
             lines += [b"[rank9]: iteration 1"] * rng.randrange(30)
             lines.append(f"[rank{r}]: of which 10.00 MiB is free. Of the allocated memory 70.00 GiB is allocated by PyTorch, and 8.00 GiB is reserved by PyTorch but unallocated.".encode())
+        if rng.random() < 0.002:  # labelled on its first line only, wrapped inside words
+            msg = (f"[rank{rng.randrange(8)}]: RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 1; 79.35 GiB total "
+                   "capacity; 70.00 GiB already allocated; 0 bytes free; 76.00 GiB reserved in total by PyTorch)")
+            width = rng.randrange(40, 120)
+            for k in range(0, len(msg), width):
+                lines.append(msg[k : k + width].encode())
+                lines += [b"[rank9]: RuntimeError: CUDA error: out of memory"] * rng.randrange(2)
     data = b"\n".join(lines)
     if seed % 2:
         data = data.replace(b"\n", b"\r\n")

@@ -19,11 +19,14 @@ if TYPE_CHECKING:
     from memtune.diagnosis_table import Row
 
 
-def source_lines(stream: TextStream, patterns: PatternSet, prefilter: str | None = None) -> Iterator[tuple[int, bytes, bool]]:
+def source_lines(
+    stream: TextStream, patterns: PatternSet, prefilter: str | None = None, scanner: Scanner | None = None
+) -> Iterator[tuple[int, bytes, bool]]:
     """The candidate lines of one input: GNU grep for a big plain file, else the Python pass.
 
     ``prefilter`` ("grep" / "python") overrides the choice (tests compare the two).  The
-    grep process starts here, not at the first ``next()``.
+    grep process starts here, not at the first ``next()``; given the ``scanner`` that
+    consumes the lines, it stops reading a window once nothing is left to re-join.
     """
     if stream.plain_file:
         path = Path(stream.source.name)
@@ -31,14 +34,17 @@ def source_lines(stream: TextStream, patterns: PatternSet, prefilter: str | None
         if how == "grep":
             stream.readinto(memoryview(bytearray(64 << 10)))  # the binary-file check on the first 64 KiB
             return grep_prefilter.grep_candidate_lines(
-                path, patterns.triggers, patterns.window_triggers, WINDOW_LINES, MAX_CARRY
+                path, patterns.triggers, patterns.window_triggers, WINDOW_LINES, MAX_CARRY,
+                wanted=(lambda: bool(scanner.pending)) if scanner is not None else None,
             )
     return candidate_lines(stream, patterns.triggers, patterns.window_triggers)
 
 
-def _scan(stream: TextStream, lines: Iterator[tuple[int, bytes, bool]], patterns: PatternSet) -> tuple[list[Finding], dict[str, int]]:
-    source = stream.source
-    scanner = Scanner(patterns, "<stdin>" if source.is_stdin else source.name)
+def _scanner(source: Source, patterns: PatternSet) -> Scanner:
+    return Scanner(patterns, "<stdin>" if source.is_stdin else source.name)
+
+
+def _scan(stream: TextStream, lines: Iterator[tuple[int, bytes, bool]], scanner: Scanner) -> tuple[list[Finding], dict[str, int]]:
     with stream:
         for line_no, raw, _hit in lines:
             scanner.feed(line_no, raw)
@@ -48,12 +54,13 @@ def _scan(stream: TextStream, lines: Iterator[tuple[int, bytes, bool]], patterns
 def scan_source(source: Source, patterns: PatternSet, prefilter: str | None = None) -> tuple[list[Finding], dict[str, int]]:
     """Findings of one input, streamed in constant memory, and the run facts it printed."""
     stream = TextStream(source)
+    scanner = _scanner(source, patterns)
     try:
-        lines = source_lines(stream, patterns, prefilter)
+        lines = source_lines(stream, patterns, prefilter, scanner)
     except BaseException:
         stream.close()
         raise
-    return _scan(stream, lines, patterns)
+    return _scan(stream, lines, scanner)
 
 
 def diagnose_sources(names: list[str], rows: "list[Row] | None" = None, patterns: PatternSet | None = None) -> dict[str, Any]:
@@ -61,8 +68,9 @@ def diagnose_sources(names: list[str], rows: "list[Row] | None" = None, patterns
     patterns = patterns or load_patterns()
     sources = [Source(n) for n in names]
     first = TextStream(sources[0])
+    first_scanner = _scanner(sources[0], patterns)
     try:
-        first_lines = source_lines(first, patterns)
+        first_lines = source_lines(first, patterns, scanner=first_scanner)
     except BaseException:
         first.close()
         raise
@@ -75,7 +83,7 @@ def diagnose_sources(names: list[str], rows: "list[Row] | None" = None, patterns
     findings: list[Finding] = []
     facts: dict[str, dict[str, int]] = {}
     for i, src in enumerate(sources):
-        found, run_facts = _scan(first, first_lines, patterns) if i == 0 else scan_source(src, patterns)
+        found, run_facts = _scan(first, first_lines, first_scanner) if i == 0 else scan_source(src, patterns)
         findings.extend(found)
         if run_facts:
             facts["<stdin>" if src.is_stdin else src.name] = run_facts

@@ -28,7 +28,7 @@ import shutil
 import subprocess
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from memtune.cli import InputError
 from memtune.oom_patterns import ere_alternation
@@ -116,15 +116,23 @@ class _Lines:
 
 
 def grep_candidate_lines(
-    path: Path, triggers: tuple[bytes, ...], window_triggers: tuple[bytes, ...], window: int, max_line: int
+    path: Path,
+    triggers: tuple[bytes, ...],
+    window_triggers: tuple[bytes, ...],
+    window: int,
+    max_line: int,
+    wanted: Callable[[], bool] | None = None,
 ) -> Iterator[tuple[int, bytes, bool]]:
     """The same stream as :func:`memtune.log_reader.candidate_lines`, found by GNU grep.
 
     grep is started now (not at the first ``next()``), so it reads while the caller
-    finishes starting up.
+    finishes starting up.  ``wanted`` (the scanner: "is a message still being re-joined?")
+    ends a window early once it says no: the rest of the window could only continue a
+    message, and a trigger line in it is still reported by grep as a hit of its own.  In a
+    dense log most windows follow complete one-line messages, so this halves the lines read.
     """
     proc = _start(path, triggers)
-    return _read(proc, path, triggers, window_triggers, window, max_line)
+    return _read(proc, path, triggers, window_triggers, window, max_line, wanted)
 
 
 def _start(path: Path, triggers: tuple[bytes, ...]) -> subprocess.Popen:
@@ -140,7 +148,13 @@ def _start(path: Path, triggers: tuple[bytes, ...]) -> subprocess.Popen:
 
 
 def _read(
-    proc: subprocess.Popen, path: Path, triggers: tuple[bytes, ...], window_triggers: tuple[bytes, ...], window: int, max_line: int
+    proc: subprocess.Popen,
+    path: Path,
+    triggers: tuple[bytes, ...],
+    window_triggers: tuple[bytes, ...],
+    window: int,
+    max_line: int,
+    wanted: Callable[[], bool] | None,
 ) -> Iterator[tuple[int, bytes, bool]]:
     emitted_upto = 0  # last line number yielded
     next_off = 0  # byte offset of line emitted_upto + 1
@@ -156,7 +170,7 @@ def _read(
                     next_off = off + len(text) + 1 if whole else reader.skip_line(off)
                 if window and any(t in text for t in window_triggers):
                     last = line_no + window
-                    while emitted_upto < last:
+                    while emitted_upto < last and (wanted is None or wanted()):
                         got = reader.line_at(next_off)
                         if got is None:
                             break
