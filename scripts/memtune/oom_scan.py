@@ -110,7 +110,7 @@ class Scanner:
 
     # -- input
     def feed(self, line_no: int, raw: bytes | str) -> None:
-        if line_no != self._last_line + 1:
+        if line_no != self._last_line + 1 and self.pending:
             self._flush_all()  # a gap: no message continues across lines we never saw
         self._last_line = line_no
         if not self.pending:
