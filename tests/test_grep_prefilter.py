@@ -157,3 +157,31 @@ def test_binary_file_is_refused_on_the_grep_path_too(tmp_path: Path) -> None:
     log.write_bytes(b"\x7fELF\x00\x00" * 100 + b"out of memory\n")
     with pytest.raises(InputError, match="binary"):
         scan_source(Source(str(log)), PATTERNS, prefilter="grep")
+
+
+@needs_grep
+def test_output_read_in_small_blocks_and_giant_lines_give_the_same_findings(tmp_path: Path, monkeypatch) -> None:
+    """grep's output split across many read blocks, giant lines arriving in pieces.
+
+    A line longer than the reader's limit is cut at different places by the two readers, so
+    two identical giant lines may fold into one finding on one path and not the other; what
+    must agree is every failure and how often it happened."""
+    import memtune.diagnose_run as dr
+
+    monkeypatch.setattr(grep_prefilter, "OUTPUT_CHUNK", 97)
+    monkeypatch.setattr(dr, "MAX_CARRY", 4096)
+    monkeypatch.setattr("memtune.log_reader.MAX_CARRY", 4096)
+    giant = b"y" * 9000 + b" [rank3]: RuntimeError: CUDA error: out of memory " + b"z" * 9000
+    data = _generated(2)[:20000] + b"\n" + giant + b"\n" + _generated(3)[:20000] + b"\n" + giant + b"\n"
+    log = tmp_path / "mixed.log"
+    log.write_bytes(data)
+    by_grep, by_python = _both(log)
+
+    def occurrences(view):
+        totals: dict[str, int] = {}
+        for kind, *_rest, count, _evidence in view:
+            totals[kind] = totals.get(kind, 0) + count
+        return totals
+
+    assert occurrences(by_grep[0]) == occurrences(by_python[0])
+    assert occurrences(by_grep[0]).get("cuda-runtime-oom", 0) >= 2

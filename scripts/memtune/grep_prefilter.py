@@ -193,23 +193,57 @@ def _read(
         raise InputError(f"{path}: grep could not read it ({message[0] if message else f'exit {code}'}); rerun with {ENV_SWITCH}=python")
 
 
+OUTPUT_CHUNK = 1 << 20  # grep's output is read in blocks and split here: cheaper per line than readline
+PIECE_LEAD = 1 << 10  # bytes kept before the trigger in a piece of a giant line (exception name)
+
+
 def _bounded_lines(stream, max_line: int, triggers: tuple[bytes, ...]) -> Iterator[tuple[int, int, bytes, bool]]:
     """grep's output as ``(line_number, offset, text, whole)``; ``whole`` is False for a line
-    longer than ``max_line``, of which only the first ``max_line`` piece holding a trigger is
-    kept (what the Python reader does with a line too long to buffer)."""
+    longer than ``max_line``, of which only one piece holding a trigger is kept (what the
+    Python reader does with a line too long to buffer), so memory stays bounded."""
+    limit = max_line + 64  # room for the "LINE:OFFSET:" label
+    tail = b""
     while True:
-        out = stream.readline(max_line)
-        if not out:
+        chunk = stream.read1(OUTPUT_CHUNK)
+        if not chunk:
+            if tail:  # GNU grep ends every line with a newline; be lenient anyway
+                yield _parsed(tail, limit, max_line, triggers)
             return
-        no_s, off_s, text = out.split(b":", 2)
-        if text.endswith(b"\n") or len(out) < max_line:
-            yield int(no_s), int(off_s), text.removesuffix(b"\n"), True
-            continue
-        keep = text if any(t in text for t in triggers) else None
-        while True:  # read the rest of this giant line piece by piece
-            piece = stream.readline(max_line)
-            if keep is None and any(t in piece for t in triggers):
-                keep = piece.removesuffix(b"\n")
-            if not piece or piece.endswith(b"\n"):
-                break
-        yield int(no_s), int(off_s), keep if keep is not None else text, False
+        lines = (tail + chunk if tail else chunk).split(b"\n")
+        tail = lines.pop()
+        for out in lines:
+            yield _parsed(out, limit, max_line, triggers)
+        while len(tail) > limit:  # a giant line still arriving: keep one piece, drop the rest
+            no_s, off_s, text = tail.split(b":", 2)
+            keep = _piece_with_trigger(text, max_line, triggers)
+            while True:
+                chunk = stream.read1(OUTPUT_CHUNK)
+                end = chunk.find(b"\n")
+                piece = chunk if end == -1 else chunk[:end]
+                if keep is None:
+                    keep = _piece_with_trigger(piece, max_line, triggers)
+                if not chunk or end != -1:
+                    tail = chunk[end + 1 :] if chunk else b""
+                    break
+            yield int(no_s), int(off_s), keep if keep is not None else text[:max_line], False
+            lines = tail.split(b"\n")
+            tail = lines.pop()
+            for out in lines:
+                yield _parsed(out, limit, max_line, triggers)
+
+
+def _parsed(out: bytes, limit: int, max_line: int, triggers: tuple[bytes, ...]) -> tuple[int, int, bytes, bool]:
+    no_s, off_s, text = out.split(b":", 2)
+    if len(out) <= limit:
+        return int(no_s), int(off_s), text, True
+    keep = _piece_with_trigger(text, max_line, triggers)
+    return int(no_s), int(off_s), keep if keep is not None else text[:max_line], False
+
+
+def _piece_with_trigger(text: bytes, max_line: int, triggers: tuple[bytes, ...]) -> bytes | None:
+    """At most ``max_line`` bytes of ``text`` around its first trigger, or None without one."""
+    hits = [i for i in (text.find(t) for t in triggers) if i != -1]
+    if not hits:
+        return None
+    start = max(0, min(hits) - PIECE_LEAD)
+    return text[start : start + max_line]
