@@ -1,23 +1,36 @@
 #!/usr/bin/env python3
-"""How fast is diagnose.py on a huge multi-rank log, and how much memory does it take?
+"""How fast is diagnose.py on huge multi-rank logs, and how much memory does it take?
 
-Generates a synthetic training log of --size-gib (default 1 GiB) in a temporary
-directory: 64 ranks interleaving iteration/throughput/NCCL-INFO lines, benign lines that
-mention trigger words (an env dump with expandable_segments, "divisible" in prose), and a
-few real failures buried at random depths (a wrapped fragmentation OOM on one rank, a
-capacity OOM, NCCL OOM warnings, a Megatron config error).  It then times, on the same
-file in the same run:
+Generates two synthetic training logs of --size-gib each (default 1 GiB) in a temporary
+directory, one after the other (only one is on disk at a time):
+
+* sparse: 64 ranks interleaving iteration/throughput/NCCL-INFO lines, rare benign lines
+  that mention trigger words (an env dump with expandable_segments, "divisible" in
+  prose), and a few real failures buried at random depths (a wrapped fragmentation OOM
+  on one rank, a capacity OOM, NCCL OOM warnings, a Megatron config error): what most
+  real logs look like (~0.03% of lines hold a trigger);
+* dense: the same plus one trigger line in 40 (2.5%): NCCL echoing NCCL_GRAPH_REGISTER
+  from its environment, every rank printing its allocator setting, "divisible" prose,
+  and a retry loop in which one rank hits the same wrapped OOM again and again (each
+  opens a 24-line window) next to repeated NCCL OOM warnings.
+
+On each it times, in the same run:
 
 * ``grep -c -E PATTERN`` where PATTERN is exactly the trigger list diagnose.py's
   prefilter searches for (printed below): the fair multi-pattern baseline;
-* ``python3 scripts/diagnose.py LOG --json``,
+* ``python3 scripts/diagnose.py LOG --json`` (its prefilter: GNU grep -F when present,
+  else the pure-Python pass; ``--prefilter python`` measures the fallback),
 
-each --repeat times (best wall time reported, runs alternated so the page cache treats
-both alike), with the child's peak RSS from ``os.wait4``.  Targets: diagnose.py within
-5x grep's time and peak RSS under 200 MB.  The temporary directory is always removed.
+each --repeat times, runs alternated so the page cache and the machine's load treat both
+alike; best and median wall time, CPU time and the peak RSS (GNU time %M, else
+os.wait4) are printed side by side for both logs, with the load average, because on a
+shared machine one run means little.  Targets: diagnose.py within 2x grep's wall time
+and peak RSS under 200 MB on both logs, every failure found.  The temporary directory
+is always removed.
 
-    python3 benchmarks/diagnose_speed.py            # 1 GiB
-    python3 benchmarks/diagnose_speed.py --size-gib 2 --repeat 2
+    python3 benchmarks/diagnose_speed.py            # 2 x 1 GiB
+    python3 benchmarks/diagnose_speed.py --size-gib 0.25 --repeat 5
+    python3 benchmarks/diagnose_speed.py --prefilter python
 """
 
 from __future__ import annotations
@@ -82,6 +95,37 @@ def filler_block(rng: random.Random, start_iter: int) -> bytes:
     return ("\n".join(out) + "\n").encode()
 
 
+DENSE_EVERY = 40  # the dense log: one line in 40 carries a trigger word
+
+
+def dense_block(rng: random.Random, start_iter: int) -> bytes:
+    """Ordinary lines where one in DENSE_EVERY carries a trigger word, most of them benign
+    (NCCL echoing its environment on every communicator init, env dumps, prose with
+    "divisible"), plus a retry loop: one rank hitting the same wrapped OOM again and again
+    (each one opens the 24-line window of a wrapped message) and NCCL OOM warnings."""
+    plain = filler_block(rng, start_iter).split(b"\n")
+    out = []
+    for i, line in enumerate(plain[:-1]):
+        out.append(line)
+        if i % DENSE_EVERY:
+            continue
+        r = rng.randrange(RANKS)
+        pick = rng.random()
+        if pick < 0.45:
+            out.append(f"gpu{r // 8:03d}:{4000 + r}:{5000 + r} [{r % 8}] NCCL INFO NCCL_GRAPH_REGISTER set by environment to 0.".encode())
+        elif pick < 0.75:
+            out.append(f"[rank{r}]: env: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True NCCL_DEBUG=INFO".encode())
+        elif pick < 0.97:
+            out.append(f"[rank{r}]: note: global batch {512 * (1 + r % 4)} is divisible by micro batch x DP".encode())
+        elif pick < 0.99:
+            out.append(b"[rank21]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 5 has a total capacity of 79.11 GiB")
+            out.append(b"[rank21]: of which 1.06 GiB is free. Including non-PyTorch memory, this process has 78.04 GiB memory in use. Of the allocated memory")
+            out.append(b"[rank21]: 71.53 GiB is allocated by PyTorch, and 5.84 GiB is reserved by PyTorch but unallocated.")
+        else:
+            out.append(b"gpu002:4017:5017 [1] include/alloc.h:228 NCCL WARN Cuda failure 2 'out of memory'")
+    return b"\n".join(out) + b"\n"
+
+
 def buried_failures() -> list[bytes]:
     frag = (
         "[rank37]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.96 GiB. GPU 5 has a total capacity of 79.11 GiB\n"
@@ -98,13 +142,15 @@ def buried_failures() -> list[bytes]:
     return [s.encode() for s in (frag, capacity, nccl, nccl.replace("4009", "4010").replace("[1]", "[2]"), config)]
 
 
-def generate(path: Path, size: int, seed: int = 7) -> int:
-    """Write ~size bytes; returns the number of failures buried."""
+def generate(path: Path, size: int, seed: int = 7, dense: bool = False) -> int:
+    """Write ~size bytes; returns the number of distinct failures to find."""
     rng = random.Random(seed)
-    blocks = [filler_block(rng, k * BLOCK_LINES // RANKS) for k in range(8)]
+    make = dense_block if dense else filler_block
+    blocks = [make(rng, k * BLOCK_LINES // RANKS) for k in range(8)]
     failures = buried_failures()
     n_blocks = max(1, size // len(blocks[0]) + 1)
-    where = {rng.randrange(n_blocks): f for f in failures}
+    # distinct blocks, so that no failure overwrites another in a small log
+    where = dict(zip(rng.sample(range(n_blocks), len(failures)), failures)) if n_blocks >= len(failures) else {0: b"".join(failures)}
     written = 0
     with path.open("wb", buffering=1 << 20) as fh:
         fh.write(
@@ -119,13 +165,13 @@ def generate(path: Path, size: int, seed: int = 7) -> int:
             else:
                 fh.write(block)
             written += len(block)
-    return len(where)
+    return len(where) + (2 if dense else 0)  # the retry loop's OOM and NCCL warning fold into one each
 
 
 TIME = "/usr/bin/time"
 
 
-def timed(cmd: list[str]) -> tuple[float, float, int, bytes, int]:
+def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float, int, bytes, int]:
     """Wall seconds, CPU seconds (user+sys), peak RSS in bytes, stdout, exit code.
 
     Peak RSS comes from GNU time (%M) when present: it measures the command itself, not
@@ -135,7 +181,7 @@ def timed(cmd: list[str]) -> tuple[float, float, int, bytes, int]:
     full = [TIME, "-f", "MEMTUNE_TIME %U %S %M", *cmd] if use_time else cmd
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(full, stdout=out, stderr=err)
+        proc = subprocess.Popen(full, stdout=out, stderr=err, env=env)
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - t0
         code = os.waitstatus_to_exitcode(status)
@@ -153,70 +199,109 @@ def timed(cmd: list[str]) -> tuple[float, float, int, bytes, int]:
     return wall, cpu, rss, data, code
 
 
+def measure(log: Path, pattern: str, repeat: int, env: dict[str, str]) -> dict:
+    """grep -c -E and diagnose.py on one log, alternated ``repeat`` times."""
+    grep_cmd = ["grep", "-c", "-E", pattern, str(log)]
+    diag_cmd = [sys.executable, str(REPO / "scripts" / "diagnose.py"), str(log), "--json"]
+    subprocess.run(["cat", str(log)], stdout=subprocess.DEVNULL, check=False)  # warm the page cache
+    runs: dict[str, dict[str, list]] = {k: {"wall": [], "cpu": [], "rss": []} for k in ("grep", "diagnose")}
+    report, grep_count = None, ""
+    for _ in range(repeat):
+        wall, cpu, rss, out, code = timed(grep_cmd)
+        runs["grep"]["wall"].append(wall), runs["grep"]["cpu"].append(cpu), runs["grep"]["rss"].append(rss)
+        grep_count = out.decode().strip()
+        wall, cpu, rss, out, code = timed(diag_cmd, env)
+        if code != 0:
+            raise RuntimeError(f"diagnose.py failed with exit {code} on {log.name}")
+        runs["diagnose"]["wall"].append(wall), runs["diagnose"]["cpu"].append(cpu), runs["diagnose"]["rss"].append(rss)
+        report = json.loads(out)
+    assert report is not None
+    return {"runs": runs, "report": report, "grep_count": grep_count, "size": log.stat().st_size}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--size-gib", type=float, default=1.0, help="log size in GiB (default 1)")
-    ap.add_argument("--repeat", type=int, default=3, help="runs per tool, best time kept (default 3)")
+    ap.add_argument("--size-gib", type=float, default=1.0, help="size of each log in GiB (default 1)")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per tool and log; best and median reported (default 3)")
+    ap.add_argument(
+        "--prefilter", choices=("auto", "grep", "python"), default="auto",
+        help="diagnose.py's prefilter (MEMTUNE_PREFILTER): auto = GNU grep when present, python = the fallback",
+    )
     ap.add_argument("--generate-only", metavar="PATH", help=argparse.SUPPRESS)
+    ap.add_argument("--dense", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.generate_only:
-        print(generate(Path(args.generate_only), int(args.size_gib * (1 << 30))))
+        print(generate(Path(args.generate_only), int(args.size_gib * (1 << 30)), dense=args.dense))
         return 0
     if shutil.which("grep") is None:
         print("diagnose_speed: grep not found", file=sys.stderr)
         return 2
 
     pattern = load_patterns().grep_pattern()
+    env = dict(os.environ, MEMTUNE_PREFILTER=args.prefilter)
     tmp = Path(tempfile.mkdtemp(prefix="diagnose_speed_"))
     try:
-        log = tmp / "train.log"
-        t0 = time.perf_counter()
-        # Generate in a child process: this parent then stays small, so nothing it holds can
-        # be mistaken for the measured commands' memory.
-        gen = subprocess.run(
-            [sys.executable, __file__, "--generate-only", str(log), "--size-gib", str(args.size_gib)],
-            capture_output=True, text=True, check=True,
-        )
-        buried = int(gen.stdout.strip())
-        size = log.stat().st_size
-        print(f"log: {size / (1 << 30):.2f} GiB, {buried} failures buried, generated in {time.perf_counter() - t0:.1f} s")
         print(f"grep pattern (diagnose.py's trigger list): {pattern}")
-        grep_cmd = ["grep", "-c", "-E", pattern, str(log)]
-        diag_cmd = [sys.executable, str(REPO / "scripts" / "diagnose.py"), str(log), "--json"]
-        subprocess.run(["cat", str(log)], stdout=subprocess.DEVNULL, check=False)  # warm the page cache
-        g_wall, g_cpu, g_rss, d_wall, d_cpu, d_rss = [], [], [], [], [], []
-        report = None
-        grep_count = ""
-        for _ in range(args.repeat):
-            wall, cpu, rss, out, code = timed(grep_cmd)
-            g_wall.append(wall), g_cpu.append(cpu), g_rss.append(rss)
-            grep_count = out.decode().strip()
-            wall, cpu, rss, out, code = timed(diag_cmd)
-            if code != 0:
-                print(f"diagnose.py failed with exit {code}", file=sys.stderr)
-                return 1
-            d_wall.append(wall), d_cpu.append(cpu), d_rss.append(rss)
-            report = json.loads(out)
-        assert report is not None
-        kinds = [f"{f['kind']}@{f['source']}" for f in report["findings"]]
-        gib = size / (1 << 30)
-        for name, walls, cpus, rsss in (("grep -c -E", g_wall, g_cpu, g_rss), ("diagnose.py", d_wall, d_cpu, d_rss)):
-            print(
-                f"{name:<12} best wall {min(walls):6.2f} s ({gib / min(walls):.2f} GiB/s), best CPU {min(cpus):6.2f} s, "
-                f"peak RSS {max(rsss) / 1e6:6.1f} MB  (walls: {', '.join(f'{w:.2f}' for w in walls)})"
+        print(f"diagnose.py prefilter: {args.prefilter}; load average before: {', '.join(f'{x:.2f}' for x in os.getloadavg())} "
+              f"on {os.cpu_count()} CPUs")
+        results, buried = {}, {}
+        for name, dense in (("sparse", False), ("dense", True)):
+            log = tmp / f"{name}.log"
+            t0 = time.perf_counter()
+            # Generate in a child process: this parent then stays small, so nothing it holds can
+            # be mistaken for the measured commands' memory.
+            gen = subprocess.run(
+                [sys.executable, __file__, "--generate-only", str(log), "--size-gib", str(args.size_gib)] + (["--dense"] if dense else []),
+                capture_output=True, text=True, check=True,
             )
-        print(f"grep matching lines: {grep_count}; diagnose.py findings ({len(kinds)}): {', '.join(kinds)}")
-        ratio = min(d_wall) / min(g_wall)
-        cpu_ratio = min(d_cpu) / max(min(g_cpu), 1e-9)
-        ok_time = ratio <= 5.0
-        ok_rss = max(d_rss) < 200e6
-        ok_found = len(kinds) == buried
-        print(
-            f"ratio diagnose/grep: wall {ratio:.2f}x, CPU {cpu_ratio:.2f}x (target <= 5x: {'PASS' if ok_time else 'FAIL'}); "
-            f"peak RSS {max(d_rss) / 1e6:.1f} MB (target < 200 MB: {'PASS' if ok_rss else 'FAIL'}); "
-            f"all {buried} buried failures found: {'PASS' if ok_found else 'FAIL'}"
-        )
-        return 0 if ok_time and ok_rss and ok_found else 1
+            buried[name] = int(gen.stdout.strip())
+            results[name] = measure(log, pattern, args.repeat, env)
+            print(f"{name} log: {results[name]['size'] / (1 << 30):.2f} GiB, {buried[name]} distinct failures, "
+                  f"grep matching lines {results[name]['grep_count']}, generated in {time.perf_counter() - t0:.1f} s (incl. runs)")
+            log.unlink()
+        print()
+        print(f"{'':30} {'sparse':>22} {'dense':>22}")
+        ok = True
+        rows = []
+        for tool in ("grep", "diagnose"):
+            label = "grep -c -E" if tool == "grep" else "diagnose.py"
+            for metric in ("best wall s", "median wall s", "GiB/s (best)", "best CPU s", "peak RSS MB"):
+                cells = []
+                for name in ("sparse", "dense"):
+                    r = results[name]["runs"][tool]
+                    walls = sorted(r["wall"])
+                    value = {
+                        "best wall s": walls[0],
+                        "median wall s": walls[len(walls) // 2],
+                        "GiB/s (best)": results[name]["size"] / (1 << 30) / walls[0],
+                        "best CPU s": min(r["cpu"]),
+                        "peak RSS MB": max(r["rss"]) / 1e6,
+                    }[metric]
+                    cells.append(f"{value:22.2f}")
+                rows.append(f"{label + ' ' + metric:30} {' '.join(cells)}")
+        print("\n".join(rows))
+        cells_ratio, cells_med, cells_rss, cells_found = [], [], [], []
+        for name in ("sparse", "dense"):
+            g, d = results[name]["runs"]["grep"], results[name]["runs"]["diagnose"]
+            ratio = min(d["wall"]) / min(g["wall"])
+            med = sorted(d["wall"])[len(d["wall"]) // 2] / sorted(g["wall"])[len(g["wall"]) // 2]
+            rss = max(d["rss"]) / 1e6
+            kinds = [f"{f['kind']}@{f['source']}" for f in results[name]["report"]["findings"]]
+            found = len(kinds) == buried[name]
+            ok = ok and ratio <= 2.0 and rss < 200 and found
+            cells_ratio.append(f"{ratio:17.2f}x {'PASS' if ratio <= 2.0 else 'FAIL'}")
+            cells_med.append(f"{med:22.2f}x")
+            cells_rss.append(f"{rss:17.1f} {'PASS' if rss < 200 else 'FAIL'}")
+            cells_found.append(f"{len(kinds):>13}/{buried[name]:<3} {'PASS' if found else 'FAIL'}")
+        print(f"{'ratio best wall (<= 2x)':30} {' '.join(cells_ratio)}")
+        print(f"{'ratio median wall':30} {''.join(cells_med)}")
+        print(f"{'diagnose peak RSS (< 200 MB)':30} {' '.join(cells_rss)}")
+        print(f"{'failures found':30} {' '.join(cells_found)}")
+        for name in ("sparse", "dense"):
+            kinds = [f"{f['kind']}@{f['source']}" for f in results[name]["report"]["findings"]]
+            print(f"{name} findings: {', '.join(kinds)}")
+        print(f"load average after: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        return 0 if ok else 1
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

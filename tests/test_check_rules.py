@@ -273,3 +273,50 @@ def test_crlf_without_exports_and_lf_scripts(tmp_path) -> None:
     crlf.write_bytes(crlf.read_bytes().replace(b"\r\n", b"\n"))
     view = run_view.build(run_view.Inputs(scripts=[str(crlf)]))
     assert not [f for f in check_rules.run_all(view) if f.rule == "MT024"]
+
+
+def test_malformed_allocator_string_does_not_hide_the_rules_that_depend_on_it() -> None:
+    """Issue 11 item 8: `expandable_segments:true,...` is rejected (MT007), and the run is
+    judged as the user meant it (True): NCCL UB (MT002) and the missing
+    NCCL_GRAPH_REGISTER=0 (MT003) are reported in the same run, not after a fix-and-rerun."""
+    findings = check("mt007_mt002_mt003_one_pass.sh")
+    errors = [f.rule for f in findings if f.severity == "error"]
+    assert errors == ["MT007", "MT002", "MT003"]
+    by_rule = {f.rule: f for f in findings}
+    assert by_rule["MT007"].fix == "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True,max_split_size_mb:512"
+    for code in ("MT002", "MT003"):
+        assert by_rule[code].source.endswith("mt007_mt002_mt003_one_pass.sh:4")
+        assert "read as 'expandable_segments:True,max_split_size_mb:512' once MT007 is fixed" in by_rule[code].message
+    # the guard note is about the corrected text, which Megatron's literal check does see
+    assert "will not stop the run" not in by_rule["MT003"].message
+    # and the key next to it is judged too: max_split_size_mb is moot with expandable segments
+    assert any(f.rule == "MT020" and "max_split_size_mb" in f.message for f in findings)
+
+
+def test_an_uncorrectable_string_still_hides_nothing_it_cannot_read(tmp_path) -> None:
+    """When the correction is not accepted either, nothing is assumed about the intent."""
+    script = tmp_path / "launch.sh"
+    script.write_text("export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:maybe,bogus_option:1\n"
+                      "torchrun pretrain_gpt.py --use-nccl-ub --num-layers 32\n")
+    view = run_view.build(run_view.Inputs(scripts=[str(script)], torch_version="2.8"))
+    rules = [f.rule for f in check_rules.run_all(view)]
+    assert "MT007" in rules and "MT002" not in rules
+
+
+@pytest.mark.parametrize(
+    "value,moot",
+    [
+        ("expandable_segments:True,max_split_size_mb:512", ["max_split_size_mb"]),
+        ("expandable_segments:True,garbage_collection_threshold:0.6", ["garbage_collection_threshold"]),
+        ("expandable_segments:True,release_lock_on_cudamalloc:True", ["release_lock_on_cudamalloc"]),
+        ("expandable_segments:True,roundup_power2_divisions:4", []),
+        ("expandable_segments:True,pinned_use_cuda_host_register:True", []),
+        ("expandable_segments:False,max_split_size_mb:512", []),
+    ],
+)
+def test_keys_combined_with_expandable_segments_are_judged(value: str, moot: list[str], tmp_path) -> None:
+    env = tmp_path / "a.env"
+    env.write_text(f"PYTORCH_CUDA_ALLOC_CONF={value}\n")
+    view = run_view.build(run_view.Inputs(env_files=[str(env)], torch_version="2.8"))
+    notes = [f.message for f in check_rules.run_all(view) if f.rule == "MT020"]
+    assert [k for k in ("max_split_size_mb", "garbage_collection_threshold", "release_lock_on_cudamalloc") if any(k in n for n in notes)] == moot

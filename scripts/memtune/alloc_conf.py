@@ -433,6 +433,9 @@ def judge(text: str, version: Version) -> Verdict:
     except _Reject as rejection:
         return Verdict(version, era, False, str(rejection), exception, rejection.key)
     notes = list(parser.notes)
+    if parser.settings.get("expandable_segments") is True and parser.settings.get("backend") != "cudaMallocAsync":
+        moot = table().get("with_expandable_segments", {})
+        notes += [str(moot[k]["note"]) for k in parser.settings if k in moot and moot[k].get("effect") == "moot"]
     if era != "split" and "backend" in parser.settings and parser.settings["backend"] == "cudaMallocAsync":
         native_only = sorted(k for k in parser.settings if k not in ("backend",))
         if native_only:

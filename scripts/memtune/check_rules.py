@@ -57,21 +57,49 @@ def _fill(template: str, values: dict[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class AllocState:
+    """The allocator variables as written, as PyTorch reads them, and as the user meant them.
+
+    ``*_intended`` is the corrected string's parse when PyTorch rejects the written one
+    (``expandable_segments:true`` -> ``expandable_segments:True``): MT007 reports the
+    spelling, and the rules that depend on the setting (MT002 NCCL UB, MT003
+    NCCL_GRAPH_REGISTER, MT021, MT020) judge what the run will do once it is fixed, so
+    one run of check_env reports every error instead of one per fix-and-rerun.
+    """
+
     cuda: EnvValue | None
     generic: EnvValue | None
     cuda_parsed: ac.AllocConf | None
     generic_parsed: ac.AllocConf | None
+    cuda_intended: ac.AllocConf | None = None
+    generic_intended: ac.AllocConf | None = None
+
+    def effective(self, which: str) -> ac.AllocConf | None:
+        """The parse the dependent rules judge: as written, else as intended."""
+        parsed, intended = (self.cuda_parsed, self.cuda_intended) if which == "cuda" else (self.generic_parsed, self.generic_intended)
+        return intended if intended is not None else parsed
 
     def enables_es(self, which: str) -> bool:
-        parsed = self.cuda_parsed if which == "cuda" else self.generic_parsed
+        parsed = self.effective(which)
         return bool(parsed and _any_enables(parsed))
 
     @property
     def es_source(self) -> str:
-        for env, parsed in ((self.cuda, self.cuda_parsed), (self.generic, self.generic_parsed)):
+        for which, env in (("cuda", self.cuda), ("generic", self.generic)):
+            parsed = self.effective(which)
             if env and parsed and _any_enables(parsed):
+                if parsed is not (self.cuda_parsed if which == "cuda" else self.generic_parsed):
+                    return f"{env.source}, read as {parsed.text!r} once MT007 is fixed"
                 return env.source
         return "-"
+
+    @property
+    def es_where(self) -> str:
+        """Just the file:line of :attr:`es_source` (a finding's ``source``)."""
+        return self.es_source.split(", read as ")[0]
+
+    def pairs(self) -> tuple[tuple[EnvValue | None, ac.AllocConf | None], ...]:
+        """(variable, the parse dependent rules judge) for both names."""
+        return ((self.cuda, self.effective("cuda")), (self.generic, self.effective("generic")))
 
 
 def _any_enables(parsed: ac.AllocConf) -> bool:
@@ -81,12 +109,24 @@ def _any_enables(parsed: ac.AllocConf) -> bool:
 def alloc_state(view: RunView) -> AllocState:
     cuda = view.env.get("PYTORCH_CUDA_ALLOC_CONF")
     generic = view.env.get("PYTORCH_ALLOC_CONF")
+    cuda_parsed = ac.parse(cuda.value, view.torch_version) if cuda else None
+    generic_parsed = ac.parse(generic.value, view.torch_version) if generic else None
     return AllocState(
-        cuda,
-        generic,
-        ac.parse(cuda.value, view.torch_version) if cuda else None,
-        ac.parse(generic.value, view.torch_version) if generic else None,
+        cuda, generic, cuda_parsed, generic_parsed,
+        _intended(cuda, cuda_parsed, view.torch_version), _intended(generic, generic_parsed, view.torch_version),
     )
+
+
+def _intended(env: EnvValue | None, parsed: ac.AllocConf | None, version: tuple[int, ...] | None) -> ac.AllocConf | None:
+    """The parse of MT007's corrected string, when PyTorch rejects the written one and the
+    correction is accepted (else None: the user's intent cannot be read)."""
+    if env is None or parsed is None or parsed.accepted:
+        return None
+    fixed = ac.suggest_fix(env.value, parsed.rejections[0])
+    if not fixed or fixed == env.value:
+        return None
+    intended = ac.parse(fixed, version)
+    return intended if intended.accepted else None
 
 
 def es_effective(view: RunView, state: AllocState) -> bool:
@@ -216,12 +256,14 @@ def expandable_segments_missing(view: RunView) -> Iterable[Finding]:
 
 
 def _with_es(current: str, version: tuple[int, ...] | None) -> str:
-    """The current options plus expandable_segments:True (max_split / GC threshold dropped
-    unless the release is known to handle the mix, see MT021)."""
+    """The current options plus expandable_segments:True, without the options that have no
+    effect next to it (data/alloc_conf.yaml with_expandable_segments) or that older
+    releases mishandle with it (MT021)."""
     fixed_in = ac.parse_version(ac.table()["es_with_split_or_gc_fixed_in"])
     risky = ("max_split_size_mb", "garbage_collection_threshold") if version is None or version < fixed_in else ()
+    moot = [k for k, v in ac.table().get("with_expandable_segments", {}).items() if v.get("effect") == "moot"]
     parts = [p for p in "".join(current.split()).split(",")
-             if p and not p.startswith("expandable_segments") and p.split(":")[0] not in risky]
+             if p and not p.startswith("expandable_segments") and p.split(":")[0] not in (*risky, *moot)]
     return ",".join(parts + ["expandable_segments:True"])
 
 
@@ -238,7 +280,7 @@ def es_with_nccl_ub(view: RunView) -> Iterable[Finding]:
     state = alloc_state(view)
     if not es_possible(state, view.torch_version):
         return
-    yield make("MT002", state.es_source, es_source=state.es_source, ub_source=f"{view.text('nccl_ub')} at {view.where('nccl_ub')}",
+    yield make("MT002", state.es_where, es_source=state.es_source, ub_source=f"{view.text('nccl_ub')} at {view.where('nccl_ub')}",
                ub_off=change_text(view, "nccl_ub", "false"))
 
 
@@ -255,14 +297,15 @@ def es_cuda_graph_without_register(view: RunView) -> Iterable[Finding]:
         return
     if view.compute_capability is not None and view.compute_capability >= 10:
         return  # Blackwell and later: the registration hazard and Megatron's guard do not apply
-    guard_sees = bool(state.cuda and "expandable_segments:True" in state.cuda.value)
+    cuda_text = state.cuda_intended.text if state.cuda_intended is not None else (state.cuda.value if state.cuda else "")
+    guard_sees = "expandable_segments:True" in cuda_text
     guard_note = "" if guard_sees else (
         "; the guard reads the literal text of PYTORCH_CUDA_ALLOC_CONF, which does not contain "
         "\"expandable_segments:True\" here, so it will not stop the run and it can fail with an illegal memory access instead"
     )
     if register is not None:
         guard_note += f"; NCCL_GRAPH_REGISTER is {register.value!r} ({register.source})"
-    yield make("MT003", state.es_source, graph_source=f"{graph_text} at {graph_source}", es_source=state.es_source, guard_note=guard_note)
+    yield make("MT003", state.es_where, graph_source=f"{graph_text} at {graph_source}", es_source=state.es_source, guard_note=guard_note)
 
 
 @rule("MT004")
@@ -549,7 +592,7 @@ def experts_not_divisible(view: RunView) -> Iterable[Finding]:
 def versions_unknown(view: RunView) -> Iterable[Finding]:
     state = alloc_state(view)
     if view.torch_version is None and (state.cuda or state.generic):
-        yield make("MT017", state.es_source if state.es_source != "-" else (state.cuda or state.generic).source,
+        yield make("MT017", state.es_where if state.es_where != "-" else (state.cuda or state.generic).source,
                    what="--torch-version",
                    consequence="the allocator string was checked against PyTorch 2.1, 2.8 and 2.11: rejected by all is an error (MT007), by some a warning (MT019)",
                    option="--torch-version", module="torch")
@@ -563,7 +606,7 @@ def versions_unknown(view: RunView) -> Iterable[Finding]:
 @rule("MT020")
 def alloc_notes(view: RunView) -> Iterable[Finding]:
     state = alloc_state(view)
-    for env, parsed in ((state.cuda, state.cuda_parsed), (state.generic, state.generic_parsed)):
+    for env, parsed in state.pairs():
         if env is None or parsed is None:
             continue
         seen: set[str] = set()
@@ -584,13 +627,13 @@ def es_with_split_on_old_torch(view: RunView) -> Iterable[Finding]:
     if version is not None and version >= ac.parse_version(fixed_in):
         return
     state = alloc_state(view)
-    for env, parsed in ((state.cuda, state.cuda_parsed), (state.generic, state.generic_parsed)):
+    for env, parsed in state.pairs():
         if env is None or parsed is None or not parsed.verdicts[0].accepted:
             continue
         settings = parsed.verdicts[0].settings
         others = [k for k in ("max_split_size_mb", "garbage_collection_threshold") if k in settings]
         if settings.get("expandable_segments") is True and others:
-            kept = ",".join(p for p in "".join(env.value.split()).split(",") if p.split(":")[0] not in others)
+            kept = ",".join(p for p in "".join(parsed.text.split()).split(",") if p.split(":")[0] not in others)
             yield make("MT021", env.source, severity=None if version is not None else "info", var=env.name,
                        others=" and ".join(others), version=ac.version_str(version) if version else "before 2.5",
                        fixed_in=fixed_in, suggested=kept or "expandable_segments:True")

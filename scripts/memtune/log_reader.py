@@ -112,6 +112,11 @@ class TextStream:
         self.source = source
         self._stream = open_source(source)
         self._checked = False
+        # A regular file read as it is on disk (not stdin, not gunzipped, not re-encoded from
+        # UTF-16): only then may another reader (the grep prefilter) read the path itself.
+        self.plain_file = (
+            not source.is_stdin and isinstance(self._stream, io.BufferedReader) and Path(source.name).is_file()
+        )
 
     def readinto(self, view: memoryview) -> int:
         try:
@@ -246,8 +251,10 @@ _SRUN_LABEL = re.compile(r"^[ \t]*(\d+):[ \t]")
 _RANK = re.compile(r"^[ \t]*\[rank(\d+)\]:[ \t]?")
 _MPI_TAG = re.compile(r"^[ \t]*\[\d+,(\d+)\]<std(?:out|err)>:[ \t]?")
 _TORCHRUN = re.compile(r"^[ \t]*\[default(\d+)\]:[ \t]?")
-_HOST = re.compile(r"^[ \t]*([a-z0-9][a-z0-9.-]*\d[a-z0-9.-]*):[ \t]")
-_NCCL = re.compile(r"(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\]")
+# Bounded like a DNS name (labels of <= 63): with unbounded runs on both sides of ``\d`` a
+# long token without a colon backtracks quadratically.
+_HOST = re.compile(r"^[ \t]*([a-z0-9][a-z0-9.-]{0,126}?\d[a-z0-9.-]{0,126}):[ \t]")
+_NCCL = re.compile(r"(?P<host>[\w.-]{1,128}):(?P<pid>\d{1,10}):(?P<tid>\d{1,10}) \[(?P<dev>\d{1,4})\]")  # bounded: linear
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,11 @@ from decimal import ROUND_HALF_UP, Decimal
 # style names for the same binary multiples, so both spellings map to powers of 1024.
 _UNIT_POWER = {"": 0, "B": 0, "BYTES": 0, "BYTE": 0, "K": 1, "M": 2, "G": 3, "T": 4, "P": 5, "E": 6}
 
-SIZE = r"(\d+(?:\.\d+)?)\s*([KMGTPE]i?B|bytes?|B)(?![A-Za-z])"
+# Digit runs are bounded (no printed size has more than 20 digits) so that a search over
+# a long run of digits stays linear: an unbounded ``\d+`` restarts at every digit and
+# re-reads the whole run, which is quadratic (tests/test_diagnose_redos.py); a number also
+# starts only where a digit run starts (the look-behind), never in the middle of one.
+SIZE = r"(?<![\d.])(\d{1,20}(?:\.\d{1,20})?)\s{0,4}([KMGTPE]i?B|bytes?|B)(?![A-Za-z])"
 
 _RE = {
     "requested": re.compile(r"Tried to allocate\s+" + SIZE),
@@ -53,6 +57,9 @@ _COMPLETE = re.compile(
     r"reserved in total by PyTorch\)|cached\)|is reserved by PyTorch but unallocated|"
     r"cuda runtime error \(2\) : out of memory"
 )
+
+# Every regex this module runs, for the adversarial-line tests (tests/test_diagnose_redos.py).
+REGEXES: dict[str, re.Pattern[str]] = {**_RE, "complete": _COMPLETE}
 
 ONE_EB = 1 << 60
 

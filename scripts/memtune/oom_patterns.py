@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 
 from memtune.data_yaml import load_data_yaml
@@ -71,8 +71,8 @@ class PatternSet:
     kinds: dict[str, KindInfo]
 
     def grep_pattern(self) -> str:
-        """The triggers as one ``grep -E`` alternation (for the speed baseline)."""
-        return "|".join(_ere_escape(t.decode("utf-8")) for t in self.triggers)
+        """The triggers as one ``grep -E`` alternation (the prefilter's and the speed baseline's)."""
+        return ere_alternation(self.triggers)
 
     def detect(self, text: str) -> tuple[Detector, re.Match[str]] | None:
         for det in self.detectors:
@@ -92,6 +92,26 @@ class PatternSet:
     def has_trigger(self, text: str) -> bool:
         raw = text.encode("utf-8", "replace")
         return any(t in raw for t in self.triggers)
+
+    @cached_property
+    def _trigger_rx(self) -> re.Pattern[bytes]:
+        # One alternation of the literals: on a short line one search beats a loop of
+        # ``in`` tests (it is the per-line check of a dense log's window lines).
+        return re.compile(b"|".join(re.escape(t) for t in self.triggers))
+
+    @cached_property
+    def _trigger_rx_str(self) -> re.Pattern[str]:
+        return re.compile("|".join(re.escape(t.decode("utf-8")) for t in self.triggers))
+
+    def has_trigger_in(self, line: bytes | str) -> bool:
+        """:meth:`has_trigger` for a raw line, bytes or text, without re-encoding it."""
+        rx = self._trigger_rx_str if isinstance(line, str) else self._trigger_rx
+        return rx.search(line) is not None
+
+
+def ere_alternation(literals: tuple[bytes, ...]) -> str:
+    """Fixed strings as one POSIX ERE alternation (``a|b\\.c``)."""
+    return "|".join(_ere_escape(t.decode("utf-8")) for t in literals)
 
 
 def _ere_escape(literal: str) -> str:

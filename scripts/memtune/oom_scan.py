@@ -16,7 +16,7 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Iterable, Iterator
 
-from memtune import oom_parse, torch_era
+from memtune import oom_parse, oom_rejoin, torch_era
 from memtune.frameworks import FrameworkHits, FrameworkSet, load_frameworks
 from memtune.log_reader import WINDOW_LINES, LinePrefix, nccl_origin, strip_prefixes
 from memtune.oom_evidence import Evidence, load_evidence
@@ -24,6 +24,15 @@ from memtune.oom_patterns import Detector, PatternSet
 from memtune.torch_era import TorchRange
 
 MAX_MESSAGE_LINES = 10  # an allocator message never spans more lines than this
+# The longest line the scanner parses.  PyTorch's longest OOM message is ~1.5 KB; a longer
+# line (a JSON record, a minified dump, an attack) is cut to a window around its first
+# trigger, so the work per line is bounded whatever the line's length.
+MAX_LINE_CHARS = 16 << 10
+LINE_LEAD_CHARS = 1 << 10  # kept before the trigger (exception name, rank prefix)
+ADOPT_WORDING_SHARE = 0.6  # an unlabelled line continues another rank's message if mostly its words
+BENIGN_CACHE = 4096  # distinct benign trigger lines remembered (bounded memory)
+BENIGN_LINE_MAX = 512  # longer lines are not remembered
+DETECT_CACHE = 4096  # distinct texts whose detection / allocator verdict is remembered
 EVIDENCE_CHARS = 600
 _OOM_START = re.compile(
     r"(?:CUDA|HIP) out of memory|cuda runtime error \(2\) : out of memory|Tried to allocate|\(GPU \d+; [\d.]+ ?[KMGT]?i?B total capacity"
@@ -93,7 +102,7 @@ class _Pending:
     file: str
 
     def text(self) -> str:
-        return re.sub(r"\s+", " ", " ".join(p.strip() for p in self.parts)).strip()
+        return oom_rejoin.join(self.parts)
 
 
 class Scanner:
@@ -117,37 +126,63 @@ class Scanner:
         self._index: dict[tuple, int] = {}  # dedupe key -> position in findings
         self.run_facts: dict[str, int] = {}  # latest parallel layout the log printed
         self._last_line = 0
+        self._benign: set[bytes | str] = set()  # trigger lines that matched nothing (exact text)
+        self._detections: dict[str, tuple[Detector, re.Match[str]] | None] = {}
+        self._verdicts: dict[str, tuple[oom_parse.AllocatorNumbers, oom_parse.Verdict]] = {}
 
     # -- input
     def feed(self, line_no: int, raw: bytes | str) -> None:
-        text = raw.decode("utf-8", "replace") if isinstance(raw, (bytes, bytearray)) else raw
-        if line_no != self._last_line + 1:
+        if line_no != self._last_line + 1 and self.pending:
             self._flush_all()  # a gap: no message continues across lines we never saw
         self._last_line = line_no
+        if not self.pending:
+            # Nothing is being re-joined, so only a line with a trigger can matter, and not
+            # one already known to match nothing: real logs repeat their benign trigger lines
+            # (every rank echoing the same allocator setting, NCCL its environment, at every
+            # restart), and a dense log is mostly those.
+            if raw in self._benign or not self.patterns.has_trigger_in(raw):
+                return
+            if self._feed(line_no, raw) and len(self._benign) < BENIGN_CACHE and len(raw) <= BENIGN_LINE_MAX:
+                self._benign.add(raw)
+            return
+        self._feed(line_no, raw)
+
+    def _feed(self, line_no: int, raw: bytes | str) -> bool:
+        """Process one line; True when it was a trigger line that matched nothing at all."""
+        text = raw.decode("utf-8", "replace") if isinstance(raw, (bytes, bytearray)) else raw
+        if len(text) > MAX_LINE_CHARS:
+            text = self._bound(text)
         prefix = strip_prefixes(text)
         body = prefix.text
         key = prefix.stream_key
-        triggered = self.patterns.has_trigger(body)
-        detected = self.patterns.detect(body) if triggered else None
-        if triggered:
-            self._observe_context(line_no, text)
+        triggered = self.patterns.has_trigger_in(body)
+        detected = self._detect(body) if triggered else None
+        # framework signals are idempotent, but a hint's line number matters (it must sit
+        # near the failure), so a hint line is never cached as benign
+        hinted = self._observe_context(line_no, text) if triggered else False
 
         pend = self.pending.get(key)
+        if pend is None and detected is None and self.pending:
+            adopted = self._adopter(prefix, body, line_no)
+            if adopted is not None:
+                key, pend = adopted
         if pend is not None and detected is None:
             if self._continues(pend, body, line_no):
                 pend.parts.append(body)
                 pend.last_line = line_no
                 if oom_parse.is_complete(pend.text()):
                     self._emit_allocator(self.pending.pop(key))
-                return
+                return False
             self._emit_allocator(self.pending.pop(key))
         elif pend is not None:
             self._emit_allocator(self.pending.pop(key))
         self._expire(line_no)
         if detected is None:
             if triggered:
-                self.run_facts.update(self.patterns.run_facts(body))
-            return
+                facts = self.patterns.run_facts(body)
+                self.run_facts.update(facts)
+                return not facts and not hinted
+            return False
         det, match = detected
         if det.is_allocator:
             start = _OOM_START.search(body)
@@ -157,8 +192,9 @@ class Scanner:
                 self._emit_allocator(pend)
             else:
                 self.pending[key] = pend
-            return
+            return False
         self._emit_simple(det, body, prefix, line_no)
+        return False
 
     def finish(self) -> list[Finding]:
         self._flush_all()
@@ -169,10 +205,13 @@ class Scanner:
         return self.findings
 
     # -- context: framework signals and evidence hints (not failures themselves)
-    def _observe_context(self, line_no: int, text: str) -> None:
+    def _observe_context(self, line_no: int, text: str) -> bool:
+        """Record framework signals and evidence hints; True when the line held a hint."""
         self.frameworks.observe(text, self.framework_hits)
-        for name in self.evidence.hints_in(text):
+        names = self.evidence.hints_in(text)
+        for name in names:
             self.hint_lines.setdefault(name, deque(maxlen=RECENT_HINT_LINES)).append(line_no)
+        return bool(names)
 
     def _near_hints(self, f: Finding) -> tuple[str, ...]:
         """Hints seen shortly before (or inside) this failure: a traceback frame above it."""
@@ -186,6 +225,22 @@ class Scanner:
         return tuple(names)
 
     # -- helpers
+    def _detect(self, body: str) -> tuple[Detector, re.Match[str]] | None:
+        """``patterns.detect``, remembered per exact text: a retry loop prints the same
+        failure thousands of times (bounded, so memory stays flat)."""
+        if body in self._detections:
+            return self._detections[body]
+        found = self.patterns.detect(body)
+        if len(self._detections) < DETECT_CACHE and len(body) <= BENIGN_LINE_MAX:
+            self._detections[body] = found
+        return found
+
+    def _bound(self, text: str) -> str:
+        """A window of MAX_LINE_CHARS around the first trigger of an over-long line."""
+        hits = [i for i in (text.find(t.decode("utf-8", "replace")) for t in self.patterns.triggers) if i != -1]
+        start = max(0, min(hits) - LINE_LEAD_CHARS) if hits else 0
+        return text[start : start + MAX_LINE_CHARS]
+
     def _continues(self, pend: _Pending, body: str, line_no: int) -> bool:
         stripped = body.strip()
         if not stripped or _NEW_STATEMENT.match(body):
@@ -193,6 +248,36 @@ class Scanner:
         # Bounded by the first line, the same window the streaming reader reads after it,
         # so a streamed scan and a scan of every line give identical findings.
         return len(pend.parts) < MAX_MESSAGE_LINES and line_no - pend.first_line <= WINDOW_LINES
+
+    def _adopter(self, prefix: LinePrefix, body: str, line_no: int) -> tuple[str, _Pending] | None:
+        """The pending message of another stream that a line without its own rank continues.
+
+        Launchers and loggers often label only a message's first line (``[rank5]:``,
+        ``5: ``), so its continuations arrive with no rank, possibly between other ranks'
+        lines.  Such a line may continue any pending message of a compatible stream (no
+        conflicting rank or host); it goes to the one whose grammar it advances most (a
+        number completed, the closing clause reached), else, when it reads as allocator
+        wording at all, to the most recently started one.  A line that does neither
+        (a progress bar, another program's output) continues nothing.
+        """
+        if prefix.rank is not None:
+            return None
+        candidates = [
+            (k, p) for k, p in self.pending.items()
+            if (prefix.host is None or prefix.host == p.prefix.host) and self._continues(p, body, line_no)
+        ]
+        if not candidates:
+            return None
+        best, best_gain = None, 0
+        for k, p in candidates:
+            gain = oom_rejoin.progress(oom_rejoin.join([*p.parts, body])) - oom_rejoin.progress(p.text())
+            if gain > best_gain:
+                best, best_gain = (k, p), gain
+        if best is not None:
+            return best
+        if oom_rejoin.wording_share(body) >= ADOPT_WORDING_SHARE:
+            return max(candidates, key=lambda kp: kp[1].first_line)
+        return None
 
     def _expire(self, line_no: int) -> None:
         for key in [k for k, p in self.pending.items() if line_no - p.first_line > WINDOW_LINES]:
@@ -204,8 +289,13 @@ class Scanner:
 
     def _emit_allocator(self, pend: _Pending) -> None:
         text = pend.text()
-        nums = oom_parse.parse_allocator_message(text)
-        verdict = oom_parse.classify(nums)
+        cached = self._verdicts.get(text)
+        if cached is None:
+            cached = (oom_parse.parse_allocator_message(text), None)
+            cached = (cached[0], oom_parse.classify(cached[0]))
+            if len(self._verdicts) < DETECT_CACHE:
+                self._verdicts[text] = cached
+        nums, verdict = cached
         self._add(
             Finding(
                 kind=verdict.kind,

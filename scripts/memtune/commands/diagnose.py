@@ -68,10 +68,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         torch_range = torch_era.exact(args.torch_version)
 
-    from memtune import diagnosis_table, oom_report
-
-    rows = diagnosis_table.load_rows()
     if args.symptom is not None:
+        from memtune import diagnosis_table, oom_report
+
+        rows = diagnosis_table.load_rows()
         if not args.symptom.strip():
             raise InputError('--symptom needs some text, e.g. --symptom "OOM on one rank only"')
         matches = diagnosis_table.lookup_symptom(rows, args.symptom, limit=args.limit)
@@ -99,9 +99,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.inputs.count("-") > 1:
         raise InputError("- (standard input) can be given only once")
-    report = diagnose_sources(args.inputs, rows, torch_version=torch_range)
+    # SKILL.md's table is parsed while the log is read
+    report = diagnose_sources(args.inputs, torch_version=torch_range)
     if args.json:
         print_json(report)
     else:
+        from memtune import oom_report
+
         print(oom_report.render_text(report), end="")
     return 0
