@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -366,3 +367,19 @@ def test_mamba_layer_parameters_follow_mamba_mixer():
     total = count_parameters(m).total
     attn_sharded = 1024 * (16 + 2 * 8) * 64 + 16 * 64 * 1024
     assert total == 2 * 32000 * 1024 + p.total + attn_sharded + 1024 + 1024  # + attention norm + final norm
+
+
+def test_qk_layernorm_keeps_its_query_and_key_inputs():
+    """Megatron-Core's get_query_key_value_tensors runs ``self.q_layernorm(query)`` and
+    ``self.k_layernorm(key)`` on the split QKV output; the norm saves its input for backward:
+    (heads + groups) x head_dim per token, bf16, split by TP."""
+    run = RunSpec(world_size=2, tp=2, seq_length=8192, sequence_parallel=True)
+    with_norm = dict(layer_activations(QWEN8, run, False).terms)
+    no_norm = dataclasses.replace(QWEN8, qk_layernorm=False)
+    without = dict(layer_activations(no_norm, run, False).terms)
+    assert QWEN8.qk_layernorm and "qk_norm_in" not in without
+    assert with_norm["qk_norm_in"] == 2 * 8192 * (32 + 8) * 128 / 2
+    # inside the attention CUDA graph, like the rotated Q/K it feeds
+    attn_graph = run.with_(cuda_graph_scope=("attn",))
+    extra = layer_activations(QWEN8, attn_graph, False).graphed - layer_activations(no_norm, attn_graph, False).graphed
+    assert extra == pytest.approx(with_norm["qk_norm_in"])

@@ -206,7 +206,7 @@ RECOMPUTE_DROPS = {
 }
 #: Saved tensors that live inside each CUDA-graph scope (Megatron ``cuda_graph_scope``).
 CUDA_GRAPH_TERMS = {
-    "attn": ("attn_norm_out", "mla_latent", "qkv", "core_attn", "proj_in", "attn_dropout"),
+    "attn": ("attn_norm_out", "mla_latent", "qkv", "qk_norm_in", "core_attn", "proj_in", "attn_dropout"),
     "mlp": ("mlp_norm_out", "mlp_fc1_out", "mlp_act_out", "mlp_dropout"),
     "moe_router": ("router",),
     "moe": ("router", "expert_fc1_in", "moe_fc1_out", "moe_act_out", "moe_fc2_out",
@@ -256,6 +256,14 @@ def layer_activation_terms(model: ModelSpec, run: RunSpec, moe: bool) -> dict[st
     else:
         d, g = model.head_dim, model.query_groups
         terms["qkv"] = act * tokens * (a + 2 * g) * d / t
+        if model.qk_layernorm:
+            # Megatron-Core normalises Q and K per head after splitting the QKV output
+            # (attention.py, get_query_key_value_tensors: ``query = query.reshape(...)`` then
+            # ``query = self.q_layernorm(query)``, ``key = self.k_layernorm(key)``). The norm
+            # keeps its input for backward: the reshaped query copy (a heads) and the key
+            # (g groups), both before rotary embedding - separate from the rotated Q/K
+            # that the attention kernel keeps.
+            terms["qk_norm_in"] = act * tokens * (a + g) * d / t
         ctx_dim = a * d
     terms["proj_in"] = gemm_in * tokens * ctx_dim / t
     if attention_kernel(run) == "flash":
@@ -294,7 +302,8 @@ def layer_activation_terms(model: ModelSpec, run: RunSpec, moe: bool) -> dict[st
 
 
 #: Saved tensors of a hybrid pattern's attention-only ('*') and MLP/MoE-only ('-', 'E') layers.
-_ATTN_TERMS = ("attn_norm_in", "attn_norm_out", "mla_latent", "qkv", "proj_in", "core_attn", "attn_dropout")
+_ATTN_TERMS = ("attn_norm_in", "attn_norm_out", "mla_latent", "qkv", "qk_norm_in", "proj_in", "core_attn",
+               "attn_dropout")
 _MLP_TERMS = ("mlp_norm_in", "mlp_norm_out", "mlp_fc1_out", "mlp_act_out", "router", "expert_fc1_in",
               "moe_fc1_out", "moe_act_out", "moe_fc2_out", "shared_fc1_out", "shared_act_out", "mlp_dropout")
 
