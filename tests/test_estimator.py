@@ -13,6 +13,7 @@ import pytest
 from memtune.cli import InputError
 from memtune.estimator import (estimate, in_flight_layer_microbatches, layer_activations,
                                regather_saving_bytes)
+from memtune.model_spec import ModelSpec
 from memtune.presets import load_preset
 from memtune.run_spec import RunSpec, violations
 
@@ -383,3 +384,22 @@ def test_qk_layernorm_keeps_its_query_and_key_inputs():
     attn_graph = run.with_(cuda_graph_scope=("attn",))
     extra = layer_activations(QWEN8, attn_graph, False).graphed - layer_activations(no_norm, attn_graph, False).graphed
     assert extra == pytest.approx(with_norm["qk_norm_in"])
+
+
+def test_unfused_expert_activation_keeps_its_output_for_the_router_probabilities():
+    """TEGroupedMLP's ``bias_act_func`` applies the router probabilities after a plain (not
+    fused) activation - ``activation_func(x)`` then ``x * permuted_probs`` - so GeLU experts
+    keep the activation output too; the fused SwiGLU kernel keeps only its input."""
+    gelu_moe = ModelSpec(name="gelu-moe", num_layers=12, hidden_size=512, num_attention_heads=8,
+                         ffn_hidden_size=2048, vocab_size=50257, gated_linear_unit=False,
+                         num_moe_experts=8, moe_router_topk=2)
+    run = RunSpec(world_size=8, tp=1, ep=8, mbs=4, seq_length=1024, use_distributed_optimizer=True)
+    terms = dict(layer_activations(gelu_moe, run, True).terms)
+    # 4 x 1024 local tokens, top-2: 8192 token copies of the 2048-wide expert activation, bf16
+    assert terms["moe_act_probs"] == 2 * 8192 * 2048 == terms["moe_act_out"]
+    swiglu = dict(layer_activations(dataclasses.replace(gelu_moe, gated_linear_unit=True), run, True).terms)
+    assert "moe_act_probs" not in swiglu
+    # recomputing the expert activation (moe_act) drops it with the activation output
+    dropped = layer_activations(gelu_moe, run.with_(recompute_granularity="selective", recompute_modules=("moe_act",)),
+                                True)
+    assert layer_activations(gelu_moe, run, True).stored - dropped.stored == 2 * terms["moe_act_out"]

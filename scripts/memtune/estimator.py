@@ -199,8 +199,9 @@ RECOMPUTE_DROPS = {
     "core_attn": ("core_attn",),
     "layernorm": ("attn_norm_out", "mlp_norm_out"),
     "mlp": ("mlp_fc1_out", "mlp_act_out"),
-    "moe_act": ("moe_act_out",),
-    "moe": ("router", "expert_fc1_in", "moe_fc1_out", "moe_act_out", "moe_fc2_out", "shared_fc1_out", "shared_act_out"),
+    "moe_act": ("moe_act_out", "moe_act_probs"),
+    "moe": ("router", "expert_fc1_in", "moe_fc1_out", "moe_act_out", "moe_act_probs", "moe_fc2_out", "shared_fc1_out",
+            "shared_act_out"),
     "shared_experts": ("shared_fc1_out", "shared_act_out"),
     "mla_up_proj": ("qkv",),
 }
@@ -209,7 +210,7 @@ CUDA_GRAPH_TERMS = {
     "attn": ("attn_norm_out", "mla_latent", "qkv", "qk_norm_in", "core_attn", "proj_in", "attn_dropout"),
     "mlp": ("mlp_norm_out", "mlp_fc1_out", "mlp_act_out", "mlp_dropout"),
     "moe_router": ("router",),
-    "moe": ("router", "expert_fc1_in", "moe_fc1_out", "moe_act_out", "moe_fc2_out",
+    "moe": ("router", "expert_fc1_in", "moe_fc1_out", "moe_act_out", "moe_act_probs", "moe_fc2_out",
             "shared_fc1_out", "shared_act_out", "mlp_norm_out", "mlp_dropout"),
 }
 
@@ -293,6 +294,15 @@ def layer_activation_terms(model: ModelSpec, run: RunSpec, moe: bool) -> dict[st
         terms["moe_fc1_out"] = act * routed * gate * model.expert_ffn * cap
         terms["moe_act_out"] = act_out * routed * model.expert_ffn * cap
         terms["moe_fc2_out"] = act * routed * etp * h * cap  # kept for the probability-weighted unpermute
+        if not model.gated_linear_unit:
+            # The router probabilities scale the activation inside the experts (TEGroupedMLP /
+            # SequentialMLP ``bias_act_func``: ``activation_func(fc1_output)`` then
+            # ``intermediate_parallel * permuted_probs``). Without a fused weighted kernel -
+            # TEGroupedMLP fuses only SwiGLU (``weighted_bias_swiglu_impl``, which keeps just
+            # its input and the probabilities), so GeLU/ReLU experts always take this path - the
+            # multiply keeps the activation output for the probabilities' gradient: one more
+            # expert-width tensor per routed token copy.
+            terms["moe_act_probs"] = act * routed * model.expert_ffn * cap
         fs = model.moe_shared_expert_intermediate_size
         if fs:
             terms["shared_fc1_out"] = act * tokens * gate * fs / t
@@ -305,7 +315,8 @@ def layer_activation_terms(model: ModelSpec, run: RunSpec, moe: bool) -> dict[st
 _ATTN_TERMS = ("attn_norm_in", "attn_norm_out", "mla_latent", "qkv", "qk_norm_in", "proj_in", "core_attn",
                "attn_dropout")
 _MLP_TERMS = ("mlp_norm_in", "mlp_norm_out", "mlp_fc1_out", "mlp_act_out", "router", "expert_fc1_in",
-              "moe_fc1_out", "moe_act_out", "moe_fc2_out", "shared_fc1_out", "shared_act_out", "mlp_dropout")
+              "moe_fc1_out", "moe_act_out", "moe_act_probs", "moe_fc2_out", "shared_fc1_out", "shared_act_out",
+              "mlp_dropout")
 
 
 def mamba_activation_terms(model: ModelSpec, run: RunSpec) -> dict[str, float]:
