@@ -403,3 +403,13 @@ def test_unfused_expert_activation_keeps_its_output_for_the_router_probabilities
     dropped = layer_activations(gelu_moe, run.with_(recompute_granularity="selective", recompute_modules=("moe_act",)),
                                 True)
     assert layer_activations(gelu_moe, run, True).stored - dropped.stored == 2 * terms["moe_act_out"]
+
+
+def test_deferred_embedding_wgrad_keeps_the_sequence_local_input_under_sp():
+    """ColumnParallelLinear buffers ``input_parallel`` - the SP shard - and the bf16 output
+    gradient (tokens x vocab / TP) for each deferred micro-batch, up to wgrad_deferral_limit."""
+    run = BASE.with_(vpp=None, gbs=64, recompute_granularity=None)  # 32 micro-batches per DP rank
+    last = lambda r: estimate(LLAMA70, r).stages[-1].activations  # noqa: E731
+    deferred = last(run.with_(defer_embedding_wgrad_compute=True, wgrad_deferral_limit=22)) - last(run)
+    tokens, vocab = 4096, LLAMA70.padded_vocab_size(4)
+    assert deferred == pytest.approx(22 * (2 * tokens * vocab / 4 + 2 * tokens * 8192 / 4), rel=1e-6)

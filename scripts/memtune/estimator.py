@@ -651,10 +651,12 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
             loss_peak = logits * ce
             extra += 2 * 2 * tokens * h / spt  # final norm input and output
             if run.defer_embedding_wgrad_compute:
-                # The output layer's weight gradient waits: its bf16 output gradient and its
-                # (gathered) input stay alive for each deferred micro-batch.
+                # The output layer's weight gradient waits: its bf16 output gradient and its input
+                # stay alive for each deferred micro-batch. The input is ColumnParallelLinear's
+                # ``input_parallel`` (``embedding_activation_buffer.append(input_parallel)``):
+                # the sequence-local shard under SP, gathered again only when the wgrad drains.
                 deferred = min(run.wgrad_deferral_limit or run.num_microbatches, run.num_microbatches)
-                extra += deferred * (2 * logits + 2 * tokens * h)
+                extra += deferred * (2 * logits + 2 * tokens * h / spt)
             if model.mtp_num_layers:
                 extra += model.mtp_num_layers * (act_moe.stored + logits * 4 + 2 * tokens * h * 2 / spt)
         working = BACKWARD_WORKING_LAYERS * per_layer_full if n else 0.0
