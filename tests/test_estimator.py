@@ -413,3 +413,15 @@ def test_deferred_embedding_wgrad_keeps_the_sequence_local_input_under_sp():
     deferred = last(run.with_(defer_embedding_wgrad_compute=True, wgrad_deferral_limit=22)) - last(run)
     tokens, vocab = 4096, LLAMA70.padded_vocab_size(4)
     assert deferred == pytest.approx(22 * (2 * tokens * vocab / 4 + 2 * tokens * 8192 / 4), rel=1e-6)
+
+
+def test_expert_capacity_pads_only_when_asked():
+    """get_capacity gives each expert ceil(tokens x top-k / experts x c) slots; padding fills
+    them all (c x the routed copies), dropping only trims copies above capacity."""
+    mix = load_preset("mixtral-8x7b")
+    run = RunSpec(world_size=8, tp=1, ep=8, seq_length=4096, use_distributed_optimizer=True)
+    fc1 = lambda r: dict(layer_activations(mix, r, True).terms)["moe_fc1_out"]  # noqa: E731
+    base = fc1(run)
+    assert fc1(run.with_(moe_expert_capacity_factor=1.5)) == base  # no padding: nothing more kept
+    assert fc1(run.with_(moe_expert_capacity_factor=1.5, moe_pad_expert_input_to_capacity=True)) == 1.5 * base
+    assert fc1(run.with_(moe_expert_capacity_factor=0.5)) == 0.5 * base  # tokens above capacity dropped

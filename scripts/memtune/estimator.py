@@ -288,7 +288,7 @@ def layer_activation_terms(model: ModelSpec, run: RunSpec, moe: bool) -> dict[st
         local = tokens / spt
         routed = local * model.moe_router_topk  # token copies this GPU's experts see (x ETP rows, / ETP width)
         etp = run.expert_tp
-        cap = max(1.0, run.moe_expert_capacity_factor or 1.0)
+        cap = expert_load_factor(run)
         terms["router"] = 4 * local * e * 2  # fp32 logits and probabilities
         terms["expert_fc1_in"] = gemm_in * routed * etp * h * cap
         terms["moe_fc1_out"] = act * routed * gate * model.expert_ffn * cap
@@ -309,6 +309,22 @@ def layer_activation_terms(model: ModelSpec, run: RunSpec, moe: bool) -> dict[st
             terms["shared_act_out"] = act_out * tokens * fs / t
     terms["mlp_dropout"] = drop_h * tokens * h / spt
     return terms
+
+
+def expert_load_factor(run: RunSpec) -> float:
+    """Token copies the experts process, as a multiple of ``tokens x top-k``.
+
+    Megatron's router with ``--moe-expert-capacity-factor c`` gives each expert a capacity of
+    ``ceil(tokens x top-k / experts x c)`` (moe_utils.py, ``get_capacity``). With
+    ``--moe-pad-expert-input-to-capacity`` the routing map becomes the capacity mask - every
+    expert gets exactly its capacity, padding included: ``c`` times the routed copies. Without
+    padding, copies beyond the capacity are dropped (``routing_map AND capacity_mask``): at most
+    ``c`` times (c < 1), and never more than the routed copies themselves.
+    """
+    c = run.moe_expert_capacity_factor
+    if not c:
+        return 1.0
+    return c if run.moe_pad_expert_input_to_capacity else min(1.0, c)
 
 
 #: Saved tensors of a hybrid pattern's attention-only ('*') and MLP/MoE-only ('-', 'E') layers.
