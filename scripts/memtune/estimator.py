@@ -200,8 +200,8 @@ RECOMPUTE_DROPS = {
     "layernorm": ("attn_norm_out", "mlp_norm_out"),
     "mlp": ("mlp_fc1_out", "mlp_act_out"),
     "moe_act": ("moe_act_out", "moe_act_probs"),
-    "moe": ("router", "expert_fc1_in", "moe_fc1_out", "moe_act_out", "moe_act_probs", "moe_fc2_out", "shared_fc1_out",
-            "shared_act_out"),
+    "moe": ("router", "expert_fc1_in", "moe_fc1_out", "moe_act_out", "moe_act_probs", "moe_fc2_out", "moe_latent_out",
+            "shared_fc1_out", "shared_act_out"),
     "shared_experts": ("shared_fc1_out", "shared_act_out"),
     "mla_up_proj": ("qkv",),
 }
@@ -211,7 +211,7 @@ CUDA_GRAPH_TERMS = {
     "mlp": ("mlp_norm_out", "mlp_fc1_out", "mlp_act_out", "mlp_dropout"),
     "moe_router": ("router",),
     "moe": ("router", "expert_fc1_in", "moe_fc1_out", "moe_act_out", "moe_act_probs", "moe_fc2_out",
-            "shared_fc1_out", "shared_act_out", "mlp_norm_out", "mlp_dropout"),
+            "moe_latent_out", "shared_fc1_out", "shared_act_out", "mlp_norm_out", "mlp_dropout"),
 }
 
 #: Which saved tensors each fine-grained activation-offload module moves to host memory.
@@ -290,10 +290,15 @@ def layer_activation_terms(model: ModelSpec, run: RunSpec, moe: bool) -> dict[st
         etp = run.expert_tp
         cap = expert_load_factor(run)
         terms["router"] = 4 * local * e * 2  # fp32 logits and probabilities
-        terms["expert_fc1_in"] = gemm_in * routed * etp * h * cap
+        width = model.moe_latent_size or h  # latent MoE dispatches latent-wide tokens
+        terms["expert_fc1_in"] = gemm_in * routed * etp * width * cap
         terms["moe_fc1_out"] = act * routed * gate * model.expert_ffn * cap
         terms["moe_act_out"] = act_out * routed * model.expert_ffn * cap
-        terms["moe_fc2_out"] = act * routed * etp * h * cap  # kept for the probability-weighted unpermute
+        terms["moe_fc2_out"] = act * routed * etp * width * cap  # kept for the probability-weighted unpermute
+        if model.moe_latent_size:
+            # fc2_latent_proj keeps its input, the combined latent output of the local tokens
+            # (fc1_latent_proj's input is the pre-MLP norm output, kept anyway).
+            terms["moe_latent_out"] = act * local * model.moe_latent_size
         if not model.gated_linear_unit:
             # The router probabilities scale the activation inside the experts (TEGroupedMLP /
             # SequentialMLP ``bias_act_func``: ``activation_func(fc1_output)`` then
@@ -331,8 +336,8 @@ def expert_load_factor(run: RunSpec) -> float:
 _ATTN_TERMS = ("attn_norm_in", "attn_norm_out", "mla_latent", "qkv", "qk_norm_in", "proj_in", "core_attn",
                "attn_dropout")
 _MLP_TERMS = ("mlp_norm_in", "mlp_norm_out", "mlp_fc1_out", "mlp_act_out", "router", "expert_fc1_in",
-              "moe_fc1_out", "moe_act_out", "moe_act_probs", "moe_fc2_out", "shared_fc1_out", "shared_act_out",
-              "mlp_dropout")
+              "moe_fc1_out", "moe_act_out", "moe_act_probs", "moe_fc2_out", "moe_latent_out", "shared_fc1_out",
+              "shared_act_out", "mlp_dropout")
 
 
 def mamba_activation_terms(model: ModelSpec, run: RunSpec) -> dict[str, float]:

@@ -393,6 +393,7 @@ def specs_from_megatron_args(flags: Mapping[str, Any], world_size: int | None = 
         moe_router_topk=_int(a, "moe_router_topk", 2) or 2,
         moe_ffn_hidden_size=_int(a, "moe_ffn_hidden_size"),
         moe_shared_expert_intermediate_size=_int(a, "moe_shared_expert_intermediate_size"),
+        moe_latent_size=_int(a, "moe_latent_size"),
         moe_layer_pattern=parse_layer_pattern(_flag(a, "moe_layer_freq"), layers) if experts else None,
         moe_router_enable_expert_bias=_bool(a, "moe_router_enable_expert_bias"),
         multi_latent_attention=mla,
