@@ -448,3 +448,13 @@ def test_latent_moe_sizes_experts_and_their_tokens_in_the_latent_width():
     assert terms["expert_fc1_in"] * 4096 == wide_terms["expert_fc1_in"] * 1024
     local = run.seq_length * run.mbs / run.tp  # sequence parallel
     assert terms["moe_latent_out"] == 2 * local * 1024 and "moe_latent_out" not in wide_terms
+
+
+def test_router_logits_follow_the_router_dtype():
+    """RouterGatingLinearFunction returns logits in --moe-router-dtype (default: the bf16
+    input's); the routing scores are fp32 either way."""
+    ds = load_preset("deepseek-v3")
+    run = RunSpec(world_size=64, ep=64, seq_length=4096, use_distributed_optimizer=True)
+    router = lambda r: dict(layer_activations(ds, r, True).terms)["router"]  # noqa: E731
+    assert router(run) == 4096 * 256 * (2 + 4)
+    assert router(run.with_(moe_router_dtype="fp32")) == 4096 * 256 * (4 + 4)

@@ -293,6 +293,7 @@ def specs_from_bridge(cfg: Mapping[str, Any], world_size: int | None = None, bas
         moe_token_dispatcher_type=_str_field(model_s, "moe_token_dispatcher_type", "model", "alltoall"),
         moe_expert_capacity_factor=_float_field(model_s, "moe_expert_capacity_factor", "model", 0.0) or None,
         moe_pad_expert_input_to_capacity=_bool_field(model_s, "moe_pad_expert_input_to_capacity", "model", False),
+        moe_router_dtype=_str_field(model_s, "moe_router_dtype", "model", None),
         cpu_offloading=_bool_field(model_s, "cpu_offloading", "model", False),
         cpu_offloading_num_layers=_int_field(model_s, "cpu_offloading_num_layers", "model", 0),
         cpu_offloading_activations=_bool_field(model_s, "cpu_offloading_activations", "model", True),

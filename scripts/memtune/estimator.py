@@ -289,7 +289,10 @@ def layer_activation_terms(model: ModelSpec, run: RunSpec, moe: bool) -> dict[st
         routed = local * model.moe_router_topk  # token copies this GPU's experts see (x ETP rows, / ETP width)
         etp = run.expert_tp
         cap = expert_load_factor(run)
-        terms["router"] = 4 * local * e * 2  # fp32 logits and probabilities
+        # RouterGatingLinearFunction saves its (bf16) input and returns logits in the router
+        # dtype (--moe-router-dtype, else the input's); the scores are computed in fp32.
+        logit_b = {"fp32": 4, "fp64": 8}.get(str(run.moe_router_dtype or "").lower(), act)
+        terms["router"] = local * e * (logit_b + 4)
         width = model.moe_latent_size or h  # latent MoE dispatches latent-wide tokens
         terms["expert_fc1_in"] = gemm_in * routed * etp * width * cap
         terms["moe_fc1_out"] = act * routed * gate * model.expert_ffn * cap

@@ -484,6 +484,7 @@ def specs_from_megatron_args(flags: Mapping[str, Any], world_size: int | None = 
         moe_token_dispatcher_type=_str(a, "moe_token_dispatcher_type", "allgather"),
         moe_expert_capacity_factor=_float(a, "moe_expert_capacity_factor", None),
         moe_pad_expert_input_to_capacity=_bool(a, "moe_pad_expert_input_to_capacity"),
+        moe_router_dtype=_str(a, "moe_router_dtype", None),
         cpu_offloading=_bool(a, "cpu_offloading"),
         cpu_offloading_num_layers=_int(a, "cpu_offloading_num_layers", 0) or 0,
         fine_grained_offload_modules=offload_modules,
