@@ -47,3 +47,36 @@ def test_bad_types_and_yaml(tmp_path):
         load_bridge_yaml(bad)
     with pytest.raises(InputError, match="mixed_precision 'bf17'"):
         specs_from_bridge({"mixed_precision": "bf17"}, base=load_preset("llama3-8b"))
+
+
+@pytest.mark.parametrize("recipe, fp8, param_gather", [
+    ("bf16_with_fp8_current_scaling_mixed", "tensorwise", True),
+    ("bf16_with_fp8_delayed_scaling_mixed", "delayed", True),
+    ("bf16_with_mxfp8_mixed", "mxfp8", True),
+    ("bf16_with_fp8_subchannel_scaling_mixed", "blockwise", False),
+    ("bf16_mixed", None, False),
+])
+def test_named_precision_recipes_follow_bridge(recipe, fp8, param_gather):
+    """mixed_precision.py in Megatron Bridge: the FP8 recipes start from bf16_mixed()
+    (grad_reduce_in_fp32=True) and all but subchannel set fp8_param_gather=True."""
+    cfg = {"model": {"tensor_model_parallel_size": 1}, "mixed_precision": recipe}
+    _, run, _ = specs_from_bridge(cfg, world_size=8, base=load_preset("llama3-8b"))
+    assert (run.fp8, run.fp8_param_gather, run.grad_reduce_in_fp32) == (fp8, param_gather, True)
+    # an explicit field still wins over the recipe
+    cfg["ddp"] = {"fp8_param_gather": False, "grad_reduce_in_fp32": False}
+    cfg["mixed_precision"] = {"_name": recipe, "fp8_param_gather": False}
+    _, run, _ = specs_from_bridge(cfg, world_size=8, base=load_preset("llama3-8b"))
+    assert not run.fp8_param_gather and not run.grad_reduce_in_fp32
+
+
+def test_bridge_defaults_fused_loss_reads_deferred_wgrad_and_names_the_assumed_micro_batch():
+    _, run, notes = specs_from_bridge({"model": {}}, world_size=8, base=load_preset("llama3-8b"))
+    assert run.cross_entropy_loss_fusion  # GPTModelProvider: cross_entropy_loss_fusion = True
+    assert not run.defer_embedding_wgrad_compute
+    assert any("micro_batch_size not given: assumed 1" in n for n in notes)
+    cfg = {"model": {"cross_entropy_loss_fusion": False}, "train": {"micro_batch_size": 2},
+           "comm_overlap": {"defer_embedding_wgrad_compute": True, "wgrad_deferral_limit": 22}}
+    _, run, notes = specs_from_bridge(cfg, world_size=8, base=load_preset("llama3-8b"))
+    assert not run.cross_entropy_loss_fusion and run.mbs == 2
+    assert run.defer_embedding_wgrad_compute and run.wgrad_deferral_limit == 22
+    assert not any("micro_batch_size" in n for n in notes)

@@ -208,3 +208,11 @@ def test_world_size_from_the_launcher_or_a_loud_warning():
 def test_legacy_models_flag_is_a_warning_not_silence():
     _, _, notes = specs_from_megatron_args({**BASE_FLAGS, "--use-legacy-models": True})
     assert any(n.startswith("WARNING") and "--use-legacy-models" in n for n in notes)
+
+
+def test_capacity_padding_flag_is_read():
+    flags = {**BASE_FLAGS, "--num-experts": 8, "--moe-expert-capacity-factor": 1.25,
+             "--moe-pad-expert-input-to-capacity": True}
+    _, run, notes = specs_from_megatron_args(flags)
+    assert run.moe_expert_capacity_factor == 1.25 and run.moe_pad_expert_input_to_capacity
+    assert not any(n.startswith("ignored flags") and "capacity" in n for n in notes)

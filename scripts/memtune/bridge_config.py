@@ -30,14 +30,18 @@ _MODEL_ALIASES = {
     "share_embeddings_and_output_weights": None,  # handled below (inverse)
 }
 
-# Mixed-precision recipe names -> (params dtype, fp8 recipe, grad_reduce_in_fp32).
+# Mixed-precision recipe names -> (params dtype, fp8 recipe, grad_reduce_in_fp32, fp8_param_gather),
+# as Megatron Bridge's recipe functions set them (src/megatron/bridge/training/mixed_precision.py):
+# the BF16 FP8 recipes start from ``bf16_mixed()`` (grad_reduce_in_fp32=True); the delayed,
+# current-scaling and MXFP8 recipes set ``fp8_param_gather = True`` (FP8 primary weights), the
+# subchannel (blockwise) one ``False``.
 _MP_RECIPES = {
-    "bf16_mixed": ("bf16", None, True),
-    "fp16_mixed": ("fp16", None, False),
-    "bf16_with_fp8_delayed_scaling_mixed": ("bf16", "delayed", False),
-    "bf16_with_fp8_current_scaling_mixed": ("bf16", "tensorwise", False),
-    "bf16_with_mxfp8_mixed": ("bf16", "mxfp8", False),
-    "bf16_with_fp8_subchannel_scaling_mixed": ("bf16", "blockwise", False),
+    "bf16_mixed": ("bf16", None, True, False),
+    "fp16_mixed": ("fp16", None, False, False),
+    "bf16_with_fp8_delayed_scaling_mixed": ("bf16", "delayed", True, True),
+    "bf16_with_fp8_current_scaling_mixed": ("bf16", "tensorwise", True, True),
+    "bf16_with_mxfp8_mixed": ("bf16", "mxfp8", True, True),
+    "bf16_with_fp8_subchannel_scaling_mixed": ("bf16", "blockwise", True, False),
 }
 
 
@@ -183,6 +187,7 @@ def specs_from_bridge(cfg: Mapping[str, Any], world_size: int | None = None, bas
     mp = _section(cfg, "mixed_precision")
     peft = _section(cfg, "peft")
     dataset = _section(cfg, "dataset")
+    comm = _section(cfg, "comm_overlap")
     model = model_from_bridge(model_s, base)
 
     tp = _int_field(model_s, "tensor_model_parallel_size", "model", 1)
@@ -192,12 +197,12 @@ def specs_from_bridge(cfg: Mapping[str, Any], world_size: int | None = None, bas
         world_size = tp * pp * cp
         assumptions.append(f"GPU count not given: assumed {world_size} (one data-parallel replica); pass --gpus")
 
-    params_dtype, fp8, grad_fp32 = "bf16", None, True
+    params_dtype, fp8, grad_fp32, recipe_param_gather = "bf16", None, True, False
     if "_name" in mp:
         name = str(mp["_name"])
         if name not in _MP_RECIPES:
             raise InputError(f"mixed_precision {name!r} unknown; known: {', '.join(_MP_RECIPES)}")
-        params_dtype, fp8, grad_fp32 = _MP_RECIPES[name]
+        params_dtype, fp8, grad_fp32, recipe_param_gather = _MP_RECIPES[name]
     else:
         if mp.get("fp16") or model_s.get("fp16"):
             params_dtype = "fp16"
@@ -228,6 +233,9 @@ def specs_from_bridge(cfg: Mapping[str, Any], world_size: int | None = None, bas
     if seq is None:
         seq = 4096
         assumptions.append("seq_length not given: assumed 4096")
+    if train.get("micro_batch_size") is None:
+        # Activations scale with it: say so rather than assume silently (PEFT tables often omit it).
+        assumptions.append("train.micro_batch_size not given: assumed 1 (activations scale with it); pass --mbs")
     cuda_graph = ()
     if model_s.get("enable_cuda_graph") or (model_s.get("cuda_graph_impl") not in (None, "none")):
         cuda_graph = _modules(model_s.get("cuda_graph_scope"), "model.cuda_graph_scope") or ("full",)
@@ -252,8 +260,8 @@ def specs_from_bridge(cfg: Mapping[str, Any], world_size: int | None = None, bas
         sequence_parallel=_bool_field(model_s, "sequence_parallel", "model", False),
         params_dtype=params_dtype,
         fp8=fp8,
-        fp8_param_gather=any(_bool_field(sec, "fp8_param_gather", name) for sec, name in
-                             ((mp, "mixed_precision"), (model_s, "model"), (ddp, "ddp"))),
+        fp8_param_gather=any(_bool_field(sec, "fp8_param_gather", name, recipe_param_gather if sec is mp else False)
+                             for sec, name in ((mp, "mixed_precision"), (model_s, "model"), (ddp, "ddp"))),
         grad_reduce_in_fp32=grad_fp32,
         optimizer=_str_field(optim, "optimizer", "optimizer", "adam"),
         use_distributed_optimizer=_bool_field(ddp, "use_distributed_optimizer", "ddp",
@@ -276,9 +284,18 @@ def specs_from_bridge(cfg: Mapping[str, Any], world_size: int | None = None, bas
         attention_backend=(_str_field(model_s, "attention_backend", "model", "auto") or "auto").split(".")[-1],
         attention_dropout=_float_field(model_s, "attention_dropout", "model", 0.0),
         hidden_dropout=_float_field(model_s, "hidden_dropout", "model", 0.0),
-        cross_entropy_loss_fusion=_bool_field(model_s, "cross_entropy_loss_fusion", "model", False),
+        # Megatron Bridge's GPTModelProvider (and MambaModelProvider) default to the fused loss.
+        cross_entropy_loss_fusion=_bool_field(model_s, "cross_entropy_loss_fusion", "model", True),
+        # CommOverlapConfig copies these onto the model config (comm_overlap.py); either may carry them.
+        defer_embedding_wgrad_compute=_bool_field(
+            comm, "defer_embedding_wgrad_compute", "comm_overlap",
+            _bool_field(model_s, "defer_embedding_wgrad_compute", "model", False)),
+        wgrad_deferral_limit=_int_field(comm, "wgrad_deferral_limit", "comm_overlap",
+                                        _int_field(model_s, "wgrad_deferral_limit", "model", 0)),
         moe_token_dispatcher_type=_str_field(model_s, "moe_token_dispatcher_type", "model", "alltoall"),
         moe_expert_capacity_factor=_float_field(model_s, "moe_expert_capacity_factor", "model", 0.0) or None,
+        moe_pad_expert_input_to_capacity=_bool_field(model_s, "moe_pad_expert_input_to_capacity", "model", False),
+        moe_router_dtype=_str_field(model_s, "moe_router_dtype", "model", None),
         cpu_offloading=_bool_field(model_s, "cpu_offloading", "model", False),
         cpu_offloading_num_layers=_int_field(model_s, "cpu_offloading_num_layers", "model", 0),
         cpu_offloading_activations=_bool_field(model_s, "cpu_offloading_activations", "model", True),

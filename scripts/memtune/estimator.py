@@ -199,18 +199,19 @@ RECOMPUTE_DROPS = {
     "core_attn": ("core_attn",),
     "layernorm": ("attn_norm_out", "mlp_norm_out"),
     "mlp": ("mlp_fc1_out", "mlp_act_out"),
-    "moe_act": ("moe_act_out",),
-    "moe": ("router", "expert_fc1_in", "moe_fc1_out", "moe_act_out", "moe_fc2_out", "shared_fc1_out", "shared_act_out"),
+    "moe_act": ("moe_act_out", "moe_act_probs"),
+    "moe": ("router", "expert_fc1_in", "moe_fc1_out", "moe_act_out", "moe_act_probs", "moe_fc2_out", "moe_latent_out",
+            "shared_fc1_out", "shared_act_out"),
     "shared_experts": ("shared_fc1_out", "shared_act_out"),
     "mla_up_proj": ("qkv",),
 }
 #: Saved tensors that live inside each CUDA-graph scope (Megatron ``cuda_graph_scope``).
 CUDA_GRAPH_TERMS = {
-    "attn": ("attn_norm_out", "mla_latent", "qkv", "core_attn", "proj_in", "attn_dropout"),
+    "attn": ("attn_norm_out", "mla_latent", "qkv", "qk_norm_in", "core_attn", "proj_in", "attn_dropout"),
     "mlp": ("mlp_norm_out", "mlp_fc1_out", "mlp_act_out", "mlp_dropout"),
     "moe_router": ("router",),
-    "moe": ("router", "expert_fc1_in", "moe_fc1_out", "moe_act_out", "moe_fc2_out",
-            "shared_fc1_out", "shared_act_out", "mlp_norm_out", "mlp_dropout"),
+    "moe": ("router", "expert_fc1_in", "moe_fc1_out", "moe_act_out", "moe_act_probs", "moe_fc2_out",
+            "moe_latent_out", "shared_fc1_out", "shared_act_out", "mlp_norm_out", "mlp_dropout"),
 }
 
 #: Which saved tensors each fine-grained activation-offload module moves to host memory.
@@ -256,6 +257,14 @@ def layer_activation_terms(model: ModelSpec, run: RunSpec, moe: bool) -> dict[st
     else:
         d, g = model.head_dim, model.query_groups
         terms["qkv"] = act * tokens * (a + 2 * g) * d / t
+        if model.qk_layernorm:
+            # Megatron-Core normalises Q and K per head after splitting the QKV output
+            # (attention.py, get_query_key_value_tensors: ``query = query.reshape(...)`` then
+            # ``query = self.q_layernorm(query)``, ``key = self.k_layernorm(key)``). The norm
+            # keeps its input for backward: the reshaped query copy (a heads) and the key
+            # (g groups), both before rotary embedding - separate from the rotated Q/K
+            # that the attention kernel keeps.
+            terms["qk_norm_in"] = act * tokens * (a + g) * d / t
         ctx_dim = a * d
     terms["proj_in"] = gemm_in * tokens * ctx_dim / t
     if attention_kernel(run) == "flash":
@@ -279,12 +288,29 @@ def layer_activation_terms(model: ModelSpec, run: RunSpec, moe: bool) -> dict[st
         local = tokens / spt
         routed = local * model.moe_router_topk  # token copies this GPU's experts see (x ETP rows, / ETP width)
         etp = run.expert_tp
-        cap = max(1.0, run.moe_expert_capacity_factor or 1.0)
-        terms["router"] = 4 * local * e * 2  # fp32 logits and probabilities
-        terms["expert_fc1_in"] = gemm_in * routed * etp * h * cap
+        cap = expert_load_factor(run)
+        # RouterGatingLinearFunction saves its (bf16) input and returns logits in the router
+        # dtype (--moe-router-dtype, else the input's); the scores are computed in fp32.
+        logit_b = {"fp32": 4, "fp64": 8}.get(str(run.moe_router_dtype or "").lower(), act)
+        terms["router"] = local * e * (logit_b + 4)
+        width = model.moe_latent_size or h  # latent MoE dispatches latent-wide tokens
+        terms["expert_fc1_in"] = gemm_in * routed * etp * width * cap
         terms["moe_fc1_out"] = act * routed * gate * model.expert_ffn * cap
         terms["moe_act_out"] = act_out * routed * model.expert_ffn * cap
-        terms["moe_fc2_out"] = act * routed * etp * h * cap  # kept for the probability-weighted unpermute
+        terms["moe_fc2_out"] = act * routed * etp * width * cap  # kept for the probability-weighted unpermute
+        if model.moe_latent_size:
+            # fc2_latent_proj keeps its input, the combined latent output of the local tokens
+            # (fc1_latent_proj's input is the pre-MLP norm output, kept anyway).
+            terms["moe_latent_out"] = act * local * model.moe_latent_size
+        if not model.gated_linear_unit:
+            # The router probabilities scale the activation inside the experts (TEGroupedMLP /
+            # SequentialMLP ``bias_act_func``: ``activation_func(fc1_output)`` then
+            # ``intermediate_parallel * permuted_probs``). Without a fused weighted kernel -
+            # TEGroupedMLP fuses only SwiGLU (``weighted_bias_swiglu_impl``, which keeps just
+            # its input and the probabilities), so GeLU/ReLU experts always take this path - the
+            # multiply keeps the activation output for the probabilities' gradient: one more
+            # expert-width tensor per routed token copy.
+            terms["moe_act_probs"] = act * routed * model.expert_ffn * cap
         fs = model.moe_shared_expert_intermediate_size
         if fs:
             terms["shared_fc1_out"] = act * tokens * gate * fs / t
@@ -293,10 +319,28 @@ def layer_activation_terms(model: ModelSpec, run: RunSpec, moe: bool) -> dict[st
     return terms
 
 
+def expert_load_factor(run: RunSpec) -> float:
+    """Token copies the experts process, as a multiple of ``tokens x top-k``.
+
+    Megatron's router with ``--moe-expert-capacity-factor c`` gives each expert a capacity of
+    ``ceil(tokens x top-k / experts x c)`` (moe_utils.py, ``get_capacity``). With
+    ``--moe-pad-expert-input-to-capacity`` the routing map becomes the capacity mask - every
+    expert gets exactly its capacity, padding included: ``c`` times the routed copies. Without
+    padding, copies beyond the capacity are dropped (``routing_map AND capacity_mask``): at most
+    ``c`` times (c < 1), and never more than the routed copies themselves.
+    """
+    c = run.moe_expert_capacity_factor
+    if not c:
+        return 1.0
+    return c if run.moe_pad_expert_input_to_capacity else min(1.0, c)
+
+
 #: Saved tensors of a hybrid pattern's attention-only ('*') and MLP/MoE-only ('-', 'E') layers.
-_ATTN_TERMS = ("attn_norm_in", "attn_norm_out", "mla_latent", "qkv", "proj_in", "core_attn", "attn_dropout")
+_ATTN_TERMS = ("attn_norm_in", "attn_norm_out", "mla_latent", "qkv", "qk_norm_in", "proj_in", "core_attn",
+               "attn_dropout")
 _MLP_TERMS = ("mlp_norm_in", "mlp_norm_out", "mlp_fc1_out", "mlp_act_out", "router", "expert_fc1_in",
-              "moe_fc1_out", "moe_act_out", "moe_fc2_out", "shared_fc1_out", "shared_act_out", "mlp_dropout")
+              "moe_fc1_out", "moe_act_out", "moe_act_probs", "moe_fc2_out", "moe_latent_out", "shared_fc1_out",
+              "shared_act_out", "mlp_dropout")
 
 
 def mamba_activation_terms(model: ModelSpec, run: RunSpec) -> dict[str, float]:
@@ -631,10 +675,12 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
             loss_peak = logits * ce
             extra += 2 * 2 * tokens * h / spt  # final norm input and output
             if run.defer_embedding_wgrad_compute:
-                # The output layer's weight gradient waits: its bf16 output gradient and its
-                # (gathered) input stay alive for each deferred micro-batch.
+                # The output layer's weight gradient waits: its bf16 output gradient and its input
+                # stay alive for each deferred micro-batch. The input is ColumnParallelLinear's
+                # ``input_parallel`` (``embedding_activation_buffer.append(input_parallel)``):
+                # the sequence-local shard under SP, gathered again only when the wgrad drains.
                 deferred = min(run.wgrad_deferral_limit or run.num_microbatches, run.num_microbatches)
-                extra += deferred * (2 * logits + 2 * tokens * h)
+                extra += deferred * (2 * logits + 2 * tokens * h / spt)
             if model.mtp_num_layers:
                 extra += model.mtp_num_layers * (act_moe.stored + logits * 4 + 2 * tokens * h * 2 / spt)
         working = BACKWARD_WORKING_LAYERS * per_layer_full if n else 0.0

@@ -102,6 +102,7 @@ def model_from_hf(cfg: Mapping[str, Any], name: str | None = None) -> ModelSpec:
         moe_ffn_hidden_size=int(moe_ffn) if experts and moe_ffn else None,
         moe_shared_expert_intermediate_size=shared,
         moe_shared_expert_gate=kind == "qwen2_moe" and bool(shared),
+        moe_latent_size=int(cfg["moe_latent_size"]) if experts and cfg.get("moe_latent_size") else None,
         moe_layer_pattern=pattern,
         moe_router_bias=is_gpt_oss or bool(cfg.get("router_bias")),
         moe_router_enable_expert_bias=(

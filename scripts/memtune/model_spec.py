@@ -55,6 +55,7 @@ class ModelSpec:
     moe_ffn_hidden_size: int | None = None  # per-expert width; default ffn_hidden_size
     moe_shared_expert_intermediate_size: int | None = None  # all shared experts together
     moe_shared_expert_gate: bool = False  # sigmoid gate on the shared expert (Qwen2-MoE)
+    moe_latent_size: int | None = None  # routed experts work in this width (latent MoE, Nemotron 3 Super)
     moe_layer_pattern: tuple[int, ...] | None = None  # 1 = MoE layer; None = all MoE
     moe_router_bias: bool = False  # router linear has a bias (gpt-oss)
     moe_router_enable_expert_bias: bool = False  # score-correction bias per expert (DeepSeek-V3)
@@ -317,7 +318,13 @@ def layer_params(m: ModelSpec, moe: bool) -> LayerParams:
         e = m.num_moe_experts or 0
         replicated += h * e + (e if m.moe_router_bias else 0)
         replicated += e if m.moe_router_enable_expert_bias else 0
-        ew, eb = _mlp_params(h, m.expert_ffn, m.gated_linear_unit, m.moe_expert_bias)
+        # Latent MoE: Megatron's MoELayer projects h -> latent before dispatch and latent -> h
+        # after combine (fc1_latent_proj / fc2_latent_proj, TELinear parallel_mode="duplicated":
+        # replicated over TP); the routed experts' fc1 input and fc2 output are latent-wide.
+        width = m.moe_latent_size or h
+        if m.moe_latent_size:
+            replicated += 2 * h * m.moe_latent_size + ((m.moe_latent_size + h) if m.add_bias_linear else 0)
+        ew, eb = _mlp_params(width, m.expert_ffn, m.gated_linear_unit, m.moe_expert_bias)
         expert = e * (ew + eb)
         if m.moe_shared_expert_intermediate_size:
             sw, sb = _mlp_params(h, m.moe_shared_expert_intermediate_size, m.gated_linear_unit, m.add_bias_linear)

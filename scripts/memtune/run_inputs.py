@@ -249,6 +249,8 @@ def _load_source(args) -> tuple[Any, Any, list[str], dict[str, Any]]:
         notes.append(f"GPU count not given: assumed {gpus} (one data-parallel replica); pass --gpus")
     if args.dist_opt is None:
         notes.append("distributed optimizer on (Megatron Bridge recipe default); --no-dist-opt to change")
+    if args.mbs is None:
+        notes.append("micro-batch size not given: assumed 1 (activations scale with it); pass --mbs")
     run = RunSpec(world_size=gpus, use_distributed_optimizer=True, sequence_parallel=tp > 1)
     return base, run, notes, extras
 

@@ -72,6 +72,8 @@ class RunSpec:
     wgrad_deferral_limit: int = 0  # 0 = defer for every micro-batch of the step
     moe_token_dispatcher_type: str = "alltoall"
     moe_expert_capacity_factor: float | None = None
+    moe_pad_expert_input_to_capacity: bool = False  # every expert gets exactly its capacity (padding)
+    moe_router_dtype: str | None = None  # router GEMM output dtype (fp32/fp64); None = the input's (bf16)
     cpu_offloading: bool = False
     cpu_offloading_num_layers: int = 0
     cpu_offloading_activations: bool = True
