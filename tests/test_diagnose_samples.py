@@ -241,6 +241,12 @@ EXPECTED = {
         ("capacity", 5, 0, None, nums("2.72 GiB", "31.75 GiB", "2.36 GiB", "23.68 GiB", None), 1),
     ],
     "106_cgft_llm_issue4_prose_title_cut_chinese.txt": [("capacity", 2, None, None, nums("32.00 MiB", None, None, None, None), 1)],
+    # the scanner sees the question "why does it go OOM" (GPU named) on line 2 as well; the
+    # report drops it (test_user_prose_beside_a_known_failure_is_not_a_second_finding)
+    "107_vllm_issue783_user_prose_oom_above_legacy_message.txt": [
+        ("unrecognized-gpu-memory-error", 2, None, None, NONE5, 1),
+        ("capacity", 36, 0, None, nums("1.63 GiB", "44.56 GiB", "565.31 MiB", "27.91 GiB", b("27.93 GiB") - b("27.91 GiB")), 1),
+    ],
 }
 
 KEYS = ("requested_bytes", "total_bytes", "free_bytes", "allocated_bytes", "reserved_unallocated_bytes")
@@ -389,6 +395,7 @@ ADVICE = {
     "105_deepspeed_issue3671_legacy_list_cut_mid_number.txt": ("deepspeed", [("1.0", "2.1", "rejected")]),
     # "Tried to allocate 32.00 MiB. G": the prose message of 2.1+, even cut after two letters
     "106_cgft_llm_issue4_prose_title_cut_chinese.txt": (None, [("2.1", None, "accepted")]),
+    "107_vllm_issue783_user_prose_oom_above_legacy_message.txt": ("vllm", [("1.10", "2.1", "rejected")]),
 }
 
 
@@ -415,6 +422,18 @@ def test_engine_start_up_checks_keep_their_direction(name: str, details: dict, f
     assert f.get("details", {}) == details
     assert first_action in f["advice"][0] and len(f["advice"]) == 1
     assert f["confidence"]["level"] == "high"
+
+def test_user_prose_beside_a_known_failure_is_not_a_second_finding() -> None:
+    rep = report_for("107_vllm_issue783_user_prose_oom_above_legacy_message.txt")
+    assert [f["kind"] for f in rep["findings"]] == ["capacity"]
+    assert rep["summary"]["failures"] == 1
+
+
+def test_unrecognized_wording_alone_is_still_a_finding() -> None:
+    # nothing else in the input: the last-resort finding stays (issue 11, item 2)
+    rep = report_for("87_vllm_issue39788_kimi_title_cuda_oom.txt")
+    assert [f["kind"] for f in rep["findings"]] == ["unrecognized-gpu-memory-error"]
+
 
 # The knob each stack's capacity advice must name (data/frameworks.yaml), so a vLLM user is
 # never told to run plan_memory.py and a Megatron user never told about --gpu-memory-utilization.

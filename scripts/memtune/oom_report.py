@@ -33,6 +33,19 @@ def shortfall(f: Finding) -> int:
     return req - idle
 
 
+def drop_last_resort(findings: list[Finding], patterns: PatternSet) -> list[Finding]:
+    """Leave out last-resort findings (unrecognized wording) of an input that also holds a
+    recognized GPU memory failure.
+
+    Why: pasted threads carry the user's own words ("why does it go OOM on GPU 1?") and
+    wrappers (Ray's ``RayTaskError(OutOfMemoryError)``) around the real message; once that
+    message is understood, the unrecognized line only repeats it without numbers and asks
+    for a log the user already gave.
+    """
+    known = {f.file for f in findings if patterns.kinds[f.kind].memory_failure}
+    return [f for f in findings if not (patterns.kinds[f.kind].last_resort and f.file in known)]
+
+
 def order_findings(findings: list[Finding], patterns: PatternSet) -> list[Finding]:
     def key(f: Finding) -> tuple:
         free = f.numbers.get("free_bytes")
@@ -178,7 +191,7 @@ def build_report(
     hints_seen: dict[str, list[str]] | None = None,
 ) -> dict[str, Any]:
     facts = facts or {}
-    ordered = order_findings(findings, patterns)
+    ordered = order_findings(drop_last_resort(findings, patterns), patterns)
     table = {kind: row_for_kind(rows, kind, info.table_key) for kind, info in patterns.kinds.items()}
     # The GPU size any allocator message of the same file printed (all ranks share a type).
     totals = {f.file: f.numbers["total_bytes"] for f in reversed(ordered) if f.numbers.get("total_bytes")}
