@@ -247,6 +247,10 @@ EXPECTED = {
         ("unrecognized-gpu-memory-error", 2, None, None, NONE5, 1),
         ("capacity", 36, 0, None, nums("1.63 GiB", "44.56 GiB", "565.31 MiB", "27.91 GiB", b("27.93 GiB") - b("27.91 GiB")), 1),
     ],
+    "108_comfyui_issue5038_error_report_type_and_message_apart.txt": [("capacity", 7, None, None, NONE5, 1)],
+    # the scanner keeps the stated index in details; the report makes it the device
+    # (test_device_named_by_the_async_backend_wording)
+    "109_comfyui_issue2021_allocation_on_device_0_would_exceed.txt": [("capacity", 2, None, None, NONE5, 1)],
 }
 
 KEYS = ("requested_bytes", "total_bytes", "free_bytes", "allocated_bytes", "reserved_unallocated_bytes")
@@ -396,6 +400,8 @@ ADVICE = {
     # "Tried to allocate 32.00 MiB. G": the prose message of 2.1+, even cut after two letters
     "106_cgft_llm_issue4_prose_title_cut_chinese.txt": (None, [("2.1", None, "accepted")]),
     "107_vllm_issue783_user_prose_oom_above_legacy_message.txt": ("vllm", [("1.10", "2.1", "rejected")]),
+    "108_comfyui_issue5038_error_report_type_and_message_apart.txt": ("comfyui", [(None, None, "unknown")]),
+    "109_comfyui_issue2021_allocation_on_device_0_would_exceed.txt": ("comfyui", [(None, None, "unknown")]),
 }
 
 
@@ -427,6 +433,28 @@ def test_user_prose_beside_a_known_failure_is_not_a_second_finding() -> None:
     rep = report_for("107_vllm_issue783_user_prose_oom_above_legacy_message.txt")
     assert [f["kind"] for f in rep["findings"]] == ["capacity"]
     assert rep["summary"]["failures"] == 1
+
+
+def test_device_named_by_the_async_backend_wording() -> None:
+    (f,) = report_for("109_comfyui_issue2021_allocation_on_device_0_would_exceed.txt")["findings"]
+    assert (f["kind"], f["device"], f["source"]) == ("capacity", 0, "GPU 0")
+    assert "device" not in f.get("details", {})
+    assert "cudaMallocAsync" in f["note"]
+
+
+def test_comfyui_error_report_is_one_failure() -> None:
+    # type and message on separate report lines: still the async-backend OOM, with its note
+    (f,) = report_for("108_comfyui_issue5038_error_report_type_and_message_apart.txt")["findings"]
+    assert f["kind"] == "capacity" and "cudaMallocAsync" in f["note"]
+
+
+def test_report_header_and_its_logged_traceback_fold_into_one_failure() -> None:
+    # a whole ComfyUI report carries the message twice: in the header (108, line 7) and at
+    # the end of the logged traceback further down (66, line 5)
+    header = (SAMPLES / "108_comfyui_issue5038_error_report_type_and_message_apart.txt").read_text(encoding="utf-8").splitlines()[6]
+    tail = (SAMPLES / "66_comfyui_issue4936_allocation_on_device_async_backend.txt").read_text(encoding="utf-8").splitlines()[4]
+    found = scan_lines([(7, header), (150, tail)], load_patterns())
+    assert [(f.kind, f.line, f.line_end) for f in found] == [("capacity", 7, 150)]
 
 
 def test_unrecognized_wording_alone_is_still_a_finding() -> None:

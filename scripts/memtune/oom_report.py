@@ -9,6 +9,7 @@ deprecation warning last.  Within a kind, the worst shortfall comes first.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from memtune import oom_advice
@@ -44,6 +45,19 @@ def drop_last_resort(findings: list[Finding], patterns: PatternSet) -> list[Find
     """
     known = {f.file for f in findings if patterns.kinds[f.kind].memory_failure}
     return [f for f in findings if not (patterns.kinds[f.kind].last_resort and f.file in known)]
+
+
+def with_stated_device(f: Finding) -> Finding:
+    """A GPU index a detector read from the wording (``numbers`` group ``device``, as in
+    "Allocation on device 0 would exceed allowed memory") is the finding's device, not a detail.
+
+    Why here: the scanner fills ``device`` from the allocator message and NCCL's prefix only;
+    every other wording reports what it names through ``details``.
+    """
+    if f.device is not None or "device" not in f.details:
+        return f
+    details = {k: v for k, v in f.details.items() if k != "device"}
+    return replace(f, device=f.details["device"], details=details)
 
 
 def order_findings(findings: list[Finding], patterns: PatternSet) -> list[Finding]:
@@ -191,7 +205,8 @@ def build_report(
     hints_seen: dict[str, list[str]] | None = None,
 ) -> dict[str, Any]:
     facts = facts or {}
-    ordered = order_findings(drop_last_resort(findings, patterns), patterns)
+    kept = [with_stated_device(f) for f in drop_last_resort(findings, patterns)]
+    ordered = order_findings(kept, patterns)
     table = {kind: row_for_kind(rows, kind, info.table_key) for kind, info in patterns.kinds.items()}
     # The GPU size any allocator message of the same file printed (all ranks share a type).
     totals = {f.file: f.numbers["total_bytes"] for f in reversed(ordered) if f.numbers.get("total_bytes")}
