@@ -251,6 +251,9 @@ EXPECTED = {
     # the scanner keeps the stated index in details; the report makes it the device
     # (test_device_named_by_the_async_backend_wording)
     "109_comfyui_issue2021_allocation_on_device_0_would_exceed.txt": [("capacity", 2, None, None, NONE5, 1)],
+    "110_ms_swift_issue5943_rlhf_rank15_private_pools.txt": [
+        ("fragmentation", 2, 7, 15, nums("2.63 GiB", "79.11 GiB", "2.61 GiB", "48.15 GiB", "3.49 GiB"), 1),
+    ],
 }
 
 KEYS = ("requested_bytes", "total_bytes", "free_bytes", "allocated_bytes", "reserved_unallocated_bytes")
@@ -402,6 +405,7 @@ ADVICE = {
     "107_vllm_issue783_user_prose_oom_above_legacy_message.txt": ("vllm", [("1.10", "2.1", "rejected")]),
     "108_comfyui_issue5038_error_report_type_and_message_apart.txt": ("comfyui", [(None, None, "unknown")]),
     "109_comfyui_issue2021_allocation_on_device_0_would_exceed.txt": ("comfyui", [(None, None, "unknown")]),
+    "110_ms_swift_issue5943_rlhf_rank15_private_pools.txt": ("ms-swift", [("2.4", None, "accepted")]),
 }
 
 
@@ -476,6 +480,7 @@ CAPACITY_KNOB = {
     "deepspeed": "ZeRO",
     "fsdp": "FULL_SHARD",
     "hf-trainer": "per_device_train_batch_size",
+    "ms-swift": "--per_device_train_batch_size",
     "comfyui": "--lowvram",
     "diffusers": "enable_model_cpu_offload",
     "torchrun": "gradient accumulation",
