@@ -254,6 +254,11 @@ EXPECTED = {
     "110_ms_swift_issue5943_rlhf_rank15_private_pools.txt": [
         ("fragmentation", 2, 7, 15, nums("2.63 GiB", "79.11 GiB", "2.61 GiB", "48.15 GiB", "3.49 GiB"), 1),
     ],
+    # the same failure in the title and in the description, neither with numbers
+    "111_internlm_issue186_chinese_title_pip_list_torch113.txt": [
+        ("capacity", 2, None, None, NONE5, 1),
+        ("capacity", 7, None, None, NONE5, 1),
+    ],
 }
 
 KEYS = ("requested_bytes", "total_bytes", "free_bytes", "allocated_bytes", "reserved_unallocated_bytes")
@@ -406,6 +411,8 @@ ADVICE = {
     "108_comfyui_issue5038_error_report_type_and_message_apart.txt": ("comfyui", [(None, None, "unknown")]),
     "109_comfyui_issue2021_allocation_on_device_0_would_exceed.txt": ("comfyui", [(None, None, "unknown")]),
     "110_ms_swift_issue5943_rlhf_rank15_private_pools.txt": ("ms-swift", [("2.4", None, "accepted")]),
+    # no wording marker, but the pip listing says torch 1.13.1: exact, and it rejects the setting
+    "111_internlm_issue186_chinese_title_pip_list_torch113.txt": (None, [(None, None, "rejected")] * 2),
 }
 
 
@@ -461,6 +468,14 @@ def test_report_header_and_its_logged_traceback_fold_into_one_failure() -> None:
     assert [(f.kind, f.line, f.line_end) for f in found] == [("capacity", 7, 150)]
 
 
+def test_release_stated_by_a_pasted_package_listing() -> None:
+    rep = report_for("111_internlm_issue186_chinese_title_pip_list_torch113.txt")
+    for f in rep["findings"]:
+        assert (f["torch"]["version"], f["torch"]["source"]) == ("1.13.1", "stated in the input")
+        assert "expandable_segments:True" not in " ".join(f["advice"])
+    assert rep["run"] == {}  # the release is not part of the parallel layout
+
+
 def test_unrecognized_wording_alone_is_still_a_finding() -> None:
     # nothing else in the input: the last-resort finding stays (issue 11, item 2)
     rep = report_for("87_vllm_issue39788_kimi_title_cuda_oom.txt")
@@ -504,7 +519,7 @@ def report_for(name: str, torch_version=None) -> dict:
         load_rows(),
         load_patterns(),
         [name],
-        {},
+        {name: scanner.run_facts} if scanner.run_facts else {},
         framework_hits={name: scanner.framework_hits},
         torch_version=torch_version,
         hints_seen={name: sorted(scanner.hint_lines)},

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from memtune import oom_advice
+from memtune import oom_advice, torch_era
 from memtune.diagnosis_table import Row, row_for_kind
 from memtune.frameworks import Framework, FrameworkHits, load_frameworks
 from memtune.oom_evidence import load_evidence
@@ -74,6 +74,11 @@ def order_findings(findings: list[Finding], patterns: PatternSet) -> list[Findin
     return sorted(findings, key=key)
 
 
+def layout_facts(facts: dict[str, int]) -> dict[str, int]:
+    """The parallel layout among a log's run facts (the stated PyTorch release is not one)."""
+    return {k: v for k, v in facts.items() if not k.startswith("torch_")}
+
+
 def parallel_flags(facts: dict[str, int]) -> str:
     """``--tp 4 --pp 4 --cp 1 --gpus 32`` from what the log said, placeholders otherwise."""
     if not facts:
@@ -91,7 +96,7 @@ def gpu_memory_flag(total_bytes: int | None) -> str:
 
 def next_step(f: Finding, patterns: PatternSet, facts: dict[str, int], total_bytes: int | None) -> str:
     template = patterns.kinds[f.kind].next_step
-    return template.replace("{parallel}", parallel_flags(facts)).replace("{gpu_memory}", gpu_memory_flag(total_bytes))
+    return template.replace("{parallel}", parallel_flags(layout_facts(facts))).replace("{gpu_memory}", gpu_memory_flag(total_bytes))
 
 
 def finding_json(
@@ -104,7 +109,7 @@ def finding_json(
     torch_version: TorchRange | None = None,
 ) -> dict[str, Any]:
     fw = framework or load_frameworks().default
-    rng = torch_version or f.torch or TorchRange()
+    rng = torch_version or torch_era.with_stated(f.torch or TorchRange(), torch_era.stated_version(facts))
     step = next_step(f, patterns, facts or {}, total_bytes)
     verdict = oom_advice.judge(f, fw, load_evidence(), rng, step)
     applies = table_fix_applies(f, fw, verdict.torch["expandable_segments"])
@@ -225,7 +230,7 @@ def build_report(
             for f in ordered
         ],
         "summary": summarize(ordered),
-        "run": facts,
+        "run": {name: layout for name, layout in ((n, layout_facts(v)) for n, v in facts.items()) if layout},
         "frameworks": {name: fw.as_json(matched, why) for name, (fw, matched, why) in frameworks.items()},
         "hints": {name: found for name, found in (hints_seen or {}).items() if found},
         "inputs": inputs,
