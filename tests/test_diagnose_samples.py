@@ -259,6 +259,19 @@ EXPECTED = {
         ("capacity", 2, None, None, NONE5, 1),
         ("capacity", 7, None, None, NONE5, 1),
     ],
+    # second held-out batch (keyed after the fixes above, before running on it)
+    "112_crgan_issue8_cuda_error_colon_without_space.txt": [("cuda-runtime-oom", 2, None, None, NONE5, 1)],
+    # TensorFlow on ROCm: a GPU memory failure in a wording no row covers (twice, one line apart)
+    "113_keras_issue13889_tensorflow_rocm_hip_error_outofmemory.txt": [("unrecognized-gpu-memory-error", 2, None, None, NONE5, 2)],
+    "114_llmc_issue206_script_prints_pytorch_release.txt": [("cuda-runtime-oom", 14, None, None, NONE5, 1)],
+    # the scanner sees the numberless title too; the report keeps only the full message
+    # (test_numberless_title_above_the_full_message_is_an_echo)
+    "115_qanything_issue303_numberless_title_above_full_message.txt": [
+        ("capacity", 2, None, None, NONE5, 1),
+        ("fragmentation", 4, 0, None, nums("132.00 MiB", "23.64 GiB", "67.06 MiB", "18.70 GiB", "353.02 MiB"), 1),
+    ],
+    # the async backend's own numbers are not parsed yet (report: device 0 from the wording)
+    "116_tgi_issue563_async_backend_message_inside_panic.txt": [("capacity", 2, None, None, NONE5, 1)],
 }
 
 KEYS = ("requested_bytes", "total_bytes", "free_bytes", "allocated_bytes", "reserved_unallocated_bytes")
@@ -413,6 +426,12 @@ ADVICE = {
     "110_ms_swift_issue5943_rlhf_rank15_private_pools.txt": ("ms-swift", [("2.4", None, "accepted")]),
     # no wording marker, but the pip listing says torch 1.13.1: exact, and it rejects the setting
     "111_internlm_issue186_chinese_title_pip_list_torch113.txt": (None, [(None, None, "rejected")] * 2),
+    "112_crgan_issue8_cuda_error_colon_without_space.txt": (None, [(None, None, "unknown")]),
+    "113_keras_issue13889_tensorflow_rocm_hip_error_outofmemory.txt": (None, [(None, None, "unknown")]),
+    # "Running pytorch 2.2.2+cu121", printed by the script: exact
+    "114_llmc_issue206_script_prints_pytorch_release.txt": (None, [(None, None, "accepted")]),
+    "115_qanything_issue303_numberless_title_above_full_message.txt": (None, [("2.1", "2.2", "accepted")]),
+    "116_tgi_issue563_async_backend_message_inside_panic.txt": (None, [(None, None, "unknown")]),
 }
 
 
@@ -474,6 +493,39 @@ def test_release_stated_by_a_pasted_package_listing() -> None:
         assert (f["torch"]["version"], f["torch"]["source"]) == ("1.13.1", "stated in the input")
         assert "expandable_segments:True" not in " ".join(f["advice"])
     assert rep["run"] == {}  # the release is not part of the parallel layout
+
+
+def test_numberless_title_above_the_full_message_is_an_echo() -> None:
+    rep = report_for("115_qanything_issue303_numberless_title_above_full_message.txt")
+    assert [(f["kind"], f["line"]) for f in rep["findings"]] == [("fragmentation", 4)]
+
+
+def test_numberless_message_of_another_rank_is_kept() -> None:
+    from memtune.oom_report import drop_numberless_echoes
+    from memtune.oom_scan import Finding
+    from memtune.torch_era import TorchRange
+
+    keys = ("requested_bytes", "total_bytes", "free_bytes", "allocated_bytes", "reserved_unallocated_bytes")
+    none = dict.fromkeys(keys)
+    full = dict(none, requested_bytes=1 << 20, reserved_unallocated_bytes=0)
+    r5 = Finding("capacity", "CUDA out of memory. Tried to allocate ...", 9, "log", rank=5, numbers=full, torch=TorchRange())
+    r3 = Finding("capacity", "CUDA out of memory", 4, "log", rank=3, numbers=none, torch=TorchRange())
+    title = Finding("capacity", "CUDA out of memory", 1, "log", numbers=none, torch=TorchRange())
+    vllm_check = Finding("capacity", "No available memory for the cache blocks", 12, "log", numbers=none)
+    # rank 3's cut message is its own failure; the rankless title and nothing else is an echo
+    assert drop_numberless_echoes([title, r3, r5, vllm_check]) == [r3, r5, vllm_check]
+    # with no full message in the input, nothing is an echo (111: title and description)
+    assert len(report_for("111_internlm_issue186_chinese_title_pip_list_torch113.txt")["findings"]) == 2
+
+
+def test_release_printed_by_the_script() -> None:
+    (f,) = report_for("114_llmc_issue206_script_prints_pytorch_release.txt")["findings"]
+    assert (f["torch"]["version"], f["torch"]["source"]) == ("2.2.2", "stated in the input")
+
+
+def test_async_backend_message_inside_another_exception() -> None:
+    (f,) = report_for("116_tgi_issue563_async_backend_message_inside_panic.txt")["findings"]
+    assert (f["kind"], f["device"]) == ("capacity", 0) and "cudaMallocAsync" in f["note"]
 
 
 def test_unrecognized_wording_alone_is_still_a_finding() -> None:

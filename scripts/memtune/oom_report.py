@@ -47,6 +47,36 @@ def drop_last_resort(findings: list[Finding], patterns: PatternSet) -> list[Find
     return [f for f in findings if not (patterns.kinds[f.kind].last_resort and f.file in known)]
 
 
+def drop_numberless_echoes(findings: list[Finding]) -> list[Finding]:
+    """Leave out an allocator message that states no number at all when the same input
+    holds the full message from the same source.
+
+    Why: an issue's title, a pytest summary line or a re-raise repeats "CUDA out of memory"
+    without its numbers; on its own it is an undecided capacity call, and listed first (it
+    sorts as capacity) it would hide the fragmentation verdict of the full message below.
+    A numberless line with no rank echoes any full message of the input; one from rank N
+    only a full message of rank N, so another rank's failure is never dropped.
+    """
+
+    def allocator(f: Finding) -> bool:
+        return f.torch is not None  # only the allocator parser dates a message
+
+    def numberless(f: Finding) -> bool:
+        return all(v is None for v in f.numbers.values())
+
+    full = {(f.file, f.rank, f.host) for f in findings if allocator(f) and not numberless(f)}
+    files = {key[0] for key in full}
+
+    def echo(f: Finding) -> bool:
+        if not (allocator(f) and numberless(f)):
+            return False
+        if f.rank is None and f.host is None:
+            return f.file in files
+        return (f.file, f.rank, f.host) in full
+
+    return [f for f in findings if not echo(f)]
+
+
 def with_stated_device(f: Finding) -> Finding:
     """A GPU index a detector read from the wording (``numbers`` group ``device``, as in
     "Allocation on device 0 would exceed allowed memory") is the finding's device, not a detail.
@@ -210,7 +240,7 @@ def build_report(
     hints_seen: dict[str, list[str]] | None = None,
 ) -> dict[str, Any]:
     facts = facts or {}
-    kept = [with_stated_device(f) for f in drop_last_resort(findings, patterns)]
+    kept = [with_stated_device(f) for f in drop_numberless_echoes(drop_last_resort(findings, patterns))]
     ordered = order_findings(kept, patterns)
     table = {kind: row_for_kind(rows, kind, info.table_key) for kind, info in patterns.kinds.items()}
     # The GPU size any allocator message of the same file printed (all ranks share a type).
