@@ -27,6 +27,10 @@ def decide(*lines: str, kinds: frozenset = frozenset()) -> str | None:
         (["Got an OOM, unloading all loaded models."], "comfyui"),
         (['  File ".../site-packages/diffusers/pipelines/pipeline_utils.py", line 10'], "diffusers"),
         (['  File ".../torch/distributed/fsdp/fully_sharded_data_parallel.py", line 483, in __init__'], "fsdp"),
+        (['  File "/mnt/bn/x/ttcd-ms-swift/swift/cli/rlhf.py", line 5, in <module>'], "ms-swift"),
+        (["ms-swift                      2.6.0.dev0"], "ms-swift"),
+        # swift's Megatron path shows Megatron frames: the Megatron planner applies
+        (['  File "/root/ms-swift-main/swift/megatron/train/sft.py", line 79', '  File "/root/Megatron-LM/megatron/training/training.py", line 864'], "megatron"),
         (["iteration 10 | loss 2.0"], None),
     ],
 )

@@ -107,6 +107,7 @@ def _data_regexes() -> list[tuple[str, str]]:
     out += [(f"format {fm.label}", fm.marker.pattern) for fm in load_evidence().formats]
     out += [(f"hint {h.name}", h.regex.pattern) for h in load_evidence().hints]
     out += [(f"framework {fw.name}", fw.line_regex.pattern) for fw in load_frameworks().frameworks if fw.line_regex]
+    out += [(f"context {i}", rx.pattern) for i, rx in enumerate(P.context)]
     return out
 
 

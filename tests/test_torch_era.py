@@ -74,3 +74,39 @@ def test_rename_of_the_variable_from_2_9() -> None:
     assert torch_era.alloc_conf_rename_applies(torch_era.exact("2.9")) is True
     assert torch_era.alloc_conf_rename_applies(torch_era.infer(NEW_21, EV)) is False
     assert torch_era.alloc_conf_rename_applies(torch_era.infer(POOLS, EV)) is None
+
+
+@pytest.mark.parametrize(
+    "line, version",
+    [
+        ("PyTorch version: 2.5.1+cu124", (2, 5, 1)),  # collect_env.py
+        ("- PyTorch version: 2.3.0+cu121 (GPU)", (2, 3, 0)),  # llamafactory-cli env
+        ("- PyTorch version (GPU?): 1.5.1 (True)", (1, 5, 1)),  # transformers-cli env
+        ("PyTorch version: Version: 2.9.0.dev20250721+cu126", (2, 9, 0)),
+        ("[pip3] torch==2.6.0", (2, 6, 0)),
+        ("torch                     1.13.1+cu117", (1, 13, 1)),  # pip list
+        ("> torch                             2.4.0", (2, 4, 0)),
+        ("[conda] pytorch                   2.1.0           py3.10_cuda12.1_cudnn8.9.2_0    pytorch", (2, 1, 0)),
+        ("Running pytorch 2.2.2+cu121", (2, 2, 2)),  # printed by a training script (llm.c)
+        ("torchaudio                0.13.1+cu117", None),
+        ("torch-scatter             2.1.1+pt113cu117", None),
+        ("import torch  # 2 GPUs", None),
+    ],
+)
+def test_release_read_from_a_pasted_environment(line: str, version) -> None:
+    from memtune.oom_patterns import load_patterns
+
+    pats = load_patterns()
+    assert pats.has_trigger(line) or version is None
+    assert torch_era.stated_version(pats.run_facts(line)) == version
+
+
+def test_stated_release_refines_the_wording_or_yields_to_it() -> None:
+    wording = torch_era.TorchRange(since=(2, 2, 0), evidence=("expandable_segments hint",))
+    kept = torch_era.with_stated(wording, (2, 5, 1))
+    assert (kept.exact, kept.source) == ((2, 5, 1), "stated in the input")
+    # a listing that contradicts the message (another machine's environment) is not believed
+    other = torch_era.with_stated(wording, (1, 13, 1))
+    assert (other.exact, other.since, other.source) == (None, (2, 2, 0), "message format")
+    assert "contradicts" in other.evidence[-1]
+    assert torch_era.with_stated(wording, None) is wording

@@ -60,6 +60,8 @@ class KindInfo:
     table_key: str
     next_step: str
     examples: tuple[str, ...]
+    memory_failure: bool = False  # the GPU ran out of memory (not a config error or warning)
+    last_resort: bool = False  # dropped when the same input holds a memory_failure finding
 
 
 @dataclass(frozen=True)
@@ -184,6 +186,8 @@ def load_patterns(path: Path = PATTERNS_FILE) -> PatternSet:
                 table_key=str(info["table_key"]),
                 next_step=str(info["next_step"]),
                 examples=tuple(str(e) for e in info.get("examples", ())),
+                memory_failure=bool(info.get("memory_failure", False)),
+                last_resort=bool(info.get("last_resort", False)),
             )
     except (KeyError, TypeError, re.error) as exc:
         raise PatternError(f"{path}: malformed pattern entry ({exc})") from exc

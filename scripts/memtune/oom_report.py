@@ -9,9 +9,10 @@ deprecation warning last.  Within a kind, the worst shortfall comes first.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
-from memtune import oom_advice
+from memtune import oom_advice, torch_era
 from memtune.diagnosis_table import Row, row_for_kind
 from memtune.frameworks import Framework, FrameworkHits, load_frameworks
 from memtune.oom_evidence import load_evidence
@@ -33,6 +34,62 @@ def shortfall(f: Finding) -> int:
     return req - idle
 
 
+def drop_last_resort(findings: list[Finding], patterns: PatternSet) -> list[Finding]:
+    """Leave out last-resort findings (unrecognized wording) of an input that also holds a
+    recognized GPU memory failure.
+
+    Why: pasted threads carry the user's own words ("why does it go OOM on GPU 1?") and
+    wrappers (Ray's ``RayTaskError(OutOfMemoryError)``) around the real message; once that
+    message is understood, the unrecognized line only repeats it without numbers and asks
+    for a log the user already gave.
+    """
+    known = {f.file for f in findings if patterns.kinds[f.kind].memory_failure}
+    return [f for f in findings if not (patterns.kinds[f.kind].last_resort and f.file in known)]
+
+
+def drop_numberless_echoes(findings: list[Finding]) -> list[Finding]:
+    """Leave out an allocator message that states no number at all when the same input
+    holds the full message from the same source.
+
+    Why: an issue's title, a pytest summary line or a re-raise repeats "CUDA out of memory"
+    without its numbers; on its own it is an undecided capacity call, and listed first (it
+    sorts as capacity) it would hide the fragmentation verdict of the full message below.
+    A numberless line with no rank echoes any full message of the input; one from rank N
+    only a full message of rank N, so another rank's failure is never dropped.
+    """
+
+    def allocator(f: Finding) -> bool:
+        return f.torch is not None  # only the allocator parser dates a message
+
+    def numberless(f: Finding) -> bool:
+        return all(v is None for v in f.numbers.values())
+
+    full = {(f.file, f.rank, f.host) for f in findings if allocator(f) and not numberless(f)}
+    files = {key[0] for key in full}
+
+    def echo(f: Finding) -> bool:
+        if not (allocator(f) and numberless(f)):
+            return False
+        if f.rank is None and f.host is None:
+            return f.file in files
+        return (f.file, f.rank, f.host) in full
+
+    return [f for f in findings if not echo(f)]
+
+
+def with_stated_device(f: Finding) -> Finding:
+    """A GPU index a detector read from the wording (``numbers`` group ``device``, as in
+    "Allocation on device 0 would exceed allowed memory") is the finding's device, not a detail.
+
+    Why here: the scanner fills ``device`` from the allocator message and NCCL's prefix only;
+    every other wording reports what it names through ``details``.
+    """
+    if f.device is not None or "device" not in f.details:
+        return f
+    details = {k: v for k, v in f.details.items() if k != "device"}
+    return replace(f, device=f.details["device"], details=details)
+
+
 def order_findings(findings: list[Finding], patterns: PatternSet) -> list[Finding]:
     def key(f: Finding) -> tuple:
         free = f.numbers.get("free_bytes")
@@ -45,6 +102,11 @@ def order_findings(findings: list[Finding], patterns: PatternSet) -> list[Findin
         )
 
     return sorted(findings, key=key)
+
+
+def layout_facts(facts: dict[str, int]) -> dict[str, int]:
+    """The parallel layout among a log's run facts (the stated PyTorch release is not one)."""
+    return {k: v for k, v in facts.items() if not k.startswith("torch_")}
 
 
 def parallel_flags(facts: dict[str, int]) -> str:
@@ -64,7 +126,7 @@ def gpu_memory_flag(total_bytes: int | None) -> str:
 
 def next_step(f: Finding, patterns: PatternSet, facts: dict[str, int], total_bytes: int | None) -> str:
     template = patterns.kinds[f.kind].next_step
-    return template.replace("{parallel}", parallel_flags(facts)).replace("{gpu_memory}", gpu_memory_flag(total_bytes))
+    return template.replace("{parallel}", parallel_flags(layout_facts(facts))).replace("{gpu_memory}", gpu_memory_flag(total_bytes))
 
 
 def finding_json(
@@ -77,7 +139,7 @@ def finding_json(
     torch_version: TorchRange | None = None,
 ) -> dict[str, Any]:
     fw = framework or load_frameworks().default
-    rng = torch_version or f.torch or TorchRange()
+    rng = torch_version or torch_era.with_stated(f.torch or TorchRange(), torch_era.stated_version(facts))
     step = next_step(f, patterns, facts or {}, total_bytes)
     verdict = oom_advice.judge(f, fw, load_evidence(), rng, step)
     applies = table_fix_applies(f, fw, verdict.torch["expandable_segments"])
@@ -178,7 +240,8 @@ def build_report(
     hints_seen: dict[str, list[str]] | None = None,
 ) -> dict[str, Any]:
     facts = facts or {}
-    ordered = order_findings(findings, patterns)
+    kept = [with_stated_device(f) for f in drop_numberless_echoes(drop_last_resort(findings, patterns))]
+    ordered = order_findings(kept, patterns)
     table = {kind: row_for_kind(rows, kind, info.table_key) for kind, info in patterns.kinds.items()}
     # The GPU size any allocator message of the same file printed (all ranks share a type).
     totals = {f.file: f.numbers["total_bytes"] for f in reversed(ordered) if f.numbers.get("total_bytes")}
@@ -197,7 +260,7 @@ def build_report(
             for f in ordered
         ],
         "summary": summarize(ordered),
-        "run": facts,
+        "run": {name: layout for name, layout in ((n, layout_facts(v)) for n, v in facts.items()) if layout},
         "frameworks": {name: fw.as_json(matched, why) for name, (fw, matched, why) in frameworks.items()},
         "hints": {name: found for name, found in (hints_seen or {}).items() if found},
         "inputs": inputs,

@@ -11,7 +11,7 @@ memtune.alloc_conf, so the two helpers never disagree.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from memtune import alloc_conf
 from memtune.alloc_conf import Version, parse_version, version_str
@@ -28,11 +28,12 @@ class TorchRange:
     before: Version | None = None
     exact: Version | None = None
     evidence: tuple[str, ...] = ()
+    origin: str | None = None  # where an exact version came from; None: --torch-version
 
     @property
     def source(self) -> str:
         if self.exact is not None:
-            return "--torch-version"
+            return self.origin or "--torch-version"
         return "message format" if self.evidence else "unknown"
 
     def describe(self) -> str:
@@ -84,6 +85,33 @@ def exact(version_text: str) -> TorchRange:
     v = parse_version(version_text)
     assert v is not None
     return TorchRange(exact=v, evidence=(f"--torch-version {version_str(v)}",))
+
+
+STATED = "stated in the input"
+
+
+def stated_version(facts: dict[str, int] | None) -> Version | None:
+    """The release a pasted environment report or package listing named (run facts
+    ``torch_major`` / ``torch_minor`` / ``torch_patch``, data/oom_patterns.yaml ``context``)."""
+    if not facts or "torch_major" not in facts or "torch_minor" not in facts:
+        return None
+    return (facts["torch_major"], facts["torch_minor"], facts.get("torch_patch", 0))
+
+
+def with_stated(inferred: TorchRange, stated: Version | None) -> TorchRange:
+    """The stated release when the message wording allows it, else the wording's range.
+
+    Why: users paste ``collect_env`` or ``pip list`` next to the error far more often than
+    they say their version, and an exact release answers what the wording can only bound
+    (a title with no hint, the Chinese heading of an issue).  When the two disagree the
+    listing is likely from another machine or another run, so the message itself wins.
+    """
+    if stated is None:
+        return inferred
+    said = f"{STATED}: torch {version_str(stated)}"
+    if (inferred.since is not None and stated < inferred.since) or (inferred.before is not None and stated >= inferred.before):
+        return replace(inferred, evidence=inferred.evidence + (f"{said} contradicts the message wording, which is kept",))
+    return TorchRange(exact=stated, evidence=inferred.evidence + (said,), origin=STATED)
 
 
 def expandable_status(rng: TorchRange, platform_unsupported: bool = False) -> str:
