@@ -139,6 +139,14 @@ def test_sign_skill_verify_output_validates():
     assert_valid("sign_skill", helper_json("sign_skill.py", "verify", str(REPO_ROOT), "--json", codes=(0, 1)))
 
 
+def test_sign_skill_verify_failures_validate():
+    # the two refusals issue 16 added: a trust anchor other than the expected one, and bytecode
+    mismatch = helper_json("sign_skill.py", "verify", str(REPO_ROOT), "--json", "--expect-fingerprint", "AA:" * 31 + "AA",
+                           codes=(1,))
+    assert mismatch["failure"]["kind"] == "anchor-mismatch" and mismatch["trust_anchor"]["matches_expected"] is False
+    assert_valid("sign_skill", mismatch)
+
+
 def test_run_benchmark_validate_output_validates():
     assert_valid("run_benchmark", helper_json("run_benchmark.py", "validate", "--json"))
 
