@@ -13,8 +13,10 @@ reports what it answered, whether it activated a skill and which, the commands i
   ``.agents/skills/<name>`` and ``MEMTUNE_BENCH_SKILL_DIR`` points at it. It may print
   plain text (the answer) or one JSON object ``{"answer", "activated_skill",
   "commands", "tokens_in", "tokens_out"}``.
-- ``local``: llama-cpp-python with the Gemma 3 270M base model. Discovery and activation
-  are reproduced explicitly: see LocalAgent.
+- ``local``: Qwen2.5-Coder-1.5B-Instruct through llama-cpp-python in a real agent loop
+  (catalog, load, run helpers, answer): see memtune.bench.loop.
+- ``local-gemma``: the earlier Gemma 3 270M base-model completion agent (LocalAgent),
+  kept so earlier runs stay reproducible.
 
 A missing agent raises AgentUnavailable, which the CLI turns into exit code 2.
 """
@@ -331,7 +333,7 @@ class LocalAgent(Agent):
     A base model cannot run tools, so "ran the helper" can only mean it named the command.
     """
 
-    name = "local"
+    name = "local-gemma"
     needs_workdir = False
 
     def __init__(self, model_path: Path | None, catalog: Sequence[Mapping[str, str]], threads: int | None = None,
@@ -485,16 +487,26 @@ class LocalAgent(Agent):
 
 
 def make_agent(spec: str, *, model_path: Path | None, catalog: Sequence[Mapping[str, str]], workers: int,
-               timeout: float, max_tokens: int = 160, threads: int | None = None,
-               activation: str = "discover") -> Agent:
+               timeout: float, max_tokens: int | None = None, threads: int | None = None,
+               activation: str = "discover", max_turns: int = 6) -> Agent:
     """The agent for ``--agent SPEC``; AgentUnavailable for an unknown spec."""
     if spec == "claude-code":
         return ClaudeCodeAgent(timeout=timeout)
     if spec == "codex":
         return CodexAgent(timeout=timeout)
     if spec == "local":
-        return LocalAgent(model_path, catalog, threads=threads, workers=workers, max_tokens=max_tokens,
+        from memtune.bench.loop import LoopAgent, LoopSettings
+
+        if activation != "discover":
+            raise AgentUnavailable("--activation always applies to --agent local-gemma only; "
+                                   "the local agent decides itself whether to load the skill")
+        if max_turns < 1:
+            raise AgentUnavailable("--max-turns must be at least 1")
+        return LoopAgent(catalog, model_path=model_path, threads=threads,
+                         settings=LoopSettings(max_turns=max_turns, max_tokens=max_tokens or 384))
+    if spec == "local-gemma":
+        return LocalAgent(model_path, catalog, threads=threads, workers=workers, max_tokens=max_tokens or 160,
                           activation=activation)
     if spec.startswith("command:"):
         return CommandAgent(spec[len("command:"):], timeout=timeout)
-    raise AgentUnavailable(f"unknown agent {spec!r}: use claude-code, codex, local or command:<program ...>")
+    raise AgentUnavailable(f"unknown agent {spec!r}: use local, local-gemma, claude-code, codex or command:<program ...>")
