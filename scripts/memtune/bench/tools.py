@@ -75,8 +75,12 @@ class ToolCall:
     helper: str | None = None
 
     def to_json(self) -> dict:
-        return {"command": self.command, "exit_code": self.exit_code, "seconds": round(self.seconds, 2),
-                "output_chars": len(self.output), "refused": self.refused, "helper": self.helper}
+        # the helpers exit 1 for "ran fine, found problems" (check_env, diagnose): only a
+        # refusal, a timeout or exit code >= 2 (bad usage or input) is a failed run
+        return {"command": self.command, "exit_code": self.exit_code,
+                "failed": self.exit_code is None or self.exit_code >= 2,
+                "seconds": round(self.seconds, 2), "output_chars": len(self.output), "refused": self.refused,
+                "helper": self.helper}
 
 
 @dataclass(frozen=True)
