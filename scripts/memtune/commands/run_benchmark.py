@@ -256,6 +256,7 @@ def cmd_run(args, evals: Path, results_dir: Path) -> int:
             "type": "run", "run_id": run_id, "harness": HARNESS_VERSION, "agent": args.agent, "model": agent.model,
             "agent_settings": info.get("settings", {}), "attempts": args.attempts, "workers": args.workers,
             "judge": args.judge, "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "smoke": bool(args.cases),
             "command": _reproduce_command(args, run_id),
             "dataset": {"path": _display(evals), "sha256": dataset.sha256,
                         "cases": [{"id": c.id, "category": c.category, "should_trigger": c.should_trigger,
@@ -285,8 +286,9 @@ def cmd_run(args, evals: Path, results_dir: Path) -> int:
 
 
 def _pick_run(results_dir: Path, run_id: str | None):
-    """The run the report is about: --run, else the latest run that is not diagnostic."""
-    from memtune.bench.report import is_diagnostic
+    """The run the report is about: --run, else the latest run that is neither diagnostic
+    nor a smoke run over a subset of the tasks."""
+    from memtune.bench.report import is_diagnostic, is_smoke
     from memtune.bench.results import list_runs, read_run
 
     if run_id:
@@ -297,7 +299,7 @@ def _pick_run(results_dir: Path, run_id: str | None):
     runs = list_runs(results_dir) if results_dir.is_dir() else []
     if not runs:
         raise InputError(f"{_display(results_dir)}: no run files; run `run_benchmark.py run --agent ...` first")
-    primary = [r for r in runs if not is_diagnostic(r)]
+    primary = [r for r in runs if not is_diagnostic(r) and not is_smoke(r)]
     return (primary or runs)[-1]
 
 
