@@ -26,6 +26,7 @@ scripted fake; LlamaChatModel wraps llama-cpp-python with a RAM cache of prefix 
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -194,8 +195,15 @@ class LlamaChatModel:
         if cache_bytes > 0:
             self.llm.set_cache(LlamaRAMCache(capacity_bytes=cache_bytes))
         self.temperature = temperature
+        # one llama.cpp context is not thread-safe: with --workers > 1 the helpers run in
+        # parallel but the model answers one turn at a time (it uses every thread anyway)
+        self._lock = threading.Lock()
 
     def chat(self, messages: Sequence[Mapping[str, str]], *, max_tokens: int, seed: int) -> Reply:
+        with self._lock:
+            return self._chat(messages, max_tokens, seed)
+
+    def _chat(self, messages: Sequence[Mapping[str, str]], max_tokens: int, seed: int) -> Reply:
         self.llm.set_seed(seed)
         out = self.llm.create_chat_completion(messages=[dict(m) for m in messages], max_tokens=max_tokens,
                                               temperature=self.temperature, top_p=0.95, seed=seed)
