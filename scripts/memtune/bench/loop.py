@@ -230,6 +230,7 @@ class LoopAgent(Agent):
         self.cache_bytes = cache_bytes
         self.settings = settings or LoopSettings()
         self.model = "Qwen2.5-Coder-1.5B-Instruct GGUF (agent loop)" if model is None else "scripted model"
+        self.model_sha256: str | None = None  # the pinned digest, when the model came from the parts
 
     def describe(self) -> dict[str, Any]:
         s = self.settings
@@ -238,7 +239,8 @@ class LoopAgent(Agent):
                              "max_tokens_per_turn": s.max_tokens, "command_timeout_s": s.command_timeout,
                              "output_cap_chars": s.output_cap, "helpers": list(HELPERS), "n_ctx": self.n_ctx,
                              "temperature": self.temperature, "top_p": 0.95, "threads": self.threads,
-                             "catalog_size_with_skill": len(self.catalog) + 1, "activation": "discover"}}
+                             "catalog_size_with_skill": len(self.catalog) + 1, "activation": "discover",
+                             "kv_prefix_cache_bytes": self.cache_bytes, "model_sha256": self.model_sha256}}
 
     def prepare(self) -> None:
         if self.chat_model is not None:
@@ -255,6 +257,7 @@ class LoopAgent(Agent):
                 self.model_path = model_store.provide()
             except model_store.ModelError as exc:
                 raise AgentUnavailable(str(exc)) from None
+            self.model_sha256 = model_store.PIN.sha256
         elif not Path(self.model_path).is_file():
             raise AgentUnavailable(f"model file {self.model_path} not found (--model PATH to a GGUF file)")
         self.model = f"{model_store.MODEL_NAME}, {Path(self.model_path).name}"
