@@ -213,3 +213,18 @@ def test_make_agent_local_is_the_loop_and_validates_settings() -> None:
         make_agent("local", model_path=None, catalog=CATALOG, workers=1, timeout=10, activation="always")
     with pytest.raises(AgentUnavailable, match="max-turns"):
         make_agent("local", model_path=None, catalog=CATALOG, workers=1, timeout=10, max_turns=0)
+
+
+@pytest.mark.parametrize("reply, expected", [
+    ("```load\nnemo\n```", ("load", "nemo")),
+    ("Let me load it.\n```load nemo```", ("load", "nemo")),
+    ("```run python3 scripts/diagnose.py a.log```", ("run", "python3 scripts/diagnose.py a.log")),
+    ("```run\npython3 scripts/diagnose.py a.log\n```\nthen more", ("run", "python3 scripts/diagnose.py a.log")),
+    ("Set it:\n```bash\nexport PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n```", ("answer", None)),
+    ("```running text``` is not a block", ("answer", None)),
+])
+def test_parse_action_forms(reply: str, expected) -> None:
+    action = parse_action(reply)
+    assert action.kind == expected[0]
+    if expected[1] is not None:
+        assert action.text == expected[1]

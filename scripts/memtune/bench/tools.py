@@ -29,7 +29,7 @@ from pathlib import Path, PurePosixPath
 from typing import Sequence
 
 HELPERS = ("diagnose", "estimate_memory", "plan_memory", "check_env", "regather_config")
-_FENCE = re.compile(r"```[ \t]*(load|run)[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE)
+_FENCE = re.compile(r"```[ \t]*(load|run)\b[ \t]*(.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE)
 _HEREDOC = re.compile(r"\s<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1\s*$")
 NOT_FOUND = 127  # the shell's "command not found", for a helper no installed skill provides
 
