@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Iterator, Mapping, Protocol, Sequence
 
 from memtune.bench.agents import Agent, AgentResult, AgentUnavailable, Task
 from memtune.bench.tools import HELPERS, Sandbox, ToolCall, parse_action
@@ -179,6 +180,35 @@ def run_loop(model: ChatModel, task: Task, decoys: Sequence[Mapping[str, str]], 
     return result
 
 
+@contextmanager
+def _without_extra_buffers() -> Iterator[None]:
+    """Load weights into plain CPU buffers, not llama.cpp's "extra" repacked ones (AMX).
+
+    Why: a llama-cpp-python built with GGML_NATIVE on a CPU that advertises AMX tiles
+    repacks the weights for AMX, and on this benchmark's VM the first decode then dies
+    with a segmentation fault (measured with 0.3.36). Llama() does not expose the
+    ``use_extra_bufts`` model parameter, so the default-parameter factory it calls is
+    wrapped for the duration of the load. Outputs do not depend on the buffer type.
+    """
+    import llama_cpp.llama_cpp as low
+
+    original = low.llama_model_default_params
+    if "use_extra_bufts" not in {name for name, *_ in low.llama_model_params._fields_}:
+        yield
+        return
+
+    def plain_buffers():  # type: ignore[no-untyped-def]
+        params = original()
+        params.use_extra_bufts = False
+        return params
+
+    low.llama_model_default_params = plain_buffers
+    try:
+        yield
+    finally:
+        low.llama_model_default_params = original
+
+
 class LlamaChatModel:
     """llama-cpp-python chat completion with a RAM cache of evaluated prefixes.
 
@@ -190,8 +220,9 @@ class LlamaChatModel:
     def __init__(self, model_path: Path, n_ctx: int, threads: int, temperature: float, cache_bytes: int) -> None:
         from llama_cpp import Llama, LlamaRAMCache
 
-        self.llm = Llama(model_path=str(model_path), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
-                         n_batch=512, seed=0, verbose=False)
+        with _without_extra_buffers():
+            self.llm = Llama(model_path=str(model_path), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
+                             n_batch=512, seed=0, verbose=False)
         if cache_bytes > 0:
             self.llm.set_cache(LlamaRAMCache(capacity_bytes=cache_bytes))
         self.temperature = temperature
