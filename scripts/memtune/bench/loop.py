@@ -39,12 +39,12 @@ from memtune.bench.tools import HELPERS, Sandbox, ToolCall, parse_action
 SYSTEM = """\
 You are a coding agent. A user asks about their GPU training job; you work in their project directory.
 
-Skills: the skills installed in this project are listed below as name: description. If one fits the \
-request, load it before you answer by replying with only this block:
+Skills: the skills installed in this project are listed below as name: description. When a skill's \
+description matches the request, your first reply must be only this block, before any answer:
 ```load
 SKILL-NAME
 ```
-Its instructions are then added to this message.
+Its instructions are then added to this message; follow them. If no skill matches, answer directly.
 
 Commands: to run a helper script that a loaded skill provides, reply with only this block (one command):
 ```run
