@@ -109,7 +109,7 @@ def test_loading_a_decoy_is_recorded_as_its_activation(tmp_path: Path, staged: P
     model = ScriptedModel([f"```load\n{decoy}\n```", "Lower the learning rate and check clipping."])
     result = run_loop(model, task, CATALOG, LoopSettings())
     assert result.activated_skill == decoy and result.commands == []
-    assert "no instructions that apply" in model.seen[1][-1]["content"]
+    assert "no instructions for this request" in model.seen[1][-1]["content"]
 
 
 @pytest.mark.parametrize("command, why", [
@@ -228,3 +228,12 @@ def test_parse_action_forms(reply: str, expected) -> None:
     assert action.kind == expected[0]
     if expected[1] is not None:
         assert action.text == expected[1]
+
+
+def test_reloading_a_skill_is_answered_not_repeated(tmp_path: Path, staged: Path) -> None:
+    task = workdir_for(tmp_path, "neg-nan-loss", WITHOUT, staged)
+    decoy = "training-numerical-stability"
+    model = ScriptedModel([f"```load\n{decoy}\n```", f"```load\n{decoy}\n```", "Lower the learning rate."])
+    result = run_loop(model, task, CATALOG, LoopSettings())
+    assert "do not load it again" in model.seen[2][-1]["content"]
+    assert result.answer == "Lower the learning rate." and result.activated_skill == decoy

@@ -154,8 +154,9 @@ def run_loop(model: ChatModel, task: Task, decoys: Sequence[Mapping[str, str]], 
             ours = task.skill is not None and action.text == task.skill.name
             if action.text not in names:
                 feedback = f"There is no installed skill named {action.text!r}. Installed: {', '.join(sorted(names))}."
-            elif action.text == state.loaded:
-                feedback = f"Skill {action.text} is already loaded."
+            elif action.text == state.loaded or action.text in state.loads[:-1]:
+                feedback = (f"Skill {action.text} is already loaded; do not load it again. "
+                            "Run a command or give your final answer.")
             elif ours:
                 state.loaded = action.text
                 system += LOADED.format(name=action.text, body=task.skill.body.strip())
@@ -165,7 +166,8 @@ def run_loop(model: ChatModel, task: Task, decoys: Sequence[Mapping[str, str]], 
             else:
                 # a decoy: recorded as the activation unless ours is (or gets) loaded
                 state.loaded = state.loaded or action.text
-                feedback = f"Skill {action.text} is loaded; it has no instructions that apply to this request."
+                feedback = (f"Skill {action.text} is loaded, but it has no instructions for this request. "
+                            "Load another skill only if its description matches; otherwise give your final answer.")
             history += [{"role": "assistant", "content": reply.text.strip()}, {"role": "user", "content": feedback}]
             continue
         call = sandbox.run(action.text, action.stdin, state.loaded)
