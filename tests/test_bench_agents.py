@@ -110,7 +110,7 @@ def test_skill_frontmatter_split_and_clean_staging(tmp_path: Path) -> None:
 
 
 def test_local_agent_with_missing_model_exits_2(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "run_benchmark.py"), "run", "--agent", "local",
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "run_benchmark.py"), "run", "--agent", "local-gemma",
                            "--model", str(tmp_path / "missing.gguf"), "--results-dir", str(tmp_path)],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr

@@ -106,3 +106,48 @@ def test_other_runs_are_summarised_and_forced_activation_is_not_scored_for_disco
     assert "| Discoverability | not measured: activation was forced |" in section
     assert "20.0% → 60.0% (+40.0 points)" in section
     assert text.count("- Overall verdict:") == 1  # only the main run has a verdict
+
+
+def _loop_record(case_id: str, cond: str, activated, calls, solved: bool, command_label: str = "diagnose\\.py") -> dict:
+    checks = [{"kind": "must_include", "label": "x", "passed": solved, "detail": ""},
+              {"kind": "command", "label": command_label, "passed": bool(calls), "detail": ""}]
+    return {"type": "result", "case_id": case_id, "condition": cond, "attempt": 1, "answer": "", "activated_skill": activated,
+            "commands": [c["command"] for c in calls], "tokens_in": 1, "tokens_out": 1, "seconds": 1.0, "error": None,
+            "finished_at": "2026-01-01T10:00:00+00:00", "extra": {"tool_calls": calls},
+            "grade": {"checks": checks, "content_score": 1.0 if solved else 0.0, "solved": solved, "command_ok": None,
+                      "security_violations": []}}
+
+
+def test_failure_analysis_buckets_each_attempt_once() -> None:
+    from memtune.bench.report import failure_analysis, outcome
+
+    ok = {"command": "python3 scripts/diagnose.py x.log", "exit_code": 1, "failed": False}  # exit 1 = findings
+    bad = {"command": "python3 scripts/diagnose.py nope.log", "exit_code": 2, "failed": True}
+    refused = {"command": "bash -c ls", "exit_code": None, "failed": True}
+    other = {"command": "python3 scripts/check_env.py --env", "exit_code": 0, "failed": False}
+    claude_err = {"command": "python3 scripts/diagnose.py a", "exit_code": None, "failed": True}
+    records = [
+        _loop_record("p0", "with_skill", SKILL, [ok], True),
+        _loop_record("p1", "with_skill", None, [], False),
+        _loop_record("p2", "with_skill", SKILL, [other, refused], False),
+        _loop_record("p3", "with_skill", SKILL, [bad, claude_err], False),
+        _loop_record("p4", "with_skill", SKILL, [bad, ok], False),
+        _loop_record("p5", "with_skill", "training-numerical-stability", [], False),
+    ]
+    assert [outcome(r, SKILL) for r in records] == [
+        "right", "not activated", "wrong command", "command failed", "misread output", "not activated"]
+    run = synthetic_run(lambda cond, c, a: 0.0, attempts=1)
+    results = [r for r in run.results if r["condition"] == "without_skill"] + records + [
+        r for r in run.results if r["condition"] == "with_skill" and r["case_id"].startswith("n")]
+    run = RunFile(run.path, dict(run.header, attempts=1), tuple(results))
+    text = render(run)
+    assert "## Failure analysis" in text
+    rows = "\n".join(failure_analysis(Analysis(run)))
+    assert "| right | every check passed | 0 (0.0%) | 1 (16.7%) |" in rows
+    assert "| not activated |" in rows and "| 6 (100.0%) | 2 (33.3%) |" in rows
+    assert "| command failed |" in rows and "| misread output |" in rows
+
+
+def test_runs_without_tool_records_render_as_before() -> None:
+    run = synthetic_run(lambda cond, c, a: 0.5)
+    assert "Failure analysis" not in render(run)

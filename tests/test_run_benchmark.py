@@ -200,3 +200,18 @@ def test_committed_run_is_of_the_current_dataset_and_complete() -> None:
         assert header["attempts"] >= 3
         keys = {(r["case_id"], r["condition"], r["attempt"]) for r in lines[1:]}
         assert len(keys) == len(header["dataset"]["cases"]) * 2 * header["attempts"]
+
+
+def test_smoke_runs_are_labelled_and_never_the_headline(finished_run: Path, tmp_path: Path) -> None:
+    lines = records(finished_run / "fake.jsonl")
+    assert lines[0]["smoke"] is True  # --cases makes a smoke run
+    results = tmp_path / "results"
+    results.mkdir()
+    full = dict(lines[0], run_id="full", smoke=False, started_at="2026-01-01T00:00:00+00:00")
+    smoke = dict(lines[0], run_id="smoke", started_at="2026-06-01T00:00:00+00:00")  # the newer one
+    for name, header in (("full", full), ("smoke", smoke)):
+        (results / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [header, *lines[1:]]))
+    proc = bench("report", "--results-dir", str(results), "--output", "-")
+    assert proc.returncode == 0, proc.stderr
+    assert "from the raw results in `evals/results/full.jsonl`" in proc.stdout
+    assert "### `smoke` (SMOKE run: 4 tasks only, a harness check, not a measurement)" in proc.stdout

@@ -13,8 +13,10 @@ reports what it answered, whether it activated a skill and which, the commands i
   ``.agents/skills/<name>`` and ``MEMTUNE_BENCH_SKILL_DIR`` points at it. It may print
   plain text (the answer) or one JSON object ``{"answer", "activated_skill",
   "commands", "tokens_in", "tokens_out"}``.
-- ``local``: llama-cpp-python with the Gemma 3 270M base model. Discovery and activation
-  are reproduced explicitly: see LocalAgent.
+- ``local``: Qwen2.5-Coder-1.5B-Instruct through llama-cpp-python in a real agent loop
+  (catalog, load, run helpers, answer): see memtune.bench.loop.
+- ``local-gemma``: the earlier Gemma 3 270M base-model completion agent (LocalAgent),
+  kept so earlier runs stay reproducible.
 
 A missing agent raises AgentUnavailable, which the CLI turns into exit code 2.
 """
@@ -225,7 +227,8 @@ class _CliAgent(Agent):
         result = self.parse(out, task.skill.name if task.skill else None)
         result.seconds = time.monotonic() - start
         if code != 0:
-            result.error = f"{self.program} exit {code}: {err.strip()[-300:]}"
+            reported = f" ({result.error})" if result.error else ""
+            result.error = f"{self.program} exit {code}{reported}: {err.strip()[-300:]}"
         return result
 
 
@@ -244,33 +247,72 @@ class ClaudeCodeAgent(_CliAgent):
         return parse_claude_stream(stdout, skill_name)
 
 
-def parse_claude_stream(stdout: str, skill_name: str | None) -> AgentResult:
-    """Answer, commands and activation from ``claude -p --output-format stream-json``."""
-    result = AgentResult()
+def _events(stdout: str) -> list[dict[str, Any]]:
+    """The JSON objects of a JSONL stream; other lines (warnings, banners) are skipped."""
+    events = []
     for line in stdout.splitlines():
         try:
             event = json.loads(line)
         except json.JSONDecodeError:
             continue
-        if event.get("type") == "assistant":
-            for item in event.get("message", {}).get("content", []) or []:
-                if item.get("type") != "tool_use":
+        if isinstance(event, dict):
+            events.append(event)
+    return events
+
+
+def _text_of(content: Any) -> str:
+    """A tool result's content: a string, or a list of ``{"type": "text", "text"}`` blocks."""
+    if isinstance(content, list):
+        return "".join(str(c.get("text", "")) for c in content if isinstance(c, dict))
+    return "" if content is None else str(content)
+
+
+def parse_claude_stream(stdout: str, skill_name: str | None) -> AgentResult:
+    """Answer, commands, their outcomes and activation from ``claude -p --output-format
+    stream-json --verbose``: ``assistant`` events carry ``tool_use`` blocks (Bash, Skill,
+    Read, ...), ``user`` events the matching ``tool_result`` blocks (``is_error`` when a
+    command failed; Claude Code reports no exit code), and the final ``result`` event the
+    answer, usage and ``is_error``/``subtype`` (e.g. ``error_max_turns``)."""
+    result = AgentResult()
+    bash_calls: dict[str, dict[str, Any]] = {}
+    calls: list[dict[str, Any]] = []
+    for event in _events(stdout):
+        kind = event.get("type")
+        content = (event.get("message") or {}).get("content") or []
+        if kind == "assistant":
+            for item in content:
+                if not isinstance(item, dict) or item.get("type") != "tool_use":
                     continue
                 tool, args = item.get("name"), item.get("input") or {}
                 if tool == "Bash" and args.get("command"):
                     result.commands.append(str(args["command"]))
+                    call = {"command": str(args["command"]), "exit_code": None, "failed": None, "output_chars": 0}
+                    calls.append(call)
+                    bash_calls[str(item.get("id", len(calls)))] = call
                 if tool == "Skill":
                     result.activated_skill = str(args.get("skill") or args.get("command") or args.get("name") or "")
                 if tool == "Read" and skill_name and str(args.get("file_path", "")).endswith(f"{skill_name}/SKILL.md"):
                     result.activated_skill = skill_name
-        elif event.get("type") == "result":
-            result.answer = str(event.get("result", ""))
+        elif kind == "user" and isinstance(content, list):
+            for item in content:
+                if isinstance(item, dict) and item.get("type") == "tool_result":
+                    call = bash_calls.get(str(item.get("tool_use_id")))
+                    if call is not None:
+                        call["failed"] = bool(item.get("is_error"))
+                        call["output_chars"] = len(_text_of(item.get("content")))
+        elif kind == "result":
+            result.answer = str(event.get("result", "") or "")
             usage = event.get("usage") or {}
             result.tokens_in = sum(int(usage.get(k, 0) or 0) for k in
                                    ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"))
             result.tokens_out = int(usage.get("output_tokens", 0) or 0)
+            if event.get("is_error") or str(event.get("subtype", "success")) != "success":
+                details = "; ".join(str(e) for e in event.get("errors") or []) or result.answer[:200]
+                result.error = f"claude result {event.get('subtype', 'error')}" + (f": {details}" if details else "")
+            result.extra["num_turns"] = event.get("num_turns")
     if skill_name and result.activated_skill is None and any(f"skills/{skill_name}" in c for c in result.commands):
         result.activated_skill = skill_name
+    result.extra["tool_calls"] = calls
     return result
 
 
@@ -294,23 +336,33 @@ def parse_codex_events(stdout: str, skill_name: str | None) -> AgentResult:
     skill by opening its SKILL.md with a shell command, so that is what activation means."""
     result = AgentResult()
     messages = []
+    calls: list[dict[str, Any]] = []
+    errors: list[str] = []
     tokens_in = tokens_out = 0
-    for line in stdout.splitlines():
-        try:
-            event = json.loads(line)
-        except json.JSONDecodeError:
-            continue
+    for event in _events(stdout):
+        kind = event.get("type")
         item = event.get("item") or {}
-        if event.get("type") == "item.completed" and item.get("type") == "command_execution":
+        if kind == "item.completed" and item.get("type") == "command_execution":
             result.commands.append(str(item.get("command", "")))
-        elif event.get("type") == "item.completed" and item.get("type") == "agent_message":
+            code = item.get("exit_code")
+            calls.append({"command": str(item.get("command", "")), "exit_code": code,
+                          "failed": item.get("status") != "completed" or (code is not None and code != 0),
+                          "output_chars": len(str(item.get("aggregated_output") or ""))})
+        elif kind == "item.completed" and item.get("type") == "agent_message":
             messages.append(str(item.get("text", "")))
-        elif event.get("type") == "turn.completed":
+        elif kind == "turn.completed":
             usage = event.get("usage") or {}
             tokens_in += int(usage.get("input_tokens", 0) or 0)
             tokens_out += int(usage.get("output_tokens", 0) or 0)
+        elif kind == "turn.failed":
+            errors.append(str((event.get("error") or {}).get("message", "turn failed")))
+        elif kind == "error":
+            errors.append(str(event.get("message", "error")))
     result.answer = messages[-1] if messages else ""
     result.tokens_in, result.tokens_out = tokens_in, tokens_out
+    result.extra["tool_calls"] = calls
+    if errors:
+        result.error = "codex: " + "; ".join(errors)[:300]
     if skill_name and any(f"skills/{skill_name}" in c for c in result.commands):
         result.activated_skill = skill_name
     return result
@@ -331,7 +383,7 @@ class LocalAgent(Agent):
     A base model cannot run tools, so "ran the helper" can only mean it named the command.
     """
 
-    name = "local"
+    name = "local-gemma"
     needs_workdir = False
 
     def __init__(self, model_path: Path | None, catalog: Sequence[Mapping[str, str]], threads: int | None = None,
@@ -485,16 +537,26 @@ class LocalAgent(Agent):
 
 
 def make_agent(spec: str, *, model_path: Path | None, catalog: Sequence[Mapping[str, str]], workers: int,
-               timeout: float, max_tokens: int = 160, threads: int | None = None,
-               activation: str = "discover") -> Agent:
+               timeout: float, max_tokens: int | None = None, threads: int | None = None,
+               activation: str = "discover", max_turns: int = 6) -> Agent:
     """The agent for ``--agent SPEC``; AgentUnavailable for an unknown spec."""
     if spec == "claude-code":
         return ClaudeCodeAgent(timeout=timeout)
     if spec == "codex":
         return CodexAgent(timeout=timeout)
     if spec == "local":
-        return LocalAgent(model_path, catalog, threads=threads, workers=workers, max_tokens=max_tokens,
+        from memtune.bench.loop import LoopAgent, LoopSettings
+
+        if activation != "discover":
+            raise AgentUnavailable("--activation always applies to --agent local-gemma only; "
+                                   "the local agent decides itself whether to load the skill")
+        if max_turns < 1:
+            raise AgentUnavailable("--max-turns must be at least 1")
+        return LoopAgent(catalog, model_path=model_path, threads=threads,
+                         settings=LoopSettings(max_turns=max_turns, max_tokens=max_tokens or 384))
+    if spec == "local-gemma":
+        return LocalAgent(model_path, catalog, threads=threads, workers=workers, max_tokens=max_tokens or 160,
                           activation=activation)
     if spec.startswith("command:"):
         return CommandAgent(spec[len("command:"):], timeout=timeout)
-    raise AgentUnavailable(f"unknown agent {spec!r}: use claude-code, codex, local or command:<program ...>")
+    raise AgentUnavailable(f"unknown agent {spec!r}: use local, local-gemma, claude-code, codex or command:<program ...>")

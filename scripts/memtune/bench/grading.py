@@ -107,6 +107,58 @@ def number_matches(spec: Mapping[str, Any], numbers: Iterable[float]) -> float |
     return None
 
 
+# A size as answers write it: "172 MiB", "2.84GiB", "147.4 GB", "40,406,826,834,985 bytes".
+_SIZE = re.compile(r"(?<![\w.])(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)\s*"
+                   r"(TiB|GiB|MiB|KiB|TB|GB|MB|KB|bytes|byte|B)(?![A-Za-z])", re.IGNORECASE)
+_PREFIX = {"k": 1, "m": 2, "g": 3, "t": 4}
+
+
+def significant_digits(number: str) -> int:
+    """Digits that carry information: "0.05" has 1, "172" and "2.8" have 3 and 2, "80" has 2."""
+    digits = number.replace(",", "").replace(".", "").lstrip("0")
+    return len(digits)
+
+
+def extract_sizes(text: str) -> list[tuple[str, tuple[float, ...], float]]:
+    """Every size written with a unit: (as written, candidate byte values, rounding allowance).
+
+    Why two candidates: "GB" and "GiB" are used interchangeably in training logs and
+    tools (PyTorch prints GiB, many dashboards print the same number as GB), so a prefix
+    is read both ways. Why an allowance: "0.17 GiB" is an honest rounding of 172 MiB; the
+    last written digit may be off by half a unit (never credited beyond 5%, see
+    size_matches)."""
+    found = []
+    for match in _SIZE.finditer(text):
+        number, unit = match.group(1).replace(",", ""), match.group(2).lower()
+        value = float(number)
+        decimals = len(number.split(".", 1)[1]) if "." in number else 0
+        power = _PREFIX.get(unit[0], 0) if unit not in ("b", "byte", "bytes") else 0
+        scales = (1.0,) if power == 0 else (1000.0 ** power, 1024.0 ** power)
+        candidates = tuple(value * scale for scale in scales)
+        allowance = 0.5 * 10.0 ** -decimals * max(scales)
+        found.append((match.group(0), candidates, allowance))
+    return found
+
+
+def size_matches(spec: Mapping[str, Any], text: str) -> str | None:
+    """The first size in ``text`` within tolerance of ``spec["bytes"]`` (as written), else None.
+
+    A helper's number must carry its unit, and at least ``min_digits`` significant digits
+    (default 2): a bare "172" could be anything, and a one-digit "~3 GB" from SKILL.md's
+    measured tables lies near many users' numbers by coincidence. A spec whose own
+    input is that coarse (values rounded to 0.01 GiB) sets ``min_digits`` to 1."""
+    target = float(spec["bytes"])
+    relative = float(spec.get("rel_tolerance", 0.02))
+    min_digits = int(spec.get("min_digits", 2))
+    for written, candidates, allowance in extract_sizes(text):
+        if significant_digits(_SIZE.match(written).group(1)) < min_digits:
+            continue
+        allowed = max(relative * target, min(allowance, 0.05 * target))
+        if any(abs(c - target) <= allowed for c in candidates):
+            return written
+    return None
+
+
 def _search(pattern: str, text: str) -> re.Match[str] | None:
     return re.search(pattern, text, FLAGS)
 
@@ -132,6 +184,10 @@ def grade_answer(
         results.append(CheckResult("must_not_include", pattern, hit is None, hit.group(0) if hit else ""))
     numbers = extract_numbers(answer) if checks.get("numbers") else []
     for spec in checks.get("numbers", ()):
+        if "bytes" in spec:  # a size with its unit (GiB/GB/MiB/..., rounding accepted)
+            written = size_matches(spec, answer)
+            results.append(CheckResult("number", str(spec["label"]), written is not None, written or ""))
+            continue
         hit_number = number_matches(spec, numbers)
         results.append(CheckResult("number", str(spec["label"]), hit_number is not None,
                                    "" if hit_number is None else repr(hit_number)))

@@ -24,11 +24,13 @@ Security. Otherwise FAIL.
 from __future__ import annotations
 
 import math
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from memtune.bench.agents import WITH, WITHOUT
+from memtune.bench.grading import FLAGS
 from memtune.bench.results import RunFile, iter_sorted
 from memtune.bench.stats import BOOTSTRAP_SAMPLES, Interval, bootstrap_mean_ci, mean, stddev
 
@@ -156,6 +158,80 @@ class Analysis:
         return not reasons, reasons
 
 
+OUTCOMES = ("right", "not activated", "wrong command", "command failed", "misread output")
+OUTCOME_MEANING = {
+    "right": "every check passed",
+    "not activated": "this skill was not loaded (without the skill it cannot be)",
+    "wrong command": "loaded, but the expected helper never ran (another helper, or none)",
+    "command failed": "the expected helper ran but every run of it failed (refused, timed out, exit code >= 2)",
+    "misread output": "the expected helper ran fine, the answer still missed a check",
+}
+
+
+def has_tool_records(run: RunFile) -> bool:
+    """Runs whose agent recorded its command runs (the agent loop, claude-code, codex).
+    Older runs have no such records: their report is left exactly as it was."""
+    return any("tool_calls" in (r.get("extra") or {}) for r in run.results)
+
+
+def is_smoke(run: RunFile) -> bool:
+    """A run over a subset of the tasks (``--cases``): a check that the harness works,
+    never a measurement, so never the headline."""
+    return bool(run.header.get("smoke"))
+
+
+def _call_failed(call: Mapping[str, Any]) -> bool:
+    code = call.get("exit_code")
+    if code is not None:
+        return int(code) >= 2  # the helpers exit 1 for "ran fine, found problems"
+    return call.get("failed") is not False  # refused, timed out, or reported as an error
+
+
+def outcome(r: Record, skill: str) -> str:
+    """Where a positive task's attempt ended, first failure first (OUTCOMES order)."""
+    grade = r["grade"]
+    if grade["solved"]:
+        return "right"
+    if r.get("activated_skill") != skill:
+        return "not activated"
+    pattern = next((c["label"] for c in grade["checks"] if c["kind"] == "command"), None)
+    calls = (r.get("extra") or {}).get("tool_calls") or []
+    matching = [c for c in calls if pattern and re.search(pattern, str(c.get("command", "")), FLAGS)]
+    if not matching:
+        return "wrong command"
+    if all(_call_failed(c) for c in matching):
+        return "command failed"
+    return "misread output"
+
+
+def failure_analysis(an: "Analysis") -> list[str]:
+    """Positive tasks per condition by outcome, then the negatives."""
+    rows = ["| Outcome (positive tasks) | Meaning | Without skill | With skill |", "| --- | --- | --- | --- |"]
+    counts: dict[str, dict[str, int]] = {cond: defaultdict(int) for cond in (WITHOUT, WITH)}
+    totals = {}
+    for cond in (WITHOUT, WITH):
+        pos = [r for r in an.by_condition.get(cond, []) if an.cases[r["case_id"]]["should_trigger"]]
+        totals[cond] = len(pos)
+        for r in pos:
+            counts[cond][outcome(r, an.skill)] += 1
+    for name in OUTCOMES:
+        cells = [f"{counts[c][name]} ({_pct(_ratio(counts[c][name], totals[c]))})" for c in (WITHOUT, WITH)]
+        rows.append(f"| {name} | {OUTCOME_MEANING[name]} | {cells[0]} | {cells[1]} |")
+    neg = [r for r in an.by_condition.get(WITH, []) if not an.cases[r["case_id"]]["should_trigger"]]
+    wrongly = sum(1 for r in neg if r.get("activated_skill") == an.skill)
+    right = sum(1 for r in neg if r["grade"]["solved"])
+    calls = [c for cond in (WITHOUT, WITH) for r in an.by_condition.get(cond, [])
+             for c in (r.get("extra") or {}).get("tool_calls") or []]
+    rows += ["", f"Negatives with the skill installed: {right} of {len(neg)} attempts right; this skill loaded in "
+             f"{wrongly}. Commands the agent asked for: {len(calls)}, of which {sum(1 for c in calls if _call_failed(c))} "
+             "failed or were refused."]
+    return rows
+
+
+def _ratio(part: int, whole: int) -> float:
+    return part / whole if whole else math.nan
+
+
 def _num(x: float, digits: int = 1) -> str:
     return "n/a" if math.isnan(x) else f"{x:.{digits}f}"
 
@@ -193,7 +269,9 @@ def render_other(run: RunFile) -> list[str]:
     an = Analysis(run)
     h = an.header
     results = {d.name: an.dimension(d) for d in DIMENSIONS}
-    kind = "diagnostic: SKILL.md body loaded on every with-skill task" if is_diagnostic(run) else "another run"
+    kind = ("diagnostic: SKILL.md body loaded on every with-skill task" if is_diagnostic(run)
+            else f"SMOKE run: {len(an.cases)} tasks only, a harness check, not a measurement" if is_smoke(run)
+            else "another run")
     out = [f"### `{run.run_id}` ({kind})", "",
            f"- Agent: `{h['agent']}`; model: {h['model']}; harness: {h.get('harness', 'n/a')}; attempts: {an.attempts}; "
            f"{len(an.records)} of {an.expected} task runs recorded{'' if an.complete else ' (INCOMPLETE)'}",
@@ -204,6 +282,8 @@ def render_other(run: RunFile) -> list[str]:
     helped = sum(1 for a, b in corr.per_case.values() if b > a)
     out += ["", f"Correctness rose on {helped} of {len(corr.per_case)} tasks; "
             "per-task results are in the raw file."]
+    if has_tool_records(run):
+        out += ["", *failure_analysis(an)]
     return out
 
 
@@ -249,6 +329,14 @@ def render(run: RunFile, notes: str | None = None, others: Sequence[RunFile] = (
     w("")
     w(_activation_section(an))
     w("")
+    if has_tool_records(run):
+        w("## Failure analysis")
+        w("")
+        w("Each attempt on a task where this skill should trigger, by where it ended (first failure first).")
+        w("")
+        for row in failure_analysis(an):
+            w(row)
+        w("")
     w("## Per task")
     w("")
     w("Correctness and solved rate per task, without → with the skill; *activated* is the share of "

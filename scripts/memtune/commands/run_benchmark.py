@@ -25,7 +25,11 @@ evals/results/<run-id>.jsonl as they finish (re-run the same command to resume),
 `report` writes BENCHMARK.md from those raw results alone.
 
 agents:
-  local            Gemma 3 270M base (GGUF) via llama-cpp-python; needs pip install -e '.[local-llm]'
+  local            Qwen2.5-Coder-1.5B-Instruct (GGUF) via llama-cpp-python in an agent loop: it sees the
+                   skill catalog, may load a skill and run its helpers (sandboxed), then answers;
+                   needs pip install -e '.[local-llm]' (the model is assembled once into
+                   ${XDG_CACHE_HOME:-~/.cache}/memtune and checked against its pinned sha256)
+  local-gemma      the earlier Gemma 3 270M base-model completion agent (no tools)
   claude-code      `claude -p` in a fresh project dir; skill installed with npx skills@1.5.16
   codex            `codex exec --json`, same isolation and installation
   command:PROGRAM  any program reading the prompt on stdin (split with shlex, no shell)
@@ -34,6 +38,7 @@ A missing agent is reported on one line with exit code 2."""
 EPILOG = """\
 examples:
   python3 scripts/run_benchmark.py run --agent local --attempts 3
+  python3 scripts/run_benchmark.py run --agent local --attempts 1 --cases frag-log-diagnosis,vpp-myth
   python3 scripts/run_benchmark.py run --agent 'command:python3 tests/bench_fake_agent.py' --attempts 1
   python3 scripts/run_benchmark.py run --agent claude-code --attempts 3 --workers 4 --judge 'python3 judge.py'
   python3 scripts/run_benchmark.py report                # BENCHMARK.md from the latest run
@@ -41,7 +46,7 @@ examples:
   python3 scripts/run_benchmark.py regrade --run local-a3-1a2b3c4d
   python3 scripts/run_benchmark.py validate              # evals.json against its JSON Schema"""
 
-HARNESS_VERSION = "memtune-bench 2"  # 2: one sampling seed per (case, attempt) for both conditions
+HARNESS_VERSION = "memtune-bench 3"  # 3: the local agent is a tool-using loop; 2: one seed per (case, attempt)
 
 
 def _default_evals() -> Path:
@@ -88,11 +93,15 @@ def build_parser():
     run.add_argument("--cases", help="comma-separated case ids to run (a smoke run; default all)")
     run.add_argument("--judge", help="program grading expected_behavior: JSON on stdin, {\"score\": 0..1} on stdout")
     run.add_argument("--model", type=Path, help="local agent: a GGUF file (default: assemble the PyPI model package)")
-    run.add_argument("--max-tokens", type=int, default=160, help="local agent: tokens generated per answer (default 160)")
+    run.add_argument("--max-tokens", type=int, default=None,
+                     help="local agents: tokens generated per turn (default 384 for local, 160 for local-gemma)")
+    run.add_argument("--max-turns", type=int, default=6,
+                     help="local agent: model replies per task, loads and commands included (default 6)")
     run.add_argument("--activation", choices=("discover", "always"), default="discover",
-                     help="local agent: 'discover' (the model picks a skill from the frontmatter list; default) or "
-                          "'always' (the body is loaded for every with-skill task: a diagnostic run)")
-    run.add_argument("--threads", type=int, default=None, help="local agent: llama.cpp threads per worker (default 1)")
+                     help="local-gemma agent: 'discover' (the model picks a skill from the frontmatter list; default) "
+                          "or 'always' (the body is loaded for every with-skill task: a diagnostic run)")
+    run.add_argument("--threads", type=int, default=None,
+                     help="local agents: llama.cpp threads (default 2 for local, 1 per worker for local-gemma)")
     run.add_argument("--timeout", type=float, default=900.0, help="seconds per task for CLI/command agents (default 900)")
     run.add_argument("--skill-dir", type=Path, default=None, help="the skill under test (default: this package)")
     run.add_argument("--keep-workdirs", action="store_true", help="keep each task's project directory for inspection")
@@ -167,9 +176,11 @@ def cmd_validate(evals: Path, as_json: bool) -> int:
 def _reproduce_command(args, run_id: str) -> str:
     parts = ["python3 scripts/run_benchmark.py run", f"--agent {_quote(args.agent)}", f"--attempts {args.attempts}",
              f"--workers {args.workers}"]
-    if args.agent == "local" and args.max_tokens != 160:
+    if args.agent in ("local", "local-gemma") and args.max_tokens is not None:
         parts.append(f"--max-tokens {args.max_tokens}")
-    if args.agent == "local" and args.activation != "discover":
+    if args.agent == "local" and args.max_turns != 6:
+        parts.append(f"--max-turns {args.max_turns}")
+    if args.agent == "local-gemma" and args.activation != "discover":
         parts.append(f"--activation {args.activation}")
     if args.cases:
         parts.append(f"--cases {args.cases}")
@@ -208,14 +219,14 @@ def cmd_run(args, evals: Path, results_dir: Path) -> int:
     try:
         agent = make_agent(args.agent, model_path=args.model, catalog=catalog, workers=args.workers,
                            timeout=args.timeout, max_tokens=args.max_tokens, threads=args.threads,
-                           activation=args.activation)
+                           activation=args.activation, max_turns=args.max_turns)
         agent.prepare()
     except AgentUnavailable as exc:
         sys.stderr.write(f"run_benchmark.py: error: agent unavailable: {exc}\n")
         return EXIT_USAGE
 
     run_id = args.run_id or f"{_slug(args.agent)}-a{args.attempts}-{dataset.sha256[:8]}"
-    if args.agent == "local" and args.activation != "discover" and not args.run_id:
+    if args.agent == "local-gemma" and args.activation != "discover" and not args.run_id:
         run_id += f"-{args.activation}"
     if args.cases and not args.run_id:  # a smoke run must not resume into (or block) the full run's file
         run_id += "-cases-" + hashlib.sha256(args.cases.encode()).hexdigest()[:6]
@@ -245,6 +256,7 @@ def cmd_run(args, evals: Path, results_dir: Path) -> int:
             "type": "run", "run_id": run_id, "harness": HARNESS_VERSION, "agent": args.agent, "model": agent.model,
             "agent_settings": info.get("settings", {}), "attempts": args.attempts, "workers": args.workers,
             "judge": args.judge, "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "smoke": bool(args.cases),
             "command": _reproduce_command(args, run_id),
             "dataset": {"path": _display(evals), "sha256": dataset.sha256,
                         "cases": [{"id": c.id, "category": c.category, "should_trigger": c.should_trigger,
@@ -274,8 +286,9 @@ def cmd_run(args, evals: Path, results_dir: Path) -> int:
 
 
 def _pick_run(results_dir: Path, run_id: str | None):
-    """The run the report is about: --run, else the latest run that is not diagnostic."""
-    from memtune.bench.report import is_diagnostic
+    """The run the report is about: --run, else the latest run that is neither diagnostic
+    nor a smoke run over a subset of the tasks."""
+    from memtune.bench.report import is_diagnostic, is_smoke
     from memtune.bench.results import list_runs, read_run
 
     if run_id:
@@ -286,7 +299,7 @@ def _pick_run(results_dir: Path, run_id: str | None):
     runs = list_runs(results_dir) if results_dir.is_dir() else []
     if not runs:
         raise InputError(f"{_display(results_dir)}: no run files; run `run_benchmark.py run --agent ...` first")
-    primary = [r for r in runs if not is_diagnostic(r)]
+    primary = [r for r in runs if not is_diagnostic(r) and not is_smoke(r)]
     return (primary or runs)[-1]
 
 

@@ -1,0 +1,239 @@
+"""The local agent's loop (catalog -> load -> run helpers -> answer) with a scripted fake model.
+
+No llama_cpp and no model file: the model is a list of canned replies, and the test
+checks what the loop showed it, what it executed and what it recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import pytest
+
+from memtune.bench.agents import WITH, WITHOUT, AgentUnavailable, Task, make_agent
+from memtune.bench.dataset import load_dataset
+from memtune.bench.grading import load_security_rules
+from memtune.bench.loop import FINAL_TURN, LoopAgent, LoopSettings, Reply, run_loop
+from memtune.bench.results import RunWriter, read_run
+from memtune.bench.runner import Job, Runner
+from memtune.bench.skill import load_skill, stage_clean_copy
+from memtune.bench.tools import NOT_FOUND, Sandbox, cap, parse_action
+
+REPO = Path(__file__).resolve().parent.parent
+SKILL = load_skill(REPO)
+DATASET = load_dataset(REPO / "evals" / "evals.json")
+CATALOG = json.loads((REPO / "evals" / "harness" / "skill_catalog.json").read_text())["skills"]
+LOG = "megatron_llama3_70b_sft_rank13_oom.log"
+
+
+class ScriptedModel:
+    """Returns the canned replies in order and keeps every message list it was shown."""
+
+    def __init__(self, replies: Sequence[str]) -> None:
+        self.replies = list(replies)
+        self.seen: list[list[dict]] = []
+        self.seeds: list[int] = []
+
+    def chat(self, messages: Sequence[Mapping[str, str]], *, max_tokens: int, seed: int) -> Reply:
+        self.seen.append([dict(m) for m in messages])
+        self.seeds.append(seed)
+        text = self.replies.pop(0) if self.replies else "(out of script)"
+        return Reply(text, tokens_in=100, tokens_out=10)
+
+
+@pytest.fixture(scope="module")
+def staged(tmp_path_factory) -> Path:
+    return stage_clean_copy(REPO, tmp_path_factory.mktemp("staged") / SKILL.name)
+
+
+def workdir_for(tmp_path: Path, case_id: str, condition: str, staged: Path) -> Task:
+    case = DATASET.by_id()[case_id]
+    work = tmp_path / "project"
+    work.mkdir()
+    for name in case.files:
+        (work / name).write_bytes((REPO / "evals" / "files" / name).read_bytes())
+    if condition == WITH:
+        import shutil
+
+        shutil.copytree(staged, work / ".agents" / "skills" / SKILL.name)
+    return Task(case, condition, 1, work, {}, SKILL if condition == WITH else None)
+
+
+def run_block(command: str) -> str:
+    return f"I will run the helper.\n```run\n{command}\n```\n"
+
+
+def test_with_skill_load_run_answer(tmp_path: Path, staged: Path) -> None:
+    task = workdir_for(tmp_path, "frag-log-diagnosis", WITH, staged)
+    model = ScriptedModel([f"```load\n{SKILL.name}\n```", run_block(f"python3 scripts/diagnose.py {LOG}"),
+                           "Fragmentation: 172 MiB requested, 2.84 GiB reserved but unallocated."])
+    result = run_loop(model, task, CATALOG, LoopSettings())
+    assert result.activated_skill == SKILL.name
+    assert result.commands == [f"python3 scripts/diagnose.py {LOG}"]
+    calls = result.extra["tool_calls"]
+    assert [c["exit_code"] for c in calls] == [0] and calls[0]["helper"] == "diagnose" and calls[0]["refused"] is None
+    assert result.answer.startswith("Fragmentation") and result.extra["turns"] == 3
+    assert (result.tokens_in, result.tokens_out) == (300, 30)
+    first_system, second_system = model.seen[0][0]["content"], model.seen[1][0]["content"]
+    # discovery: names and descriptions only, every skill once, sorted by name
+    listed = [line[2:].split(":")[0] for line in first_system.splitlines() if line.startswith("- ")]
+    assert listed == sorted([SKILL.name, *(s["name"] for s in CATALOG)])
+    assert "## Failure Diagnosis" not in first_system
+    # activation: the body joins the system message (shared, cacheable prefix)
+    assert second_system.startswith(first_system) and "## Failure Diagnosis" in second_system
+    # the helper's real output on the fixture went back to the model
+    tool_message = model.seen[2][-1]["content"]
+    assert tool_message.startswith(f"Output of `python3 scripts/diagnose.py {LOG}` (exit code 0)")
+    assert "fragmentation" in tool_message and "172.00 MiB" in tool_message and "2.84 GiB" in tool_message
+    assert model.seeds == [task.seed, task.seed + 1, task.seed + 2]
+
+
+def test_without_skill_same_tools_catalog_minus_the_skill(tmp_path: Path, staged: Path) -> None:
+    task = workdir_for(tmp_path, "frag-log-diagnosis", WITHOUT, staged)
+    model = ScriptedModel([f"```load\n{SKILL.name}\n```", run_block(f"python3 scripts/diagnose.py {LOG}"), "No idea."])
+    result = run_loop(model, task, CATALOG, LoopSettings())
+    system = model.seen[0][0]["content"]
+    assert SKILL.name not in system and all(s["name"] in system for s in CATALOG)
+    assert result.activated_skill is None and result.extra["loads"] == [SKILL.name]
+    assert "no installed skill named" in model.seen[1][-1]["content"]
+    assert result.extra["tool_calls"][0]["exit_code"] == NOT_FOUND
+    assert "no installed skill provides scripts/diagnose.py" in model.seen[2][-1]["content"]
+
+
+def test_loading_a_decoy_is_recorded_as_its_activation(tmp_path: Path, staged: Path) -> None:
+    task = workdir_for(tmp_path, "neg-nan-loss", WITH, staged)
+    decoy = "training-numerical-stability"
+    model = ScriptedModel([f"```load\n{decoy}\n```", "Lower the learning rate and check clipping."])
+    result = run_loop(model, task, CATALOG, LoopSettings())
+    assert result.activated_skill == decoy and result.commands == []
+    assert "no instructions for this request" in model.seen[1][-1]["content"]
+
+
+@pytest.mark.parametrize("command, why", [
+    ("bash -c 'cat /etc/passwd'", "only `python3 scripts/<helper>.py"),
+    ("python3 -c 'import os; os.system(\"id\")'", "only scripts/<helper>.py"),
+    ("python3 scripts/sign_skill.py sign", "not an allowed helper"),
+    ("python3 scripts/run_benchmark.py run --agent local", "not an allowed helper"),
+    ("python3 /etc/passwd", "relative"),
+    ("python3 scripts/diagnose.py /etc/passwd", "inside the project directory"),
+    ("python3 scripts/diagnose.py ../../secret.log", "inside the project directory"),
+    ("python3 scripts/diagnose.py x.log ; touch pwned", "no shell operators"),
+    ("python3 scripts/diagnose.py 'unclosed", "cannot parse"),
+])
+def test_commands_outside_the_allow_list_are_refused_unrun(tmp_path: Path, staged: Path, command: str, why: str) -> None:
+    task = workdir_for(tmp_path, "frag-log-diagnosis", WITH, staged)
+    call = Sandbox(task.workdir).run(command, loaded=SKILL.name)
+    assert call.exit_code is None and call.refused and why in call.output
+    assert not (task.workdir / "pwned").exists()
+
+
+def test_nothing_reaches_a_shell(tmp_path: Path, staged: Path) -> None:
+    task = workdir_for(tmp_path, "frag-log-diagnosis", WITH, staged)
+    call = Sandbox(task.workdir).run("python3 scripts/diagnose.py '$(touch pwned)' `touch pwned2`", loaded=SKILL.name)
+    assert call.exit_code == 2 and call.refused is None  # the helper got literal file names and said so
+    assert not list(task.workdir.glob("pwned*"))
+
+
+def test_here_document_becomes_stdin(tmp_path: Path, staged: Path) -> None:
+    task = workdir_for(tmp_path, "capacity-after-expandable", WITH, staged)
+    message = ("RuntimeError: CUDA out of memory. Tried to allocate 786.00 MiB (GPU 0; 14.73 GiB total capacity; "
+               "13.33 GiB already allocated; 575.88 MiB free; 13.38 GiB reserved in total by PyTorch)")
+    action = parse_action(f"```run\npython3 scripts/diagnose.py - <<'EOF'\n{message}\nEOF\n```")
+    assert (action.kind, action.text, action.stdin) == ("run", "python3 scripts/diagnose.py -", message + "\n")
+    call = Sandbox(task.workdir).run(action.text, action.stdin, SKILL.name)
+    assert call.exit_code == 0 and "capacity" in call.output.lower()
+
+
+def test_installed_path_form_and_helper_exit_codes(tmp_path: Path, staged: Path) -> None:
+    task = workdir_for(tmp_path, "frag-log-diagnosis", WITH, staged)
+    box = Sandbox(task.workdir)
+    full = box.run(f"python3 .agents/skills/{SKILL.name}/scripts/diagnose.py {LOG} --json")
+    assert full.exit_code == 0 and json.loads(full.output)["findings"][0]["kind"] == "fragmentation"
+    missing = box.run("python3 scripts/diagnose.py no-such.log", loaded=SKILL.name)
+    assert missing.exit_code == 2 and "no-such.log" in missing.output
+
+
+def test_turn_limit_forces_a_final_answer(tmp_path: Path, staged: Path) -> None:
+    task = workdir_for(tmp_path, "frag-log-diagnosis", WITH, staged)
+    model = ScriptedModel([run_block(f"python3 scripts/diagnose.py {LOG}")] * 10)
+    result = run_loop(model, task, CATALOG, LoopSettings(max_turns=3))
+    assert result.extra["turns"] == 3 and len(model.seen) == 3
+    assert model.seen[-1][-1]["content"] == FINAL_TURN
+    assert len(result.commands) == 2 and result.answer  # the last reply stands as the answer
+
+
+def test_output_cap_keeps_head_and_tail() -> None:
+    text = "A" * 5000 + "Z" * 5000
+    capped = cap(text, 1000)
+    assert len(capped) < 1100 and capped.startswith("A" * 700) and capped.endswith("Z" * 250)
+    assert "characters cut" in capped and cap("short", 1000) == "short"
+
+
+def test_timeout_is_recorded_not_raised(tmp_path: Path, staged: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    task = workdir_for(tmp_path, "frag-log-diagnosis", WITH, staged)
+
+    def slow(*args, **kwargs):
+        raise subprocess.TimeoutExpired(args[0], kwargs.get("timeout", 0))
+
+    monkeypatch.setattr("memtune.bench.tools.subprocess.run", slow)
+    call = Sandbox(task.workdir, timeout=5).run(f"python3 scripts/diagnose.py {LOG}", loaded=SKILL.name)
+    assert call.exit_code is None and call.refused == "timeout" and "timed out after 5 s" in call.output
+
+
+def test_runner_installs_the_skill_and_records_tool_calls(tmp_path: Path) -> None:
+    """End to end through the Runner: a fresh project dir, the installed copy, the record."""
+    model = ScriptedModel([
+        f"```load\n{SKILL.name}\n```", run_block(f"python3 scripts/diagnose.py {LOG}"),
+        "Fragmentation on rank 13: 172 MiB requested, 2.84 GiB reserved but unallocated; "
+        "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.",
+        run_block(f"python3 scripts/diagnose.py {LOG}"), "I cannot tell.",
+    ])
+    agent = LoopAgent(CATALOG, model=model)
+    path = tmp_path / "run.jsonl"
+    writer = RunWriter.create(path, {"type": "run", "run_id": "t"})
+    rules = load_security_rules(json.loads((REPO / "evals" / "harness" / "security.json").read_text()))
+    runner = Runner(agent, DATASET, SKILL, writer, rules)
+    case = DATASET.by_id()["frag-log-diagnosis"]
+    runner.run([Job(case, WITH, 1), Job(case, WITHOUT, 1)])
+    records = {r["condition"]: r for r in read_run(path).results}
+    with_skill, without = records[WITH], records[WITHOUT]
+    assert with_skill["activated_skill"] == SKILL.name and with_skill["error"] is None
+    assert with_skill["extra"]["tool_calls"][0]["exit_code"] == 0
+    assert with_skill["grade"]["command_ok"] is True
+    assert without["extra"]["tool_calls"][0]["exit_code"] == NOT_FOUND and without["activated_skill"] is None
+
+
+def test_make_agent_local_is_the_loop_and_validates_settings() -> None:
+    agent = make_agent("local", model_path=None, catalog=CATALOG, workers=1, timeout=10, max_turns=4)
+    assert isinstance(agent, LoopAgent) and agent.describe()["settings"]["max_turns"] == 4
+    with pytest.raises(AgentUnavailable, match="local-gemma"):
+        make_agent("local", model_path=None, catalog=CATALOG, workers=1, timeout=10, activation="always")
+    with pytest.raises(AgentUnavailable, match="max-turns"):
+        make_agent("local", model_path=None, catalog=CATALOG, workers=1, timeout=10, max_turns=0)
+
+
+@pytest.mark.parametrize("reply, expected", [
+    ("```load\nnemo\n```", ("load", "nemo")),
+    ("Let me load it.\n```load nemo```", ("load", "nemo")),
+    ("```run python3 scripts/diagnose.py a.log```", ("run", "python3 scripts/diagnose.py a.log")),
+    ("```run\npython3 scripts/diagnose.py a.log\n```\nthen more", ("run", "python3 scripts/diagnose.py a.log")),
+    ("Set it:\n```bash\nexport PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n```", ("answer", None)),
+    ("```running text``` is not a block", ("answer", None)),
+])
+def test_parse_action_forms(reply: str, expected) -> None:
+    action = parse_action(reply)
+    assert action.kind == expected[0]
+    if expected[1] is not None:
+        assert action.text == expected[1]
+
+
+def test_reloading_a_skill_is_answered_not_repeated(tmp_path: Path, staged: Path) -> None:
+    task = workdir_for(tmp_path, "neg-nan-loss", WITHOUT, staged)
+    decoy = "training-numerical-stability"
+    model = ScriptedModel([f"```load\n{decoy}\n```", f"```load\n{decoy}\n```", "Lower the learning rate."])
+    result = run_loop(model, task, CATALOG, LoopSettings())
+    assert "do not load it again" in model.seen[2][-1]["content"]
+    assert result.answer == "Lower the learning rate." and result.activated_skill == decoy
