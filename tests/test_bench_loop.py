@@ -149,7 +149,7 @@ def test_here_document_becomes_stdin(tmp_path: Path, staged: Path) -> None:
 
 def test_installed_path_form_and_helper_exit_codes(tmp_path: Path, staged: Path) -> None:
     task = workdir_for(tmp_path, "frag-log-diagnosis", WITH, staged)
-    box = Sandbox(task.workdir)
+    box = Sandbox(task.workdir, output_cap=1 << 20)  # the whole JSON document, to parse it
     full = box.run(f"python3 .agents/skills/{SKILL.name}/scripts/diagnose.py {LOG} --json")
     assert full.exit_code == 0 and json.loads(full.output)["findings"][0]["kind"] == "fragmentation"
     missing = box.run("python3 scripts/diagnose.py no-such.log", loaded=SKILL.name)
