@@ -62,11 +62,32 @@ def test_named_precision_recipes_follow_bridge(recipe, fp8, param_gather):
     cfg = {"model": {"tensor_model_parallel_size": 1}, "mixed_precision": recipe}
     _, run, _ = specs_from_bridge(cfg, world_size=8, base=load_preset("llama3-8b"))
     assert (run.fp8, run.fp8_param_gather, run.grad_reduce_in_fp32) == (fp8, param_gather, True)
-    # an explicit field still wins over the recipe
-    cfg["ddp"] = {"fp8_param_gather": False, "grad_reduce_in_fp32": False}
-    cfg["mixed_precision"] = {"_name": recipe, "fp8_param_gather": False}
+    # a field written in the mixed-precision section wins over the recipe
+    cfg["mixed_precision"] = {"_name": recipe, "fp8_param_gather": False, "grad_reduce_in_fp32": False}
     _, run, _ = specs_from_bridge(cfg, world_size=8, base=load_preset("llama3-8b"))
     assert not run.fp8_param_gather and not run.grad_reduce_in_fp32
+
+
+def test_mixed_precision_overwrites_ddp_as_bridge_setup_does():
+    """Bridge's runtime_config_update runs ``cfg.mixed_precision.setup(cfg.model, cfg.optimizer,
+    cfg.ddp)``, which copies each MixedPrecisionConfig field onto the DDP config: a ddp value
+    that disagrees with the mixed-precision one is overwritten, not obeyed."""
+    base = load_preset("llama3-8b")
+    ddp_says_bf16 = {"grad_reduce_in_fp32": False, "fp8_param_gather": True}
+    for mp in ("bf16_mixed", {"_name": "bf16_mixed"}, {"bf16": True}):
+        cfg = {"model": {}, "ddp": ddp_says_bf16, "mixed_precision": mp}
+        _, run, _ = specs_from_bridge(cfg, world_size=8, base=base)
+        assert run.grad_reduce_in_fp32 and not run.fp8_param_gather, mp
+    # fp8_param is kept in sync with fp8_param_gather by MixedPrecisionConfig.__setattr__
+    cfg = {"model": {}, "mixed_precision": {"_name": "bf16_with_fp8_current_scaling_mixed", "fp8_param": False}}
+    assert not specs_from_bridge(cfg, world_size=8, base=base)[1].fp8_param_gather
+    # the Llama3-70B perf recipe writes grad_reduce_in_fp32 = False on both configs
+    cfg = {"model": {}, "ddp": {"grad_reduce_in_fp32": False},
+           "mixed_precision": {"_name": "bf16_with_fp8_current_scaling_mixed", "grad_reduce_in_fp32": False}}
+    assert not specs_from_bridge(cfg, world_size=8, base=base)[1].grad_reduce_in_fp32
+    # without a mixed-precision section nothing overwrites the DDP config
+    _, run, _ = specs_from_bridge({"model": {}, "ddp": ddp_says_bf16}, world_size=8, base=base)
+    assert not run.grad_reduce_in_fp32 and run.fp8_param_gather
 
 
 def test_bridge_defaults_fused_loss_reads_deferred_wgrad_and_names_the_assumed_micro_batch():

@@ -174,6 +174,28 @@ def model_from_bridge(model: Mapping[str, Any], base: ModelSpec | None = None) -
     return ModelSpec(**values)
 
 
+def _precision_over_ddp(mp: Mapping[str, Any], ddp: Mapping[str, Any], model_s: Mapping[str, Any],
+                        recipe_grad_fp32: bool, recipe_param_gather: bool) -> tuple[bool, bool]:
+    """(grad_reduce_in_fp32, fp8_param_gather) as the run will use them.
+
+    Megatron Bridge applies the mixed-precision config last: ``runtime_config_update`` calls
+    ``cfg.mixed_precision.setup(cfg.model, cfg.optimizer, cfg.ddp)`` (training/config.py), and
+    ``update_config_with_precision_overrides`` copies every MixedPrecisionConfig field the target
+    also has onto it (training/mixed_precision.py). So when a ``mixed_precision`` section exists,
+    its value - the field written there, else the named recipe's, else the dataclass default
+    (``grad_reduce_in_fp32 = True``, ``fp8_param_gather = False``; ``fp8_param`` is kept in sync
+    with it) - replaces whatever ``ddp`` says. Only without one do the DDP fields stand.
+    """
+    if mp:
+        grad = _bool_field(mp, "grad_reduce_in_fp32", "mixed_precision", recipe_grad_fp32)
+        key = "fp8_param_gather" if "fp8_param_gather" in mp else "fp8_param"
+        gather = _bool_field(mp, key, "mixed_precision", recipe_param_gather)
+        return grad, bool(gather)
+    grad = _bool_field(ddp, "grad_reduce_in_fp32", "ddp", recipe_grad_fp32)
+    gather = any(_bool_field(sec, "fp8_param_gather", name, False) for sec, name in ((model_s, "model"), (ddp, "ddp")))
+    return grad, gather
+
+
 def specs_from_bridge(cfg: Mapping[str, Any], world_size: int | None = None, base: ModelSpec | None = None):
     """(ModelSpec, RunSpec, assumptions) from a ConfigContainer mapping."""
     assumptions: list[str] = []
@@ -210,10 +232,7 @@ def specs_from_bridge(cfg: Mapping[str, Any], world_size: int | None = None, bas
             params_dtype = "fp32"
         if mp.get("fp8") or model_s.get("fp8"):
             fp8 = str(mp.get("fp8_recipe") or model_s.get("fp8_recipe") or "delayed")
-        if "grad_reduce_in_fp32" in mp:
-            grad_fp32 = _bool_field(mp, "grad_reduce_in_fp32", "mixed_precision")
-    if "grad_reduce_in_fp32" in ddp:
-        grad_fp32 = _bool_field(ddp, "grad_reduce_in_fp32", "ddp")
+    grad_fp32, param_gather = _precision_over_ddp(mp, ddp, model_s, grad_fp32, recipe_param_gather)
 
     peft_kind = None
     lora_dim, targets, regather = 32, LORA_DEFAULT_TARGETS, False
@@ -260,8 +279,7 @@ def specs_from_bridge(cfg: Mapping[str, Any], world_size: int | None = None, bas
         sequence_parallel=_bool_field(model_s, "sequence_parallel", "model", False),
         params_dtype=params_dtype,
         fp8=fp8,
-        fp8_param_gather=any(_bool_field(sec, "fp8_param_gather", name, recipe_param_gather if sec is mp else False)
-                             for sec, name in ((mp, "mixed_precision"), (model_s, "model"), (ddp, "ddp"))),
+        fp8_param_gather=param_gather,
         grad_reduce_in_fp32=grad_fp32,
         optimizer=_str_field(optim, "optimizer", "optimizer", "adam"),
         use_distributed_optimizer=_bool_field(ddp, "use_distributed_optimizer", "ddp",
