@@ -45,10 +45,27 @@ from reference_formula import inputs_from_specs, reference_total_bytes  # noqa: 
 DATA = ROOT / "tests" / "data" / "estimator"
 
 # Bridge rows that leave run fields out: what we assume for them (printed with the rows).
-# The LoRA re-gather rows come from one measurement campaign (seed page): we assume the
-# Qwen3-8B row's sequence length and one micro-batch of 1 for all three, and ETP 1 for
-# the MoE rows (Megatron Bridge's MoE recipes default to expert_tensor_parallel_size=1).
+# The LoRA re-gather rows come from one measurement campaign (seed page; Megatron Bridge
+# PR #4581): one micro-batch of 1 (Bridge's _peft_common), ETP 1 for the MoE rows (Bridge's
+# MoE recipes set expert_tensor_parallel_size=1); sequence lengths below.
 BRIDGE_RUN_DEFAULTS = {"mbs": 1, "seq_length": 8192, "etp": 1}
+
+# Tokens per micro-batch of the two MoE LoRA rows, read off their measured re-gather savings.
+# Neither row states its sequence length. Bridge's PEFT recipes of the measurement's time
+# (commit 33655ef84, PR #4581: qwen3_30b_a3b_peft_config, gpt_oss_120b_peft_config, both on
+# _peft_common) use seq_length 2048 and micro_batch_size 1, but those cannot be the measured
+# runs: re-gather drops one gathered bf16 LoRA-A input (2 x tokens x hidden bytes) per eligible
+# adapter (linear_qkv only in MoE layers) per layer, which is 4.83 GB against the 4.731 GB
+# measured on the Qwen3-8B row whose sequence (8192) is stated; at 2048 tokens the MoE rows
+# would save 0.40 GB and 0.42 GB, not the measured 1.569 GB and 0.814 GB. Those measured
+# savings give 1.569e9 / (48 x 2 x 2048) = 7980 tokens (Qwen3-30B-A3B: 8192) and
+# 0.814e9 / (36 x 2 x 2880) = 3926 tokens (GPT-OSS-120B: 4096). Micro-batch 1 is
+# _peft_common's; only the product seq_length x mbs is pinned by the saving.
+# tests/test_estimator.py re-derives both from the measured savings.
+BRIDGE_TOKENS_FROM_REGATHER_SAVING = {
+    "qwen3-30b-a3b-lora-tp4-ep4": {"seq_length": 8192},
+    "gpt-oss-120b-lora-tp2-ep8": {"seq_length": 4096},
+}
 
 # Run settings the measured tables leave out but the recipe behind them fixes. The seed's
 # Llama3-70B rows are Megatron Bridge's performance config LLAMA3_70B_SFT_CONFIG_H100_FP8_CS_V1
@@ -162,6 +179,7 @@ def bridge_cases():
         raw_run = dict(base.get("run", {}))
         raw_run.update(p.get("run", {}) if "same_as" in p else {})
         raw_run.update(BRIDGE_RECIPE_FACTS.get(base["id"], {}))
+        raw_run.update(BRIDGE_TOKENS_FROM_REGATHER_SAVING.get(base["id"], {}))
         raw_run.update(p.get("run_overrides", {}))
         if "peak_bytes" in p:
             yield p["id"], "bridge (peak)", model, _bridge_run(raw_run), p["peak_bytes"], "peak"
@@ -228,7 +246,8 @@ def main(argv=None) -> int:
     print("(GB = 1e9 bytes; err = estimate / measured - 1; Megatron-LM goldens compare the last pipeline stage,"
           " Bridge rows the peak stage; runtime overhead excluded from ours)")
     print(f"Bridge rows without mbs/seq_length assume {BRIDGE_RUN_DEFAULTS}; the fused loss (Bridge's default); "
-          f"recipe settings added: {BRIDGE_RECIPE_FACTS}.")
+          f"recipe settings added: {BRIDGE_RECIPE_FACTS}; sequence lengths read off the measured re-gather "
+          f"savings: {BRIDGE_TOKENS_FROM_REGATHER_SAVING}.")
     for group in groups:
         for label, key in (("ours", "ours"), ("reference", "reference")):
             s = result["by_group"][group][key]
