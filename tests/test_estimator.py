@@ -249,7 +249,7 @@ def test_interleaved_in_flight_matches_megatron_warmup_for_the_seed_vpp_change()
     assert in_flight_layer_microbatches(BASE.with_(vpp=10), 3, 20) > in_flight_layer_microbatches(BASE, 3, 20)
 
 
-def test_fp8_weight_cache_skips_vocab_layers_and_mlp_only_cuda_graphs():
+def test_fp8_weight_cache_skips_vocab_layers_and_covers_cuda_graphed_weights():
     fp8 = BASE.with_(fp8="tensorwise")
     plain = estimate(LLAMA70, BASE).stages
     cached = estimate(LLAMA70, fp8).stages
@@ -259,12 +259,12 @@ def test_fp8_weight_cache_skips_vocab_layers_and_mlp_only_cuda_graphs():
     for p, c in zip(plain, cached):
         vocab_here = vocab if c.stage in (0, 3) else 0
         assert c.weights - p.weights == pytest.approx(2 * (c.params - vocab_here), rel=1e-6)
-    # Megatron passes fp8_weight_caching only when the graphs capture attention: with
-    # cuda_graph_scope=['mlp'] the graphed MLP weights are quantised per replay, not cached
-    mlp_graphs = estimate(LLAMA70, fp8.with_(cuda_graph_scope=("mlp",))).stages[1]
-    attn_graphs = estimate(LLAMA70, fp8.with_(cuda_graph_scope=("attn", "mlp"))).stages[1]
-    mlp_params = 20 * 3 * LLAMA70.hidden_size * LLAMA70.ffn_hidden_size / 4
-    assert attn_graphs.weights - mlp_graphs.weights == pytest.approx(2 * mlp_params, rel=1e-6)
+    # Megatron-Core's TE graph helper sets kwargs['fp8_weight_caching'] = True for every
+    # cuda_graph_scope (cuda_graphs.py since 98b6f0e, 2025-09; the seed run's Megatron
+    # 3758b54 too): graphed MLP weights keep their cached fp8 copy like eager ones
+    eager = estimate(LLAMA70, fp8).stages[1].weights
+    for scope in (("mlp",), ("attn", "mlp"), ("attn",)):
+        assert estimate(LLAMA70, fp8.with_(cuda_graph_scope=scope)).stages[1].weights == eager, scope
 
 
 def test_loss_peak_and_backward_working_layer_do_not_stack():

@@ -5,7 +5,7 @@ allocator will hold on that stage's GPUs at the step's peak:
 
 * **weights** - the stage's parameter shard (bf16/fp16/fp32, or fp8 with fp8 param gather),
   plus TE's cached fp8 copies of its GEMM weights when training in fp8 (not the bf16
-  embedding/output layer, not weights inside attention-less CUDA graphs);
+  embedding/output layer);
 * **gradients** - Megatron's contiguous gradient buffer (fp32 main grads or param dtype);
 * **optimizer** - fp32 main params and moments, sharded over DP x CP by the distributed
   optimizer (routed experts over their own expert-DP group);
@@ -548,33 +548,6 @@ def _model_facts(model: ModelSpec, tp: int):
     return tuple(prefix), dense_layer, moe_layer, count_parameters(model, padded_tp=tp), mtp
 
 
-#: cuda_graph_scope values whose graphs contain the attention block (Megatron then lets TE
-#: cache fp8 weights inside the graphs).
-_ATTN_GRAPH_SCOPES = ("attn", "full", "full_iteration", "transformer_layer")
-
-
-def _fp8_uncached_graphed_params(model: ModelSpec, run: RunSpec, dense_n: int, moe_n: int) -> float:
-    """TP/EP-local weights quantised inside CUDA graphs instead of cached (0 without graphs).
-
-    Megatron-Core's TE graph helper passes ``fp8_weight_caching = 'attn' in cuda_graph_scope``
-    to ``make_graphed_callables`` (TE ignores weight caching unless attention is captured), so
-    with e.g. ``cuda_graph_scope=['mlp']`` the graphed MLP's fp8 weights are re-quantised in
-    every replay: a temporary in the graph's private pool, not a persistent fp8 copy.
-    """
-    scope = run.cuda_graph_scope
-    if not scope or any(s in _ATTN_GRAPH_SCOPES for s in scope) or run.recompute_granularity == "full":
-        return 0.0
-    t = max(1, run.tp)
-    attn = attention_params(model)[0]
-    out = 0.0
-    if "mlp" in scope:
-        out += dense_n * (layer_params(model, False).dense - attn) / t
-    if "moe" in scope and model.is_moe:
-        moe_layer = layer_params(model, True)
-        out += moe_n * ((moe_layer.dense - attn) / t + moe_layer.expert / max(1, run.ep * run.expert_tp))
-    return out
-
-
 def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
     """Peak memory per pipeline stage, first to last. Raises InputError on impossible runs."""
     validate(model, run)
@@ -635,8 +608,11 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
             # TE caches an fp8 copy of each GEMM weight for the step, row-wise and column-wise
             # (FP8_WEIGHT_CACHE_BYTES). The embedding and the output layer are Megatron (not TE)
             # modules that run in bf16: no copy.
-            fp8_cached = FP8_WEIGHT_CACHE_BYTES * max(0.0, stage_params - vocab_params
-                                                      - _fp8_uncached_graphed_params(model, run, dense_n, moe_n))
+            # Weights inside TE CUDA graphs are cached too: Megatron-Core's graph helper passes
+            # ``kwargs['fp8_weight_caching'] = True`` to ``make_graphed_callables`` for every
+            # scope (transformer/cuda_graphs.py since the 2025-09 graph refactor, 98b6f0e; before
+            # it only when attention was captured).
+            fp8_cached = FP8_WEIGHT_CACHE_BYTES * max(0.0, stage_params - vocab_params)
         elif run.fp8 and run.fp8_param_gather:
             # fp8 primary weights hold the row-wise data (the 1 B/param of ``param_b``); TE adds
             # the column-wise (transposed) copy for the backward GEMM. The bf16 embedding and
