@@ -83,13 +83,20 @@ class ToolCall:
                 "helper": self.helper}
 
 
+#: Characters of a helper's output the model sees (head and tail, see :func:`cap`): about
+#: 1,000 tokens, so six turns of helper output stay inside the local agent's 16k context.
+OUTPUT_CAP = 4000
+#: Seconds a helper may run before the call is recorded as timed out (the attempt goes on).
+COMMAND_TIMEOUT = 60.0
+
+
 @dataclass(frozen=True)
 class Sandbox:
     """The project directory a task runs in; installed skills sit in ``.agents/skills``."""
 
     workdir: Path
-    timeout: float = 60.0
-    output_cap: int = 4000
+    timeout: float = COMMAND_TIMEOUT
+    output_cap: int = OUTPUT_CAP
 
     def skill_dirs(self) -> list[Path]:
         root = self.workdir / ".agents" / "skills"
