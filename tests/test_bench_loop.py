@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -170,6 +171,33 @@ def test_output_cap_keeps_head_and_tail() -> None:
     capped = cap(text, 1000)
     assert len(capped) < 1100 and capped.startswith("A" * 700) and capped.endswith("Z" * 250)
     assert "characters cut" in capped and cap("short", 1000) == "short"
+
+
+def test_output_cap_cuts_between_lines_and_never_inside_a_number() -> None:
+    """A character cut could leave `"free_bytes": 85899` from 8589934592: a wrong figure."""
+    document = json.dumps({"findings": [{"rank": r, "numbers": {"reserved_unallocated_bytes": 8589934592 + r,
+                                                                 "requested_bytes": 786 << 20}}
+                                        for r in range(200)]}, indent=2)
+    capped = cap(document, 4000)
+    head, marker, tail = capped.partition("\n[... ")
+    kept = document.splitlines()
+    assert all(line in kept for line in head.splitlines() + tail.split("\n", 1)[1].splitlines())
+    assert marker and "without --json" in tail.split("\n", 1)[0]
+    assert "without --json" not in cap("plain text line\n" * 500, 1000)
+    assert len(capped) < 4000 + 100
+
+
+def test_output_cap_keeps_the_decisive_lines_of_the_fixture_logs() -> None:
+    """What the agent sees of diagnose.py on the eval logs, text and JSON, at the loop's cap."""
+    limit = LoopSettings().output_cap
+    for log, decisive in ((LOG, "fragmentation"), ("mbridge_llama3_8b_nccl_oom.log", "nccl-oom"),
+                          ("megatron_deepspeed_huge_alloc.log", "impossible-request")):
+        for extra in ((), ("--json",)):
+            out = subprocess.run([sys.executable, str(REPO / "scripts" / "diagnose.py"), log, *extra],
+                                 cwd=REPO / "evals" / "files", capture_output=True, text=True, timeout=120).stdout
+            seen = cap(out, limit)
+            first = out[:out.index(decisive) + 200]  # the first finding's kind and what follows it
+            assert decisive in seen and seen.startswith(first.rsplit("\n", 1)[0]), (log, extra)
 
 
 def test_timeout_is_recorded_not_raised(tmp_path: Path, staged: Path, monkeypatch: pytest.MonkeyPatch) -> None:

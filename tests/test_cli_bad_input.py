@@ -102,6 +102,7 @@ ROWS = [
     row("estimate_memory", f"{LLAMA8B} --gpu-memory 80XB --json", "80XB"),
     row("estimate_memory", f"{LLAMA8B} --gpu-memory -1GiB", "--gpu-memory=-1GiB"),
     row("estimate_memory", f"{LLAMA8B} --gpu-memory=-1GiB", "--gpu-memory", "-1GiB"),
+    row("plan_memory", f"{LLAMA8B} --lora", "--lora was read as an abbreviation of --lora-dim"),
     row("estimate_memory", f"{LLAMA8B} --gpu-memory 0GB", "--gpu-memory", "0GB"),
     row("estimate_memory", f"{LLAMA8B} --first-stage-layers 40 --pp 2", "40"),
     row("estimate_memory", "--example a.b", "'a.b'", "=value"),

@@ -166,3 +166,14 @@ def test_cli_recipe_without_lora_is_exit_2(tmp_path: Path) -> None:
     recipe.write_text("def broken(:\n")
     result = run_cli("--recipe", str(recipe))
     assert result.returncode == 2 and "not valid Python" in result.stderr
+
+
+@pytest.mark.parametrize("target,hint", [
+    ("linar_fc1", "did you mean linear_fc1?"), ("linear_qvk", "did you mean linear_qkv?"),
+    ("linear_fc22", "did you mean linear_fc2?"),
+    ("linear_q_proj", None), ("linear_kv_up_proj", None), ("router", None),  # real modules, not typos
+])
+def test_a_typo_of_a_standard_target_is_named(target: str, hint: str | None) -> None:
+    result = regather.decide(regather.RegatherInputs(tp=2, sequence_parallel=True, targets=("linear_qkv", target)))
+    reason = next(d.reason for d in result.decisions if d.module == target)
+    assert (hint in reason) if hint else ("did you mean" not in reason)

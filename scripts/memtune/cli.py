@@ -46,6 +46,12 @@ class ArgumentParser(argparse.ArgumentParser):
             after = argv[given + 1] if given is not None and given + 1 < len(argv) else ""
             if after.startswith("-") and after.split("=")[0] not in self._option_string_actions:
                 message += f"; a value that starts with '-' must be attached: {argv[given]}={argv[given + 1]}"
+            short = next((w for w in argv if given is None and w.startswith("--") and "=" not in w
+                          and any(n.startswith(w) and n != w for n in names)), None)
+            if short:
+                # argparse takes `--lora` as an abbreviation of `--lora-dim`: say so, or the
+                # user hunts for a value they never meant to give
+                message += f"; {short} was read as an abbreviation of {names[-1]}; spell options out in full"
         sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
         raise SystemExit(EXIT_USAGE)
 

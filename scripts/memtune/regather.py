@@ -67,6 +67,28 @@ def base_module(target: str) -> str:
     return target.strip().rsplit(".", 1)[-1].strip("*")
 
 
+def _one_edit_apart(a: str, b: str) -> bool:
+    """One letter inserted, dropped, changed or two swapped: a typo, not another module
+    (MLA's ``linear_q_proj`` is two letters from ``linear_proj`` and is a real module)."""
+    if a == b or abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) == len(b):
+        diff = [k for k in range(len(a)) if a[k] != b[k]]
+        return len(diff) == 1 or (len(diff) == 2 and diff[1] == diff[0] + 1
+                                  and a[diff[0]] == b[diff[1]] and a[diff[1]] == b[diff[0]])
+    short, long = sorted((a, b), key=len)
+    return any(long[:k] + long[k + 1:] == short for k in range(len(long)))
+
+
+def _not_eligible_reason(module: str) -> str:
+    """Why ``module`` gets no re-gather. A typo of a standard name (``linar_fc1``) is named:
+    otherwise it reads as a real module that merely is not eligible, while Bridge would
+    match no layer with it."""
+    reason = "not a column-parallel linear_qkv / linear_fc1 adapter"
+    close = [name for name in COLUMN_PARALLEL + ROW_PARALLEL if _one_edit_apart(module, name)]
+    return f"{reason} (did you mean {close[0]}?)" if close else reason
+
+
 def decide(inp: RegatherInputs) -> Eligibility:
     """Per-target eligibility, with the reason for every fallback."""
     run: list[str] = []
@@ -99,7 +121,7 @@ def decide(inp: RegatherInputs) -> Eligibility:
             decisions.append(ModuleDecision(module, False, "row-parallel adapter: its input is already sequence-local, nothing is gathered"))
             continue
         if module not in COLUMN_PARALLEL:
-            decisions.append(ModuleDecision(module, False, "not a column-parallel linear_qkv / linear_fc1 adapter"))
+            decisions.append(ModuleDecision(module, False, _not_eligible_reason(module)))
             continue
         if module == "linear_fc1" and inp.moe:
             decisions.append(ModuleDecision(

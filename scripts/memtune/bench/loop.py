@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Protocol, Sequence
 
 from memtune.bench.agents import Agent, AgentResult, AgentUnavailable, Task
-from memtune.bench.tools import HELPERS, Sandbox, ToolCall, parse_action
+from memtune.bench.tools import COMMAND_TIMEOUT, HELPERS, OUTPUT_CAP, Sandbox, ToolCall, parse_action
 
 SYSTEM = """\
 You are a coding agent. A user asks about their GPU training job; you work in their project directory.
@@ -91,8 +91,8 @@ class ChatModel(Protocol):
 class LoopSettings:
     max_turns: int = 6
     max_tokens: int = 384
-    command_timeout: float = 60.0
-    output_cap: int = 4000
+    command_timeout: float = COMMAND_TIMEOUT
+    output_cap: int = OUTPUT_CAP
 
 
 @dataclass

@@ -83,13 +83,20 @@ class ToolCall:
                 "helper": self.helper}
 
 
+#: Characters of a helper's output the model sees (head and tail, see :func:`cap`): about
+#: 1,000 tokens, so six turns of helper output stay inside the local agent's 16k context.
+OUTPUT_CAP = 4000
+#: Seconds a helper may run before the call is recorded as timed out (the attempt goes on).
+COMMAND_TIMEOUT = 60.0
+
+
 @dataclass(frozen=True)
 class Sandbox:
     """The project directory a task runs in; installed skills sit in ``.agents/skills``."""
 
     workdir: Path
-    timeout: float = 60.0
-    output_cap: int = 4000
+    timeout: float = COMMAND_TIMEOUT
+    output_cap: int = OUTPUT_CAP
 
     def skill_dirs(self) -> list[Path]:
         root = self.workdir / ".agents" / "skills"
@@ -163,9 +170,27 @@ class Sandbox:
 
 
 def cap(text: str, limit: int) -> str:
-    """Head and tail of a long output: findings come first, summaries last."""
+    """Head and tail of a long output: findings come first, summaries last.
+
+    The cut falls between lines whenever that keeps at least half of each part: a cut
+    inside a line can turn ``"reserved_unallocated_bytes": 8589934592`` into a smaller
+    number the model would quote as a fact, and leaves JSON that no longer parses. The
+    marker says how much went and, for a JSON document, that the plain-text form of the
+    same helper is shorter (every helper prints one).
+    """
     if len(text) <= limit:
         return text
-    head = limit * 3 // 4
-    tail = limit - head
-    return f"{text[:head]}\n[... {len(text) - limit} characters cut ...]\n{text[-tail:]}"
+    head_budget = limit * 3 // 4
+    tail_budget = limit - head_budget
+    head = text[:head_budget]
+    tail = text[len(text) - tail_budget:]
+    end = head.rfind("\n")
+    if end >= head_budget // 2:
+        head = head[:end + 1]
+    start = tail.find("\n")
+    if 0 <= start < tail_budget // 2 and start < len(tail) - 1:
+        tail = tail[start + 1:]
+    gone = text[len(head):len(text) - len(tail)]
+    hint = "; without --json the same answer is shorter" if text.lstrip().startswith("{") else ""
+    marker = f"[... {gone.count(chr(10))} lines, {len(gone)} characters cut{hint} ...]"
+    return f"{head}{'' if head.endswith(chr(10)) else chr(10)}{marker}\n{tail}"

@@ -16,8 +16,10 @@ fields, string metadata) and the reference validator skills-ref on a copy named 
 skill; body <= 500 lines with the required sections and a Failure Diagnosis table;
 metadata author 'Name <email>', version and tags; skill-card.md governance sections;
 card.yaml and evals/evals.json against their JSON Schemas; every relative Markdown link;
-and a security scan of every shipped file (private keys and tokens, network calls,
-shell=True, eval/exec, unsafe yaml.load, download piped into a shell).
+and a security scan of every shipped file (private keys, tokens and cloud secret keys,
+network calls, shell=True, eval/exec and disguised forms of them, process spawning,
+pickle/marshal/unsafe yaml loads, download-then-run and pipes into a shell, prompt
+injection in Markdown).
 
 Exit 0: no errors. Exit 1: at least one error (or warning, with --strict). Exit 2: bad usage."""
 

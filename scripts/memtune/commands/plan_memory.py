@@ -13,7 +13,7 @@ The answer leads with a ladder: from your run, the priced change that buys the m
 unit of throughput, re-estimated, repeated until the run fits with the headroom (expandable
 segments first; the distributed optimizer, sequence parallelism and selective recompute before
 full recompute, PP and TP), each rung with its saving, cumulative peak, throughput cost and
-evidence label, and the exact change. Then the one-step table:
+evidence label, and the exact change. Then the one-step table, built as follows.
 
 Takes the same run description as estimate_memory.py, enumerates the changes you could make
 at the same GPU count (expandable segments, LoRA input re-gather, selective/full recompute,
@@ -21,8 +21,9 @@ distributed optimizer / Megatron-FSDP, PP with and without VPP, TP, SP, CP, EP/E
 size, CPU offloading), rejects the ones Megatron would refuse (with the reason), estimates the
 peak memory of the rest and ranks those that fit with headroom by estimated throughput.
 Throughput numbers are measured where measurements exist (Llama3-70B on 32xH100: TP 4->8 -28.4%,
-PP 4->8 with DP halved -5.9%, mlp recompute ~-16%, ...) and otherwise first-principles
-estimates; every row says which.
+PP 4->8 with DP halved -5.9%, mlp recompute ~-16%, ...), otherwise calibrated on them,
+first-principles or an assumption, and unknown (ranked last) when nothing prices a change;
+every row says which.
 """
 
 EPILOG = """\

@@ -254,9 +254,10 @@ def render_text(report: dict[str, Any]) -> str:
     lines = []
     verdict = "eligible" if report["eligible"] else "not eligible (falls back to the default path)"
     lines.append(f"sequence_parallel_input_regather: {verdict}" + ("; already enabled" if report["already_enabled"] else ""))
+    width = max((len(item["module"]) for item in report["modules"]), default=0)
     for item in report["modules"]:
         mark = "yes" if item["eligible"] else "no "
-        lines.append(f"  {mark} {item['module']:<12} {item['reason']}")
+        lines.append(f"  {mark} {item['module']:<{max(width, 12)}} {item['reason']}")
     if report["eligible"] and not report["already_enabled"]:
         lines.append(f"\nchange ({report['change']['form']}):")
         lines.extend("  " + line for line in report["change"]["text"].splitlines())
