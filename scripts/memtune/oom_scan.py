@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections import deque
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Iterable, Iterator
 
 from memtune import oom_parse, oom_rejoin, torch_era
@@ -85,7 +86,9 @@ class Finding:
         return (self.kind, self.source, self.device, tuple(sorted(self.numbers.items())), _strip_digits(self.evidence))
 
 
+@lru_cache(maxsize=DETECT_CACHE)
 def _strip_digits(text: str) -> str:
+    """The text with every number as ``#`` (remembered: a retry loop repeats one evidence)."""
     return re.sub(r"\d+", "#", _RAY_REPEAT.sub("", text))
 
 
@@ -128,7 +131,8 @@ class Scanner:
         self._last_line = 0
         self._benign: set[bytes | str] = set()  # trigger lines that matched nothing (exact text)
         self._detections: dict[str, tuple[Detector, re.Match[str]] | None] = {}
-        self._verdicts: dict[str, tuple[oom_parse.AllocatorNumbers, oom_parse.Verdict]] = {}
+        self._verdicts: dict[str, tuple[oom_parse.AllocatorNumbers, oom_parse.Verdict, dict[str, int], TorchRange]] = {}
+        self._repeats: dict[int, int] = {}  # position in findings -> further occurrences (applied at finish)
 
     # -- input
     def feed(self, line_no: int, raw: bytes | str) -> None:
@@ -198,6 +202,9 @@ class Scanner:
 
     def finish(self) -> list[Finding]:
         self._flush_all()
+        for i, extra in self._repeats.items():
+            self.findings[i] = replace(self.findings[i], occurrences=self.findings[i].occurrences + extra)
+        self._repeats.clear()
         # hints that apply wherever they are in the input (a platform warning at start-up)
         anywhere = tuple(h.name for h in self.evidence.hints if h.within_lines_before is None and h.name in self.hint_lines)
         if anywhere:
@@ -291,11 +298,13 @@ class Scanner:
         text = pend.text()
         cached = self._verdicts.get(text)
         if cached is None:
-            cached = (oom_parse.parse_allocator_message(text), None)
-            cached = (cached[0], oom_parse.classify(cached[0]))
+            # Everything that depends on the text alone, remembered: a retry loop prints the
+            # same message thousands of times.
+            nums = oom_parse.parse_allocator_message(text)
+            cached = (nums, oom_parse.classify(nums), oom_parse.breakdown(text), torch_era.infer(text, self.evidence))
             if len(self._verdicts) < DETECT_CACHE:
                 self._verdicts[text] = cached
-        nums, verdict = cached
+        nums, verdict, details, torch = cached
         self._add(
             Finding(
                 kind=verdict.kind,
@@ -307,9 +316,9 @@ class Scanner:
                 host=pend.prefix.host,
                 device=nums.device,
                 numbers=nums.as_json(),
-                details=oom_parse.breakdown(text),
+                details=dict(details),
                 note=verdict.note,
-                torch=torch_era.infer(text, self.evidence),
+                torch=torch,
             )
         )
 
@@ -384,16 +393,16 @@ class Scanner:
         return False
 
     def _add(self, finding: Finding) -> None:
-        finding = replace(finding, hints=self._near_hints(finding))
         # A dict, not a scan of the list: a long log can hold thousands of distinct findings.
+        # A repeat only counts (applied in finish, not a dataclass copy per repeat); hints are
+        # looked up for a new finding only (a repeat keeps the first one's).
         key = finding.dedupe_key()
         i = self._index.get(key)
         if i is not None:
-            prev = self.findings[i]
-            self.findings[i] = replace(prev, occurrences=prev.occurrences + finding.occurrences)
+            self._repeats[i] = self._repeats.get(i, 0) + finding.occurrences
             return
         self._index[key] = len(self.findings)
-        self.findings.append(finding)
+        self.findings.append(replace(finding, hints=self._near_hints(finding)))
 
 
 def _exception_lead(body: str, oom_at: int) -> str:
