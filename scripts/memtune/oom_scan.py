@@ -108,6 +108,19 @@ class _Pending:
         return oom_rejoin.join(self.parts)
 
 
+ASYNC_PARSER = "cuda-malloc-async"  # data/oom_patterns.yaml ``numbers_from`` value
+
+
+@dataclass
+class _Tail:
+    """The lines after a one-line detection that still carry its numbers."""
+
+    index: int  # position of the finding in Scanner.findings
+    parts: list[str]
+    last_line: int
+    until: int
+
+
 class Scanner:
     """Stateful line consumer; call :meth:`feed` per candidate line, then :meth:`finish`."""
 
@@ -132,14 +145,19 @@ class Scanner:
         self._benign: set[bytes | str] = set()  # trigger lines that matched nothing (exact text)
         self._detections: dict[str, tuple[Detector, re.Match[str]] | None] = {}
         self._verdicts: dict[str, tuple[oom_parse.AllocatorNumbers, oom_parse.Verdict, dict[str, int], TorchRange]] = {}
+        self._tail: _Tail | None = None  # a field list still being read (cudaMallocAsync)
         self._repeats: dict[int, int] = {}  # position in findings -> further occurrences (applied at finish)
+
+    def wants_more(self) -> bool:
+        """Is a message still being read (the prefilter keeps reading its window)?"""
+        return bool(self.pending) or self._tail is not None
 
     # -- input
     def feed(self, line_no: int, raw: bytes | str) -> None:
         if line_no != self._last_line + 1 and self.pending:
             self._flush_all()  # a gap: no message continues across lines we never saw
         self._last_line = line_no
-        if not self.pending:
+        if not self.pending and self._tail is None:
             # Nothing is being re-joined, so only a line with a trigger can matter, and not
             # one already known to match nothing: real logs repeat their benign trigger lines
             # (every rank echoing the same allocator setting, NCCL its environment, at every
@@ -161,6 +179,8 @@ class Scanner:
         key = prefix.stream_key
         triggered = self.patterns.has_trigger_in(body)
         detected = self._detect(body) if triggered else None
+        if self._tail is not None and self._continue_tail(line_no, body, detected):
+            return False
         # framework signals are idempotent, but a hint's line number matters (it must sit
         # near the failure), so a hint line is never cached as benign
         hinted = self._observe_context(line_no, text) if triggered else False
@@ -324,7 +344,9 @@ class Scanner:
 
     def _emit_simple(self, det: Detector, body: str, prefix: LinePrefix, line_no: int) -> None:
         kind, numbers_rx = str(det.kind), det.numbers
-        if det.fold_lines and self._fold(kind, prefix, line_no, det.fold_lines, body):
+        folded = self._fold(kind, prefix, line_no, det.fold_lines, body) if det.fold_lines else None
+        if folded is not None:
+            self._numbers_in_text(det, folded, body, line_no)
             return
         numbers = empty_numbers()
         details: dict[str, int] = {}
@@ -358,7 +380,7 @@ class Scanner:
                     self.findings[i] = replace(prev, numbers=merged, line_end=line_no, evidence=_clip(prev.evidence + " | " + body.strip()))
                     self._index.setdefault(self.findings[i].dedupe_key(), i)
                     return
-        self._add(
+        i = self._add(
             Finding(
                 kind=kind,
                 evidence=_clip(body.strip()),
@@ -374,25 +396,68 @@ class Scanner:
                 note_is_advice=det.note_is_advice,
             )
         )
+        self._numbers_in_text(det, i, body, line_no)
 
-    def _fold(self, kind: str, prefix: LinePrefix, line_no: int, window: int, body: str) -> bool:
-        """Merge into the previous finding of ``kind`` from the same source if it is close."""
+    # -- a message whose numbers follow on the next lines (cudaMallocAsync's field list)
+    def _numbers_in_text(self, det: Detector, i: int, text: str, line_no: int) -> None:
+        """Read the numbers ``det`` names (``numbers_from``) out of ``text`` into finding ``i``
+        (filling only what it does not know yet), and keep reading the next
+        ``numbers_follow`` lines while the message is incomplete."""
+        if det.numbers_from != ASYNC_PARSER:
+            return
+        self._merge_async(i, text)
+        if det.numbers_follow and not oom_parse.async_message_complete(text):
+            self._tail = _Tail(index=i, parts=[text], last_line=line_no, until=line_no + det.numbers_follow)
+        else:
+            self._tail = None
+
+    def _merge_async(self, i: int, text: str) -> None:
+        nums, extra = oom_parse.parse_async_message(text)
+        prev = self.findings[i]
+        merged = {k: (v if v is not None else nums.as_json().get(k)) for k, v in prev.numbers.items()}
+        details = {**extra, **prev.details}
+        if merged != prev.numbers or details != prev.details:
+            self._index.pop(prev.dedupe_key(), None)
+            self.findings[i] = replace(prev, numbers=merged, details=details)
+            self._index.setdefault(self.findings[i].dedupe_key(), i)
+
+    def _continue_tail(self, line_no: int, body: str, detected: object) -> bool:
+        """Take ``body`` as the next line of the open field list, if it is one."""
+        tail = self._tail
+        if tail is None:
+            return False
+        if detected is not None or line_no != tail.last_line + 1 or line_no > tail.until or not body.strip():
+            self._tail = None
+            return False
+        tail.parts.append(body.strip())
+        tail.last_line = line_no
+        text = " ".join(tail.parts)
+        self._merge_async(tail.index, text)
+        prev = self.findings[tail.index]
+        self.findings[tail.index] = replace(prev, line_end=line_no, evidence=_clip(prev.evidence + " | " + body.strip()))
+        if oom_parse.async_message_complete(text):
+            self._tail = None
+        return True
+
+    def _fold(self, kind: str, prefix: LinePrefix, line_no: int, window: int, body: str) -> int | None:
+        """Merge into the previous finding of ``kind`` from the same source if it is close
+        (its position in ``findings``, else None)."""
         for i in range(len(self.findings) - 1, max(-1, len(self.findings) - 4), -1):
             prev = self.findings[i]
             if prev.kind != kind or prev.file != self.file or prev.rank != prefix.rank or prev.host != prefix.host:
                 continue
             if line_no - (prev.line_end or prev.line) > window:
-                return False
+                return None
             said = {_strip_digits(part.strip()) for part in prev.evidence.split(" | ")}
             if _strip_digits(body.strip()) in said:
-                return False  # the same line again: a repeat (counted by _add), not a continuation
+                return None  # the same line again: a repeat (counted by _add), not a continuation
             self._index.pop(prev.dedupe_key(), None)
             self.findings[i] = replace(prev, line_end=line_no, evidence=_clip(prev.evidence + " | " + body.strip()))
             self._index.setdefault(self.findings[i].dedupe_key(), i)
-            return True
-        return False
+            return i
+        return None
 
-    def _add(self, finding: Finding) -> None:
+    def _add(self, finding: Finding) -> int:
         # A dict, not a scan of the list: a long log can hold thousands of distinct findings.
         # A repeat only counts (applied in finish, not a dataclass copy per repeat); hints are
         # looked up for a new finding only (a repeat keeps the first one's).
@@ -400,9 +465,10 @@ class Scanner:
         i = self._index.get(key)
         if i is not None:
             self._repeats[i] = self._repeats.get(i, 0) + finding.occurrences
-            return
+            return i
         self._index[key] = len(self.findings)
         self.findings.append(replace(finding, hints=self._near_hints(finding)))
+        return len(self.findings) - 1
 
 
 def _exception_lead(body: str, oom_at: int) -> str:
