@@ -186,3 +186,32 @@ def test_output_read_in_small_blocks_and_giant_lines_give_the_same_findings(tmp_
 
     assert occurrences(by_grep[0]) == occurrences(by_python[0])
     assert occurrences(by_grep[0]).get("cuda-runtime-oom", 0) >= 2
+
+
+# cudaMallocAsync's OOM as PyTorch prints it (c10/cuda/CUDAMallocAsyncAllocator.cpp, mallocAsync):
+# the field list on the lines after the message, none of them a trigger, between other ranks' lines.
+ASYNC_FIELDS = [
+    "Allocation on device 0 would exceed allowed memory. (out of memory)",
+    "Currently allocated     : 4.86 GiB",
+    "Requested               : 10.12 GiB",
+    "Device limit            : 24.00 GiB",
+    "Free (according to CUDA): 0 bytes",
+    "PyTorch limit (set by user-supplied memory fraction)",
+    "                        : 17179869184.00 GiB",
+]
+
+
+@needs_grep
+def test_async_field_list_on_following_lines_read_by_both_prefilters(tmp_path: Path) -> None:
+    log = tmp_path / "async.log"
+    filler = [f"step {i} loss 2.{i:03d}" for i in range(50)]
+    lines = filler[:20] + ["torch.OutOfMemoryError: " + ASYNC_FIELDS[0], *ASYNC_FIELDS[1:], "Requested               : 99.00 GiB"] + filler[20:]
+    log.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    for how in ("grep", "python"):
+        (f,) = [x for x in scan_source(Source(str(log)), PATTERNS, prefilter=how)[0]]
+        gib = 1 << 30
+        assert (f.kind, f.line, f.line_end) == ("capacity", 21, 27), how
+        assert f.numbers["requested_bytes"] == round(10.12 * gib)
+        assert (f.numbers["total_bytes"], f.numbers["free_bytes"]) == (24 * gib, 0)
+        assert f.numbers["allocated_bytes"] == round(4.86 * gib)
+        assert f.details["pytorch_limit_bytes"] == 1 << 64  # "no fraction set": 2**64 bytes
