@@ -19,7 +19,7 @@ from typing import Iterable, Iterator
 
 from memtune import oom_parse, oom_rejoin, torch_era
 from memtune.frameworks import FrameworkHits, FrameworkSet, load_frameworks
-from memtune.log_reader import WINDOW_LINES, LinePrefix, nccl_origin, strip_prefixes
+from memtune.log_reader import WINDOW_LINES, LinePrefix, cut_head_source, nccl_origin, strip_prefixes
 from memtune.oom_evidence import Evidence, load_evidence
 from memtune.oom_patterns import Detector, PatternSet
 from memtune.torch_era import TorchRange
@@ -38,6 +38,9 @@ EVIDENCE_CHARS = 600
 _OOM_START = re.compile(
     r"(?:CUDA|HIP) out of memory|cuda runtime error \(2\) : out of memory|Tried to allocate|\(GPU \d+; [\d.]+ ?[KMGT]?i?B total capacity"
 )
+# The message's own opening words (not "Tried to allocate" alone): a line with them starts a
+# message; a line whose allocator match lacks them continues a message whose opening a wrap cut.
+_FULL_START = re.compile(r"(?:CUDA|HIP) out of memory|cuda runtime error \(2\) : out of memory|total capac")
 # Ray folds repeats of a line into one with this suffix; the failure is still the same one.
 _RAY_REPEAT = re.compile(r"\s*\[repeated (\d+)x across cluster\]")
 RECENT_HINT_LINES = 8  # per hint kind: the latest lines seen, to place a failure that follows them
@@ -103,6 +106,10 @@ class _Pending:
     first_line: int
     last_line: int
     file: str
+    # A cut head ("torch.OutOfMemoryError: CUDA o"): what the line alone was, emitted instead
+    # if no continuation ever completes the message's opening words.
+    cut_head: bool = False
+    fallback: tuple[Detector, re.Match[str]] | None = None
 
     def text(self) -> str:
         return oom_rejoin.join(self.parts)
@@ -145,6 +152,7 @@ class Scanner:
         self._benign: set[bytes | str] = set()  # trigger lines that matched nothing (exact text)
         self._detections: dict[str, tuple[Detector, re.Match[str]] | None] = {}
         self._verdicts: dict[str, tuple[oom_parse.AllocatorNumbers, oom_parse.Verdict, dict[str, int], TorchRange]] = {}
+        self._cut_head = re.compile(cut_head_source(patterns.window_triggers))
         self._tail: _Tail | None = None  # a field list still being read (cudaMallocAsync)
         self._repeats: dict[int, int] = {}  # position in findings -> further occurrences (applied at finish)
 
@@ -185,6 +193,11 @@ class Scanner:
         # near the failure), so a hint line is never cached as benign
         hinted = self._observe_context(line_no, text) if triggered else False
 
+        if detected is not None and detected[0].is_allocator and self.pending and not _FULL_START.search(body):
+            # "ut of memory. Tried to allocate ...": the rest of a cut head being re-joined
+            head = self._cut_head_pending(prefix)
+            if head is not None:
+                key, detected = head, None
         pend = self.pending.get(key)
         if pend is None and detected is None and self.pending:
             adopted = self._adopter(prefix, body, line_no)
@@ -201,6 +214,15 @@ class Scanner:
         elif pend is not None:
             self._emit_allocator(self.pending.pop(key))
         self._expire(line_no)
+        if detected is None or not detected[0].is_allocator:
+            cut = self._cut_head.search(body)
+            if cut is not None:
+                lead = _exception_lead(body, body.index(":", cut.start()) + 1)
+                self.pending[key] = _Pending(
+                    prefix=prefix, parts=[lead], first_line=line_no, last_line=line_no, file=self.file,
+                    cut_head=True, fallback=detected,
+                )
+                return False
         if detected is None:
             if triggered:
                 facts = self.patterns.run_facts(body)
@@ -306,6 +328,20 @@ class Scanner:
             return max(candidates, key=lambda kp: kp[1].first_line)
         return None
 
+    def _cut_head_pending(self, prefix: LinePrefix) -> str | None:
+        """The key of a pending cut head this line's stream may continue (same stream, or
+        an unlabelled line and any compatible stream's head), else None."""
+        own = self.pending.get(prefix.stream_key)
+        if own is not None and own.cut_head and len(own.parts) == 1:
+            return prefix.stream_key
+        if prefix.rank is not None:
+            return None
+        heads = [
+            (p.first_line, k) for k, p in self.pending.items()
+            if p.cut_head and len(p.parts) == 1 and (prefix.host is None or prefix.host == p.prefix.host)
+        ]
+        return max(heads)[1] if heads else None
+
     def _expire(self, line_no: int) -> None:
         for key in [k for k, p in self.pending.items() if line_no - p.first_line > WINDOW_LINES]:
             self._emit_allocator(self.pending.pop(key))
@@ -316,6 +352,11 @@ class Scanner:
 
     def _emit_allocator(self, pend: _Pending) -> None:
         text = pend.text()
+        if pend.cut_head and not _FULL_START.search(text):
+            # nothing completed the cut opening words: the line is what it was on its own
+            if pend.fallback is not None:
+                self._emit_simple(pend.fallback[0], pend.parts[0], pend.prefix, pend.first_line)
+            return
         cached = self._verdicts.get(text)
         if cached is None:
             # Everything that depends on the text alone, remembered: a retry loop prints the
