@@ -112,7 +112,28 @@ class _Pending:
     fallback: tuple[Detector, re.Match[str]] | None = None
 
     def text(self) -> str:
-        return oom_rejoin.join(self.parts)
+        parts = tuple(self.parts)
+        if sum(map(len, parts)) <= MEMO_CHARS:
+            return _joined(parts)
+        return oom_rejoin.join(parts)
+
+
+MEMO_CHARS = 4096  # texts up to this size are remembered (bounded: 1024 entries of 4 KB at most)
+
+
+@lru_cache(maxsize=1024)
+def _joined(parts: tuple[str, ...]) -> str:
+    """``oom_rejoin.join``, remembered: a retry loop re-joins the same pieces every time."""
+    return oom_rejoin.join(parts)
+
+
+def _complete(text: str) -> bool:
+    return _complete_memo(text) if len(text) <= MEMO_CHARS else oom_parse.is_complete(text)
+
+
+@lru_cache(maxsize=1024)
+def _complete_memo(text: str) -> bool:
+    return oom_parse.is_complete(text)
 
 
 ASYNC_PARSER = "cuda-malloc-async"  # data/oom_patterns.yaml ``numbers_from`` value
@@ -207,7 +228,7 @@ class Scanner:
             if self._continues(pend, body, line_no):
                 pend.parts.append(body)
                 pend.last_line = line_no
-                if oom_parse.is_complete(pend.text()):
+                if _complete(pend.text()):
                     self._emit_allocator(self.pending.pop(key))
                 return False
             self._emit_allocator(self.pending.pop(key))
@@ -234,7 +255,7 @@ class Scanner:
             start = _OOM_START.search(body)
             lead = _exception_lead(body, start.start() if start else match.start())
             pend = _Pending(prefix=prefix, parts=[lead], first_line=line_no, last_line=line_no, file=self.file)
-            if oom_parse.is_complete(pend.text()):
+            if _complete(pend.text()):
                 self._emit_allocator(pend)
             else:
                 self.pending[key] = pend
