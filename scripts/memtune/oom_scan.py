@@ -170,7 +170,8 @@ class Scanner:
         self._index: dict[tuple, int] = {}  # dedupe key -> position in findings
         self.run_facts: dict[str, int] = {}  # latest parallel layout the log printed
         self._last_line = 0
-        self._benign: set[bytes | str] = set()  # trigger lines that matched nothing (exact text)
+        self._benign: set[bytes | str] = set()
+        self._triggered: dict[bytes | str, bool] = {}  # line -> holds a trigger (bounded)  # trigger lines that matched nothing (exact text)
         self._detections: dict[str, tuple[Detector, re.Match[str]] | None] = {}
         self._verdicts: dict[str, tuple[oom_parse.AllocatorNumbers, oom_parse.Verdict, dict[str, int], TorchRange]] = {}
         self._cut_head = re.compile(cut_head_source(patterns.window_triggers))
@@ -191,7 +192,7 @@ class Scanner:
             # one already known to match nothing: real logs repeat their benign trigger lines
             # (every rank echoing the same allocator setting, NCCL its environment, at every
             # restart), and a dense log is mostly those.
-            if raw in self._benign or not self.patterns.has_trigger_in(raw):
+            if raw in self._benign or not self._has_trigger(raw):
                 return
             if self._feed(line_no, raw) and len(self._benign) < BENIGN_CACHE and len(raw) <= BENIGN_LINE_MAX:
                 self._benign.add(raw)
@@ -206,7 +207,7 @@ class Scanner:
         prefix = strip_prefixes(text)
         body = prefix.text
         key = prefix.stream_key
-        triggered = self.patterns.has_trigger_in(body)
+        triggered = self._has_trigger(body)
         detected = self._detect(body) if triggered else None
         if self._tail is not None and self._continue_tail(line_no, body, detected):
             return False
@@ -273,6 +274,16 @@ class Scanner:
         if anywhere:
             self.findings = [replace(f, hints=tuple(dict.fromkeys(f.hints + anywhere))) for f in self.findings]
         return self.findings
+
+    def _has_trigger(self, text: bytes | str) -> bool:
+        """``patterns.has_trigger_in``, remembered per exact short line: one search over ~90
+        literals costs ~10 us, and a retry loop feeds the same window lines again and again."""
+        got = self._triggered.get(text)
+        if got is None:
+            got = self.patterns.has_trigger_in(text)
+            if len(self._triggered) < DETECT_CACHE and len(text) <= BENIGN_LINE_MAX:
+                self._triggered[text] = got
+        return got
 
     # -- context: framework signals and evidence hints (not failures themselves)
     def _observe_context(self, line_no: int, text: str) -> bool:
