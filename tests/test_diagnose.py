@@ -49,16 +49,18 @@ def multi_rank_log(tmp_path: Path) -> Path:
 def test_json_contract_order_and_summary(tmp_path: Path) -> None:
     doc = run_json(str(multi_rank_log(tmp_path)))
     kinds = [f["kind"] for f in doc["findings"]]
-    # config error first, then allocator OOMs worst shortfall first, deprecation warning last
-    assert kinds == ["cpu-offload-pp", "capacity", "capacity", "fragmentation", "alloc-conf-deprecated"]
-    assert [f["rank"] for f in doc["findings"]] == [3, 1, 2, 0, None]
+    # config error first, then allocator OOMs in log order, deprecation warning last
+    assert kinds == ["cpu-offload-pp", "fragmentation", "capacity", "capacity", "alloc-conf-deprecated"]
+    assert [f["rank"] for f in doc["findings"]] == [3, 0, 1, 2, None]
     for f in doc["findings"]:
         assert set(f["numbers"]) >= KEYS
         assert all(v is None or isinstance(v, int) for v in f["numbers"].values())
         assert f["cause"] and f["confirm"] and f["fix"] and f["evidence"] and f["next_step"]
         assert isinstance(f["line"], int)
-    assert doc["findings"][1]["numbers"]["requested_bytes"] == 800 << 20
+    assert doc["findings"][2]["numbers"]["requested_bytes"] == 800 << 20
     s = doc["summary"]
+    # rank 1 was shortest of memory (700 MiB short), though not the first to fail
+    assert (s["tightest"]["source"], s["tightest"]["shortfall_bytes"]) == ("rank 1", 700 << 20)
     assert (s["ranks_failed"], s["ranks"], s["same_kind"], s["warnings"]) == (4, [0, 1, 2, 3], False, 1)
     assert s["worst"]["source"] == "rank 3"
     assert doc["message"] is None

@@ -271,7 +271,10 @@ EXPECTED = {
         ("fragmentation", 4, 0, None, nums("132.00 MiB", "23.64 GiB", "67.06 MiB", "18.70 GiB", "353.02 MiB"), 1),
     ],
     # the async backend's own numbers are not parsed yet (report: device 0 from the wording)
-    "116_tgi_issue563_async_backend_message_inside_panic.txt": [("capacity", 2, None, None, NONE5, 1)],
+    # the async backend's field list, printed on one line with literal "\n" escapes
+    "116_tgi_issue563_async_backend_message_inside_panic.txt": [
+        ("capacity", 2, None, None, nums("4.83 GiB", "22.20 GiB", "11.12 MiB", "16.08 GiB", None), 1),
+    ],
 }
 
 KEYS = ("requested_bytes", "total_bytes", "free_bytes", "allocated_bytes", "reserved_unallocated_bytes")
@@ -526,6 +529,21 @@ def test_release_printed_by_the_script() -> None:
 def test_async_backend_message_inside_another_exception() -> None:
     (f,) = report_for("116_tgi_issue563_async_backend_message_inside_panic.txt")["findings"]
     assert (f["kind"], f["device"]) == ("capacity", 0) and "cudaMallocAsync" in f["note"]
+    # "Device limit" is cudaMemGetInfo's total; the user-set fraction cap is a detail
+    assert (f["numbers"]["total_bytes"], f["details"]["pytorch_limit_bytes"]) == (b("22.20 GiB"), b("22.20 GiB"))
+
+
+@pytest.mark.parametrize("name", [
+    "66_comfyui_issue4936_allocation_on_device_async_backend.txt",
+    "67_fitdit_comfyui_issue2_allocation_on_device.txt",
+    "108_comfyui_issue5038_error_report_type_and_message_apart.txt",
+    "109_comfyui_issue2021_allocation_on_device_0_would_exceed.txt",
+])
+def test_async_backend_messages_without_a_field_list_state_no_number(name: str) -> None:
+    """Older builds (and ComfyUI's report) print no field list: no number is made up."""
+    (f,) = report_for(name)["findings"]
+    assert f["kind"] == "capacity" and all(v is None for v in f["numbers"].values())
+    assert "pytorch_limit_bytes" not in f.get("details", {})
 
 
 def test_unrecognized_wording_alone_is_still_a_finding() -> None:

@@ -186,3 +186,79 @@ def test_output_read_in_small_blocks_and_giant_lines_give_the_same_findings(tmp_
 
     assert occurrences(by_grep[0]) == occurrences(by_python[0])
     assert occurrences(by_grep[0]).get("cuda-runtime-oom", 0) >= 2
+
+
+# cudaMallocAsync's OOM as PyTorch prints it (c10/cuda/CUDAMallocAsyncAllocator.cpp, mallocAsync):
+# the field list on the lines after the message, none of them a trigger, between other ranks' lines.
+ASYNC_FIELDS = [
+    "Allocation on device 0 would exceed allowed memory. (out of memory)",
+    "Currently allocated     : 4.86 GiB",
+    "Requested               : 10.12 GiB",
+    "Device limit            : 24.00 GiB",
+    "Free (according to CUDA): 0 bytes",
+    "PyTorch limit (set by user-supplied memory fraction)",
+    "                        : 17179869184.00 GiB",
+]
+
+
+@needs_grep
+def test_async_field_list_on_following_lines_read_by_both_prefilters(tmp_path: Path) -> None:
+    log = tmp_path / "async.log"
+    filler = [f"step {i} loss 2.{i:03d}" for i in range(50)]
+    lines = filler[:20] + ["torch.OutOfMemoryError: " + ASYNC_FIELDS[0], *ASYNC_FIELDS[1:], "Requested               : 99.00 GiB"] + filler[20:]
+    log.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    for how in ("grep", "python"):
+        (f,) = [x for x in scan_source(Source(str(log)), PATTERNS, prefilter=how)[0]]
+        gib = 1 << 30
+        assert (f.kind, f.line, f.line_end) == ("capacity", 21, 27), how
+        assert f.numbers["requested_bytes"] == round(10.12 * gib)
+        assert (f.numbers["total_bytes"], f.numbers["free_bytes"]) == (24 * gib, 0)
+        assert f.numbers["allocated_bytes"] == round(4.86 * gib)
+        assert f.details["pytorch_limit_bytes"] == 1 << 64  # "no fraction set": 2**64 bytes
+
+
+RANK5_MSG = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.96 GiB. GPU 5 has a total capacity of 79.11 GiB "
+    "of which 0 bytes is free. Including non-PyTorch memory, this process has 79.10 GiB memory in use. Of the allocated "
+    "memory 71.53 GiB is allocated by PyTorch, and 5.84 GiB is reserved by PyTorch but unallocated."
+)
+
+
+@needs_grep
+@pytest.mark.parametrize("lead", ["[2025-09-24 16:15:28] [rank5]: ", "[rank5]: RuntimeError: CUDA out of m"])
+def test_wrap_that_cuts_the_trigger_itself_is_seen_by_both_prefilters(tmp_path: Path, lead: str) -> None:
+    """A 61-column wrap of a long prefix cuts "CUDA out of memory" over two lines, with other
+    ranks' lines between the pieces; the cut head (when a trigger shows it) and the second
+    literal "Tried to allocate" bring the pieces to the scanner on both paths."""
+    if lead.endswith("out of m"):  # the head line holds no trigger at all: only the rest is seen
+        text = lead + RANK5_MSG[len("torch.OutOfMemoryError: CUDA out of m"):]
+    else:
+        text = lead + RANK5_MSG
+    pieces = [text[i : i + 61] for i in range(0, len(text), 61)]
+    lines = [f"[rank{r}]: iteration 10 | lm loss: 2.0" for r in (0, 1, 2)]
+    for k, piece in enumerate(pieces):
+        lines.append(piece)
+        lines += [f"[rank{r}]: iteration {11 + k} | lm loss: 2.0" for r in (3, 4)]
+    log = tmp_path / "cut.log"
+    log.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    gib = 1 << 30
+    views = []
+    for how in ("grep", "python"):
+        found = scan_source(Source(str(log)), PATTERNS, prefilter=how)[0]
+        (f,) = found
+        assert f.kind == "fragmentation", how
+        assert (f.numbers["requested_bytes"], f.numbers["reserved_unallocated_bytes"]) == (round(1.96 * gib), round(5.84 * gib))
+        views.append(_view(found))
+    assert views[0] == views[1]
+    if not lead.endswith("out of m"):
+        assert (f.rank, f.line) == (5, 4) and "CUDA out of memory. Tried" in f.evidence
+
+
+@pytest.mark.parametrize("line", [
+    "Tried to allocate 256.00 MiB on private pool. Use PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 to disable upper limit",
+    "Tried to allocate a buffer for the dataset cache",
+])
+def test_a_line_starting_with_the_second_literal_alone_is_no_allocator_message(tmp_path: Path, line: str) -> None:
+    log = tmp_path / "other.log"
+    log.write_text("step 1\n" + line + "\nstep 2\n", encoding="utf-8")
+    assert [f.kind for f in scan_source(Source(str(log)), PATTERNS, prefilter="python")[0] if f.kind in ("fragmentation", "capacity")] == []

@@ -101,9 +101,8 @@ WIDTHS = [61, 80, 97, 120, 137, 200]
 @pytest.mark.parametrize("every_line", [False, True], ids=["label-first-line", "label-every-line"])
 @pytest.mark.parametrize("gap", [0, 2], ids=["contiguous", "interleaved"])
 def test_fixed_column_wraps_of_every_launcher_rejoin_to_the_same_numbers(label: str, width: int, every_line: bool, gap: int) -> None:
-    first_piece = (label + RANK5)[:width] if not every_line else RANK5[:width]
-    if "CUDA out of memory" not in first_piece:
-        pytest.skip("the wrap cuts the trigger itself: a literal prefilter cannot see this message (known limit)")
+    # Some of these cut "CUDA out of memory" itself ("... [rank5]: torch.OutOfMemoryError: CUDA o" /
+    # "ut of memory. Tried to allocate ..."): the second literal and the cut head re-join them.
     (f,) = scan(build(label, width, every_line, gap))
     assert (f.kind, f.rank, f.device) == ("fragmentation", 5, 5)
     assert f.numbers == RANK5_NUMBERS

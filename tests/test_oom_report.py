@@ -20,7 +20,9 @@ def simple(kind: str, rank: int | None = None, line: int = 1) -> Finding:
     return Finding(kind=kind, evidence=kind, line=line, file="t.log", rank=rank, numbers=empty_numbers())
 
 
-def test_order_config_then_allocator_by_shortfall_then_others_then_warning() -> None:
+def test_order_tiers_then_log_order_within_a_tier() -> None:
+    """Config errors, then allocator OOMs, then library OOMs, the warning last; within a
+    tier the first failure in the log leads, whatever its kind or shortfall."""
     fs = [
         simple("alloc-conf-deprecated", line=1),
         alloc("fragmentation", 0, 100, 900, line=2),
@@ -33,13 +35,34 @@ def test_order_config_then_allocator_by_shortfall_then_others_then_warning() -> 
     got = [(f.kind, f.rank) for f in order_findings(fs, PATTERNS)]
     assert got == [
         ("vpp-divisibility", 3),
-        ("impossible-request", 4),
-        ("capacity", 2),
-        ("capacity", 1),
         ("fragmentation", 0),
+        ("capacity", 1),
+        ("capacity", 2),
+        ("impossible-request", 4),
         ("nccl-oom", 5),
         ("alloc-conf-deprecated", None),
     ]
+    # the GPU that was shortest of memory is still named, apart from the order
+    assert summarize(order_findings(fs, PATTERNS))["tightest"]["source"] == "rank 4"
+
+
+def test_two_ranks_oom_the_first_in_the_log_leads_and_the_tightest_is_named() -> None:
+    """Held-out class G: rank 1 fails first with more free memory than rank 0 later."""
+    first = alloc("capacity", 1, 300, 10, free=600 * MiB, line=10)
+    later = alloc("capacity", 0, 300, 10, free=590 * MiB, line=40)
+    ordered = order_findings([later, first], PATTERNS)
+    assert [f.rank for f in ordered] == [1, 0]
+    s = summarize(ordered)
+    assert (s["worst"]["source"], s["tightest"]["source"], s["tightest"]["free_bytes"]) == ("rank 1", "rank 0", 590 * MiB)
+
+
+def test_inputs_keep_the_order_given_and_one_failure_has_no_tightest() -> None:
+    from dataclasses import replace
+
+    a = replace(alloc("capacity", 0, 300, 10, line=90), file="b.log")
+    b = replace(alloc("capacity", 0, 300, 10, line=5), file="a.log")
+    assert [f.file for f in order_findings([b, a], PATTERNS, inputs=["b.log", "a.log"])] == ["b.log", "a.log"]
+    assert summarize([a])["tightest"] is None
 
 
 def test_summary_counts_ranks_and_ignores_the_warning_for_same_kind() -> None:

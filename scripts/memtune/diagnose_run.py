@@ -37,7 +37,7 @@ def source_lines(
             stream.readinto(memoryview(bytearray(64 << 10)))  # the binary-file check on the first 64 KiB
             return grep_prefilter.grep_candidate_lines(
                 path, patterns.triggers, patterns.window_triggers, WINDOW_LINES, MAX_CARRY,
-                wanted=(lambda: bool(scanner.pending)) if scanner is not None else None,
+                wanted=scanner.wants_more if scanner is not None else None,
             )
     return candidate_lines(stream, patterns.triggers, patterns.window_triggers)
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from memtune.cli import InputError
+from memtune.log_reader import window_opener
 from memtune.oom_patterns import ere_alternation
 
 # Below this size the pure-Python pass is as fast as starting a process; grep pays off above.
@@ -156,6 +157,7 @@ def _read(
     max_line: int,
     wanted: Callable[[], bool] | None,
 ) -> Iterator[tuple[int, bytes, bool]]:
+    opens_window = window_opener(tuple(window_triggers)).search
     emitted_upto = 0  # last line number yielded
     next_off = 0  # byte offset of line emitted_upto + 1
     try:
@@ -168,7 +170,7 @@ def _read(
                     yield line_no, text, True
                     emitted_upto = line_no
                     next_off = off + len(text) + 1 if whole else reader.skip_line(off)
-                if window and any(t in text for t in window_triggers):
+                if window and opens_window(text):
                     last = line_no + window
                     while emitted_upto < last and (wanted is None or wanted()):
                         got = reader.line_at(next_off)

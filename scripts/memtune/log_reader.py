@@ -19,6 +19,7 @@ import io
 import re
 import sys
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator
 
@@ -150,6 +151,36 @@ def read_chunks(source: Source, chunk_size: int = CHUNK_SIZE) -> Iterator[bytes]
             yield bytes(view[:got])
 
 
+# What precedes a message's opening words when a wrap cut them (``torch.OutOfMemoryError: CUDA o``).
+_CUT_LEAD = r"(?:Error|Exception):[ \t]?"
+
+
+def cut_head_source(window_triggers: tuple[bytes, ...]) -> str:
+    """Regex source: a line that ends part-way through a window trigger, right after an
+    exception name (``RuntimeError: CUDA out of m``): a narrow terminal cut the message's
+    opening words, and the rest of them starts the next line."""
+    heads = sorted(
+        {w.decode("utf-8")[:k] for w in window_triggers for k in range(1, len(w))}, key=len, reverse=True
+    )
+    return _CUT_LEAD + "(?:" + "|".join(re.escape(h) for h in heads) + r")[ \t\r]*$"
+
+
+@lru_cache(maxsize=8)
+def window_opener(window_triggers: tuple[bytes, ...]) -> re.Pattern[bytes]:
+    """One compiled test for "this hit line may start a wrapped message": a window trigger
+    anywhere in it, or its opening words cut at the line's end.
+
+    Why a regex and not ``any(t in line ...)``: it is asked of every hit line, and on a
+    trigger-dense log one C-level search is a quarter of the cost of the generator.
+    Both prefilters (this module's and memtune.grep_prefilter) use it, so they open the
+    same windows.
+    """
+    if not window_triggers:
+        return re.compile(rb"(?!x)x")  # matches nothing
+    literal = b"|".join(re.escape(w) for w in window_triggers)
+    return re.compile(literal + b"|" + cut_head_source(window_triggers).encode("utf-8"))
+
+
 def find_hits(block: bytes, triggers: Iterable[bytes], limit: int | None = None) -> list[int]:
     """Start offsets of the lines in ``block[:limit]`` that contain any trigger (sorted, unique)."""
     limit = len(block) if limit is None else limit
@@ -185,6 +216,7 @@ def candidate_lines(
     partial line, the buffer is searched in place up to its last newline (``limit``),
     and only the short tail is moved to the front for the next read.
     """
+    opens_window = window_opener(tuple(window_triggers)).search
     buf = bytearray(chunk_size)
     n = 0  # bytes carried over at the front of ``buf``
     base = 1  # line number of the first line in ``buf``
@@ -217,7 +249,7 @@ def candidate_lines(
             # Walk the hit line and, for a wrapped-message start, the window after it.
             hit_end = buf.find(b"\n", start, limit)
             hit_line = buf[start : limit if hit_end == -1 else hit_end]
-            last_no = line_no + (window if any(t in hit_line for t in window_triggers) else 0)
+            last_no = line_no + (window if opens_window(hit_line) else 0)
             cur, cur_no = start, line_no
             while cur < limit and cur_no <= last_no:
                 end = buf.find(b"\n", cur, limit)

@@ -58,8 +58,22 @@ _COMPLETE = re.compile(
     r"cuda runtime error \(2\) : out of memory"
 )
 
+# The cudaMallocAsync backend's OOM (c10/cuda/CUDAMallocAsyncAllocator.cpp, mallocAsync):
+# "Allocation on device N would exceed allowed memory. (out of memory)" then one field per
+# line, "Currently allocated     : X" (this process's PyTorch allocations), "Requested" (the
+# failed call), "Device limit" (cudaMemGetInfo's total: the device's size), "Free (according
+# to CUDA)" and the user's memory-fraction cap on two lines.  A Rust or JSON wrapper may print
+# it on one line with literal "\n" escapes; the field names are the same either way.
+_ASYNC = {
+    "allocated": re.compile(r"Currently allocated\s{0,40}:\s{0,40}" + SIZE),
+    "requested": re.compile(r"Requested\s{0,40}:\s{0,40}" + SIZE),
+    "total": re.compile(r"Device limit\s{0,40}:\s{0,40}" + SIZE),
+    "free": re.compile(r"Free \(according to CUDA\)\s{0,40}:\s{0,40}" + SIZE),
+    "limit": re.compile(r"PyTorch limit \(set by user-supplied memory fraction\)(?:\\n|\s){0,40}:\s{0,40}" + SIZE),
+}
+
 # Every regex this module runs, for the adversarial-line tests (tests/test_diagnose_redos.py).
-REGEXES: dict[str, re.Pattern[str]] = {**_RE, "complete": _COMPLETE}
+REGEXES: dict[str, re.Pattern[str]] = {**_RE, "complete": _COMPLETE, **{f"async_{k}": v for k, v in _ASYNC.items()}}
 
 ONE_EB = 1 << 60
 
@@ -160,6 +174,31 @@ def parse_allocator_message(text: str) -> AllocatorNumbers:
         requested_more_than_1eb=huge,
         legacy_form=legacy_form,
     )
+
+
+def _async_first(name: str, text: str) -> int | None:
+    m = _ASYNC[name].search(text)
+    return size_to_bytes(m.group(1), m.group(2)) if m else None
+
+
+def parse_async_message(text: str) -> tuple[AllocatorNumbers, dict[str, int]]:
+    """The numbers of a cudaMallocAsync-backend OOM (see ``_ASYNC``), and its memory-fraction
+    cap as a detail (``pytorch_limit_bytes``; PyTorch prints 2**64 bytes, "17179869184.00 GiB",
+    when no fraction was set).  This backend keeps no reserve of its own, so the idle
+    reserve (reserved but unallocated) is never stated and stays None."""
+    numbers = AllocatorNumbers(
+        requested_bytes=_async_first("requested", text),
+        total_bytes=_async_first("total", text),
+        free_bytes=_async_first("free", text),
+        allocated_bytes=_async_first("allocated", text),
+    )
+    limit = _async_first("limit", text)
+    return numbers, ({"pytorch_limit_bytes": limit} if limit is not None else {})
+
+
+def async_message_complete(text: str) -> bool:
+    """True once the async backend's message has printed its last field (the fraction cap)."""
+    return _ASYNC["limit"].search(text) is not None
 
 
 _PROCESS = re.compile(r"Process\s+\d+\s+has\s+" + SIZE + r"\s+memory in use")

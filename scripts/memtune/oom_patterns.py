@@ -37,6 +37,8 @@ class Detector:
     note: str | None = None
     note_is_advice: bool = False
     fold_lines: int = 0
+    numbers_from: str | None = None  # a parser of memtune.oom_parse for sizes the line states
+    numbers_follow: int = 0  # the numbers may continue on up to this many following lines
 
     @property
     def is_allocator(self) -> bool:
@@ -176,6 +178,8 @@ def load_patterns(path: Path = PATTERNS_FILE) -> PatternSet:
                     note=str(entry["note"]) if entry.get("note") else None,
                     note_is_advice=bool(entry.get("note_is_advice", False)),
                     fold_lines=int(entry.get("fold_lines") or 0),
+                    numbers_from=str(entry["numbers_from"]) if entry.get("numbers_from") else None,
+                    numbers_follow=int(entry.get("numbers_follow") or 0),
                 )
             )
         kinds = {}

@@ -1,10 +1,15 @@
 """Findings + the Failure Diagnosis table -> the report (JSON document and human text).
 
-Order matters because an agent acts on the first finding: a configuration error stops
-the run before anything can run out of memory, so it comes first; then allocator OOMs
-(an impossible request is a bug, capacity needs a plan, fragmentation a one-line fix);
-then driver/cuBLAS/NCCL OOMs, which are usually the echo of the same shortage; the
-deprecation warning last.  Within a kind, the worst shortfall comes first.
+Order matters because an agent (and a reader) acts on the first finding.  Findings come
+in tiers, the tens digit of each kind's priority (data/oom_patterns.yaml): configuration
+errors first (they stop the run before anything can run out of memory), then allocator
+OOMs (they carry the numbers to act on), then driver/cuBLAS/NCCL OOMs (usually the echo of
+the same shortage, without numbers), the last-resort kind, the deprecation warning last.
+Within a tier the first failure in the log leads (inputs in the order given, then line):
+when several ranks run out of memory, the first to fail is the one a reader takes as the
+primary failure, and the later ones usually fail in the same step or as its consequence
+(a collective waiting on the dead rank, the same batch on a sibling).  Which GPU was
+tightest is a separate question, answered by the summary's ``tightest``.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from memtune.diagnosis_table import Row, row_for_kind
 from memtune.frameworks import Framework, FrameworkHits, load_frameworks
 from memtune.oom_evidence import load_evidence
 from memtune.oom_parse import format_bytes
-from memtune.oom_patterns import PatternSet
+from memtune.oom_patterns import ALLOCATOR_KINDS, PatternSet
 from memtune.oom_scan import Finding
 from memtune.torch_era import TorchRange
 
@@ -90,18 +95,34 @@ def with_stated_device(f: Finding) -> Finding:
     return replace(f, device=f.details["device"], details=details)
 
 
-def order_findings(findings: list[Finding], patterns: PatternSet) -> list[Finding]:
+def tier(f: Finding, patterns: PatternSet) -> int:
+    """The finding's tier: the tens digit of its kind's priority (see the module doc)."""
+    return patterns.kinds[f.kind].priority // 10
+
+
+def order_findings(findings: list[Finding], patterns: PatternSet, inputs: list[str] | None = None) -> list[Finding]:
+    """Tier first, then log order (input, line) within a tier; see the module doc for why."""
+    position = {name: i for i, name in enumerate(inputs or ())}
+
     def key(f: Finding) -> tuple:
-        free = f.numbers.get("free_bytes")
-        return (
-            patterns.kinds[f.kind].priority,
-            -shortfall(f),
-            free if free is not None else 1 << 62,
-            f.file,
-            f.line,
-        )
+        return (tier(f, patterns), position.get(f.file, len(position)), f.file, f.line, patterns.kinds[f.kind].priority)
 
     return sorted(findings, key=key)
+
+
+def tightest(ordered: list[Finding]) -> Finding | None:
+    """Of several allocator OOMs with numbers, the one on the tightest GPU: the largest
+    shortfall (request minus idle reserve), then the least free memory; None with fewer
+    than two (nothing to compare)."""
+    stated = [f for f in ordered if f.kind in ALLOCATOR_KINDS and f.numbers.get("requested_bytes") is not None]
+    if len(stated) < 2:
+        return None
+
+    def key(f: Finding) -> tuple:
+        free = f.numbers.get("free_bytes")
+        return (-shortfall(f), free if free is not None else 1 << 62, f.line)
+
+    return min(stated, key=key)
 
 
 def layout_facts(facts: dict[str, int]) -> dict[str, int]:
@@ -183,13 +204,15 @@ def finding_json(
 
 
 def summarize(ordered: list[Finding]) -> dict[str, Any]:
-    """Across ranks: how many sources failed, the worst one, and whether all agree."""
+    """Across ranks: how many sources failed, the first (``worst``, the key kept for
+    compatibility), the tightest GPU, and whether all agree."""
     failures = [f for f in ordered if f.kind not in WARNING_KINDS]
     sources = sorted({f.source for f in failures})
     kinds: dict[str, int] = {}
     for f in failures:
         kinds[f.kind] = kinds.get(f.kind, 0) + f.occurrences
     worst = failures[0] if failures else None
+    tight = tightest(failures)
     ranks = sorted({f.rank for f in failures if f.rank is not None})
     return {
         "failures": sum(f.occurrences for f in failures),
@@ -198,6 +221,10 @@ def summarize(ordered: list[Finding]) -> dict[str, Any]:
         "ranks_failed": len(ranks),
         "ranks": ranks,
         "worst": None if worst is None else {"source": worst.source, "kind": worst.kind, "file": worst.file, "line": worst.line},
+        "tightest": None if tight is None else {
+            "source": tight.source, "device": tight.device, "kind": tight.kind, "file": tight.file, "line": tight.line,
+            "free_bytes": tight.numbers.get("free_bytes"), "shortfall_bytes": shortfall(tight),
+        },
         "same_kind": len(kinds) == 1 if kinds else None,
         "kinds": kinds,
         "warnings": sum(f.occurrences for f in ordered if f.kind in WARNING_KINDS),
@@ -241,7 +268,7 @@ def build_report(
 ) -> dict[str, Any]:
     facts = facts or {}
     kept = [with_stated_device(f) for f in drop_numberless_echoes(drop_last_resort(findings, patterns))]
-    ordered = order_findings(kept, patterns)
+    ordered = order_findings(kept, patterns, inputs)
     table = {kind: row_for_kind(rows, kind, info.table_key) for kind, info in patterns.kinds.items()}
     # The GPU size any allocator message of the same file printed (all ranks share a type).
     totals = {f.file: f.numbers["total_bytes"] for f in reversed(ordered) if f.numbers.get("total_bytes")}
@@ -295,7 +322,11 @@ def render_text(report: dict[str, Any]) -> str:
     if s["ranks_failed"]:
         head += f" ({s['ranks_failed']} rank(s): {', '.join(map(str, s['ranks']))})"
     if s["worst"]:
-        head += f"; worst: {s['worst']['source']} ({s['worst']['kind']})"
+        head += f"; first: {s['worst']['source']} ({s['worst']['kind']})"
+    if s.get("tightest") and s["tightest"]["source"] != (s["worst"] or {}).get("source"):
+        t = s["tightest"]
+        how = f"{format_bytes(t['shortfall_bytes'])} short" if t["shortfall_bytes"] > 0 else f"{format_bytes(t['free_bytes'])} free"
+        head += f"; tightest GPU: {t['source']} ({how})"
     if s["same_kind"] is not None:
         head += "; every failure is the same kind" if s["same_kind"] else "; failures of different kinds: " + ", ".join(
             f"{k} x{n}" for k, n in s["kinds"].items()

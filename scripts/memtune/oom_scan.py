@@ -14,11 +14,12 @@ from __future__ import annotations
 import re
 from collections import deque
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Iterable, Iterator
 
 from memtune import oom_parse, oom_rejoin, torch_era
 from memtune.frameworks import FrameworkHits, FrameworkSet, load_frameworks
-from memtune.log_reader import WINDOW_LINES, LinePrefix, nccl_origin, strip_prefixes
+from memtune.log_reader import WINDOW_LINES, LinePrefix, cut_head_source, nccl_origin, strip_prefixes
 from memtune.oom_evidence import Evidence, load_evidence
 from memtune.oom_patterns import Detector, PatternSet
 from memtune.torch_era import TorchRange
@@ -37,6 +38,9 @@ EVIDENCE_CHARS = 600
 _OOM_START = re.compile(
     r"(?:CUDA|HIP) out of memory|cuda runtime error \(2\) : out of memory|Tried to allocate|\(GPU \d+; [\d.]+ ?[KMGT]?i?B total capacity"
 )
+# The message's own opening words (not "Tried to allocate" alone): a line with them starts a
+# message; a line whose allocator match lacks them continues a message whose opening a wrap cut.
+_FULL_START = re.compile(r"(?:CUDA|HIP) out of memory|cuda runtime error \(2\) : out of memory|total capac")
 # Ray folds repeats of a line into one with this suffix; the failure is still the same one.
 _RAY_REPEAT = re.compile(r"\s*\[repeated (\d+)x across cluster\]")
 RECENT_HINT_LINES = 8  # per hint kind: the latest lines seen, to place a failure that follows them
@@ -85,7 +89,9 @@ class Finding:
         return (self.kind, self.source, self.device, tuple(sorted(self.numbers.items())), _strip_digits(self.evidence))
 
 
+@lru_cache(maxsize=DETECT_CACHE)
 def _strip_digits(text: str) -> str:
+    """The text with every number as ``#`` (remembered: a retry loop repeats one evidence)."""
     return re.sub(r"\d+", "#", _RAY_REPEAT.sub("", text))
 
 
@@ -100,9 +106,47 @@ class _Pending:
     first_line: int
     last_line: int
     file: str
+    # A cut head ("torch.OutOfMemoryError: CUDA o"): what the line alone was, emitted instead
+    # if no continuation ever completes the message's opening words.
+    cut_head: bool = False
+    fallback: tuple[Detector, re.Match[str]] | None = None
 
     def text(self) -> str:
-        return oom_rejoin.join(self.parts)
+        parts = tuple(self.parts)
+        if sum(map(len, parts)) <= MEMO_CHARS:
+            return _joined(parts)
+        return oom_rejoin.join(parts)
+
+
+MEMO_CHARS = 4096  # texts up to this size are remembered (bounded: 1024 entries of 4 KB at most)
+
+
+@lru_cache(maxsize=1024)
+def _joined(parts: tuple[str, ...]) -> str:
+    """``oom_rejoin.join``, remembered: a retry loop re-joins the same pieces every time."""
+    return oom_rejoin.join(parts)
+
+
+def _complete(text: str) -> bool:
+    return _complete_memo(text) if len(text) <= MEMO_CHARS else oom_parse.is_complete(text)
+
+
+@lru_cache(maxsize=1024)
+def _complete_memo(text: str) -> bool:
+    return oom_parse.is_complete(text)
+
+
+ASYNC_PARSER = "cuda-malloc-async"  # data/oom_patterns.yaml ``numbers_from`` value
+
+
+@dataclass
+class _Tail:
+    """The lines after a one-line detection that still carry its numbers."""
+
+    index: int  # position of the finding in Scanner.findings
+    parts: list[str]
+    last_line: int
+    until: int
 
 
 class Scanner:
@@ -126,21 +170,29 @@ class Scanner:
         self._index: dict[tuple, int] = {}  # dedupe key -> position in findings
         self.run_facts: dict[str, int] = {}  # latest parallel layout the log printed
         self._last_line = 0
-        self._benign: set[bytes | str] = set()  # trigger lines that matched nothing (exact text)
+        self._benign: set[bytes | str] = set()
+        self._triggered: dict[bytes | str, bool] = {}  # line -> holds a trigger (bounded)  # trigger lines that matched nothing (exact text)
         self._detections: dict[str, tuple[Detector, re.Match[str]] | None] = {}
-        self._verdicts: dict[str, tuple[oom_parse.AllocatorNumbers, oom_parse.Verdict]] = {}
+        self._verdicts: dict[str, tuple[oom_parse.AllocatorNumbers, oom_parse.Verdict, dict[str, int], TorchRange]] = {}
+        self._cut_head = re.compile(cut_head_source(patterns.window_triggers))
+        self._tail: _Tail | None = None  # a field list still being read (cudaMallocAsync)
+        self._repeats: dict[int, int] = {}  # position in findings -> further occurrences (applied at finish)
+
+    def wants_more(self) -> bool:
+        """Is a message still being read (the prefilter keeps reading its window)?"""
+        return bool(self.pending) or self._tail is not None
 
     # -- input
     def feed(self, line_no: int, raw: bytes | str) -> None:
         if line_no != self._last_line + 1 and self.pending:
             self._flush_all()  # a gap: no message continues across lines we never saw
         self._last_line = line_no
-        if not self.pending:
+        if not self.pending and self._tail is None:
             # Nothing is being re-joined, so only a line with a trigger can matter, and not
             # one already known to match nothing: real logs repeat their benign trigger lines
             # (every rank echoing the same allocator setting, NCCL its environment, at every
             # restart), and a dense log is mostly those.
-            if raw in self._benign or not self.patterns.has_trigger_in(raw):
+            if raw in self._benign or not self._has_trigger(raw):
                 return
             if self._feed(line_no, raw) and len(self._benign) < BENIGN_CACHE and len(raw) <= BENIGN_LINE_MAX:
                 self._benign.add(raw)
@@ -155,12 +207,19 @@ class Scanner:
         prefix = strip_prefixes(text)
         body = prefix.text
         key = prefix.stream_key
-        triggered = self.patterns.has_trigger_in(body)
+        triggered = self._has_trigger(body)
         detected = self._detect(body) if triggered else None
+        if self._tail is not None and self._continue_tail(line_no, body, detected):
+            return False
         # framework signals are idempotent, but a hint's line number matters (it must sit
         # near the failure), so a hint line is never cached as benign
         hinted = self._observe_context(line_no, text) if triggered else False
 
+        if detected is not None and detected[0].is_allocator and self.pending and not _FULL_START.search(body):
+            # "ut of memory. Tried to allocate ...": the rest of a cut head being re-joined
+            head = self._cut_head_pending(prefix)
+            if head is not None:
+                key, detected = head, None
         pend = self.pending.get(key)
         if pend is None and detected is None and self.pending:
             adopted = self._adopter(prefix, body, line_no)
@@ -170,13 +229,22 @@ class Scanner:
             if self._continues(pend, body, line_no):
                 pend.parts.append(body)
                 pend.last_line = line_no
-                if oom_parse.is_complete(pend.text()):
+                if _complete(pend.text()):
                     self._emit_allocator(self.pending.pop(key))
                 return False
             self._emit_allocator(self.pending.pop(key))
         elif pend is not None:
             self._emit_allocator(self.pending.pop(key))
         self._expire(line_no)
+        if detected is None or not detected[0].is_allocator:
+            cut = self._cut_head.search(body)
+            if cut is not None:
+                lead = _exception_lead(body, body.index(":", cut.start()) + 1)
+                self.pending[key] = _Pending(
+                    prefix=prefix, parts=[lead], first_line=line_no, last_line=line_no, file=self.file,
+                    cut_head=True, fallback=detected,
+                )
+                return False
         if detected is None:
             if triggered:
                 facts = self.patterns.run_facts(body)
@@ -188,7 +256,7 @@ class Scanner:
             start = _OOM_START.search(body)
             lead = _exception_lead(body, start.start() if start else match.start())
             pend = _Pending(prefix=prefix, parts=[lead], first_line=line_no, last_line=line_no, file=self.file)
-            if oom_parse.is_complete(pend.text()):
+            if _complete(pend.text()):
                 self._emit_allocator(pend)
             else:
                 self.pending[key] = pend
@@ -198,11 +266,24 @@ class Scanner:
 
     def finish(self) -> list[Finding]:
         self._flush_all()
+        for i, extra in self._repeats.items():
+            self.findings[i] = replace(self.findings[i], occurrences=self.findings[i].occurrences + extra)
+        self._repeats.clear()
         # hints that apply wherever they are in the input (a platform warning at start-up)
         anywhere = tuple(h.name for h in self.evidence.hints if h.within_lines_before is None and h.name in self.hint_lines)
         if anywhere:
             self.findings = [replace(f, hints=tuple(dict.fromkeys(f.hints + anywhere))) for f in self.findings]
         return self.findings
+
+    def _has_trigger(self, text: bytes | str) -> bool:
+        """``patterns.has_trigger_in``, remembered per exact short line: one search over ~90
+        literals costs ~10 us, and a retry loop feeds the same window lines again and again."""
+        got = self._triggered.get(text)
+        if got is None:
+            got = self.patterns.has_trigger_in(text)
+            if len(self._triggered) < DETECT_CACHE and len(text) <= BENIGN_LINE_MAX:
+                self._triggered[text] = got
+        return got
 
     # -- context: framework signals and evidence hints (not failures themselves)
     def _observe_context(self, line_no: int, text: str) -> bool:
@@ -279,6 +360,20 @@ class Scanner:
             return max(candidates, key=lambda kp: kp[1].first_line)
         return None
 
+    def _cut_head_pending(self, prefix: LinePrefix) -> str | None:
+        """The key of a pending cut head this line's stream may continue (same stream, or
+        an unlabelled line and any compatible stream's head), else None."""
+        own = self.pending.get(prefix.stream_key)
+        if own is not None and own.cut_head and len(own.parts) == 1:
+            return prefix.stream_key
+        if prefix.rank is not None:
+            return None
+        heads = [
+            (p.first_line, k) for k, p in self.pending.items()
+            if p.cut_head and len(p.parts) == 1 and (prefix.host is None or prefix.host == p.prefix.host)
+        ]
+        return max(heads)[1] if heads else None
+
     def _expire(self, line_no: int) -> None:
         for key in [k for k, p in self.pending.items() if line_no - p.first_line > WINDOW_LINES]:
             self._emit_allocator(self.pending.pop(key))
@@ -289,13 +384,20 @@ class Scanner:
 
     def _emit_allocator(self, pend: _Pending) -> None:
         text = pend.text()
+        if pend.cut_head and not _FULL_START.search(text):
+            # nothing completed the cut opening words: the line is what it was on its own
+            if pend.fallback is not None:
+                self._emit_simple(pend.fallback[0], pend.parts[0], pend.prefix, pend.first_line)
+            return
         cached = self._verdicts.get(text)
         if cached is None:
-            cached = (oom_parse.parse_allocator_message(text), None)
-            cached = (cached[0], oom_parse.classify(cached[0]))
+            # Everything that depends on the text alone, remembered: a retry loop prints the
+            # same message thousands of times.
+            nums = oom_parse.parse_allocator_message(text)
+            cached = (nums, oom_parse.classify(nums), oom_parse.breakdown(text), torch_era.infer(text, self.evidence))
             if len(self._verdicts) < DETECT_CACHE:
                 self._verdicts[text] = cached
-        nums, verdict = cached
+        nums, verdict, details, torch = cached
         self._add(
             Finding(
                 kind=verdict.kind,
@@ -307,15 +409,17 @@ class Scanner:
                 host=pend.prefix.host,
                 device=nums.device,
                 numbers=nums.as_json(),
-                details=oom_parse.breakdown(text),
+                details=dict(details),
                 note=verdict.note,
-                torch=torch_era.infer(text, self.evidence),
+                torch=torch,
             )
         )
 
     def _emit_simple(self, det: Detector, body: str, prefix: LinePrefix, line_no: int) -> None:
         kind, numbers_rx = str(det.kind), det.numbers
-        if det.fold_lines and self._fold(kind, prefix, line_no, det.fold_lines, body):
+        folded = self._fold(kind, prefix, line_no, det.fold_lines, body) if det.fold_lines else None
+        if folded is not None:
+            self._numbers_in_text(det, folded, body, line_no)
             return
         numbers = empty_numbers()
         details: dict[str, int] = {}
@@ -349,7 +453,7 @@ class Scanner:
                     self.findings[i] = replace(prev, numbers=merged, line_end=line_no, evidence=_clip(prev.evidence + " | " + body.strip()))
                     self._index.setdefault(self.findings[i].dedupe_key(), i)
                     return
-        self._add(
+        i = self._add(
             Finding(
                 kind=kind,
                 evidence=_clip(body.strip()),
@@ -365,35 +469,79 @@ class Scanner:
                 note_is_advice=det.note_is_advice,
             )
         )
+        self._numbers_in_text(det, i, body, line_no)
 
-    def _fold(self, kind: str, prefix: LinePrefix, line_no: int, window: int, body: str) -> bool:
-        """Merge into the previous finding of ``kind`` from the same source if it is close."""
+    # -- a message whose numbers follow on the next lines (cudaMallocAsync's field list)
+    def _numbers_in_text(self, det: Detector, i: int, text: str, line_no: int) -> None:
+        """Read the numbers ``det`` names (``numbers_from``) out of ``text`` into finding ``i``
+        (filling only what it does not know yet), and keep reading the next
+        ``numbers_follow`` lines while the message is incomplete."""
+        if det.numbers_from != ASYNC_PARSER:
+            return
+        self._merge_async(i, text)
+        if det.numbers_follow and not oom_parse.async_message_complete(text):
+            self._tail = _Tail(index=i, parts=[text], last_line=line_no, until=line_no + det.numbers_follow)
+        else:
+            self._tail = None
+
+    def _merge_async(self, i: int, text: str) -> None:
+        nums, extra = oom_parse.parse_async_message(text)
+        prev = self.findings[i]
+        merged = {k: (v if v is not None else nums.as_json().get(k)) for k, v in prev.numbers.items()}
+        details = {**extra, **prev.details}
+        if merged != prev.numbers or details != prev.details:
+            self._index.pop(prev.dedupe_key(), None)
+            self.findings[i] = replace(prev, numbers=merged, details=details)
+            self._index.setdefault(self.findings[i].dedupe_key(), i)
+
+    def _continue_tail(self, line_no: int, body: str, detected: object) -> bool:
+        """Take ``body`` as the next line of the open field list, if it is one."""
+        tail = self._tail
+        if tail is None:
+            return False
+        if detected is not None or line_no != tail.last_line + 1 or line_no > tail.until or not body.strip():
+            self._tail = None
+            return False
+        tail.parts.append(body.strip())
+        tail.last_line = line_no
+        text = " ".join(tail.parts)
+        self._merge_async(tail.index, text)
+        prev = self.findings[tail.index]
+        self.findings[tail.index] = replace(prev, line_end=line_no, evidence=_clip(prev.evidence + " | " + body.strip()))
+        if oom_parse.async_message_complete(text):
+            self._tail = None
+        return True
+
+    def _fold(self, kind: str, prefix: LinePrefix, line_no: int, window: int, body: str) -> int | None:
+        """Merge into the previous finding of ``kind`` from the same source if it is close
+        (its position in ``findings``, else None)."""
         for i in range(len(self.findings) - 1, max(-1, len(self.findings) - 4), -1):
             prev = self.findings[i]
             if prev.kind != kind or prev.file != self.file or prev.rank != prefix.rank or prev.host != prefix.host:
                 continue
             if line_no - (prev.line_end or prev.line) > window:
-                return False
+                return None
             said = {_strip_digits(part.strip()) for part in prev.evidence.split(" | ")}
             if _strip_digits(body.strip()) in said:
-                return False  # the same line again: a repeat (counted by _add), not a continuation
+                return None  # the same line again: a repeat (counted by _add), not a continuation
             self._index.pop(prev.dedupe_key(), None)
             self.findings[i] = replace(prev, line_end=line_no, evidence=_clip(prev.evidence + " | " + body.strip()))
             self._index.setdefault(self.findings[i].dedupe_key(), i)
-            return True
-        return False
+            return i
+        return None
 
-    def _add(self, finding: Finding) -> None:
-        finding = replace(finding, hints=self._near_hints(finding))
+    def _add(self, finding: Finding) -> int:
         # A dict, not a scan of the list: a long log can hold thousands of distinct findings.
+        # A repeat only counts (applied in finish, not a dataclass copy per repeat); hints are
+        # looked up for a new finding only (a repeat keeps the first one's).
         key = finding.dedupe_key()
         i = self._index.get(key)
         if i is not None:
-            prev = self.findings[i]
-            self.findings[i] = replace(prev, occurrences=prev.occurrences + finding.occurrences)
-            return
+            self._repeats[i] = self._repeats.get(i, 0) + finding.occurrences
+            return i
         self._index[key] = len(self.findings)
-        self.findings.append(finding)
+        self.findings.append(replace(finding, hints=self._near_hints(finding)))
+        return len(self.findings) - 1
 
 
 def _exception_lead(body: str, oom_at: int) -> str:
