@@ -133,6 +133,63 @@ def test_blackwell_does_not_need_graph_register() -> None:
         check("mt003_cuda_graph.sh", gpu="TPU")
 
 
+# The names check_env accepted from its own table before gpus.yaml became the one table,
+# with the compute capability each one had there: none may be lost or change.
+_OLD_CHECK_ENV_GPUS = {"V100": 7.0, "A10": 8.6, "A40": 8.6, "A100": 8.0, "L4": 8.9, "L40": 8.9, "L40S": 8.9, "H20": 9.0,
+                       "H100": 9.0, "H200": 9.0, "GH200": 9.0, "B100": 10.0, "B200": 10.0, "GB200": 10.0, "B300": 10.3,
+                       "GB300": 10.3}
+
+
+@pytest.mark.parametrize("name, cc", sorted(_OLD_CHECK_ENV_GPUS.items()))
+def test_every_gpu_name_check_env_knew_keeps_its_compute_capability(name, cc) -> None:
+    view = run_view.build(run_view.Inputs(env_values=["A=1"], gpu=name))
+    assert view.compute_capability == cc
+
+
+@pytest.mark.parametrize("name, table_name, cc", [
+    ("H100", "H100-80GB", 9.0), ("H100-80GB", "H100-80GB", 9.0), ("h100_sxm", "H100-80GB", 9.0),
+    ("NVIDIA H100 80GB HBM3", "H100-80GB", 9.0), ("NVIDIA H100-SXM5-80GB", "H100-80GB", 9.0),
+    ("H100 NVL", "H100-NVL", 9.0), ("A100-40GB", "A100-40GB", 8.0), ("NVIDIA A100 80GB PCIe", "A100-80GB", 8.0),
+    ("Tesla V100-SXM2-32GB", "V100-32GB", 7.0), ("GB200 NVL72", "GB200", 10.0), ("NVIDIA B300 SXM6 AC", "B300", 10.3),
+    ("MI300X", "MI300X", 9.4), ("AMD Instinct MI300X", "MI300X", 9.4),
+])
+def test_one_gpu_table_for_every_helper(name, table_name, cc) -> None:
+    """check_env and estimate/plan resolve a name to the same entry of gpus.yaml."""
+    from argparse import ArgumentParser
+
+    from memtune.gpus import lookup_gpu
+    from memtune.run_inputs import add_input_arguments, load_model_and_run
+
+    assert lookup_gpu(name).name == table_name
+    assert run_view.build(run_view.Inputs(env_values=["A=1"], gpu=name)).compute_capability == cc
+    parser = ArgumentParser()
+    add_input_arguments(parser)
+    inputs = load_model_and_run(parser.parse_args(["--preset", "llama3-8b", "--gpu", name]))
+    assert inputs.gpu_memory_bytes == lookup_gpu(table_name).usable_bytes
+    assert any(n.startswith(f"GPU {table_name}:") for n in inputs.notes)
+
+
+def test_check_rules_yaml_no_longer_keeps_its_own_gpu_table() -> None:
+    assert "gpus" not in run_view.rules_data()
+
+
+def test_mi300x_keeps_the_pre_blackwell_verdict_in_mt003() -> None:
+    """ROCm reports gfx942 as capability 9.4, so Megatron-Core's `major < 10` guard applies."""
+    assert any(f.rule == "MT003" for f in check("mt003_cuda_graph.sh", gpu="MI300X"))
+    assert not any(f.rule == "MT003" for f in check("mt003_cuda_graph.sh", gpu="NVIDIA B300 SXM6 AC"))
+
+
+def test_unknown_gpu_is_one_line_with_close_matches_in_every_helper() -> None:
+    for helper, args, fallback in (("check_env", ["--set", "A=1"], "leave --gpu out"),
+                                   ("estimate_memory", ["--preset", "llama3-8b"], "--gpu-memory"),
+                                   ("plan_memory", ["--preset", "llama3-8b"], "--gpu-memory")):
+        result = run_helper(helper, *args, "--gpu", "MI300")
+        assert result.returncode == 2 and result.stdout == ""
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and "Traceback" not in result.stderr
+        assert "--gpu 'MI300': unknown GPU; did you mean MI300X" in lines[0] and fallback in lines[0]
+
+
 def test_guard_blind_spot_is_called_out() -> None:
     """Whitespace: PyTorch enables expandable segments, Megatron's text guard misses it."""
     view = run_view.build(run_view.Inputs(use_env=True, environ={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments: True"},

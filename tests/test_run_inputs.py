@@ -103,10 +103,65 @@ def test_gpu_names_give_the_size_the_driver_reports():
 
 def test_every_gpu_in_the_table_has_a_source_and_a_size_below_its_label_plus_margin():
     from memtune.gpus import _table, lookup_gpu
+    sized = [g for g in _table()[1] if g.usable_bytes is not None]
+    assert len(sized) >= 15  # sizes are the point of the table; unsized entries are the exception
     for gpu in _table()[1]:
         assert gpu.source and lookup_gpu(gpu.name) is gpu
+        assert gpu.vendor in ("nvidia", "amd") and 7.0 <= gpu.compute_capability < 13
+    for gpu in sized:
         label = float(gpu.marketing.rstrip("GB"))
         assert 0.9 * label * 1e9 < gpu.usable_bytes < 1.1 * label * 1e9
+
+
+def test_a_gpu_without_a_recorded_size_asks_for_gpu_memory_instead_of_guessing():
+    with pytest.raises(InputError, match=r"--gpu L40: its usable memory is not recorded.*--gpu-memory"):
+        load_model_and_run(_parse("--preset", "llama3-8b", "--gpu", "L40"))
+    # the same name is fine where only the compute capability matters (check_env)
+    from memtune.gpus import lookup_gpu
+    assert lookup_gpu("L40").compute_capability == 8.9
+
+
+def test_bare_gpu_memory_number_says_it_was_read_as_gib_and_points_at_the_gpu_name():
+    inputs = load_model_and_run(_parse("--preset", "llama3-8b", "--gpu-memory", "80"))
+    assert inputs.gpu_memory_bytes == 80 * 2**30
+    first = inputs.notes[0]
+    assert first.startswith("WARNING") and "no unit: read as 80 GiB (85.9 GB)" in first
+    assert "H100-80GB reports 79.6 GiB (81559 MiB)" in first and "--gpu H100-80GB" in first
+    # a bare number that is no card's label: an assumption line, not a warning
+    other = load_model_and_run(_parse("--preset", "llama3-8b", "--gpu-memory", "70"))
+    assert not any(n.startswith("WARNING") for n in other.notes)
+    assert any("--gpu-memory 70 has no unit: read as 70 GiB" in n for n in other.notes)
+    # a size with its unit says nothing about units
+    quiet = load_model_and_run(_parse("--preset", "llama3-8b", "--gpu-memory", "79.6GiB"))
+    assert not any("no unit" in n for n in quiet.notes)
+
+
+def test_bare_number_note_reaches_estimate_json_warnings(capsys):
+    import json
+
+    from memtune.commands import estimate_memory
+
+    assert estimate_memory.main(["--preset", "llama3-8b", "--gpus", "8", "--tp", "2", "--gbs", "128",
+                                 "--gpu-memory", "80", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["gpu_memory_bytes"] == 80 * 2**30
+    assert any("read as 80 GiB" in w and "--gpu H100-80GB" in w for w in doc["warnings"])
+    assert any("read as 80 GiB" in a for a in doc["assumptions"])
+
+
+def test_gpu_memory_help_teaches_units_and_the_gpu_names_it_lists_exist():
+    from memtune.commands import estimate_memory
+    from memtune.gpus import lookup_gpu
+    from memtune.run_inputs import GPU_NAMES_FOR_HELP
+
+    text = " ".join(estimate_memory.build_parser().format_help().split())
+    assert "a bare number (80) or G means GiB" in text and "81559MiB = 79.6 GiB" in text
+    assert "GB = 10^9 bytes (80GB is only 74.5 GiB)" in text
+    for name in GPU_NAMES_FOR_HELP:
+        assert name in text and lookup_gpu(name).name == name and lookup_gpu(name).usable_bytes
+    examples = estimate_memory.EPILOG.split("examples:\n")[1].split("\n\n")[0].splitlines()
+    assert len(examples) >= 7
+    assert all(line.startswith("  python3 scripts/estimate_memory.py ") for line in examples)  # copy-paste runnable
 
 
 def test_marketing_size_warns_and_unknown_gpu_or_both_flags_refused():

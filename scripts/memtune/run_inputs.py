@@ -26,6 +26,11 @@ GIB = 1024**3
 _UNITS = {"": GIB, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 1024, "mib": 1024**2, "gib": GIB, "tib": 1024**4, "k": 1024, "m": 1024**2, "g": GIB, "t": 1024**4}
 
+#: GPU names --help lists; kept here because --help must not need PyYAML (a test checks each
+#: is a name in data/gpus.yaml that has a usable size).
+GPU_NAMES_FOR_HELP = ("H100-80GB", "H100-NVL", "H200", "H20", "GH200", "A100-40GB", "A100-80GB", "B200", "GB200",
+                      "B300", "L40S", "L4", "A10", "A40", "V100-32GB", "MI300X")
+
 #: Plain flag (argparse dest) -> RunSpec field it sets when given.
 _FLAG_FIELDS = {"tp": "tp", "pp": "pp", "vpp": "vpp", "cp": "cp", "ep": "ep", "etp": "etp", "mbs": "mbs",
                 "gbs": "gbs", "seq_length": "seq_length", "gpus": "world_size", "sp": "sequence_parallel",
@@ -130,9 +135,12 @@ def add_input_arguments(parser: argparse.ArgumentParser) -> None:
                      help="LoRA sequence_parallel_input_regather")
     mem.add_argument("--no-regather", dest="regather", action="store_false")
     gpu = parser.add_argument_group("GPU")
-    gpu.add_argument("--gpu-memory", metavar="SIZE", help="GPU memory (80GB, 80GiB, 81559MiB)")
-    gpu.add_argument("--gpu", metavar="NAME", help="GPU model, for its real usable memory "
-                     "(H100-80GB, H100-NVL, H200, A100-40GB, A100-80GB, B200, GB200, L40S, MI300X)")
+    gpu.add_argument("--gpu-memory", metavar="SIZE",
+                     help="usable GPU memory with its unit: MiB as nvidia-smi prints it (81559MiB), GiB (79.6GiB) "
+                          "or GB = 10^9 bytes (80GB is only 74.5 GiB); a bare number (80) or G means GiB. "
+                          "An H100 80GB has 81559MiB = 79.6 GiB: prefer --gpu H100-80GB")
+    gpu.add_argument("--gpu", metavar="NAME", help="GPU model, for its real usable memory: " + ", ".join(GPU_NAMES_FOR_HELP)
+                     + " (aliases such as H100, h100_sxm, 'NVIDIA H100 80GB HBM3' work; same names as check_env.py --gpu)")
 
 
 def print_presets(as_json: bool) -> None:
@@ -160,19 +168,22 @@ def load_model_and_run(args: argparse.Namespace) -> RunInputs:
     if gpu_name and args.gpu_memory:
         raise InputError("give --gpu or --gpu-memory, not both (--gpu sets the memory from the GPU's real size)")
     if gpu_name:
-        from memtune.gpus import lookup_gpu
+        from memtune.gpus import lookup_gpu, usable_memory
 
         gpu = lookup_gpu(gpu_name)
-        notes.append(f"GPU {gpu.name}: {gpu.usable_bytes / 2**30:.1f} GiB usable ({gpu.source})")
-        return RunInputs(model=model, run=run, notes=tuple(notes), gpu_memory_bytes=gpu.usable_bytes)
+        usable = usable_memory(gpu)
+        notes.append(f"GPU {gpu.name}: {usable / 2**30:.1f} GiB usable ({gpu.source})")
+        return RunInputs(model=model, run=run, notes=tuple(notes), gpu_memory_bytes=usable)
     memory_text = args.gpu_memory or extras.get("gpu_memory")
     memory = parse_memory(str(memory_text)) if memory_text else None
     if memory and args.gpu_memory:
-        from memtune.gpus import marketing_size_warning
+        from memtune.gpus import bare_number_note, marketing_size_warning
 
-        warning = marketing_size_warning(str(args.gpu_memory), memory)
-        if warning:
-            notes.insert(0, warning)
+        note = marketing_size_warning(str(args.gpu_memory), memory) or bare_number_note(str(args.gpu_memory), memory)
+        if note and note.startswith("WARNING"):
+            notes.insert(0, note)
+        elif note:
+            notes.append(note)
     return RunInputs(model=model, run=run, notes=tuple(notes), gpu_memory_bytes=memory)
 
 

@@ -259,13 +259,11 @@ def build(inputs: Inputs) -> RunView:
     view.torch_version = parse_version(inputs.torch_version, "--torch-version")
     view.mcore_version = parse_version(inputs.mcore_version, "--megatron-core-version")
     if inputs.gpu:
-        gpus = {name.lower(): cc for name, cc in rules_data()["gpus"].items()}
-        tokens = [re.sub(r"(sxm|pcie|nvl)\d*$", "", t) for t in re.split(r"[\s\-_/,]+", inputs.gpu.strip().lower()) if t]
-        key = next((t for t in tokens if t in gpus), None)
-        if key is None:
-            raise InputError(f"--gpu {inputs.gpu!r} is not known; use one of {', '.join(rules_data()['gpus'])}")
+        from memtune.gpus import lookup_gpu  # the one GPU table, shared with estimate/plan
+
         view.gpu = inputs.gpu
-        view.compute_capability = float(gpus[key])
+        view.compute_capability = lookup_gpu(
+            inputs.gpu, fallback="or leave --gpu out: MT003 then assumes a GPU before Blackwell").compute_capability
     spec = rules_data()["settings"]
 
     # --- environment -------------------------------------------------------------

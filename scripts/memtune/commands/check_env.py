@@ -44,7 +44,8 @@ def build_parser():
                         help="Megatron Bridge ConfigContainer YAML or Megatron-LM model_config.yaml (repeatable)")
     parser.add_argument("--torch-version", metavar="X.Y[.Z]", help="PyTorch release the job runs (unknown: strictest verdict)")
     parser.add_argument("--megatron-core-version", metavar="X.Y", help="Megatron-Core release (unknown: conservative checks)")
-    parser.add_argument("--gpu", metavar="NAME", help="GPU model, e.g. H100 or B200 (NCCL_GRAPH_REGISTER matters before Blackwell)")
+    parser.add_argument("--gpu", metavar="NAME", help="GPU model, e.g. H100, B200, MI300X or the name nvidia-smi prints; the same names as "
+                        "estimate_memory.py --gpu (data/gpus.yaml). NCCL_GRAPH_REGISTER matters before Blackwell")
     parser.add_argument("--world-size", "--gpus", type=int, metavar="N", help="GPU count, when the script does not say")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     return parser

@@ -16,20 +16,23 @@ DESCRIPTION = """\
 Estimate peak GPU memory per pipeline stage of a Megatron-Core / Megatron Bridge training run:
 weights, gradients, optimizer states, activations (for the micro-batches in flight under the
 1F1B / interleaved schedule), allocator-visible workspaces, and - on a separate line - runtime
-overhead that PyTorch does not count (CUDA context, NCCL). Compares the peak with --gpu-memory.
+overhead that PyTorch does not count (CUDA context, NCCL). Compares the peak with the GPU's usable
+memory: --gpu NAME (the size the driver reports) or --gpu-memory SIZE (units: MiB/GiB = 2^20/2^30
+bytes, MB/GB = 10^6/10^9 bytes; a bare number is GiB).
 
 Model from exactly one of --preset, --hf-config, --megatron-args, --config (a Bridge YAML; may be
 combined with --preset/--hf-config for the architecture) or --example. Flags then override the run."""
 
 EPILOG = """\
 examples:
-  estimate_memory.py --example
-  estimate_memory.py --preset llama3-8b --gpus 8 --tp 2 --mbs 1 --gbs 128 --seq-length 8192 --sequence-parallel
-  estimate_memory.py --preset deepseek-v3 --gpus 1024 --tp 2 --pp 16 --first-stage-layers 1 --ep 64 --etp 1 --mbs 1 --gbs 4096 --recompute full
-  estimate_memory.py --hf-config ~/models/Qwen3-8B/config.json --gpus 2 --tp 2 --peft lora --regather --seq-length 8192
-  estimate_memory.py --megatron-args launch.sh --gpus 64 --json
-  estimate_memory.py --config run.yaml --preset llama3-70b --gpus 32 model.pipeline_model_parallel_size=8 train.global_batch_size=64
-  estimate_memory.py --example --recompute-modules core_attn,mlp --gpu-memory 80GB
+  python3 scripts/estimate_memory.py --example
+  python3 scripts/estimate_memory.py --preset llama3-8b --gpus 8 --tp 2 --mbs 1 --gbs 128 --seq-length 8192 --sequence-parallel
+  python3 scripts/estimate_memory.py --preset deepseek-v3 --gpus 1024 --tp 2 --pp 16 --first-stage-layers 1 --ep 64 --etp 1 --mbs 1 --gbs 4096 --recompute full
+  python3 scripts/estimate_memory.py --hf-config ~/models/Qwen3-8B/config.json --gpus 2 --tp 2 --peft lora --regather --seq-length 8192
+  python3 scripts/estimate_memory.py --megatron-args launch.sh --gpus 64 --json
+  python3 scripts/estimate_memory.py --config run.yaml --preset llama3-70b --gpus 32 model.pipeline_model_parallel_size=8 train.global_batch_size=64
+  python3 scripts/estimate_memory.py --example --recompute-modules core_attn,mlp --gpu H100-80GB
+  python3 scripts/estimate_memory.py --example --gpu-memory 81559MiB   # the MiB figure nvidia-smi prints
 
 exit codes: 0 estimate printed (whether or not it fits), 2 bad input (one line naming it)."""
 

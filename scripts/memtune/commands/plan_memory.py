@@ -33,7 +33,7 @@ examples:
   python3 scripts/plan_memory.py --example --json --top 3
   # your own run: same inputs as estimate_memory.py
   python3 scripts/plan_memory.py --preset llama3-70b --gpus 32 --tp 4 --pp 4 --vpp 5 \\
-      --mbs 1 --gbs 32 --seq-length 4096 --sequence-parallel --gpu-memory 80GiB --headroom 10%
+      --mbs 1 --gbs 32 --seq-length 4096 --sequence-parallel --gpu H100-80GB --headroom 10%
   python3 scripts/plan_memory.py --preset deepseek-v3 --gpus 1024 --tp 8 --ep 64 --etp 1 \\
       --mbs 1 --gbs 4096 --sequence-parallel --gpu-memory 80GiB --top 5
   python3 scripts/plan_memory.py --config run.yaml --preset llama3-70b --gpus 32 model.pipeline_model_parallel_size=8
