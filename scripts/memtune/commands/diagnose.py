@@ -45,7 +45,7 @@ exit codes: 0 ran (findings or "no memory-related failure found"); 2 bad input
 def main(argv: Sequence[str] | None = None) -> int:
     parser = make_parser("diagnose.py", DESCRIPTION, EPILOG)
     parser.add_argument("inputs", nargs="*", metavar="FILE", help="log files (plain or .gz); - reads standard input")
-    parser.add_argument("--json", action="store_true", help="print one JSON document (DESIGN.md §3 findings + summary)")
+    parser.add_argument("--json", action="store_true", help="print one JSON document: findings + summary (every field: references/json-output.md)")
     parser.add_argument("--symptom", metavar="TEXT", help="look a symptom up in the Failure Diagnosis table (fuzzy, ranked)")
     parser.add_argument("--limit", type=int, default=3, metavar="N", help="rows to show for --symptom (default 3)")
     parser.add_argument(
