@@ -30,6 +30,21 @@ SAMPLES = Path(__file__).resolve().parent / "data" / "oom-samples"
         ("2025-09-24T16:15:28.123Z [rank1]: msg", "msg", 1, None),
         ("2025-09-24 16:15:28,123 msg", "msg", None, None),
         ("node-12: [rank9]: msg", "msg", 9, "node-12"),
+        # Stacked labels: all peeled; PyTorch's [rankN] (global) wins over wrapper labels.
+        ("rank 13: [rank13]: torch.OutOfMemoryError: x", "torch.OutOfMemoryError: x", 13, None),
+        ("[2026-11-30 02:15:19] rank 13: [rank13]: msg", "msg", 13, None),
+        ("rank13: [rank13]: msg", "msg", 13, None),
+        ("Rank 4: RuntimeError: z", "RuntimeError: z", 4, None),
+        ("rank 7: msg", "msg", 7, None),
+        ("[default5]:[rank13]: msg", "msg", 13, None),
+        ("5: [default5]:[rank5]: msg", "msg", 5, None),
+        ("1: [default5]: msg", "msg", 1, None),
+        ("node-3: rank 2: [rank10]: msg", "msg", 10, "node-3"),
+        ("[1,6]<stderr>:[rank6]: msg", "msg", 6, None),
+        # Megatron's own "[Rank 13] (after 1 iterations)" is message text, not a label.
+        ("rank 13: [Rank 13] (after 1 iterations) memory", "[Rank 13] (after 1 iterations) memory", 13, None),
+        # A word merely starting with "rank" is not a label.
+        ("ranking: msg", "ranking: msg", None, None),
         ("gpu003.cluster: RuntimeError: CUDA error: out of memory", "RuntimeError: CUDA error: out of memory", None, "gpu003.cluster"),
         # An exception name is not a host prefix.
         ("torch.cuda.OutOfMemoryError: CUDA out of memory.", "torch.cuda.OutOfMemoryError: CUDA out of memory.", None, None),
@@ -39,6 +54,14 @@ SAMPLES = Path(__file__).resolve().parent / "data" / "oom-samples"
 def test_strip_prefixes(line: str, text: str, rank: int | None, host: str | None) -> None:
     p = strip_prefixes(line)
     assert (p.text, p.rank, p.host) == (text, rank, host)
+
+
+def test_eval_log_with_stacked_rank_labels_reports_rank_13() -> None:
+    """The Tier-3 eval log tags every line "rank N: [rankN]:"; the OOM must come out on rank
+    13, not as an anonymous "GPU 0" (the device index every rank sees)."""
+    log = Path(__file__).resolve().parents[1] / "evals" / "files" / "megatron_llama3_70b_sft_rank13_oom.log"
+    (f,) = scan_lines(numbered(log.read_text(encoding="utf-8")), load_patterns(), file=log.name)
+    assert (f.kind, f.rank, f.source) == ("fragmentation", 13, "rank 13")
 
 
 def test_find_hits_returns_line_starts_once_per_line() -> None:

@@ -280,6 +280,9 @@ _TIMESTAMP = re.compile(
 )
 _QUOTE = re.compile(r"^[ \t]*>[ \t]?")
 _SRUN_LABEL = re.compile(r"^[ \t]*(\d+):[ \t]")
+# A wrapper's own "rank 13:" / "rank13:" label (pdsh-style per-rank tags, home-grown launch
+# scripts).  Matched before ``_HOST``, which would otherwise take "rank13" for a host name.
+_RANK_LABEL = re.compile(r"^[ \t]*rank[ \t]?(\d+):[ \t]", re.IGNORECASE)
 _RANK = re.compile(r"^[ \t]*\[rank(\d+)\]:[ \t]?")
 _MPI_TAG = re.compile(r"^[ \t]*\[\d+,(\d+)\]<std(?:out|err)>:[ \t]?")
 _TORCHRUN = re.compile(r"^[ \t]*\[default(\d+)\]:[ \t]?")
@@ -306,7 +309,13 @@ class LinePrefix:
 
 
 def strip_prefixes(line: str) -> LinePrefix:
-    """Peel quoting, timestamps and rank/host labels off the front of a log line."""
+    """Peel quoting, timestamps and rank/host labels off the front of a log line.
+
+    Launchers stack their labels ("rank 13: [rank13]: ...", "0: [default5]:[rank5]: ..."),
+    so every label is peeled in one bounded loop.  PyTorch's own ``[rankN]:`` tag names the
+    global rank and wins (the innermost one); otherwise the outermost wrapper label is used,
+    since ``[defaultN]`` is only the node-local rank.
+    """
     text = line.rstrip("\r\n")
     rank: int | None = None
     host: str | None = None
@@ -316,12 +325,17 @@ def strip_prefixes(line: str) -> LinePrefix:
         if m:
             text = text[m.end():]
             continue
-        m = _RANK.match(text) or _MPI_TAG.match(text) or _TORCHRUN.match(text)
+        m = _RANK.match(text)
         if m:
-            rank = int(m.group(1)) if rank is None else rank
+            rank = int(m.group(1))  # innermost wins: PyTorch's own global-rank tag
             text = text[m.end():]
             continue
-        m = _SRUN_LABEL.match(text)
+        m = _MPI_TAG.match(text) or _TORCHRUN.match(text)
+        if m:
+            label = int(m.group(1)) if label is None else label
+            text = text[m.end():]
+            continue
+        m = _SRUN_LABEL.match(text) or _RANK_LABEL.match(text)
         if m:
             label = int(m.group(1)) if label is None else label
             text = text[m.end():]
