@@ -90,3 +90,32 @@ def test_text_shows_unknown_numbers_as_unknown() -> None:
     f.numbers["reserved_unallocated_bytes"] = None
     out = render_text(build_report([f], load_rows(), PATTERNS, ["t.log"]))
     assert "reserved-but-unallocated unknown" in out and "requested 10.00 MiB" in out
+
+
+
+def test_identical_findings_fold_into_one_line_in_text_not_in_json() -> None:
+    """Six ranks with the same NCCL failure: the first in full, the rest on one fold line."""
+    fs = [simple("nccl-oom", rank, line=n) for n, rank in enumerate((2, 4, 3, 7, 6, 1), 11)]
+    rep = build_report(fs, load_rows(), PATTERNS, ["t.log"])
+    out = render_text(rep)
+    assert len(rep["findings"]) == 6  # JSON keeps every finding
+    assert out.count("    cause:") == 1 and out.count("] nccl-oom - ") == 1
+    assert "\n[2]-[6] same kind, cause and fix as [1]: rank 4, 3, 7, 6, 1 (lines 12, 13, 14, 15, 16;" in out
+
+
+def test_fold_ids_skip_a_different_finding_in_between() -> None:
+    fs = [simple("nccl-oom", 0, line=1), simple("cublas-oom", 1, line=2), simple("nccl-oom", 2, line=3)]
+    rep = build_report(fs, load_rows(), PATTERNS, ["t.log"])
+    assert [f["kind"] for f in rep["findings"]] == ["nccl-oom", "cublas-oom", "nccl-oom"]
+    out = render_text(rep)
+    assert out.count("    cause:") == 2
+    assert "\n[3] same kind, cause and fix as [1]: rank 2 (line 3;" in out
+
+
+def test_same_kind_with_different_fix_is_not_folded() -> None:
+    """Folding is by what the reader acts on: a finding whose advice differs stays in full."""
+    a, b = simple("nccl-oom", 0, line=1), simple("nccl-oom", 1, line=2)
+    rep = build_report([a, b], load_rows(), PATTERNS, ["t.log"])
+    rep["findings"][1]["advice"] = ["something else to do"]
+    out = render_text(rep)
+    assert out.count("    cause:") == 2 and "same kind, cause and fix" not in out

@@ -14,6 +14,8 @@ tightest is a separate question, answered by the summary's ``tightest``.
 
 from __future__ import annotations
 
+import json
+
 from dataclasses import replace
 from typing import Any
 
@@ -339,7 +341,10 @@ def render_text(report: dict[str, Any]) -> str:
         seen = f" (signals: {', '.join(fw['matched'])})" if fw["matched"] else f" ({fw['reason']})"
         where = "Megatron" if fw["in_megatron"] else "outside Megatron"
         lines.append(f"framework in {name}: {fw['label']}{seen}; {where}")
+    folded = _fold_repeats(findings)
     for i, f in enumerate(findings, 1):
+        if i not in folded:
+            continue  # summarised on the fold line of the first identical finding
         where = f"{f['file']}:{f['line']}" + (f"-{f['line_end']}" if f.get("line_end") else "")
         who = f["source"] + (f", GPU {f['device']}" if f["device"] is not None and "GPU" not in f["source"] else "")
         times = f" (x{f['occurrences']})" if f["occurrences"] > 1 else ""
@@ -368,7 +373,62 @@ def render_text(report: dict[str, Any]) -> str:
         c = f.get("confidence")
         if c:
             lines.append(f"    confidence: {c['level']} — {c['why']}")
+        if folded[i]:
+            lines.append(_fold_line(i, folded[i], findings))
     return "\n".join(lines) + "\n"
+
+
+def _advice_key(f: dict[str, Any]) -> str:
+    """What a reader acts on in a text finding: equal keys mean the same diagnosis and fix.
+
+    Evidence, numbers, details and the confidence *reason* are left out on purpose: they
+    differ per GPU (its own byte counts) without changing what to do.  JSON keeps them all.
+    """
+    c = f.get("confidence") or {}
+    parts = (
+        f["kind"], f["cause"], f["confirm"], f["fix"], f.get("table_fix_applies"), f["next_step"],
+        f.get("advice") or [], f.get("evidence_notes") or [], f.get("torch"), f.get("note"), c.get("level"),
+    )
+    return json.dumps(parts, sort_keys=True, default=str)
+
+
+def _fold_repeats(findings: list[dict[str, Any]]) -> dict[int, list[int]]:
+    """1-based index of each finding printed in full -> indexes of later identical ones.
+
+    Six ranks failing the same NCCL allocation would otherwise print six identical blocks
+    (several thousand characters that bury the first one and overflow agents' output caps).
+    """
+    first_of: dict[str, int] = {}
+    folded: dict[int, list[int]] = {}
+    for i, f in enumerate(findings, 1):
+        key = _advice_key(f)
+        if key in first_of:
+            folded[first_of[key]].append(i)
+        else:
+            first_of[key] = i
+            folded[i] = []
+    return folded
+
+
+def _fold_line(first: int, rest: list[int], findings: list[dict[str, Any]]) -> str:
+    """``[2]-[6] same kind, cause and fix as [1]: GPU 4, 3, 7, 6, 1 (lines 13, 15, ...)``."""
+    contiguous = rest == list(range(rest[0], rest[-1] + 1))
+    ids = f"[{rest[0]}]-[{rest[-1]}]" if contiguous and len(rest) > 1 else ", ".join(f"[{j}]" for j in rest)
+    picked = [findings[j - 1] for j in rest]
+    who = [
+        f"rank {f['rank']}" if f.get("rank") is not None else f"GPU {f['device']}" if f["device"] is not None else f["source"]
+        for f in picked
+    ]
+    for word in ("rank ", "GPU "):
+        if all(w.startswith(word) for w in who):
+            who = [who[0]] + [w[len(word):] for w in who[1:]]
+            break
+    files = {f["file"] for f in picked}
+    if len(files) == 1:
+        where = "line" + ("s " if len(picked) > 1 else " ") + ", ".join(str(f["line"]) for f in picked)
+    else:
+        where = ", ".join(f"{f['file']}:{f['line']}" for f in picked)
+    return f"{ids} same kind, cause and fix as [{first}]: {', '.join(who)} ({where}; every one in full with --json)"
 
 
 def render_symptom_matches(query: str, matches: list) -> str:
