@@ -112,6 +112,20 @@ def test_run_inputs_are_the_estimators(tmp_path):
     assert doc["model"] == "llama3-8b" and doc["current"]["layout"] == "TP2 PP1 DP4"
 
 
+def test_default_gpu_memory_is_the_h100s_reported_size_not_80_gib():
+    """Without --gpu/--gpu-memory the plan assumes what an H100 80GB reports (81559 MiB from
+    gpus.yaml), says so in its notes and in --help; an explicit size still wins."""
+    base = ("--preset", "llama3-8b", "--gpus", "8", "--tp", "2", "--mbs", "1", "--gbs", "64", "--seq-length", "8192",
+            "--sequence-parallel", "--json")
+    doc = json.loads(run(*base).stdout)
+    assert doc["gpu_memory_bytes"] == 81559 * 2**20
+    assert "GPU memory not given: assumed H100-80GB: 81559MiB = 79.6 GiB; pass --gpu NAME or --gpu-memory" in doc["notes"]
+    explicit = json.loads(run(*base, "--gpu-memory", "80GiB").stdout)
+    assert explicit["gpu_memory_bytes"] == 80 * 2**30
+    assert not any("not given" in n for n in explicit["notes"])
+    assert "default when no size is given: H100-80GB: 81559MiB" in " ".join(run("--help").stdout.split())
+
+
 @pytest.mark.parametrize("args, needle", [
     (("--preset", "no-such-model"), "no-such-model"),
     (("--preset", "llama3-70b", "--gpus", "30", "--tp", "4"), "not divisible"),

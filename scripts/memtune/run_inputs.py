@@ -86,8 +86,12 @@ def _fp8_recipe(text: str) -> str | None:
     return name
 
 
-def add_input_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the run-description flags (source, parallelism, memory features, --gpu-memory)."""
+def add_input_arguments(parser: argparse.ArgumentParser, memory_default: str = "") -> None:
+    """Add the run-description flags (source, parallelism, memory features, --gpu-memory).
+
+    ``memory_default`` is appended to the --gpu-memory help by a helper that assumes a size
+    when none is given (plan_memory), so the help says what the assumption is.
+    """
     src = parser.add_argument_group("model / run source")
     src.add_argument("--preset", action=Once, help="model preset name (see --list-presets)")
     src.add_argument("--list-presets", action="store_true", help="print the known presets and exit")
@@ -138,7 +142,7 @@ def add_input_arguments(parser: argparse.ArgumentParser) -> None:
     gpu.add_argument("--gpu-memory", metavar="SIZE",
                      help="usable GPU memory with its unit: MiB as nvidia-smi prints it (81559MiB), GiB (79.6GiB) "
                           "or GB = 10^9 bytes (80GB is only 74.5 GiB); a bare number (80) or G means GiB. "
-                          "An H100 80GB has 81559MiB = 79.6 GiB: prefer --gpu H100-80GB")
+                          "An H100 80GB has 81559MiB = 79.6 GiB: prefer --gpu H100-80GB" + memory_default)
     gpu.add_argument("--gpu", metavar="NAME", help="GPU model, for its real usable memory: " + ", ".join(GPU_NAMES_FOR_HELP)
                      + " (aliases such as H100, h100_sxm, 'NVIDIA H100 80GB HBM3' work; same names as check_env.py --gpu)")
 

@@ -44,7 +44,19 @@ examples:
 exit codes: 0 a plan was made (including "nothing fits"), 2 bad usage or input.
 """
 
-DEFAULT_GPU_MEMORY = "80GiB"
+#: Assumed when neither --gpu nor --gpu-memory (nor the source) gives a size: the seed's card,
+#: at the size its driver reports (81559 MiB = 79.6 GiB, from gpus.yaml), not a round 80 GiB
+#: that no H100 has -- 0.4 GiB too generous in every fits/does-not-fit verdict.
+DEFAULT_GPU = "H100-80GB"
+
+
+def default_gpu_memory() -> tuple[int, str]:
+    """(bytes, how to say it) for :data:`DEFAULT_GPU`, read from the one GPU table."""
+    from memtune.gpus import MIB, lookup_gpu, usable_memory
+    from memtune.plan_report import gib
+
+    usable = usable_memory(lookup_gpu(DEFAULT_GPU))
+    return usable, f"{DEFAULT_GPU}: {usable // MIB}MiB = {gib(usable)}"
 
 
 def parse_headroom(text: str, gpu_bytes: int) -> int:
@@ -73,7 +85,7 @@ def build_parser():
     from memtune.run_inputs import add_input_arguments
 
     parser = make_parser("plan_memory.py", DESCRIPTION, EPILOG)
-    add_input_arguments(parser)
+    add_input_arguments(parser, memory_default=f"; default when no size is given: {default_gpu_memory()[1]}")
     parser.add_argument_group("output").add_argument("--json", action="store_true", help="print one JSON document")
     plan = parser.add_argument_group("planner")
     plan.add_argument("--headroom", default="10%", metavar="SIZE|PCT",
@@ -95,10 +107,8 @@ def _load(args):
     notes = list(inputs.notes)
     memory = inputs.gpu_memory_bytes
     if memory is None:
-        from memtune.run_inputs import parse_memory
-
-        memory = parse_memory(DEFAULT_GPU_MEMORY)
-        notes.append(f"GPU memory not given: assumed {DEFAULT_GPU_MEMORY}; pass --gpu-memory")
+        memory, said = default_gpu_memory()
+        notes.append(f"GPU memory not given: assumed {said}; pass --gpu NAME or --gpu-memory")
     return inputs.model, inputs.run, memory, notes
 
 
