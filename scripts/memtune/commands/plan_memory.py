@@ -85,7 +85,8 @@ def build_parser():
     from memtune.run_inputs import add_input_arguments
 
     parser = make_parser("plan_memory.py", DESCRIPTION, EPILOG)
-    add_input_arguments(parser, memory_default=f"; default when no size is given: {default_gpu_memory()[1]}")
+    # Static text: --help must run without PyYAML, so it cannot read the size from gpus.yaml.
+    add_input_arguments(parser, memory_default=f"; default when no size is given: the usable memory of --gpu {DEFAULT_GPU}")
     parser.add_argument_group("output").add_argument("--json", action="store_true", help="print one JSON document")
     plan = parser.add_argument_group("planner")
     plan.add_argument("--headroom", default="10%", metavar="SIZE|PCT",
