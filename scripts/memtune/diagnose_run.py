@@ -42,10 +42,6 @@ def source_lines(
     return candidate_lines(stream, patterns.triggers, patterns.window_triggers)
 
 
-def _scanner(source: Source, patterns: PatternSet) -> Scanner:
-    return Scanner(patterns, "<stdin>" if source.is_stdin else source.name)
-
-
 def _scan(stream: TextStream, lines: Iterator[tuple[int, bytes, bool]], scanner: Scanner) -> tuple[list[Finding], dict[str, int], Scanner]:
     with stream:
         for line_no, raw, _hit in lines:
@@ -64,7 +60,7 @@ def _open(
 ) -> tuple[TextStream, Iterator[tuple[int, bytes, bool]], Scanner]:
     """Start reading one input (a grep prefilter starts running here) and its scanner."""
     stream = TextStream(source)
-    scanner = _scanner(source, patterns)
+    scanner = Scanner(patterns, source.label)
     try:
         return stream, source_lines(stream, patterns, prefilter, scanner), scanner
     except BaseException:
@@ -95,13 +91,13 @@ def diagnose_sources(
     hints: dict[str, list[str]] = {}
     for i, src in enumerate(sources):
         found, run_facts, scanner = _scan(*(first if i == 0 else _open(src, patterns)))
-        label = "<stdin>" if src.is_stdin else src.name
+        label = src.label
         findings.extend(found)
         hits[label] = scanner.framework_hits
         hints[label] = sorted(scanner.hint_lines)
         if run_facts:
             facts[label] = run_facts
-    labels = ["<stdin>" if s.is_stdin else s.name for s in sources]
+    labels = [s.label for s in sources]
     return build_report(
         findings, rows, patterns, labels, facts, framework_hits=hits, torch_version=torch_version, hints_seen=hints
     )

@@ -42,6 +42,11 @@ class Source:
     def is_stdin(self) -> bool:
         return self.name == "-"
 
+    @property
+    def label(self) -> str:
+        """How findings and the report name this input."""
+        return "<stdin>" if self.is_stdin else self.name
+
 
 def open_source(source: Source) -> BinaryIO:
     """A binary stream of the decompressed text, or an InputError naming the problem."""
