@@ -49,9 +49,15 @@ torchrun --nproc_per_node 8 run_recipe.py model.tensor_model_parallel_size=4 +pe
 
 
 def build_script(lines: int) -> str:
-    head = ["#!/bin/bash", "#SBATCH --nodes=4", "#SBATCH --ntasks-per-node=8", "set -euo pipefail",
-            "export CUDA_DEVICE_MAX_CONNECTIONS=1", "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
-            "export NCCL_GRAPH_REGISTER=0"]
+    head = [
+        "#!/bin/bash",
+        "#SBATCH --nodes=4",
+        "#SBATCH --ntasks-per-node=8",
+        "set -euo pipefail",
+        "export CUDA_DEVICE_MAX_CONNECTIONS=1",
+        "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+        "export NCCL_GRAPH_REGISTER=0",
+    ]
     out = list(head)
     i = 0
     while len(out) < lines:
@@ -78,13 +84,23 @@ def main() -> int:
             view = run_view.build(run_view.Inputs(scripts=[path], torch_version="2.8"))
             findings = check_rules.run_all(view)
             times.append(time.perf_counter() - start)
-        cmd = [sys.executable, str(REPO / "scripts" / "check_env.py"), "--script", path, "--torch-version", "2.8", "--json"]
+        cmd = [
+            sys.executable,
+            str(REPO / "scripts" / "check_env.py"),
+            "--script",
+            path,
+            "--torch-version",
+            "2.8",
+            "--json",
+        ]
         start = time.perf_counter()
         result = subprocess.run(cmd, capture_output=True, text=True)
         wall = time.perf_counter() - start
     commands = len(view.script.commands) if view.script else 0
     print(f"script: {args.lines} lines, {commands} commands, {len(view.script.env) if view.script else 0} env settings")
-    print(f"in-process check (parse + all rules): best {min(times):.3f} s, median {sorted(times)[len(times) // 2]:.3f} s over {args.repeat} runs")
+    print(
+        f"in-process check (parse + all rules): best {min(times):.3f} s, median {sorted(times)[len(times) // 2]:.3f} s over {args.repeat} runs"
+    )
     print(f"check_env.py subprocess (start-up + imports + check): {wall:.3f} s, exit {result.returncode}")
     print(f"findings: {len(findings)} ({', '.join(sorted({f.rule for f in findings})) or 'none'})")
     print(f"target < 1.000 s: {'met' if max(min(times), wall) < 1.0 else 'NOT met'}")

@@ -79,7 +79,9 @@ def filler_block(rng: random.Random, start_iter: int) -> bytes:
                 f"| mem-allocated-bytes: {rng.randrange(50, 70) * 2**30} | mem-max-allocated-bytes: {rng.randrange(60, 75) * 2**30}"
             )
         elif pick < 0.9995:
-            out.append(f"[rank{r}]: WARNING: data loader worker {rng.randrange(8)} slow, waited {rng.random() * 3:.2f}s")
+            out.append(
+                f"[rank{r}]: WARNING: data loader worker {rng.randrange(8)} slow, waited {rng.random() * 3:.2f}s"
+            )
         else:
             # Benign lines that contain trigger words: the prefilter must pass them to the
             # parser, which must not report them.
@@ -112,15 +114,23 @@ def dense_block(rng: random.Random, start_iter: int) -> bytes:
         r = rng.randrange(RANKS)
         pick = rng.random()
         if pick < 0.45:
-            out.append(f"gpu{r // 8:03d}:{4000 + r}:{5000 + r} [{r % 8}] NCCL INFO NCCL_GRAPH_REGISTER set by environment to 0.".encode())
+            out.append(
+                f"gpu{r // 8:03d}:{4000 + r}:{5000 + r} [{r % 8}] NCCL INFO NCCL_GRAPH_REGISTER set by environment to 0.".encode()
+            )
         elif pick < 0.75:
             out.append(f"[rank{r}]: env: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True NCCL_DEBUG=INFO".encode())
         elif pick < 0.97:
             out.append(f"[rank{r}]: note: global batch {512 * (1 + r % 4)} is divisible by micro batch x DP".encode())
         elif pick < 0.99:
-            out.append(b"[rank21]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 5 has a total capacity of 79.11 GiB")
-            out.append(b"[rank21]: of which 1.06 GiB is free. Including non-PyTorch memory, this process has 78.04 GiB memory in use. Of the allocated memory")
-            out.append(b"[rank21]: 71.53 GiB is allocated by PyTorch, and 5.84 GiB is reserved by PyTorch but unallocated.")
+            out.append(
+                b"[rank21]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 5 has a total capacity of 79.11 GiB"
+            )
+            out.append(
+                b"[rank21]: of which 1.06 GiB is free. Including non-PyTorch memory, this process has 78.04 GiB memory in use. Of the allocated memory"
+            )
+            out.append(
+                b"[rank21]: 71.53 GiB is allocated by PyTorch, and 5.84 GiB is reserved by PyTorch but unallocated."
+            )
         else:
             out.append(b"gpu002:4017:5017 [1] include/alloc.h:228 NCCL WARN Cuda failure 2 'out of memory'")
     return b"\n".join(out) + b"\n"
@@ -150,7 +160,11 @@ def generate(path: Path, size: int, seed: int = 7, dense: bool = False) -> int:
     failures = buried_failures()
     n_blocks = max(1, size // len(blocks[0]) + 1)
     # distinct blocks, so that no failure overwrites another in a small log
-    where = dict(zip(rng.sample(range(n_blocks), len(failures)), failures)) if n_blocks >= len(failures) else {0: b"".join(failures)}
+    where = (
+        dict(zip(rng.sample(range(n_blocks), len(failures)), failures))
+        if n_blocks >= len(failures)
+        else {0: b"".join(failures)}
+    )
     written = 0
     with path.open("wb", buffering=1 << 20) as fh:
         fh.write(
@@ -224,7 +238,9 @@ def main() -> int:
     ap.add_argument("--size-gib", type=float, default=1.0, help="size of each log in GiB (default 1)")
     ap.add_argument("--repeat", type=int, default=3, help="runs per tool and log; best and median reported (default 3)")
     ap.add_argument(
-        "--prefilter", choices=("auto", "grep", "python"), default="auto",
+        "--prefilter",
+        choices=("auto", "grep", "python"),
+        default="auto",
         help="diagnose.py's prefilter (MEMTUNE_PREFILTER): auto = GNU grep when present, python = the fallback",
     )
     ap.add_argument("--generate-only", metavar="PATH", help=argparse.SUPPRESS)
@@ -242,8 +258,10 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="diagnose_speed_"))
     try:
         print(f"grep pattern (diagnose.py's trigger list): {pattern}")
-        print(f"diagnose.py prefilter: {args.prefilter}; load average before: {', '.join(f'{x:.2f}' for x in os.getloadavg())} "
-              f"on {os.cpu_count()} CPUs")
+        print(
+            f"diagnose.py prefilter: {args.prefilter}; load average before: {', '.join(f'{x:.2f}' for x in os.getloadavg())} "
+            f"on {os.cpu_count()} CPUs"
+        )
         results, buried = {}, {}
         for name, dense in (("sparse", False), ("dense", True)):
             log = tmp / f"{name}.log"
@@ -251,13 +269,18 @@ def main() -> int:
             # Generate in a child process: this parent then stays small, so nothing it holds can
             # be mistaken for the measured commands' memory.
             gen = subprocess.run(
-                [sys.executable, __file__, "--generate-only", str(log), "--size-gib", str(args.size_gib)] + (["--dense"] if dense else []),
-                capture_output=True, text=True, check=True,
+                [sys.executable, __file__, "--generate-only", str(log), "--size-gib", str(args.size_gib)]
+                + (["--dense"] if dense else []),
+                capture_output=True,
+                text=True,
+                check=True,
             )
             buried[name] = int(gen.stdout.strip())
             results[name] = measure(log, pattern, args.repeat, env)
-            print(f"{name} log: {results[name]['size'] / (1 << 30):.2f} GiB, {buried[name]} distinct failures, "
-                  f"grep matching lines {results[name]['grep_count']}, generated in {time.perf_counter() - t0:.1f} s (incl. runs)")
+            print(
+                f"{name} log: {results[name]['size'] / (1 << 30):.2f} GiB, {buried[name]} distinct failures, "
+                f"grep matching lines {results[name]['grep_count']}, generated in {time.perf_counter() - t0:.1f} s (incl. runs)"
+            )
             log.unlink()
         print()
         print(f"{'':30} {'sparse':>22} {'dense':>22}")

@@ -76,8 +76,11 @@ BRIDGE_TOKENS_FROM_REGATHER_SAVING = {
 # (src/megatron/bridge/training/mixed_precision.py). Every Bridge GPT provider defaults to the
 # fused cross entropy (GPTModelProvider.cross_entropy_loss_fusion = True).
 BRIDGE_RECIPE_FACTS = {
-    "llama3-70b-sft-tp4-pp4-vpp5": {"fp8_param_gather": True, "defer_embedding_wgrad_compute": True,
-                                    "wgrad_deferral_limit": 22},
+    "llama3-70b-sft-tp4-pp4-vpp5": {
+        "fp8_param_gather": True,
+        "defer_embedding_wgrad_compute": True,
+        "wgrad_deferral_limit": 22,
+    },
 }
 
 
@@ -102,8 +105,14 @@ def large_model_cases():
     without a usable world size show up as not covered."""
     for case in json.loads((DATA / "megatron-lm-large-models.json").read_text()):
         if case["world_size"] is None:  # not covered, for the reason the data file gives
-            yield (case["case"], case["group"], ValueError(f"no world size: {case['world_size_basis']}"), None,
-                   case["peak_allocated_bytes"], "last")
+            yield (
+                case["case"],
+                case["group"],
+                ValueError(f"no world size: {case['world_size_basis']}"),
+                None,
+                case["peak_allocated_bytes"],
+                "last",
+            )
             continue
         try:
             model, run, _ = specs_from_megatron_args(case["megatron_args"], world_size=case["world_size"])
@@ -134,7 +143,7 @@ def _bridge_run(raw: dict) -> RunSpec:
     granularity, modules = None, ("core_attn",)
     if recompute.startswith("selective"):
         granularity = "selective"
-        inside = recompute[recompute.find("[") + 1:recompute.rfind("]")]
+        inside = recompute[recompute.find("[") + 1 : recompute.rfind("]")]
         modules = tuple(m.strip() for m in inside.split(",") if m.strip()) or modules
     elif recompute.startswith("full"):
         granularity = "full"
@@ -146,18 +155,27 @@ def _bridge_run(raw: dict) -> RunSpec:
     # Unknown GPU count: the smallest legal one (dense and expert grids both fit).
     gpus = raw.get("gpus") or math.lcm(tp * pp * cp * dp, pp * ep * (etp or tp))
     return RunSpec(
-        world_size=gpus, tp=tp, pp=pp, vpp=raw.get("vpp"), cp=cp, ep=ep, etp=etp,
-        mbs=raw.get("mbs") or BRIDGE_RUN_DEFAULTS["mbs"], gbs=raw.get("gbs"),
+        world_size=gpus,
+        tp=tp,
+        pp=pp,
+        vpp=raw.get("vpp"),
+        cp=cp,
+        ep=ep,
+        etp=etp,
+        mbs=raw.get("mbs") or BRIDGE_RUN_DEFAULTS["mbs"],
+        gbs=raw.get("gbs"),
         seq_length=raw.get("seq_length") or BRIDGE_RUN_DEFAULTS["seq_length"],
         sequence_parallel=bool(raw.get("sequence_parallel")),
-        fp8=fp8, grad_reduce_in_fp32=bool(raw.get("grad_reduce_in_fp32", True)),
+        fp8=fp8,
+        grad_reduce_in_fp32=bool(raw.get("grad_reduce_in_fp32", True)),
         fp8_param_gather=bool(raw.get("fp8_param_gather", False)),
         # Megatron Bridge's GPTModelProvider turns the fused loss on by default.
         cross_entropy_loss_fusion=bool(raw.get("cross_entropy_loss_fusion", True)),
         defer_embedding_wgrad_compute=bool(raw.get("defer_embedding_wgrad_compute", False)),
         wgrad_deferral_limit=int(raw.get("wgrad_deferral_limit", 0)),
         use_distributed_optimizer=bool(raw.get("distributed_optimizer", True)),
-        recompute_granularity=granularity, recompute_modules=modules,
+        recompute_granularity=granularity,
+        recompute_modules=modules,
         cuda_graph_scope=tuple(raw.get("cuda_graph_scope") or ()),
         peft=raw.get("peft"),
     )
@@ -186,8 +204,14 @@ def bridge_cases():
         else:
             run = _bridge_run(raw_run)
             yield p["id"] + " baseline", "bridge (peak)", model, run, p["peak_bytes_baseline"], "peak"
-            yield (p["id"] + " regather", "bridge (peak)", model,
-                   run.with_(sequence_parallel_input_regather=True), p["peak_bytes_regather"], "peak")
+            yield (
+                p["id"] + " regather",
+                "bridge (peak)",
+                model,
+                run.with_(sequence_parallel_input_regather=True),
+                p["peak_bytes_regather"],
+                "peak",
+            )
 
 
 def main(argv=None) -> int:
@@ -224,15 +248,21 @@ def main(argv=None) -> int:
         chosen = [r for r in rows if group is None or r["group"] == group]
         errs = [abs(r[key]) for r in chosen if key in r]
         return {
-            "covered": len(errs), "cases": len(chosen),
+            "covered": len(errs),
+            "cases": len(chosen),
             "coverage": len(errs) / len(chosen) if chosen else 0.0,
             "median_abs_err": statistics.median(errs) if errs else float("nan"),
             "p90_abs_err": _percentile(errs, 0.9),
         }
 
     groups = sorted({r["group"] for r in rows})
-    result = {"rows": rows, "ours": summary("ours_err"), "reference": summary("ref_err"), "seconds": elapsed,
-              "by_group": {g: {"ours": summary("ours_err", g), "reference": summary("ref_err", g)} for g in groups}}
+    result = {
+        "rows": rows,
+        "ours": summary("ours_err"),
+        "reference": summary("ref_err"),
+        "seconds": elapsed,
+        "by_group": {g: {"ours": summary("ours_err", g), "reference": summary("ref_err", g)} for g in groups},
+    }
     if args.json:
         json.dump(result, sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -243,20 +273,28 @@ def main(argv=None) -> int:
         ours = f"{r['ours'] / gb:9.2f} {r['ours_err']:+7.1%}" if "ours" in r else f"{'n/a':>9} {'':>7}"
         ref = f"{r['ref'] / gb:9.2f} {r['ref_err']:+7.1%}" if "ref" in r else f"{'n/a':>9} {'':>7}"
         print(f"{r['case'][:78]:<78} {r['measured'] / gb:9.2f} {ours} {ref}")
-    print("(GB = 1e9 bytes; err = estimate / measured - 1; Megatron-LM goldens compare the last pipeline stage,"
-          " Bridge rows the peak stage; runtime overhead excluded from ours)")
-    print(f"Bridge rows without mbs/seq_length assume {BRIDGE_RUN_DEFAULTS}; the fused loss (Bridge's default); "
-          f"recipe settings added: {BRIDGE_RECIPE_FACTS}; sequence lengths read off the measured re-gather "
-          f"savings: {BRIDGE_TOKENS_FROM_REGATHER_SAVING}.")
+    print(
+        "(GB = 1e9 bytes; err = estimate / measured - 1; Megatron-LM goldens compare the last pipeline stage,"
+        " Bridge rows the peak stage; runtime overhead excluded from ours)"
+    )
+    print(
+        f"Bridge rows without mbs/seq_length assume {BRIDGE_RUN_DEFAULTS}; the fused loss (Bridge's default); "
+        f"recipe settings added: {BRIDGE_RECIPE_FACTS}; sequence lengths read off the measured re-gather "
+        f"savings: {BRIDGE_TOKENS_FROM_REGATHER_SAVING}."
+    )
     for group in groups:
         for label, key in (("ours", "ours"), ("reference", "reference")):
             s = result["by_group"][group][key]
-            print(f"  {group:<26} {label:<10} {s['covered']}/{s['cases']} cases, median |err| "
-                  f"{s['median_abs_err']:.1%}, P90 |err| {s['p90_abs_err']:.1%}")
+            print(
+                f"  {group:<26} {label:<10} {s['covered']}/{s['cases']} cases, median |err| "
+                f"{s['median_abs_err']:.1%}, P90 |err| {s['p90_abs_err']:.1%}"
+            )
     for label, key in (("ours", "ours"), ("Megatron-LM theoretical_memory_usage", "reference")):
         s = result[key]
-        print(f"SUMMARY {label}: coverage {s['covered']}/{s['cases']} ({s['coverage']:.0%}), "
-              f"median |err| {s['median_abs_err']:.1%}, P90 |err| {s['p90_abs_err']:.1%}")
+        print(
+            f"SUMMARY {label}: coverage {s['covered']}/{s['cases']} ({s['coverage']:.0%}), "
+            f"median |err| {s['median_abs_err']:.1%}, P90 |err| {s['p90_abs_err']:.1%}"
+        )
     print(f"({len(rows)} cases in {elapsed:.2f} s)")
     return 0
 

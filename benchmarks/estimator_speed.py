@@ -19,14 +19,42 @@ from memtune.presets import load_preset  # noqa: E402
 from memtune.run_spec import RunSpec  # noqa: E402
 
 CASES = {
-    "llama3-70b TP4 PP4 VPP5 (32 GPUs)": ("llama3-70b", RunSpec(
-        world_size=32, tp=4, pp=4, vpp=5, mbs=1, gbs=32, seq_length=4096, sequence_parallel=True,
-        recompute_granularity="selective", use_distributed_optimizer=True)),
-    "deepseek-v3 TP2 PP16 EP64 (1024 GPUs)": ("deepseek-v3", RunSpec(
-        world_size=1024, tp=2, pp=16, ep=64, etp=1, mbs=1, gbs=4096, seq_length=4096, sequence_parallel=True,
-        use_distributed_optimizer=True, recompute_granularity="full", num_layers_in_first_pipeline_stage=1)),
-    "qwen3-8b LoRA TP2 (2 GPUs)": ("qwen3-8b", RunSpec(
-        world_size=2, tp=2, seq_length=8192, sequence_parallel=True, peft="lora")),
+    "llama3-70b TP4 PP4 VPP5 (32 GPUs)": (
+        "llama3-70b",
+        RunSpec(
+            world_size=32,
+            tp=4,
+            pp=4,
+            vpp=5,
+            mbs=1,
+            gbs=32,
+            seq_length=4096,
+            sequence_parallel=True,
+            recompute_granularity="selective",
+            use_distributed_optimizer=True,
+        ),
+    ),
+    "deepseek-v3 TP2 PP16 EP64 (1024 GPUs)": (
+        "deepseek-v3",
+        RunSpec(
+            world_size=1024,
+            tp=2,
+            pp=16,
+            ep=64,
+            etp=1,
+            mbs=1,
+            gbs=4096,
+            seq_length=4096,
+            sequence_parallel=True,
+            use_distributed_optimizer=True,
+            recompute_granularity="full",
+            num_layers_in_first_pipeline_stage=1,
+        ),
+    ),
+    "qwen3-8b LoRA TP2 (2 GPUs)": (
+        "qwen3-8b",
+        RunSpec(world_size=2, tp=2, seq_length=8192, sequence_parallel=True, peft="lora"),
+    ),
 }
 
 

@@ -46,7 +46,11 @@ def cases(tmp: Path) -> list[tuple[str, str, list[str]]]:
         ("/dev/zero --script              check_env", "check_env", ["--script", "/dev/zero"]),
         ("/dev/zero --env-file            check_env", "check_env", ["--env-file", "/dev/zero"]),
         ("/dev/zero --hf-config           estimate", "estimate_memory", ["--hf-config", "/dev/zero", "--gpus", "8"]),
-        ("/dev/zero --megatron-args       estimate", "estimate_memory", ["--megatron-args", "/dev/zero", "--gpus", "8"]),
+        (
+            "/dev/zero --megatron-args       estimate",
+            "estimate_memory",
+            ["--megatron-args", "/dev/zero", "--gpus", "8"],
+        ),
         ("/dev/zero --recipe              regather", "regather_config", ["--recipe", "/dev/zero"]),
         ("/dev/zero --signature           sign_skill", "sign_skill", ["verify", "--signature", "/dev/zero"]),
         ("/dev/zero --root-cert           sign_skill", "sign_skill", ["verify", "--root-cert", "/dev/zero"]),
@@ -68,8 +72,10 @@ def main() -> int:
             print(f"{label:44} {result.returncode:>4} {result.seconds:>8.2f} {result.peak_rss_mb:>8.1f}  {first[:110]}")
             worst_s, worst_mb = max(worst_s, result.seconds), max(worst_mb, result.peak_rss_mb)
     met = worst_s < TIME_TARGET_S and worst_mb < RSS_TARGET_MB
-    print(f"worst: {worst_s:.2f} s, {worst_mb:.1f} MB peak RSS; target < {TIME_TARGET_S:.0f} s and < {RSS_TARGET_MB:.0f} MB: "
-          f"{'met' if met else 'NOT met'}")
+    print(
+        f"worst: {worst_s:.2f} s, {worst_mb:.1f} MB peak RSS; target < {TIME_TARGET_S:.0f} s and < {RSS_TARGET_MB:.0f} MB: "
+        f"{'met' if met else 'NOT met'}"
+    )
     return 0
 
 

@@ -32,12 +32,35 @@ MODEL_BUDGET_SECONDS = {"deepseek-v3": 1.0}
 
 # Realistic starting points at 1024 GPUs (the sweep explores everything around them).
 CASES = {
-    "llama3-70b": dict(world_size=GPUS, tp=4, pp=4, vpp=5, mbs=1, gbs=1024, seq_length=4096, sequence_parallel=True,
-                       use_distributed_optimizer=True, recompute_granularity="selective", recompute_modules=("core_attn",),
-                       fp8="tensorwise", grad_reduce_in_fp32=False),
-    "deepseek-v3": dict(world_size=GPUS, tp=2, pp=16, ep=64, etp=1, mbs=1, gbs=4096, seq_length=4096,
-                        sequence_parallel=True, use_distributed_optimizer=True, recompute_granularity="selective",
-                        recompute_modules=("mla_up_proj", "moe_act", "layernorm")),
+    "llama3-70b": dict(
+        world_size=GPUS,
+        tp=4,
+        pp=4,
+        vpp=5,
+        mbs=1,
+        gbs=1024,
+        seq_length=4096,
+        sequence_parallel=True,
+        use_distributed_optimizer=True,
+        recompute_granularity="selective",
+        recompute_modules=("core_attn",),
+        fp8="tensorwise",
+        grad_reduce_in_fp32=False,
+    ),
+    "deepseek-v3": dict(
+        world_size=GPUS,
+        tp=2,
+        pp=16,
+        ep=64,
+        etp=1,
+        mbs=1,
+        gbs=4096,
+        seq_length=4096,
+        sequence_parallel=True,
+        use_distributed_optimizer=True,
+        recompute_granularity="selective",
+        recompute_modules=("mla_up_proj", "moe_act", "layernorm"),
+    ),
 }
 
 
@@ -58,26 +81,34 @@ def main() -> int:
     table = tc.load_costs()  # parsed and calibrated once, as the CLI does
     settings = pl.PlanSettings(gpu_memory_bytes=80 * pl.GIB, headroom_bytes=8 * pl.GIB)
     print(f"planner sweep on {GPUS} GPUs, 80 GiB each, 8 GiB headroom (best of {args.repeat})")
-    print(f"{'model':<12} {'space':>8} {'layouts':>8} {'illegal':>8} {'bounded':>8} {'estimates':>9} {'kept':>5} "
-          f"{'wall s':>7} {'cpu s':>6} {'configs/s':>10} {'estimates/s':>11}")
+    print(
+        f"{'model':<12} {'space':>8} {'layouts':>8} {'illegal':>8} {'bounded':>8} {'estimates':>9} {'kept':>5} "
+        f"{'wall s':>7} {'cpu s':>6} {'configs/s':>10} {'estimates/s':>11}"
+    )
     total_wall = total_cpu = 0.0
     for name in CASES:
         runs = [run_case(name, table, settings) for _ in range(max(1, args.repeat))]
         result, wall, cpu = min(runs, key=lambda r: r[1])
         total_wall += wall
         total_cpu += cpu
-        print(f"{name:<12} {result.space:>8} {result.layouts:>8} {result.illegal_layouts:>8} "
-              f"{result.cost_bounded_layouts:>8} {result.estimates:>9} {len(result.fitting):>5} {wall:>7.2f} {cpu:>6.2f} {result.space / wall:>10.0f} "
-              f"{result.estimates / wall:>11.0f}")
+        print(
+            f"{name:<12} {result.space:>8} {result.layouts:>8} {result.illegal_layouts:>8} "
+            f"{result.cost_bounded_layouts:>8} {result.estimates:>9} {len(result.fitting):>5} {wall:>7.2f} {cpu:>6.2f} {result.space / wall:>10.0f} "
+            f"{result.estimates / wall:>11.0f}"
+        )
         if name in MODEL_BUDGET_SECONDS:
             limit = MODEL_BUDGET_SECONDS[name]
-            print(f"  {name} alone: {wall:.2f} s wall (budget {limit:.0f} s): {'PASS' if wall < limit else 'OVER BUDGET'}")
+            print(
+                f"  {name} alone: {wall:.2f} s wall (budget {limit:.0f} s): {'PASS' if wall < limit else 'OVER BUDGET'}"
+            )
         priced = sum(1 for e in result.fitting if pl.priced(e.cost))
         print(f"  kept rows with a priced cost: {priced} of {len(result.fitting)}")
         best = result.fitting[0] if result.fitting else None
         if best is not None:
-            print(f"  best: {best.candidate.title} -> {best.peak_bytes / pl.GIB:.1f} GiB, "
-                  f"throughput {best.cost.change * 100:+.1f}% ({best.cost.kind})")
+            print(
+                f"  best: {best.candidate.title} -> {best.peak_bytes / pl.GIB:.1f} GiB, "
+                f"throughput {best.cost.change * 100:+.1f}% ({best.cost.kind})"
+            )
     verdict = "PASS" if total_wall < BUDGET_SECONDS else "OVER BUDGET"
     print(f"whole sweep: {total_wall:.2f} s wall, {total_cpu:.2f} s CPU (budget {BUDGET_SECONDS:.0f} s): {verdict}")
     return 0

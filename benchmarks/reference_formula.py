@@ -82,8 +82,12 @@ def weight_and_optimizer_bytes(a: ReferenceInputs) -> float:
             q = h * a.num_attention_heads * qd
         else:
             q = a.q_lora_rank * (h + a.num_attention_heads * qd + norm)
-        attn = (q + a.kv_lora_rank * (h + a.num_attention_heads * (a.qk_head_dim + a.v_head_dim) + norm)
-                + h * a.qk_pos_emb_head_dim + a.num_attention_heads * a.v_head_dim * h)
+        attn = (
+            q
+            + a.kv_lora_rank * (h + a.num_attention_heads * (a.qk_head_dim + a.v_head_dim) + norm)
+            + h * a.qk_pos_emb_head_dim
+            + a.num_attention_heads * a.v_head_dim * h
+        )
     else:
         ratio = a.kv_channels * a.num_attention_heads / h
         attn = 2 * h * h * ((1 + a.num_query_groups / a.num_attention_heads) * ratio)
@@ -164,4 +168,3 @@ def inputs_from_specs(model, run) -> ReferenceInputs:
         recompute_granularity=run.recompute_granularity,
         use_distributed_optimizer=run.use_distributed_optimizer,
     )
-

@@ -42,13 +42,19 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     header = lines[0]
     print(f"run {header.get('run_id')}: agent {header.get('agent')} [{header.get('model')}], {len(results)} attempts")
-    print(f"{'case':28} {'condition':14} {'s':>7} {'turns':>5} {'cmds':>4} {'exit codes':12} {'tok in/out':>13} activated")
+    print(
+        f"{'case':28} {'condition':14} {'s':>7} {'turns':>5} {'cmds':>4} {'exit codes':12} {'tok in/out':>13} activated"
+    )
     for r in sorted(results, key=lambda r: r.get("finished_at", "")):
         extra = r.get("extra") or {}
-        codes = ",".join("-" if c.get("exit_code") is None else str(c["exit_code"]) for c in extra.get("tool_calls", []))
-        print(f"{r['case_id'][:28]:28} {r['condition']:14} {r['seconds']:7.1f} {extra.get('turns', '-'):>5} "
-              f"{len(r.get('commands', [])):>4} {codes or '-':12} {r.get('tokens_in')}/{r.get('tokens_out'):<6} "
-              f"{r.get('activated_skill') or '-'}")
+        codes = ",".join(
+            "-" if c.get("exit_code") is None else str(c["exit_code"]) for c in extra.get("tool_calls", [])
+        )
+        print(
+            f"{r['case_id'][:28]:28} {r['condition']:14} {r['seconds']:7.1f} {extra.get('turns', '-'):>5} "
+            f"{len(r.get('commands', [])):>4} {codes or '-':12} {r.get('tokens_in')}/{r.get('tokens_out'):<6} "
+            f"{r.get('activated_skill') or '-'}"
+        )
     seconds = [float(r["seconds"]) for r in results]
     first = min(results, key=lambda r: r.get("finished_at", ""))
     rest = [float(r["seconds"]) for r in results if r is not first] or seconds
@@ -56,12 +62,18 @@ def main(argv: list[str] | None = None) -> int:
     for cond in ("without_skill", "with_skill"):
         vals = [float(r["seconds"]) for r in results if r["condition"] == cond]
         if vals:
-            print(f"{cond}: mean {statistics.mean(vals):.1f} s, median {statistics.median(vals):.1f} s, "
-                  f"max {max(vals):.1f} s over {len(vals)} attempts")
+            print(
+                f"{cond}: mean {statistics.mean(vals):.1f} s, median {statistics.median(vals):.1f} s, "
+                f"max {max(vals):.1f} s over {len(vals)} attempts"
+            )
     print(f"full run = {args.cases} cases x 2 conditions x {args.attempts} attempts = {total} attempts")
-    print(f"ETA at the mean of all attempts ({statistics.mean(seconds):.1f} s): {clock(statistics.mean(seconds) * total)}")
-    print(f"ETA at the mean without the first attempt ({statistics.mean(rest):.1f} s; it fills the prefix cache): "
-          f"{clock(statistics.mean(rest) * total + seconds[results.index(first)])}")
+    print(
+        f"ETA at the mean of all attempts ({statistics.mean(seconds):.1f} s): {clock(statistics.mean(seconds) * total)}"
+    )
+    print(
+        f"ETA at the mean without the first attempt ({statistics.mean(rest):.1f} s; it fills the prefix cache): "
+        f"{clock(statistics.mean(rest) * total + seconds[results.index(first)])}"
+    )
     return 0
 
 

@@ -18,4 +18,4 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from memtune.bootstrap import launch  # noqa: E402
 
 if __name__ == "__main__":
-    launch("memtune.commands.estimate_memory", prog="estimate_memory.py", requires=('yaml',))
+    launch("memtune.commands.estimate_memory", prog="estimate_memory.py", requires=("yaml",))

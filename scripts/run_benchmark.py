@@ -18,4 +18,4 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from memtune.bootstrap import launch  # noqa: E402
 
 if __name__ == "__main__":
-    launch("memtune.commands.run_benchmark", prog="run_benchmark.py", requires=('yaml',))
+    launch("memtune.commands.run_benchmark", prog="run_benchmark.py", requires=("yaml",))

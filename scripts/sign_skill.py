@@ -18,4 +18,4 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from memtune.bootstrap import launch  # noqa: E402
 
 if __name__ == "__main__":
-    launch("memtune.commands.sign_skill", prog="sign_skill.py", requires=('model_signing', 'OpenSSL'))
+    launch("memtune.commands.sign_skill", prog="sign_skill.py", requires=("model_signing", "OpenSSL"))

@@ -22,8 +22,15 @@ def _laughs(indent: str = "") -> list[str]:
 
 def yaml_bomb_in_peft(dest: Path) -> Path:
     """The bomb used as a value the helpers read: ``peft.target_modules: *a9``."""
-    text = ["laughs:", *_laughs("  "), "model:", "  tensor_model_parallel_size: 2",
-            "peft:", "  _target_: megatron.bridge.peft.lora.LoRA", "  target_modules: *a9"]
+    text = [
+        "laughs:",
+        *_laughs("  "),
+        "model:",
+        "  tensor_model_parallel_size: 2",
+        "peft:",
+        "  _target_: megatron.bridge.peft.lora.LoRA",
+        "  target_modules: *a9",
+    ]
     dest.write_text("\n".join(text) + "\n")
     return dest
 

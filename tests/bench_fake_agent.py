@@ -30,15 +30,25 @@ def main():
     log = os.environ.get("FAKE_AGENT_LOG")
     if log:
         with open(log, "a", encoding="utf-8") as handle:
-            handle.write(f"{case} {os.environ.get('MEMTUNE_BENCH_CONDITION')} {os.environ.get('MEMTUNE_BENCH_ATTEMPT')}\n")
+            handle.write(
+                f"{case} {os.environ.get('MEMTUNE_BENCH_CONDITION')} {os.environ.get('MEMTUNE_BENCH_ATTEMPT')}\n"
+            )
     if case and case == os.environ.get("FAKE_AGENT_FAIL_CASE"):
         sys.stderr.write("fake agent: told to fail\n")
         return 3
     skill_dir = os.environ.get("MEMTUNE_BENCH_SKILL_DIR")
     lowered = prompt.lower()
     if not skill_dir or not any(w in lowered for w in MEMORY_WORDS):
-        print(json.dumps({"answer": "I would look at the documentation and try again.", "activated_skill": None,
-                          "tokens_in": len(prompt.split()), "tokens_out": 9}))
+        print(
+            json.dumps(
+                {
+                    "answer": "I would look at the documentation and try again.",
+                    "activated_skill": None,
+                    "tokens_in": len(prompt.split()),
+                    "tokens_out": 9,
+                }
+            )
+        )
         return 0
     skill_md = Path(skill_dir) / "SKILL.md"
     name = re.search(r"^name:\s*(\S+)", skill_md.read_text(encoding="utf-8"), re.M).group(1)
@@ -46,8 +56,17 @@ def main():
     lines = [ln.strip() for ln in skill_md.read_text(encoding="utf-8").splitlines() if len(ln.strip()) > 20]
     ranked = sorted(lines, key=lambda ln: (-len(words(ln) & asked), lines.index(ln)))
     answer = "\n".join(ranked[:12])
-    print(json.dumps({"answer": answer, "activated_skill": name, "commands": [],
-                      "tokens_in": len(prompt.split()) + 4000, "tokens_out": len(answer.split())}))
+    print(
+        json.dumps(
+            {
+                "answer": answer,
+                "activated_skill": name,
+                "commands": [],
+                "tokens_in": len(prompt.split()) + 4000,
+                "tokens_out": len(answer.split()),
+            }
+        )
+    )
     return 0
 
 

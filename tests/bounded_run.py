@@ -38,8 +38,9 @@ def run_bounded(helper: str, *args: str, timeout: float = 60, cap: int = ADDRESS
 
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         start = time.monotonic()
-        proc = subprocess.Popen([sys.executable, str(REPO / "scripts" / f"{helper}.py"), *args],
-                                stdout=out, stderr=err, preexec_fn=limit)
+        proc = subprocess.Popen(
+            [sys.executable, str(REPO / "scripts" / f"{helper}.py"), *args], stdout=out, stderr=err, preexec_fn=limit
+        )
         deadline = start + timeout
         while True:
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
@@ -54,5 +55,10 @@ def run_bounded(helper: str, *args: str, timeout: float = 60, cap: int = ADDRESS
         proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
-        return Bounded(proc.returncode, out.read().decode(errors="replace"), err.read().decode(errors="replace"),
-                       seconds, usage.ru_maxrss / 1024)
+        return Bounded(
+            proc.returncode,
+            out.read().decode(errors="replace"),
+            err.read().decode(errors="replace"),
+            seconds,
+            usage.ru_maxrss / 1024,
+        )

@@ -10,5 +10,6 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def run_helper(name: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(REPO / "scripts" / f"{name}.py"), *args],
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, str(REPO / "scripts" / f"{name}.py"), *args], capture_output=True, text=True, timeout=60
+    )

@@ -38,14 +38,18 @@ class ThrowawayPKI:
 
 
 def _name(common_name: str) -> x509.Name:
-    return x509.Name([
-        x509.NameAttribute(NameOID.ORGANIZATION_NAME, "memtune test PKI"),
-        x509.NameAttribute(NameOID.COMMON_NAME, common_name),
-    ])
+    return x509.Name(
+        [
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "memtune test PKI"),
+            x509.NameAttribute(NameOID.COMMON_NAME, common_name),
+        ]
+    )
 
 
 def _write_key(key: ec.EllipticCurvePrivateKey, path: Path) -> Path:
-    path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     return path
 
 
@@ -100,14 +104,43 @@ def make_pki(dest: Path) -> ThrowawayPKI:
 
     root_key, inter_key, other_root_key = key(), key(), key()
     root = _issue("Test Root CA", root_key, None, root_key, ca=True, not_before=long_ago, not_after=far)
-    other_root = _issue("Unrelated Root CA", other_root_key, None, other_root_key, ca=True, not_before=long_ago, not_after=far)
+    other_root = _issue(
+        "Unrelated Root CA", other_root_key, None, other_root_key, ca=True, not_before=long_ago, not_after=far
+    )
     inter = _issue("Test Intermediate CA", inter_key, root, root_key, ca=True, not_before=long_ago, not_after=far)
 
     leaf_key, expired_key, tls_key, stray_key = key(), key(), key(), key()
     code = [ExtendedKeyUsageOID.CODE_SIGNING]
-    leaf = _issue("Test Release Signing", leaf_key, inter, inter_key, ca=False, eku=code, not_before=now - dt.timedelta(days=1), not_after=far)
-    expired = _issue("Test Expired Signing", expired_key, inter, inter_key, ca=False, eku=code, not_before=long_ago, not_after=now - dt.timedelta(days=2))
-    tls = _issue("Test TLS Server", tls_key, inter, inter_key, ca=False, eku=[ExtendedKeyUsageOID.SERVER_AUTH], not_before=now - dt.timedelta(days=1), not_after=far)
+    leaf = _issue(
+        "Test Release Signing",
+        leaf_key,
+        inter,
+        inter_key,
+        ca=False,
+        eku=code,
+        not_before=now - dt.timedelta(days=1),
+        not_after=far,
+    )
+    expired = _issue(
+        "Test Expired Signing",
+        expired_key,
+        inter,
+        inter_key,
+        ca=False,
+        eku=code,
+        not_before=long_ago,
+        not_after=now - dt.timedelta(days=2),
+    )
+    tls = _issue(
+        "Test TLS Server",
+        tls_key,
+        inter,
+        inter_key,
+        ca=False,
+        eku=[ExtendedKeyUsageOID.SERVER_AUTH],
+        not_before=now - dt.timedelta(days=1),
+        not_after=far,
+    )
 
     return ThrowawayPKI(
         root_cert=_write_certs(dest / "root-cert.pem", root),
@@ -139,13 +172,18 @@ def export_tracked(repo: Path, dest_parent: Path) -> Path:
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(repo / rel, dest / rel)
     else:
-        shutil.copytree(repo, dest, ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache", ".venv", "skill.oms.sig"))
+        shutil.copytree(
+            repo, dest, ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache", ".venv", "skill.oms.sig")
+        )
     (dest / "skill.oms.sig").unlink(missing_ok=True)
     return dest
 
 
 def git_commit_all(repo: Path) -> None:
     """Make ``repo`` a git work tree whose HEAD holds every file now in it."""
-    for args in (["init", "-q"], ["add", "-A"],
-                 ["-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "release"]):
+    for args in (
+        ["init", "-q"],
+        ["add", "-A"],
+        ["-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "release"],
+    ):
         subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)

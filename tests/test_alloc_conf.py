@@ -138,11 +138,14 @@ def test_parse_version_rejects_garbage() -> None:
         ac.parse_version("latest")
 
 
-@pytest.mark.parametrize("bad,good", [
-    ("max_split_size_mb=8000", "max_split_size_mb:8000"),
-    ("expandable_segments:true", "expandable_segments:True"),
-    ("expandable_segments: True", "expandable_segments:True"),
-])
+@pytest.mark.parametrize(
+    "bad,good",
+    [
+        ("max_split_size_mb=8000", "max_split_size_mb:8000"),
+        ("expandable_segments:true", "expandable_segments:True"),
+        ("expandable_segments: True", "expandable_segments:True"),
+    ],
+)
 def test_suggested_fix_is_accepted(bad: str, good: str) -> None:
     verdict = ac.judge(bad, V28)
     fixed = ac.suggest_fix(bad, verdict)

@@ -43,26 +43,52 @@ def test_command_output_plain_text_or_json() -> None:
 def test_claude_stream_activation_commands_usage() -> None:
     events = [
         {"type": "system", "subtype": "init"},
-        {"type": "assistant", "message": {"content": [
-            {"type": "tool_use", "name": "Skill", "input": {"skill": SKILL}},
-            {"type": "tool_use", "name": "Bash", "input": {"command": "python3 scripts/diagnose.py train.log"}}]}},
-        {"type": "result", "result": "It is fragmentation.", "usage": {"input_tokens": 10, "cache_read_input_tokens": 5,
-                                                                      "output_tokens": 7}},
+        {
+            "type": "assistant",
+            "message": {
+                "content": [
+                    {"type": "tool_use", "name": "Skill", "input": {"skill": SKILL}},
+                    {"type": "tool_use", "name": "Bash", "input": {"command": "python3 scripts/diagnose.py train.log"}},
+                ]
+            },
+        },
+        {
+            "type": "result",
+            "result": "It is fragmentation.",
+            "usage": {"input_tokens": 10, "cache_read_input_tokens": 5, "output_tokens": 7},
+        },
     ]
     result = parse_claude_stream("\n".join(map(json.dumps, events)) + "\nnot json\n", SKILL)
     assert result.activated_skill == SKILL
     assert result.commands == ["python3 scripts/diagnose.py train.log"]
     assert (result.answer, result.tokens_in, result.tokens_out) == ("It is fragmentation.", 15, 7)
-    read_only = parse_claude_stream(json.dumps({"type": "assistant", "message": {"content": [
-        {"type": "tool_use", "name": "Read", "input": {"file_path": f"/p/.claude/skills/{SKILL}/SKILL.md"}}]}}), SKILL)
+    read_only = parse_claude_stream(
+        json.dumps(
+            {
+                "type": "assistant",
+                "message": {
+                    "content": [
+                        {
+                            "type": "tool_use",
+                            "name": "Read",
+                            "input": {"file_path": f"/p/.claude/skills/{SKILL}/SKILL.md"},
+                        }
+                    ]
+                },
+            }
+        ),
+        SKILL,
+    )
     assert read_only.activated_skill == SKILL
     assert parse_claude_stream("", SKILL).activated_skill is None
 
 
 def test_codex_events_activation_by_reading_skill_md() -> None:
     events = [
-        {"type": "item.completed", "item": {"type": "command_execution",
-                                            "command": f"bash -lc 'cat .agents/skills/{SKILL}/SKILL.md'"}},
+        {
+            "type": "item.completed",
+            "item": {"type": "command_execution", "command": f"bash -lc 'cat .agents/skills/{SKILL}/SKILL.md'"},
+        },
         {"type": "item.completed", "item": {"type": "agent_message", "text": "Set expandable_segments:True."}},
         {"type": "turn.completed", "usage": {"input_tokens": 100, "output_tokens": 20}},
     ]
@@ -110,9 +136,22 @@ def test_skill_frontmatter_split_and_clean_staging(tmp_path: Path) -> None:
 
 
 def test_local_agent_with_missing_model_exits_2(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "run_benchmark.py"), "run", "--agent", "local-gemma",
-                           "--model", str(tmp_path / "missing.gguf"), "--results-dir", str(tmp_path)],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "scripts" / "run_benchmark.py"),
+            "run",
+            "--agent",
+            "local-gemma",
+            "--model",
+            str(tmp_path / "missing.gguf"),
+            "--results-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "llama-cpp-python" in proc.stderr or "missing.gguf" in proc.stderr
 

@@ -49,7 +49,8 @@ def install_fake(bin_dir: Path, program: str, events: list[dict], exit_code: int
         f"(here / '{program}.call.json').write_text(json.dumps({{'argv': sys.argv[1:], 'stdin': sys.stdin.read()}}))\n"
         f"sys.stdout.write((here / '{program}.jsonl').read_text())\n"
         f"sys.stderr.write({stderr!r})\n"
-        f"sys.exit({exit_code})\n")
+        f"sys.exit({exit_code})\n"
+    )
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
     return bin_dir
 
@@ -67,33 +68,118 @@ def call_of(bin_dir: Path, program: str) -> dict:
 
 
 CLAUDE_OK = [
-    {"type": "system", "subtype": "init", "session_id": "s1", "model": "claude-sonnet-4-5",
-     "tools": ["Bash", "Read", "Skill"], "cwd": "/p"},
-    {"type": "assistant", "session_id": "s1", "message": {
-        "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
-        "content": [{"type": "text", "text": "Loading the memory skill."},
-                    {"type": "tool_use", "id": "toolu_01", "name": "Skill", "input": {"skill": SKILL.name}}],
-        "usage": {"input_tokens": 50, "output_tokens": 5}}},
-    {"type": "user", "session_id": "s1", "message": {"role": "user", "content": [
-        {"type": "tool_result", "tool_use_id": "toolu_01", "content": "Launching skill: " + SKILL.name}]}},
-    {"type": "assistant", "session_id": "s1", "message": {"role": "assistant", "content": [
-        {"type": "tool_use", "id": "toolu_02", "name": "Bash",
-         "input": {"command": f"python3 .claude/skills/{SKILL.name}/scripts/diagnose.py missing.log",
-                   "description": "Diagnose the log"}}]}},
-    {"type": "user", "session_id": "s1", "message": {"role": "user", "content": [
-        {"type": "tool_result", "tool_use_id": "toolu_02", "is_error": True,
-         "content": "Exit code 2\ndiagnose.py: error: missing.log: no such file"}]}},
-    {"type": "assistant", "session_id": "s1", "message": {"role": "assistant", "content": [
-        {"type": "tool_use", "id": "toolu_03", "name": "Bash",
-         "input": {"command": f"python3 .claude/skills/{SKILL.name}/scripts/diagnose.py {LOG}"}}]}},
-    {"type": "user", "session_id": "s1", "message": {"role": "user", "content": [
-        {"type": "tool_result", "tool_use_id": "toolu_03", "is_error": False,
-         "content": [{"type": "text", "text": "[1] fragmentation - GPU 0"}]}]}},
-    {"type": "result", "subtype": "success", "is_error": False, "duration_ms": 5123, "num_turns": 4,
-     "result": "Fragmentation: 172 MiB requested while 2.84 GiB sat reserved but unallocated.",
-     "session_id": "s1", "total_cost_usd": 0.01,
-     "usage": {"input_tokens": 120, "cache_creation_input_tokens": 30, "cache_read_input_tokens": 900,
-               "output_tokens": 80}},
+    {
+        "type": "system",
+        "subtype": "init",
+        "session_id": "s1",
+        "model": "claude-sonnet-4-5",
+        "tools": ["Bash", "Read", "Skill"],
+        "cwd": "/p",
+    },
+    {
+        "type": "assistant",
+        "session_id": "s1",
+        "message": {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-sonnet-4-5",
+            "content": [
+                {"type": "text", "text": "Loading the memory skill."},
+                {"type": "tool_use", "id": "toolu_01", "name": "Skill", "input": {"skill": SKILL.name}},
+            ],
+            "usage": {"input_tokens": 50, "output_tokens": 5},
+        },
+    },
+    {
+        "type": "user",
+        "session_id": "s1",
+        "message": {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_01", "content": "Launching skill: " + SKILL.name}
+            ],
+        },
+    },
+    {
+        "type": "assistant",
+        "session_id": "s1",
+        "message": {
+            "role": "assistant",
+            "content": [
+                {
+                    "type": "tool_use",
+                    "id": "toolu_02",
+                    "name": "Bash",
+                    "input": {
+                        "command": f"python3 .claude/skills/{SKILL.name}/scripts/diagnose.py missing.log",
+                        "description": "Diagnose the log",
+                    },
+                }
+            ],
+        },
+    },
+    {
+        "type": "user",
+        "session_id": "s1",
+        "message": {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "toolu_02",
+                    "is_error": True,
+                    "content": "Exit code 2\ndiagnose.py: error: missing.log: no such file",
+                }
+            ],
+        },
+    },
+    {
+        "type": "assistant",
+        "session_id": "s1",
+        "message": {
+            "role": "assistant",
+            "content": [
+                {
+                    "type": "tool_use",
+                    "id": "toolu_03",
+                    "name": "Bash",
+                    "input": {"command": f"python3 .claude/skills/{SKILL.name}/scripts/diagnose.py {LOG}"},
+                }
+            ],
+        },
+    },
+    {
+        "type": "user",
+        "session_id": "s1",
+        "message": {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "toolu_03",
+                    "is_error": False,
+                    "content": [{"type": "text", "text": "[1] fragmentation - GPU 0"}],
+                }
+            ],
+        },
+    },
+    {
+        "type": "result",
+        "subtype": "success",
+        "is_error": False,
+        "duration_ms": 5123,
+        "num_turns": 4,
+        "result": "Fragmentation: 172 MiB requested while 2.84 GiB sat reserved but unallocated.",
+        "session_id": "s1",
+        "total_cost_usd": 0.01,
+        "usage": {
+            "input_tokens": 120,
+            "cache_creation_input_tokens": 30,
+            "cache_read_input_tokens": 900,
+            "output_tokens": 80,
+        },
+    },
 ]
 
 
@@ -114,9 +200,17 @@ def test_claude_code_adapter_through_a_fake_cli(tmp_path: Path, monkeypatch: pyt
 
 
 def test_claude_code_error_result_and_exit_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    events = CLAUDE_OK[:4] + [{"type": "result", "subtype": "error_max_turns", "is_error": True, "num_turns": 3,
-                               "errors": ["Reached maximum number of turns (2)"], "session_id": "s1",
-                               "usage": {"input_tokens": 10, "output_tokens": 1}}]
+    events = CLAUDE_OK[:4] + [
+        {
+            "type": "result",
+            "subtype": "error_max_turns",
+            "is_error": True,
+            "num_turns": 3,
+            "errors": ["Reached maximum number of turns (2)"],
+            "session_id": "s1",
+            "usage": {"input_tokens": 10, "output_tokens": 1},
+        }
+    ]
     bin_dir = install_fake(tmp_path / "bin", "claude", events, exit_code=1, stderr="stopped\n")
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     result = ClaudeCodeAgent(timeout=60).run(make_task(tmp_path, WITHOUT))
@@ -128,24 +222,62 @@ def test_claude_code_error_result_and_exit_code(tmp_path: Path, monkeypatch: pyt
 CODEX_OK = [
     {"type": "thread.started", "thread_id": "0199a213-81c0-7800-8aa1-bbab2a035a53"},
     {"type": "turn.started"},
-    {"type": "item.completed", "item": {"id": "item_0", "type": "reasoning",
-                                        "text": "**Reading the skill** before diagnosing the log"}},
-    {"type": "item.started", "item": {"id": "item_1", "type": "command_execution",
-                                      "command": f"bash -lc 'cat .agents/skills/{SKILL.name}/SKILL.md'",
-                                      "aggregated_output": "", "exit_code": None, "status": "in_progress"}},
-    {"type": "item.completed", "item": {"id": "item_1", "type": "command_execution",
-                                        "command": f"bash -lc 'cat .agents/skills/{SKILL.name}/SKILL.md'",
-                                        "aggregated_output": "---\nname: ...", "exit_code": 0, "status": "completed"}},
-    {"type": "item.completed", "item": {"id": "item_2", "type": "command_execution",
-                                        "command": f"bash -lc 'python3 .agents/skills/{SKILL.name}/scripts/diagnose.py nope.log'",
-                                        "aggregated_output": "diagnose.py: error: nope.log: no such file\n",
-                                        "exit_code": 2, "status": "failed"}},
-    {"type": "item.completed", "item": {"id": "item_3", "type": "command_execution",
-                                        "command": f"bash -lc 'python3 .agents/skills/{SKILL.name}/scripts/diagnose.py {LOG}'",
-                                        "aggregated_output": "[1] fragmentation - GPU 0\n", "exit_code": 0,
-                                        "status": "completed"}},
-    {"type": "item.completed", "item": {"id": "item_4", "type": "agent_message",
-                                        "text": "Fragmentation: export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True."}},
+    {
+        "type": "item.completed",
+        "item": {"id": "item_0", "type": "reasoning", "text": "**Reading the skill** before diagnosing the log"},
+    },
+    {
+        "type": "item.started",
+        "item": {
+            "id": "item_1",
+            "type": "command_execution",
+            "command": f"bash -lc 'cat .agents/skills/{SKILL.name}/SKILL.md'",
+            "aggregated_output": "",
+            "exit_code": None,
+            "status": "in_progress",
+        },
+    },
+    {
+        "type": "item.completed",
+        "item": {
+            "id": "item_1",
+            "type": "command_execution",
+            "command": f"bash -lc 'cat .agents/skills/{SKILL.name}/SKILL.md'",
+            "aggregated_output": "---\nname: ...",
+            "exit_code": 0,
+            "status": "completed",
+        },
+    },
+    {
+        "type": "item.completed",
+        "item": {
+            "id": "item_2",
+            "type": "command_execution",
+            "command": f"bash -lc 'python3 .agents/skills/{SKILL.name}/scripts/diagnose.py nope.log'",
+            "aggregated_output": "diagnose.py: error: nope.log: no such file\n",
+            "exit_code": 2,
+            "status": "failed",
+        },
+    },
+    {
+        "type": "item.completed",
+        "item": {
+            "id": "item_3",
+            "type": "command_execution",
+            "command": f"bash -lc 'python3 .agents/skills/{SKILL.name}/scripts/diagnose.py {LOG}'",
+            "aggregated_output": "[1] fragmentation - GPU 0\n",
+            "exit_code": 0,
+            "status": "completed",
+        },
+    },
+    {
+        "type": "item.completed",
+        "item": {
+            "id": "item_4",
+            "type": "agent_message",
+            "text": "Fragmentation: export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.",
+        },
+    },
     {"type": "turn.completed", "usage": {"input_tokens": 24763, "cached_input_tokens": 24448, "output_tokens": 122}},
 ]
 
@@ -174,4 +306,6 @@ def test_codex_turn_failed_and_error_events(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     result = CodexAgent(timeout=60).run(make_task(tmp_path, WITHOUT))
     assert result.answer == "" and result.activated_skill is None
-    assert "codex exit 1" in result.error and "401 Unauthorized" in result.error and "stream disconnected" in result.error
+    assert (
+        "codex exit 1" in result.error and "401 Unauthorized" in result.error and "stream disconnected" in result.error
+    )

@@ -48,8 +48,22 @@ def test_size_and_negatives(cases) -> None:
 def test_positives_cover_every_part_of_the_skill(cases) -> None:
     """One case at least per area the issue lists (matched on the question text)."""
     questions = " ".join(c["question"] for c in cases if c["should_trigger"]).lower()
-    for needle in ["headroom", "sequence_parallel_input_regather", "tp=1", "expert", "core_attn", "tp8", "pp8",
-                   "cpu_offloading", "vpp", "--use-nccl-ub", "nccl_graph_register", "estimate", ".log", ".sh"]:
+    for needle in [
+        "headroom",
+        "sequence_parallel_input_regather",
+        "tp=1",
+        "expert",
+        "core_attn",
+        "tp8",
+        "pp8",
+        "cpu_offloading",
+        "vpp",
+        "--use-nccl-ub",
+        "nccl_graph_register",
+        "estimate",
+        ".log",
+        ".sh",
+    ]:
         assert needle in questions, needle
 
 

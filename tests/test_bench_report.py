@@ -5,34 +5,61 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from memtune.bench.report import Analysis, DIMENSIONS, cell, render
+from memtune.bench.report import DIMENSIONS, Analysis, cell, render
 from memtune.bench.results import RunFile
 from memtune.bench.stats import bootstrap_mean_ci, mean, stddev
 
 SKILL = "nemo-mbridge-perf-memory-tuning"
 
 
-def synthetic_run(score, attempts: int = 3, n_pos: int = 6, n_neg: int = 2, drop: int = 0,
-                  violation=lambda cond, case, a: False) -> RunFile:
-    cases = [{"id": f"p{i}", "category": "x", "should_trigger": True, "expected_script": "scripts/diagnose.py"}
-             for i in range(n_pos)]
+def synthetic_run(
+    score, attempts: int = 3, n_pos: int = 6, n_neg: int = 2, drop: int = 0, violation=lambda cond, case, a: False
+) -> RunFile:
+    cases = [
+        {"id": f"p{i}", "category": "x", "should_trigger": True, "expected_script": "scripts/diagnose.py"}
+        for i in range(n_pos)
+    ]
     cases += [{"id": f"n{i}", "category": "y", "should_trigger": False, "expected_script": None} for i in range(n_neg)]
-    header = {"type": "run", "run_id": "synthetic", "agent": "command:x", "model": "m", "attempts": attempts,
-              "started_at": "2026-01-01T00:00:00+00:00", "command": "python3 scripts/run_benchmark.py run --agent x",
-              "dataset": {"path": "evals/evals.json", "sha256": "ab" * 32, "cases": cases},
-              "skill": {"name": SKILL, "sha256": "cd" * 32}}
+    header = {
+        "type": "run",
+        "run_id": "synthetic",
+        "agent": "command:x",
+        "model": "m",
+        "attempts": attempts,
+        "started_at": "2026-01-01T00:00:00+00:00",
+        "command": "python3 scripts/run_benchmark.py run --agent x",
+        "dataset": {"path": "evals/evals.json", "sha256": "ab" * 32, "cases": cases},
+        "skill": {"name": SKILL, "sha256": "cd" * 32},
+    }
     results = []
     for a in range(1, attempts + 1):
         for c in cases:
             for cond in ("without_skill", "with_skill"):
                 s = score(cond, c, a)
                 activated = SKILL if cond == "with_skill" and c["should_trigger"] else None
-                results.append({"type": "result", "case_id": c["id"], "condition": cond, "attempt": a,
-                                "answer": "", "activated_skill": activated, "commands": [], "tokens_in": 100,
-                                "tokens_out": 10, "seconds": 2.0 if cond == "without_skill" else 3.0, "error": None,
-                                "finished_at": f"2026-01-0{a}T10:00:00+00:00",
-                                "grade": {"checks": [], "content_score": s, "solved": s == 1.0, "command_ok": None,
-                                          "security_violations": ["x"] if violation(cond, c, a) else []}})
+                results.append(
+                    {
+                        "type": "result",
+                        "case_id": c["id"],
+                        "condition": cond,
+                        "attempt": a,
+                        "answer": "",
+                        "activated_skill": activated,
+                        "commands": [],
+                        "tokens_in": 100,
+                        "tokens_out": 10,
+                        "seconds": 2.0 if cond == "without_skill" else 3.0,
+                        "error": None,
+                        "finished_at": f"2026-01-0{a}T10:00:00+00:00",
+                        "grade": {
+                            "checks": [],
+                            "content_score": s,
+                            "solved": s == 1.0,
+                            "command_ok": None,
+                            "security_violations": ["x"] if violation(cond, c, a) else [],
+                        },
+                    }
+                )
     return RunFile(Path("synthetic.jsonl"), header, tuple(results[: len(results) - drop]))
 
 
@@ -65,8 +92,10 @@ def test_no_uplift_fails_and_says_why() -> None:
 
 
 def test_security_regression_fails() -> None:
-    run = synthetic_run(lambda cond, c, a: 0.9 if cond == "with_skill" else 0.1,
-                        violation=lambda cond, c, a: cond == "with_skill" and c["id"] == "p0")
+    run = synthetic_run(
+        lambda cond, c, a: 0.9 if cond == "with_skill" else 0.1,
+        violation=lambda cond, c, a: cond == "with_skill" and c["id"] == "p0",
+    )
     text = render(run)
     assert "- Overall verdict: FAIL" in text and "Security is lower" in text
 
@@ -98,8 +127,11 @@ def test_notes_are_included_verbatim() -> None:
 def test_other_runs_are_summarised_and_forced_activation_is_not_scored_for_discovery() -> None:
     main = synthetic_run(lambda cond, c, a: 0.8 if cond == "with_skill" else 0.2)
     forced = synthetic_run(lambda cond, c, a: 0.6 if cond == "with_skill" else 0.2)
-    forced = RunFile(Path("forced.jsonl"), dict(forced.header, run_id="forced", agent_settings={"activation": "always"}),
-                     forced.results)
+    forced = RunFile(
+        Path("forced.jsonl"),
+        dict(forced.header, run_id="forced", agent_settings={"activation": "always"}),
+        forced.results,
+    )
     text = render(main, None, [forced])
     assert "## Other runs in evals/results" in text and "### `forced` (diagnostic" in text
     section = text.split("### `forced`")[1]
@@ -109,13 +141,32 @@ def test_other_runs_are_summarised_and_forced_activation_is_not_scored_for_disco
 
 
 def _loop_record(case_id: str, cond: str, activated, calls, solved: bool, command_label: str = "diagnose\\.py") -> dict:
-    checks = [{"kind": "must_include", "label": "x", "passed": solved, "detail": ""},
-              {"kind": "command", "label": command_label, "passed": bool(calls), "detail": ""}]
-    return {"type": "result", "case_id": case_id, "condition": cond, "attempt": 1, "answer": "", "activated_skill": activated,
-            "commands": [c["command"] for c in calls], "tokens_in": 1, "tokens_out": 1, "seconds": 1.0, "error": None,
-            "finished_at": "2026-01-01T10:00:00+00:00", "extra": {"tool_calls": calls},
-            "grade": {"checks": checks, "content_score": 1.0 if solved else 0.0, "solved": solved, "command_ok": None,
-                      "security_violations": []}}
+    checks = [
+        {"kind": "must_include", "label": "x", "passed": solved, "detail": ""},
+        {"kind": "command", "label": command_label, "passed": bool(calls), "detail": ""},
+    ]
+    return {
+        "type": "result",
+        "case_id": case_id,
+        "condition": cond,
+        "attempt": 1,
+        "answer": "",
+        "activated_skill": activated,
+        "commands": [c["command"] for c in calls],
+        "tokens_in": 1,
+        "tokens_out": 1,
+        "seconds": 1.0,
+        "error": None,
+        "finished_at": "2026-01-01T10:00:00+00:00",
+        "extra": {"tool_calls": calls},
+        "grade": {
+            "checks": checks,
+            "content_score": 1.0 if solved else 0.0,
+            "solved": solved,
+            "command_ok": None,
+            "security_violations": [],
+        },
+    }
 
 
 def test_failure_analysis_buckets_each_attempt_once() -> None:
@@ -135,10 +186,19 @@ def test_failure_analysis_buckets_each_attempt_once() -> None:
         _loop_record("p5", "with_skill", "training-numerical-stability", [], False),
     ]
     assert [outcome(r, SKILL) for r in records] == [
-        "right", "not activated", "wrong command", "command failed", "misread output", "not activated"]
+        "right",
+        "not activated",
+        "wrong command",
+        "command failed",
+        "misread output",
+        "not activated",
+    ]
     run = synthetic_run(lambda cond, c, a: 0.0, attempts=1)
-    results = [r for r in run.results if r["condition"] == "without_skill"] + records + [
-        r for r in run.results if r["condition"] == "with_skill" and r["case_id"].startswith("n")]
+    results = (
+        [r for r in run.results if r["condition"] == "without_skill"]
+        + records
+        + [r for r in run.results if r["condition"] == "with_skill" and r["case_id"].startswith("n")]
+    )
     run = RunFile(run.path, dict(run.header, attempts=1), tuple(results))
     text = render(run)
     assert "## Failure analysis" in text

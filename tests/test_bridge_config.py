@@ -25,8 +25,10 @@ def test_example_config_maps_every_section():
 
 
 def test_overrides_change_the_run():
-    cfg = apply_overrides(load_bridge_yaml(EXAMPLE), ["model.pipeline_model_parallel_size=8",
-                                                      "+peft.dim=16", "++peft.sequence_parallel_input_regather=true"])
+    cfg = apply_overrides(
+        load_bridge_yaml(EXAMPLE),
+        ["model.pipeline_model_parallel_size=8", "+peft.dim=16", "++peft.sequence_parallel_input_regather=true"],
+    )
     cfg.pop("_memtune")
     _, run, _ = specs_from_bridge(cfg, world_size=32, base=load_preset("llama3-70b"))
     assert run.pp == 8 and run.dp == 1 and run.peft == "lora" and run.lora_dim == 16
@@ -49,13 +51,16 @@ def test_bad_types_and_yaml(tmp_path):
         specs_from_bridge({"mixed_precision": "bf17"}, base=load_preset("llama3-8b"))
 
 
-@pytest.mark.parametrize("recipe, fp8, param_gather", [
-    ("bf16_with_fp8_current_scaling_mixed", "tensorwise", True),
-    ("bf16_with_fp8_delayed_scaling_mixed", "delayed", True),
-    ("bf16_with_mxfp8_mixed", "mxfp8", True),
-    ("bf16_with_fp8_subchannel_scaling_mixed", "blockwise", False),
-    ("bf16_mixed", None, False),
-])
+@pytest.mark.parametrize(
+    "recipe, fp8, param_gather",
+    [
+        ("bf16_with_fp8_current_scaling_mixed", "tensorwise", True),
+        ("bf16_with_fp8_delayed_scaling_mixed", "delayed", True),
+        ("bf16_with_mxfp8_mixed", "mxfp8", True),
+        ("bf16_with_fp8_subchannel_scaling_mixed", "blockwise", False),
+        ("bf16_mixed", None, False),
+    ],
+)
 def test_named_precision_recipes_follow_bridge(recipe, fp8, param_gather):
     """mixed_precision.py in Megatron Bridge: the FP8 recipes start from bf16_mixed()
     (grad_reduce_in_fp32=True) and all but subchannel set fp8_param_gather=True."""
@@ -82,8 +87,11 @@ def test_mixed_precision_overwrites_ddp_as_bridge_setup_does():
     cfg = {"model": {}, "mixed_precision": {"_name": "bf16_with_fp8_current_scaling_mixed", "fp8_param": False}}
     assert not specs_from_bridge(cfg, world_size=8, base=base)[1].fp8_param_gather
     # the Llama3-70B perf recipe writes grad_reduce_in_fp32 = False on both configs
-    cfg = {"model": {}, "ddp": {"grad_reduce_in_fp32": False},
-           "mixed_precision": {"_name": "bf16_with_fp8_current_scaling_mixed", "grad_reduce_in_fp32": False}}
+    cfg = {
+        "model": {},
+        "ddp": {"grad_reduce_in_fp32": False},
+        "mixed_precision": {"_name": "bf16_with_fp8_current_scaling_mixed", "grad_reduce_in_fp32": False},
+    }
     assert not specs_from_bridge(cfg, world_size=8, base=base)[1].grad_reduce_in_fp32
     # without a mixed-precision section nothing overwrites the DDP config
     _, run, _ = specs_from_bridge({"model": {}, "ddp": ddp_says_bf16}, world_size=8, base=base)
@@ -95,8 +103,11 @@ def test_bridge_defaults_fused_loss_reads_deferred_wgrad_and_names_the_assumed_m
     assert run.cross_entropy_loss_fusion  # GPTModelProvider: cross_entropy_loss_fusion = True
     assert not run.defer_embedding_wgrad_compute
     assert any("micro_batch_size not given: assumed 1" in n for n in notes)
-    cfg = {"model": {"cross_entropy_loss_fusion": False}, "train": {"micro_batch_size": 2},
-           "comm_overlap": {"defer_embedding_wgrad_compute": True, "wgrad_deferral_limit": 22}}
+    cfg = {
+        "model": {"cross_entropy_loss_fusion": False},
+        "train": {"micro_batch_size": 2},
+        "comm_overlap": {"defer_embedding_wgrad_compute": True, "wgrad_deferral_limit": 22},
+    }
     _, run, notes = specs_from_bridge(cfg, world_size=8, base=load_preset("llama3-8b"))
     assert not run.cross_entropy_loss_fusion and run.mbs == 2
     assert run.defer_embedding_wgrad_compute and run.wgrad_deferral_limit == 22

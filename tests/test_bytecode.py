@@ -29,8 +29,9 @@ def plant_unchecked_pyc(package: Path, module: str, marker: Path) -> Path:
     cache = package / "scripts" / "memtune" / "__pycache__"
     cache.mkdir(exist_ok=True)
     target = cache / f"{module}.{sys.implementation.cache_tag}.pyc"
-    py_compile.compile(str(payload), cfile=str(target), doraise=True,
-                       invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+    py_compile.compile(
+        str(payload), cfile=str(target), doraise=True, invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH
+    )
     return target
 
 
@@ -49,8 +50,13 @@ def test_planted_bytecode_does_not_run(package, entry, tmp_path):
     marker = tmp_path / "pwned"
     for module in ("__init__", "bootstrap", "cli"):
         plant_unchecked_pyc(package, module, marker)
-    result = subprocess.run([sys.executable, str(package / "scripts" / entry), "--help"],
-                            capture_output=True, text=True, timeout=120, env=clean_env())
+    result = subprocess.run(
+        [sys.executable, str(package / "scripts" / entry), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=clean_env(),
+    )
     assert result.returncode == 0, result.stderr
     assert not marker.exists(), f"{entry} executed planted bytecode"
 
@@ -58,8 +64,13 @@ def test_planted_bytecode_does_not_run(package, entry, tmp_path):
 def test_helpers_write_no_bytecode_into_the_skill_folder(tmp_path):
     package = export_tracked(REPO_ROOT, tmp_path)
     for entry in ("estimate_memory.py", "lint_skill.py", "sign_skill.py"):
-        subprocess.run([sys.executable, str(package / "scripts" / entry), "--help"],
-                       capture_output=True, timeout=120, env=clean_env(), check=True)
+        subprocess.run(
+            [sys.executable, str(package / "scripts" / entry), "--help"],
+            capture_output=True,
+            timeout=120,
+            env=clean_env(),
+            check=True,
+        )
     written = [p for p in package.rglob("*") if p.name == "__pycache__" or p.suffix in (".pyc", ".pyo")]
     assert written == []
 

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from helper_cli import run_helper
 
+from helper_cli import run_helper
 from memtune import check_rules, run_view
 
 DATA = Path(__file__).resolve().parent / "data" / "check_env"
@@ -18,7 +18,9 @@ def check(*files: str, **kwargs) -> list[check_rules.Finding]:
     configs = [str(DATA / f) for f in files if f.endswith(".yaml")]
     env_files = [str(DATA / f) for f in files if f.endswith(".env")]
     overrides = kwargs.pop("overrides", ())
-    view = run_view.build(run_view.Inputs(scripts=scripts, configs=configs, env_files=env_files, overrides=overrides, **kwargs))
+    view = run_view.build(
+        run_view.Inputs(scripts=scripts, configs=configs, env_files=env_files, overrides=overrides, **kwargs)
+    )
     return check_rules.run_all(view)
 
 
@@ -69,11 +71,14 @@ def test_every_rule_in_the_table_has_a_fixture() -> None:
     assert documented <= covered
 
 
-@pytest.mark.parametrize("files", [
-    ("clean_megatron_sbatch.sh",),
-    ("clean_bridge_lora.yaml",),
-    ("clean_env.env", "clean_bridge_lora.yaml"),
-])
+@pytest.mark.parametrize(
+    "files",
+    [
+        ("clean_megatron_sbatch.sh",),
+        ("clean_bridge_lora.yaml",),
+        ("clean_env.env", "clean_bridge_lora.yaml"),
+    ],
+)
 def test_clean_inputs_have_no_error_or_warning(files: tuple[str, ...]) -> None:
     findings = check(*files, torch_version="2.8.0")
     assert [f for f in findings if f.severity in ("error", "warning")] == []
@@ -120,8 +125,9 @@ def test_fixes_are_concrete() -> None:
 def test_register_zero_silences_mt003() -> None:
     findings = check("mt003_cuda_graph.sh", overrides=())
     assert any(f.rule == "MT003" for f in findings)
-    view = run_view.build(run_view.Inputs(scripts=[str(DATA / "mt003_cuda_graph.sh")], use_env=True,
-                                          environ={"NCCL_GRAPH_REGISTER": "0"}))
+    view = run_view.build(
+        run_view.Inputs(scripts=[str(DATA / "mt003_cuda_graph.sh")], use_env=True, environ={"NCCL_GRAPH_REGISTER": "0"})
+    )
     # the script does not export it; the process env does, but the script's own env wins only for what it sets
     assert not any(f.rule == "MT003" for f in check_rules.run_all(view))
 
@@ -135,9 +141,24 @@ def test_blackwell_does_not_need_graph_register() -> None:
 
 # The names check_env accepted from its own table before gpus.yaml became the one table,
 # with the compute capability each one had there: none may be lost or change.
-_OLD_CHECK_ENV_GPUS = {"V100": 7.0, "A10": 8.6, "A40": 8.6, "A100": 8.0, "L4": 8.9, "L40": 8.9, "L40S": 8.9, "H20": 9.0,
-                       "H100": 9.0, "H200": 9.0, "GH200": 9.0, "B100": 10.0, "B200": 10.0, "GB200": 10.0, "B300": 10.3,
-                       "GB300": 10.3}
+_OLD_CHECK_ENV_GPUS = {
+    "V100": 7.0,
+    "A10": 8.6,
+    "A40": 8.6,
+    "A100": 8.0,
+    "L4": 8.9,
+    "L40": 8.9,
+    "L40S": 8.9,
+    "H20": 9.0,
+    "H100": 9.0,
+    "H200": 9.0,
+    "GH200": 9.0,
+    "B100": 10.0,
+    "B200": 10.0,
+    "GB200": 10.0,
+    "B300": 10.3,
+    "GB300": 10.3,
+}
 
 
 @pytest.mark.parametrize("name, cc", sorted(_OLD_CHECK_ENV_GPUS.items()))
@@ -146,13 +167,24 @@ def test_every_gpu_name_check_env_knew_keeps_its_compute_capability(name, cc) ->
     assert view.compute_capability == cc
 
 
-@pytest.mark.parametrize("name, table_name, cc", [
-    ("H100", "H100-80GB", 9.0), ("H100-80GB", "H100-80GB", 9.0), ("h100_sxm", "H100-80GB", 9.0),
-    ("NVIDIA H100 80GB HBM3", "H100-80GB", 9.0), ("NVIDIA H100-SXM5-80GB", "H100-80GB", 9.0),
-    ("H100 NVL", "H100-NVL", 9.0), ("A100-40GB", "A100-40GB", 8.0), ("NVIDIA A100 80GB PCIe", "A100-80GB", 8.0),
-    ("Tesla V100-SXM2-32GB", "V100-32GB", 7.0), ("GB200 NVL72", "GB200", 10.0), ("NVIDIA B300 SXM6 AC", "B300", 10.3),
-    ("MI300X", "MI300X", 9.4), ("AMD Instinct MI300X", "MI300X", 9.4),
-])
+@pytest.mark.parametrize(
+    "name, table_name, cc",
+    [
+        ("H100", "H100-80GB", 9.0),
+        ("H100-80GB", "H100-80GB", 9.0),
+        ("h100_sxm", "H100-80GB", 9.0),
+        ("NVIDIA H100 80GB HBM3", "H100-80GB", 9.0),
+        ("NVIDIA H100-SXM5-80GB", "H100-80GB", 9.0),
+        ("H100 NVL", "H100-NVL", 9.0),
+        ("A100-40GB", "A100-40GB", 8.0),
+        ("NVIDIA A100 80GB PCIe", "A100-80GB", 8.0),
+        ("Tesla V100-SXM2-32GB", "V100-32GB", 7.0),
+        ("GB200 NVL72", "GB200", 10.0),
+        ("NVIDIA B300 SXM6 AC", "B300", 10.3),
+        ("MI300X", "MI300X", 9.4),
+        ("AMD Instinct MI300X", "MI300X", 9.4),
+    ],
+)
 def test_one_gpu_table_for_every_helper(name, table_name, cc) -> None:
     """check_env and estimate/plan resolve a name to the same entry of gpus.yaml."""
     from argparse import ArgumentParser
@@ -180,9 +212,11 @@ def test_mi300x_keeps_the_pre_blackwell_verdict_in_mt003() -> None:
 
 
 def test_unknown_gpu_is_one_line_with_close_matches_in_every_helper() -> None:
-    for helper, args, fallback in (("check_env", ["--set", "A=1"], "leave --gpu out"),
-                                   ("estimate_memory", ["--preset", "llama3-8b"], "--gpu-memory"),
-                                   ("plan_memory", ["--preset", "llama3-8b"], "--gpu-memory")):
+    for helper, args, fallback in (
+        ("check_env", ["--set", "A=1"], "leave --gpu out"),
+        ("estimate_memory", ["--preset", "llama3-8b"], "--gpu-memory"),
+        ("plan_memory", ["--preset", "llama3-8b"], "--gpu-memory"),
+    ):
         result = run_helper(helper, *args, "--gpu", "MI300")
         assert result.returncode == 2 and result.stdout == ""
         lines = result.stderr.strip().splitlines()
@@ -192,8 +226,14 @@ def test_unknown_gpu_is_one_line_with_close_matches_in_every_helper() -> None:
 
 def test_guard_blind_spot_is_called_out() -> None:
     """Whitespace: PyTorch enables expandable segments, Megatron's text guard misses it."""
-    view = run_view.build(run_view.Inputs(use_env=True, environ={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments: True"},
-                                          overrides=["model.cuda_graph_impl=local"], torch_version="2.8"))
+    view = run_view.build(
+        run_view.Inputs(
+            use_env=True,
+            environ={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments: True"},
+            overrides=["model.cuda_graph_impl=local"],
+            torch_version="2.8",
+        )
+    )
     findings = {f.rule: f for f in check_rules.run_all(view)}
     assert "MT009" in findings
     assert "will not stop the run" in findings["MT003"].message
@@ -210,7 +250,9 @@ def test_world_size_needed_for_mt012_is_asked_for() -> None:
     findings = check("mt005_vpp_divisibility.yaml")
     info = [f for f in findings if f.rule == "MT012"]
     assert info and info[0].severity == "info" and "world size" in info[0].fix
-    findings = check("mt005_vpp_divisibility.yaml", world_size=32, overrides=["model.virtual_pipeline_model_parallel_size=5"])
+    findings = check(
+        "mt005_vpp_divisibility.yaml", world_size=32, overrides=["model.virtual_pipeline_model_parallel_size=5"]
+    )
     assert not any(f.rule == "MT012" for f in findings)  # GBS 32 / DP 2 = 16 micro-batches >= 4
 
 
@@ -248,15 +290,18 @@ def test_cli_text_grouped_by_severity() -> None:
     assert out.index("ERRORS") < out.index("WARNINGS") < out.index("INFO")
 
 
-@pytest.mark.parametrize("args,needle", [
-    ((), "nothing to check"),
-    (("--script", "/no/such/file.sh"), "No such file"),
-    (("--config", str(DATA / "mt007_equals.env")), "not a mapping"),
-    (("--env-file", str(DATA / "mt004_cpu_offload_pp.yaml")), "expected KEY=VALUE"),
-    (("--script", str(DATA / "clean_megatron_sbatch.sh"), "--torch-version", "newest"), "--torch-version"),
-    (("--config", str(DATA / "clean_bridge_lora.yaml"), "model.tp"), "not KEY=VALUE"),
-    (("--set", "no-equals-sign"), "expected NAME=VALUE"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        ((), "nothing to check"),
+        (("--script", "/no/such/file.sh"), "No such file"),
+        (("--config", str(DATA / "mt007_equals.env")), "not a mapping"),
+        (("--env-file", str(DATA / "mt004_cpu_offload_pp.yaml")), "expected KEY=VALUE"),
+        (("--script", str(DATA / "clean_megatron_sbatch.sh"), "--torch-version", "newest"), "--torch-version"),
+        (("--config", str(DATA / "clean_bridge_lora.yaml"), "model.tp"), "not KEY=VALUE"),
+        (("--set", "no-equals-sign"), "expected NAME=VALUE"),
+    ],
+)
 def test_cli_bad_input_is_one_line_exit_2(args: tuple[str, ...], needle: str) -> None:
     result = run_cli(*args)
     assert result.returncode == 2
@@ -271,7 +316,9 @@ def test_no_false_errors_on_real_megatron_lm_runs(tmp_path: Path) -> None:
     call any of them an error."""
     import yaml
 
-    runs = json.loads((Path(__file__).resolve().parent / "data" / "estimator" / "megatron-lm-calibration.json").read_text())
+    runs = json.loads(
+        (Path(__file__).resolve().parent / "data" / "estimator" / "megatron-lm-calibration.json").read_text()
+    )
     runs = runs["runs"] if isinstance(runs, dict) else runs
     assert len(runs) >= 50
     checked = 0
@@ -293,10 +340,17 @@ def test_cli_set_checks_a_single_value() -> None:
     assert finding["source"] == "--set PYTORCH_CUDA_ALLOC_CONF"
 
 
-@pytest.mark.parametrize("fixture,version", [
-    ("mt001_no_expandable.sh", "2.3"), ("mt001_no_expandable.sh", "2.8"), ("mt007_equals.env", "2.1"),
-    ("mt009_whitespace.env", "2.8"), ("mt019_tab.env", None), ("mt021_es_split_old_torch.env", "2.3"),
-])
+@pytest.mark.parametrize(
+    "fixture,version",
+    [
+        ("mt001_no_expandable.sh", "2.3"),
+        ("mt001_no_expandable.sh", "2.8"),
+        ("mt007_equals.env", "2.1"),
+        ("mt009_whitespace.env", "2.8"),
+        ("mt019_tab.env", None),
+        ("mt021_es_split_old_torch.env", "2.3"),
+    ],
+)
 def test_suggested_allocator_strings_are_accepted_and_clean(fixture: str, version: str | None) -> None:
     """The value a fix tells the user to export passes PyTorch and triggers no allocator rule again."""
     from memtune import alloc_conf as ac
@@ -353,8 +407,10 @@ def test_malformed_allocator_string_does_not_hide_the_rules_that_depend_on_it() 
 def test_an_uncorrectable_string_still_hides_nothing_it_cannot_read(tmp_path) -> None:
     """When the correction is not accepted either, nothing is assumed about the intent."""
     script = tmp_path / "launch.sh"
-    script.write_text("export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:maybe,bogus_option:1\n"
-                      "torchrun pretrain_gpt.py --use-nccl-ub --num-layers 32\n")
+    script.write_text(
+        "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:maybe,bogus_option:1\n"
+        "torchrun pretrain_gpt.py --use-nccl-ub --num-layers 32\n"
+    )
     view = run_view.build(run_view.Inputs(scripts=[str(script)], torch_version="2.8"))
     rules = [f.rule for f in check_rules.run_all(view)]
     assert "MT007" in rules and "MT002" not in rules
@@ -376,7 +432,11 @@ def test_keys_combined_with_expandable_segments_are_judged(value: str, moot: lis
     env.write_text(f"PYTORCH_CUDA_ALLOC_CONF={value}\n")
     view = run_view.build(run_view.Inputs(env_files=[str(env)], torch_version="2.8"))
     notes = [f.message for f in check_rules.run_all(view) if f.rule == "MT020"]
-    assert [k for k in ("max_split_size_mb", "garbage_collection_threshold", "release_lock_on_cudamalloc") if any(k in n for n in notes)] == moot
+    assert [
+        k
+        for k in ("max_split_size_mb", "garbage_collection_threshold", "release_lock_on_cudamalloc")
+        if any(k in n for n in notes)
+    ] == moot
 
 
 def test_every_quoted_rule_range_ends_at_the_last_rule() -> None:
@@ -389,9 +449,17 @@ def test_every_quoted_rule_range_ends_at_the_last_rule() -> None:
     repo = Path(__file__).resolve().parent.parent
     rules = yaml.safe_load((repo / "scripts/memtune/data/check_rules.yaml").read_text(encoding="utf-8"))["rules"]
     last = max(rules)
-    places = ["scripts/memtune/commands/check_env.py", "scripts/memtune/data/schemas/output/check_env.schema.json",
-              "references/json-output.md", "references/check-rules.md", "SKILL.md"]
-    quoted = {(place, end) for place in places
-              for end in re.findall(r"MT001\s*[-\u2013]\s*(MT\d{3})", (repo / place).read_text(encoding="utf-8"))}
+    places = [
+        "scripts/memtune/commands/check_env.py",
+        "scripts/memtune/data/schemas/output/check_env.schema.json",
+        "references/json-output.md",
+        "references/check-rules.md",
+        "SKILL.md",
+    ]
+    quoted = {
+        (place, end)
+        for place in places
+        for end in re.findall(r"MT001\s*[-\u2013]\s*(MT\d{3})", (repo / place).read_text(encoding="utf-8"))
+    }
     assert {place for place, _ in quoted} == set(places)
     assert {end for _, end in quoted} == {last}, sorted(quoted)

@@ -79,7 +79,12 @@ ROWS = [
     row("diagnose", "{tmp}/plot.png --json", "plot.png", "binary"),
     row("diagnose", "{tmp}/cut.log.gz", "cut.log.gz", "complete"),
     row("diagnose", "{tmp}/cut.log.gz --json", "cut.log.gz"),
-    row("diagnose", (str(OOM / "01_pytorch_pr99699_new_format_capacty.txt"), "{tmp}/ls.bin", "--json"), "ls.bin", "binary"),
+    row(
+        "diagnose",
+        (str(OOM / "01_pytorch_pr99699_new_format_capacty.txt"), "{tmp}/ls.bin", "--json"),
+        "ls.bin",
+        "binary",
+    ),
     row("diagnose", "", "--symptom"),
     row("diagnose", "- -", "standard input"),
     row("diagnose", "--symptom x --limit 0", "--limit", "0"),
@@ -117,22 +122,59 @@ ROWS = [
     row("estimate_memory", "--hf-config {tmp}/latin1.txt --gpus 8", "latin1.txt", "UTF-8"),
     row("estimate_memory", "--hf-config {tmp}/empty.txt --gpus 8", "empty.txt", "JSON"),
     row("estimate_memory", "--hf-config {data}/hf-list.json --gpus 8", "hf-list.json", "object"),
-    row("estimate_memory", "--hf-config {data}/hf-missing-fields.json --gpus 8", "hf-missing-fields.json", "vocab_size"),
-    row("estimate_memory", "--hf-config {data}/hf-infinite-layers.json --gpus 8", "hf-infinite-layers.json", "num_hidden_layers", "inf"),
-    row("estimate_memory", "--hf-config {data}/hf-nan-layers.json --gpus 8", "hf-nan-layers.json", "num_hidden_layers", "nan"),
+    row(
+        "estimate_memory", "--hf-config {data}/hf-missing-fields.json --gpus 8", "hf-missing-fields.json", "vocab_size"
+    ),
+    row(
+        "estimate_memory",
+        "--hf-config {data}/hf-infinite-layers.json --gpus 8",
+        "hf-infinite-layers.json",
+        "num_hidden_layers",
+        "inf",
+    ),
+    row(
+        "estimate_memory",
+        "--hf-config {data}/hf-nan-layers.json --gpus 8",
+        "hf-nan-layers.json",
+        "num_hidden_layers",
+        "nan",
+    ),
     row("estimate_memory", "--hf-config {data}/hf-fraction-layers.json --gpus 8", "num_hidden_layers", "32.5"),
     row("estimate_memory", "--hf-config {data}/hf-bool-layers.json --gpus 8", "num_hidden_layers", "True"),
     row("estimate_memory", "--hf-config {data}/hf-string-width.json --gpus 8", "hidden_size", "'4096'"),
-    row("estimate_memory", "--hf-config {data}/hf-negative-layers.json --gpus 8", "hf-negative-layers.json", "num_hidden_layers", "-4"),
+    row(
+        "estimate_memory",
+        "--hf-config {data}/hf-negative-layers.json --gpus 8",
+        "hf-negative-layers.json",
+        "num_hidden_layers",
+        "-4",
+    ),
     row("estimate_memory", "--megatron-args {tmp}/ls.bin --gpus 8", "ls.bin", "binary"),
     row("estimate_memory", "--megatron-args {tmp}/empty.txt --gpus 8", "empty.txt", "--flags"),
     row("estimate_memory", "--megatron-args {data}/broken.yaml --gpus 8", "broken.yaml", "YAML"),
     row("estimate_memory", "--megatron-args {data}/list.yaml --gpus 8", "list.yaml", "mapping"),
     row("estimate_memory", "--megatron-args {data}/flags-scalar.yaml --gpus 8", "flags-scalar.yaml", "mapping"),
-    row("estimate_memory", "--megatron-args {data}/flags-list-value.json --gpus 8", "flags-list-value.json", "--num-layers", "[1, 2]"),
+    row(
+        "estimate_memory",
+        "--megatron-args {data}/flags-list-value.json --gpus 8",
+        "flags-list-value.json",
+        "--num-layers",
+        "[1, 2]",
+    ),
     row("estimate_memory", "--megatron-args {data}/unclosed-quote.sh --gpus 8", "unclosed-quote.sh", "quot"),
-    row("estimate_memory", "--megatron-args {data}/flags-word-layers.yaml --gpus 8", "flags-word-layers.yaml", "--num-layers", "many"),
-    row("estimate_memory", "--megatron-args {data}/flags-missing-width.yaml --gpus 8", "flags-missing-width.yaml", "--hidden-size"),
+    row(
+        "estimate_memory",
+        "--megatron-args {data}/flags-word-layers.yaml --gpus 8",
+        "flags-word-layers.yaml",
+        "--num-layers",
+        "many",
+    ),
+    row(
+        "estimate_memory",
+        "--megatron-args {data}/flags-missing-width.yaml --gpus 8",
+        "flags-missing-width.yaml",
+        "--hidden-size",
+    ),
     row("estimate_memory", "--preset llama3-8b --preset llama3-70b --gpus 8", "--preset", "twice", "llama3-70b"),
     row("estimate_memory", "--hf-config a.json --hf-config b.json --gpus 8", "--hf-config", "twice", "b.json"),
     row("estimate_memory", "--megatron-args a.sh --megatron-args b.sh --json", "--megatron-args", "twice"),
@@ -156,7 +198,12 @@ ROWS = [
     row("estimate_memory", "--config {data}/tp-word.yaml --example", "--config", "--example"),
     row("estimate_memory", f"--fp8 bogus {LLAMA8B}", "--fp8", "bogus"),
     row("estimate_memory", f"--cpu-offload-layers 32 {LLAMA8B}", "cpu", "32"),
-    row("estimate_memory", "--example model.tensor_parallel_size=8", "tensor_parallel_size", "tensor_model_parallel_size"),
+    row(
+        "estimate_memory",
+        "--example model.tensor_parallel_size=8",
+        "tensor_parallel_size",
+        "tensor_model_parallel_size",
+    ),
     # ---------------------------------------------------------------- plan_memory.py
     row("plan_memory", "--preset nope", "nope", "llama3-8b"),
     row("plan_memory", "--example --headroom 200%", "--headroom", "200%"),
@@ -202,9 +249,24 @@ ROWS = [
     row("check_env", "--set A=1 ~", "'~'"),
     row("check_env", "--set A=1 model.tensor_model_parallel_size=abc", "model.tensor_model_parallel_size", "abc"),
     row("check_env", "--set A=1 ddp.nccl_ub=maybe", "ddp.nccl_ub", "maybe"),
-    row("check_env", "--set A=1 model.pipeline_model_parallel_size=0", "model.pipeline_model_parallel_size", "at least 1"),
-    row("regather_config", "--preset qwen3-8b model.tensor_model_parallel_size=-2", "model.tensor_model_parallel_size", "-2"),
-    row("check_env", "--set A=1 model.tensor_parallel_size=8", "model.tensor_parallel_size", "model.tensor_model_parallel_size"),
+    row(
+        "check_env",
+        "--set A=1 model.pipeline_model_parallel_size=0",
+        "model.pipeline_model_parallel_size",
+        "at least 1",
+    ),
+    row(
+        "regather_config",
+        "--preset qwen3-8b model.tensor_model_parallel_size=-2",
+        "model.tensor_model_parallel_size",
+        "-2",
+    ),
+    row(
+        "check_env",
+        "--set A=1 model.tensor_parallel_size=8",
+        "model.tensor_parallel_size",
+        "model.tensor_model_parallel_size",
+    ),
     row("check_env", "--set A=1 train.global_batch_sise=64", "train.global_batch_sise", "train.global_batch_size"),
     row("check_env", "--set A=1 --torch-version banana", "--torch-version", "banana"),
     row("check_env", "--set A=1 --world-size 0", "--world-size", "0"),
@@ -220,7 +282,12 @@ ROWS = [
     row("regather_config", "--preset qwen3-8b --tp 2 --world-size 3", "world size 3"),
     row("regather_config", "--preset qwen3-8b --tp 2 --target-modules ,", "--target-modules", "','"),
     row("regather_config", "--preset qwen3-8b --tp 2 a.b", "'a.b'"),
-    row("regather_config", "--preset qwen3-8b model.tensor_model_parallel_size=abc", "model.tensor_model_parallel_size", "abc"),
+    row(
+        "regather_config",
+        "--preset qwen3-8b model.tensor_model_parallel_size=abc",
+        "model.tensor_model_parallel_size",
+        "abc",
+    ),
     row("regather_config", "--preset qwen3-8b --tp 2 --form bogus --json", "--form", "bogus"),
     row("regather_config", "--preset qwen3-8b --tp 2 peft.dimm=8", "peft.dimm", "peft.dim?"),
     row("regather_config", "--config {tmp}/ls.bin", "ls.bin", "binary"),
@@ -231,7 +298,12 @@ ROWS = [
     row("regather_config", "--env-file {tmp}/ls.bin --preset qwen3-8b --tp 2", "ls.bin", "binary"),
     row("regather_config", "--recipe {tmp}/missing.py --preset qwen3-8b --tp 2", "missing.py"),
     row("regather_config", "--recipe {tmp}/ls.bin --preset qwen3-8b --tp 2", "ls.bin", "binary"),
-    row("regather_config", "--recipe {data}/broken-recipe.py.txt --preset qwen3-8b --tp 2", "broken-recipe.py.txt:2", "Python"),
+    row(
+        "regather_config",
+        "--recipe {data}/broken-recipe.py.txt --preset qwen3-8b --tp 2",
+        "broken-recipe.py.txt:2",
+        "Python",
+    ),
     row("regather_config", "--recipe {data}/no-lora-recipe.py --preset qwen3-8b --tp 2", "no-lora-recipe.py", "LoRA"),
     # ---------------------------------------------------------------- lint_skill.py / sign_skill.py / run_benchmark.py
     row("lint_skill", "{tmp}/missing", "missing", "directory"),
@@ -245,8 +317,12 @@ ROWS = [
     row("sign_skill", "verify {tmp}/folder --signature {tmp}/ls.bin", "ls.bin", "JSON"),
     row("sign_skill", "verify {tmp}/folder --signature {tmp}/empty.txt --json", "empty.txt", "JSON"),
     row("sign_skill", "verify {tmp}/folder --signature {tmp}/folder", "folder", "directory", "Sigstore"),
-    row("sign_skill", "sign {tmp}/folder --private-key {tmp}/ls.bin --signing-cert {tmp}/ls.bin --cert-chain {tmp}/ls.bin",
-        "ls.bin", "PEM"),
+    row(
+        "sign_skill",
+        "sign {tmp}/folder --private-key {tmp}/ls.bin --signing-cert {tmp}/ls.bin --cert-chain {tmp}/ls.bin",
+        "ls.bin",
+        "PEM",
+    ),
     row("run_benchmark", "--json", "choose a command"),
     row("run_benchmark", "run --agent nosuch", "nosuch", "command:"),
     row("run_benchmark", "run --agent command:{tmp}/missing", "missing", "not executable"),
@@ -256,9 +332,14 @@ ROWS = [
 ]
 
 PROGS = {
-    "diagnose": "diagnose.py", "estimate_memory": "estimate_memory.py", "plan_memory": "plan_memory.py",
-    "check_env": "check_env.py", "regather_config": "regather_config.py", "sign_skill": "sign_skill.py",
-    "lint_skill": "lint_skill.py", "run_benchmark": "run_benchmark.py",
+    "diagnose": "diagnose.py",
+    "estimate_memory": "estimate_memory.py",
+    "plan_memory": "plan_memory.py",
+    "check_env": "check_env.py",
+    "regather_config": "regather_config.py",
+    "sign_skill": "sign_skill.py",
+    "lint_skill": "lint_skill.py",
+    "run_benchmark": "run_benchmark.py",
 }
 
 
@@ -283,7 +364,9 @@ def test_bad_input_is_one_line_exit_2(case: Row, made: Path, capsys) -> None:
     for needle in case.needles:
         assert needle.lower() in lines[0].lower(), f"{needle!r} not named in: {lines[0]}"
     if "--json" in argv:
-        assert out.strip() == "" or json.loads(out) is not None, "a --json error must leave stdout empty or one JSON document"
+        assert out.strip() == "" or json.loads(out) is not None, (
+            "a --json error must leave stdout empty or one JSON document"
+        )
     else:
         assert out.strip() == "", f"an error must not print a partial answer: {out[:300]!r}"
 
@@ -293,9 +376,14 @@ def test_bad_input_is_one_line_exit_2(case: Row, made: Path, capsys) -> None:
 
 JSON_ROWS = [
     pytest.param("diagnose", ("--symptom", "OOM on one rank only", "--json"), id="diagnose --symptom --json"),
-    pytest.param("diagnose", (str(OOM / "01_pytorch_pr99699_new_format_capacty.txt"), "--json"), id="diagnose log --json"),
-    pytest.param("check_env", ("--set", "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True,garbage", "--json"),
-                 id="check_env findings --json"),
+    pytest.param(
+        "diagnose", (str(OOM / "01_pytorch_pr99699_new_format_capacty.txt"), "--json"), id="diagnose log --json"
+    ),
+    pytest.param(
+        "check_env",
+        ("--set", "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True,garbage", "--json"),
+        id="check_env findings --json",
+    ),
     pytest.param("regather_config", ("--preset", "qwen3-8b", "--tp", "2", "--json"), id="regather_config --json"),
     pytest.param("estimate_memory", ("--example", "--json"), id="estimate_memory --json"),
     pytest.param("estimate_memory", ("--list-presets", "--json"), id="estimate_memory --list-presets --json"),
@@ -319,17 +407,28 @@ def _entry(helper: str) -> list[str]:
 
 def test_closed_stdin_is_one_line_exit_2() -> None:
     # `diagnose.py -` started with no standard input at all (`<&-`, some agent sandboxes)
-    proc = subprocess.run(_entry("diagnose") + ["-"], capture_output=False, stdin=None, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True, timeout=60, preexec_fn=lambda: __import__("os").close(0))
+    proc = subprocess.run(
+        _entry("diagnose") + ["-"],
+        capture_output=False,
+        stdin=None,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=60,
+        preexec_fn=lambda: __import__("os").close(0),
+    )
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
     assert "standard input" in lines[0] and "Traceback" not in proc.stderr
 
 
-@pytest.mark.parametrize("args", [
-    ("plan_memory", "--example", "--sweep", "--top", "1000", "--json"),
-    ("plan_memory", "--example", "--sweep", "--top", "1000"),
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("plan_memory", "--example", "--sweep", "--top", "1000", "--json"),
+        ("plan_memory", "--example", "--sweep", "--top", "1000"),
+    ],
+)
 def test_reader_hanging_up_is_not_a_traceback(args: tuple[str, ...]) -> None:
     # `helper | head -1`: the reader goes away after one line of a >64 KiB answer
     proc = subprocess.Popen(_entry(args[0]) + list(args[1:]), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -345,15 +444,21 @@ def test_reader_hanging_up_is_not_a_traceback(args: tuple[str, ...]) -> None:
 # ---------------------------------------------------------------- malformed env values: the fix must work
 
 
-@pytest.mark.parametrize("value", [
-    "expandable_segments:maybe", "expandable_segments:", "expandable_segments:\ufffd",
-    "max_split_size_mb:64,expandable_segments:tru",
-])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "expandable_segments:maybe",
+        "expandable_segments:",
+        "expandable_segments:\ufffd",
+        "max_split_size_mb:64,expandable_segments:tru",
+    ],
+)
 def test_malformed_alloc_conf_gets_a_fix_pytorch_accepts(value: str, capsys) -> None:
     from memtune import alloc_conf
 
-    code, out, err = run_in_process("check_env", ["--set", f"PYTORCH_CUDA_ALLOC_CONF={value}", "--torch-version", "2.8",
-                                                  "--json"], capsys)
+    code, out, err = run_in_process(
+        "check_env", ["--set", f"PYTORCH_CUDA_ALLOC_CONF={value}", "--torch-version", "2.8", "--json"], capsys
+    )
     assert code == 1, err
     finding = next(f for f in json.loads(out)["findings"] if f["rule"] == "MT007")
     suggested = finding["fix"].split("PYTORCH_CUDA_ALLOC_CONF=", 1)[1].split()[0]
@@ -361,29 +466,46 @@ def test_malformed_alloc_conf_gets_a_fix_pytorch_accepts(value: str, capsys) -> 
     assert verdicts and all(v.accepted for v in verdicts), f"the suggested fix {suggested!r} is rejected too"
 
 
-@pytest.mark.parametrize("override", [
-    "model.encoder_pipeline_model_parallel_size=1",  # real keys that merely look like known ones
-    "model.pipeline_model_parallel_split_rank=2",
-    "model.hierarchical_context_parallel_sizes=[2,2]",
-    "++model.tensor_parallel_size=8",  # ++ says: keep it as written
-])
+@pytest.mark.parametrize(
+    "override",
+    [
+        "model.encoder_pipeline_model_parallel_size=1",  # real keys that merely look like known ones
+        "model.pipeline_model_parallel_split_rank=2",
+        "model.hierarchical_context_parallel_sizes=[2,2]",
+        "++model.tensor_parallel_size=8",  # ++ says: keep it as written
+    ],
+)
 def test_real_or_forced_keys_are_not_called_typos(override: str, capsys) -> None:
-    code, out, err = run_in_process("check_env", ["--set", "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", override], capsys)
+    code, out, err = run_in_process(
+        "check_env", ["--set", "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", override], capsys
+    )
     assert code == 0, err
 
 
 def test_closed_stdout_is_not_a_traceback() -> None:
     # `helper --json >&-`: nowhere to print; the helper must still exit cleanly
-    proc = subprocess.run(_entry("diagnose") + ["--symptom", "oom", "--json"], stdin=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, text=True, timeout=60, preexec_fn=lambda: __import__("os").close(1))
+    proc = subprocess.run(
+        _entry("diagnose") + ["--symptom", "oom", "--json"],
+        stdin=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=60,
+        preexec_fn=lambda: __import__("os").close(1),
+    )
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
 def test_full_disk_is_one_line() -> None:
     with open("/dev/full", "w") as full:
-        proc = subprocess.run(_entry("estimate_memory") + ["--example"], stdin=subprocess.DEVNULL, stdout=full,
-                              stderr=subprocess.PIPE, text=True, timeout=60)
+        proc = subprocess.run(
+            _entry("estimate_memory") + ["--example"],
+            stdin=subprocess.DEVNULL,
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and "No space left" in lines[0], proc.stderr
 
@@ -408,4 +530,7 @@ def test_full_disk_while_writing_a_file_names_the_file(tmp_path, capsys) -> None
     with pytest.raises(SystemExit) as stop:
         cli.run(main, "helper.py", [])
     err = capsys.readouterr().err
-    assert stop.value.code == 2 and err == f"helper.py: error: cannot write {target}: No space left on device; free some space and run again\n"
+    assert (
+        stop.value.code == 2
+        and err == f"helper.py: error: cannot write {target}: No space left on device; free some space and run again\n"
+    )

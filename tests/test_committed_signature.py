@@ -24,8 +24,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 def _signature_tracked_in_head() -> tuple[bool, str]:
     if not (REPO_ROOT / ".git").exists():
         return False, "not a git checkout: nothing to compare the committed signature with"
-    result = subprocess.run(["git", "-C", str(REPO_ROOT), "ls-tree", "--name-only", "HEAD", "skill.oms.sig"],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        ["git", "-C", str(REPO_ROOT), "ls-tree", "--name-only", "HEAD", "skill.oms.sig"], capture_output=True, text=True
+    )
     if result.returncode != 0 or not result.stdout.strip():
         return False, "skill.oms.sig is not tracked in HEAD yet (the release signing commit adds it)"
     return True, ""
@@ -37,8 +38,9 @@ pytestmark = pytest.mark.skipif(not TRACKED, reason=WHY_NOT)
 
 @pytest.fixture(scope="module")
 def head_tree(tmp_path_factory) -> Path:
-    archive = subprocess.run(["git", "-C", str(REPO_ROOT), "archive", "--format=tar", "HEAD"],
-                             capture_output=True, check=True).stdout
+    archive = subprocess.run(
+        ["git", "-C", str(REPO_ROOT), "archive", "--format=tar", "HEAD"], capture_output=True, check=True
+    ).stdout
     dest = tmp_path_factory.mktemp("head") / SKILL_NAME
     dest.mkdir()
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
@@ -51,10 +53,21 @@ def head_tree(tmp_path_factory) -> Path:
 
 def test_committed_signature_verifies_with_plain_cli(head_tree):
     result = subprocess.run(
-        [sys.executable, "-m", "model_signing", "verify", "certificate", str(head_tree),
-         "--signature", str(head_tree / "skill.oms.sig"),
-         "--certificate_chain", str(head_tree / "signing" / "root-cert.pem")],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "model_signing",
+            "verify",
+            "certificate",
+            str(head_tree),
+            "--signature",
+            str(head_tree / "skill.oms.sig"),
+            "--certificate_chain",
+            str(head_tree / "signing" / "root-cert.pem"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stderr
 

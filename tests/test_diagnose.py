@@ -23,9 +23,7 @@ FRAG = (
 
 
 def run(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(SCRIPT), *args], input=stdin, capture_output=True, timeout=120
-    )
+    return subprocess.run([sys.executable, str(SCRIPT), *args], input=stdin, capture_output=True, timeout=120)
 
 
 def run_json(*args: str, stdin: bytes | None = None) -> dict:
@@ -39,7 +37,9 @@ def multi_rank_log(tmp_path: Path) -> Path:
     lines.append(FRAG.format(r=0, req=100, idle=900))  # fragmentation, shortfall < 0
     lines.append(FRAG.format(r=1, req=800, idle=100))  # capacity, shortfall 700 MiB
     lines.append(FRAG.format(r=2, req=500, idle=100))  # capacity, shortfall 400 MiB
-    lines.append("[W AllocatorConfig.cpp:28] Warning: PYTORCH_CUDA_ALLOC_CONF is deprecated, use PYTORCH_ALLOC_CONF instead\n")
+    lines.append(
+        "[W AllocatorConfig.cpp:28] Warning: PYTORCH_CUDA_ALLOC_CONF is deprecated, use PYTORCH_ALLOC_CONF instead\n"
+    )
     lines.append("3: [rank3]: ValueError: Currently there is no support for Pipeline parallelism with CPU offloading\n")
     p = tmp_path / "train.log"
     p.write_text("".join(lines), encoding="utf-8")
@@ -165,7 +165,13 @@ def test_samples_through_the_cli_match_the_library() -> None:
     what the `# source:` line itself quotes (it names the error it is about)."""
     doc = run_json(str(SAMPLES / "38_nccl_issue1235_alloc_h_calloc_oom_multinode.txt"))
     (f,) = doc["findings"]
-    assert (f["kind"], f["line"], f["line_end"], f["device"], f["numbers"]["requested_bytes"]) == ("nccl-oom", 2, 4, 3, 6291456)
+    assert (f["kind"], f["line"], f["line_end"], f["device"], f["numbers"]["requested_bytes"]) == (
+        "nccl-oom",
+        2,
+        4,
+        3,
+        6291456,
+    )
     assert f["source"] == "ng30903:3063028"
 
 
@@ -191,7 +197,11 @@ def test_next_step_uses_the_layout_and_gpu_size_the_log_printed(tmp_path: Path) 
 def test_torch_version_overrides_the_inferred_release() -> None:
     sample = str(SAMPLES / "12_lmcache_issue3430_newest_docs_url_private_pools.txt")  # 2.4+ wording
     (f,) = run_json(sample)["findings"]
-    assert (f["torch"]["since"], f["torch"]["source"], f["torch"]["expandable_segments"]) == ("2.4", "message format", "accepted")
+    assert (f["torch"]["since"], f["torch"]["source"], f["torch"]["expandable_segments"]) == (
+        "2.4",
+        "message format",
+        "accepted",
+    )
     assert "expandable_segments:True" in f["advice"][0]
     (f,) = run_json(sample, "--torch-version", "2.0.1")["findings"]
     assert (f["torch"]["version"], f["torch"]["expandable_segments"]) == ("2.0.1", "rejected")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -99,6 +99,10 @@ def test_the_reported_line_is_still_diagnosed() -> None:
 def test_an_overlong_line_is_cut_around_its_trigger_not_at_its_start() -> None:
     from memtune.oom_scan import MAX_LINE_CHARS
 
-    line = "x" * (4 * MAX_LINE_CHARS) + " [torch_memory_saver.cpp] RuntimeError: CUDA error: out of memory " + "y" * (4 * MAX_LINE_CHARS)
+    line = (
+        "x" * (4 * MAX_LINE_CHARS)
+        + " [torch_memory_saver.cpp] RuntimeError: CUDA error: out of memory "
+        + "y" * (4 * MAX_LINE_CHARS)
+    )
     (f,) = scan_lines(numbered(line + "\n"), PATTERNS)
     assert f.kind == "cuda-runtime-oom" and len(f.evidence) <= 600

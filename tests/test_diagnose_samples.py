@@ -39,10 +39,24 @@ EXPECTED = {
     ],
     "03_transformers_issue3360_legacy.txt": [
         # legacy total form: reserved-but-unallocated = reserved - allocated
-        ("capacity", 2, 0, None, nums("786.00 MiB", "14.73 GiB", "575.88 MiB", "13.33 GiB", b("13.38 GiB") - b("13.33 GiB")), 1),
+        (
+            "capacity",
+            2,
+            0,
+            None,
+            nums("786.00 MiB", "14.73 GiB", "575.88 MiB", "13.33 GiB", b("13.38 GiB") - b("13.33 GiB")),
+            1,
+        ),
     ],
     "04_megatron_deepspeed_pr384_torch20_format_with_nccl_abort.txt": [
-        ("impossible-request", 6, 3, None, nums("37631.79 GiB", "79.21 GiB", "24.67 GiB", "50.52 GiB", b("52.32 GiB") - b("50.52 GiB")), 1),
+        (
+            "impossible-request",
+            6,
+            3,
+            None,
+            nums("37631.79 GiB", "79.21 GiB", "24.67 GiB", "50.52 GiB", b("52.32 GiB") - b("50.52 GiB")),
+            1,
+        ),
     ],
     "06_speechgpt_issue49_capacty_fsdp_a100_80g.txt": [
         ("fragmentation", 2, 0, None, nums("172.00 MiB", "79.15 GiB", "161.62 MiB", "75.25 GiB", "2.84 GiB"), 1),
@@ -81,7 +95,14 @@ EXPECTED = {
         ("capacity", 4, 0, None, nums("8.52 GiB", "31.72 GiB", "5.39 GiB", "25.59 GiB", "14.59 MiB"), 1),
     ],
     "29_gpt4llm_issue16_a100_legacy_max_split.txt": [
-        ("fragmentation", 2, 0, None, nums("172.00 MiB", "79.35 GiB", "12.19 MiB", "73.95 GiB", b("76.80 GiB") - b("73.95 GiB")), 1),
+        (
+            "fragmentation",
+            2,
+            0,
+            None,
+            nums("172.00 MiB", "79.35 GiB", "12.19 MiB", "73.95 GiB", b("76.80 GiB") - b("73.95 GiB")),
+            1,
+        ),
     ],
     "31_pytorch_issue111363_wrapped_exception_capacty.txt": [
         ("fragmentation", 2, 0, None, nums("64.00 MiB", "79.15 GiB", "38.09 GiB", "39.10 GiB", "427.46 MiB"), 1),
@@ -112,16 +133,32 @@ EXPECTED = {
     "47_ms_swift_issue5737_megatron_arguments_pp_title.txt": [("pp-divisibility", 2, None, None, NONE5, 1)],
     "48_megatron_lm_ddp_config_nccl_ub_expandable_source.txt": [("nccl-ub-expandable", 2, None, None, NONE5, 1)],
     "49_megatron_lm_issue525_v100_reserved_total_fragmentation.txt": [
-        ("fragmentation", 2, 0, None, nums("786.00 MiB", "31.74 GiB", "577.12 MiB", "28.82 GiB", b("29.97 GiB") - b("28.82 GiB")), 1),
+        (
+            "fragmentation",
+            2,
+            0,
+            None,
+            nums("786.00 MiB", "31.74 GiB", "577.12 MiB", "28.82 GiB", b("29.97 GiB") - b("28.82 GiB")),
+            1,
+        ),
     ],
     # the "Search for `cudaErrorMemoryAllocation'" follow-up line folds into the same failure
-    "50_nemo_rl_issue2702_megatron_policy_worker_accelerator_error.txt": [("cuda-runtime-oom", 3, None, None, NONE5, 1)],
+    "50_nemo_rl_issue2702_megatron_policy_worker_accelerator_error.txt": [
+        ("cuda-runtime-oom", 3, None, None, NONE5, 1)
+    ],
     "51_nemo_issue14288_vpp_microbatches_pp6_m3.txt": [("vpp-microbatches", 5, None, 7, NONE5, 1)],
     "52_nemo_rl_issue2814_vllm_refit_private_pools_colocated.txt": [
         ("fragmentation", 2, 0, None, nums("448.00 MiB", "79.11 GiB", "431.38 MiB", "57.87 GiB", "477.92 MiB"), 1),
     ],
     "53_megatron_lm_issue92_legacy_vocab_logits_capacity.txt": [
-        ("capacity", 4, 0, None, nums("9.33 GiB", "10.76 GiB", "4.48 GiB", "5.17 GiB", b("5.28 GiB") - b("5.17 GiB")), 1),
+        (
+            "capacity",
+            4,
+            0,
+            None,
+            nums("9.33 GiB", "10.76 GiB", "4.48 GiB", "5.17 GiB", b("5.28 GiB") - b("5.17 GiB")),
+            1,
+        ),
     ],
     # "XX.XX MiB" is no number: everything unknown, capacity with the undecided note
     "54_nemo_speech_issue3493_placeholder_numbers_title.txt": [("capacity", 2, None, None, NONE5, 1)],
@@ -129,7 +166,9 @@ EXPECTED = {
     "55_kaito_issue976_vllm_engine_private_pools_process.txt": [
         ("fragmentation", 2, 0, None, nums("546.00 MiB", "15.77 GiB", "514.19 MiB", "13.73 GiB", "736.86 MiB"), 1),
     ],
-    "56_vllm_pr12981_cumem_allocator_capital_error.txt": [("cuda-runtime-oom", 2, None, None, NONE5, 1)],  # not the 'invalid argument' lines
+    "56_vllm_pr12981_cumem_allocator_capital_error.txt": [
+        ("cuda-runtime-oom", 2, None, None, NONE5, 1)
+    ],  # not the 'invalid argument' lines
     "57_lmm_r1_issue43_openrlhf_vllm_wake_up_cumem.txt": [("cuda-runtime-oom", 6, None, None, NONE5, 1)],
     "58_verl_issue302_cumem_lowercase_title.txt": [("cuda-runtime-oom", 2, None, None, NONE5, 1)],
     "59_vllm_issue19186_capture_end_cuda_graph_oom.txt": [("cuda-runtime-oom", 8, None, None, NONE5, 1)],
@@ -177,7 +216,14 @@ EXPECTED = {
         ("fragmentation", 2, 0, None, nums("1.70 GiB", "6.00 GiB", 0, "2.93 GiB", "2.30 GiB"), 1),
     ],
     "78_pytorch_issue35901_reserved_total_half_gpu_request.txt": [
-        ("fragmentation", 2, 0, None, nums("10.84 GiB", "23.65 GiB", "10.26 GiB", "1.06 GiB", b("12.53 GiB") - b("1.06 GiB")), 1),
+        (
+            "fragmentation",
+            2,
+            0,
+            None,
+            nums("10.84 GiB", "23.65 GiB", "10.26 GiB", "1.06 GiB", b("12.53 GiB") - b("1.06 GiB")),
+            1,
+        ),
     ],
     "79_sd_webui_replacer_issue74_capacty_request_above_gpu.txt": [
         ("impossible-request", 2, 0, None, nums("27.12 GiB", "11.99 GiB", 0, "16.16 GiB", "144.59 MiB"), 1),
@@ -186,14 +232,23 @@ EXPECTED = {
     "81_pytorch_issue20123_cudnn_alloc_failed_title.txt": [("cublas-oom", 2, None, None, NONE5, 1)],
     "82_cntk_issue220_cudnn_failure_2_alloc_failed.txt": [("cublas-oom", 2, None, None, NONE5, 1)],
     "83_gpt2_chinese_issue215_capacity_chinese_thread.txt": [
-        ("capacity", 2, 0, None, nums("384.00 MiB", "14.76 GiB", "259.75 MiB", "11.04 GiB", b("11.10 GiB") - b("11.04 GiB")), 1),
+        (
+            "capacity",
+            2,
+            0,
+            None,
+            nums("384.00 MiB", "14.76 GiB", "259.75 MiB", "11.04 GiB", b("11.10 GiB") - b("11.04 GiB")),
+            1,
+        ),
     ],
     # only the number list was pasted: no request, so the kind stays undecided (capacity + note)
     "84_gpt2_chinese_issue215_comment_numbers_without_header.txt": [
         ("capacity", 2, 0, None, nums(None, "15.75 GiB", "3.62 MiB", "79.11 MiB", b("86.00 MiB") - b("79.11 MiB")), 1),
     ],
     "85_llamafactory_issue4213_chinese_title_vram.txt": [("unrecognized-gpu-memory-error", 2, None, None, NONE5, 1)],
-    "86_tensorflow_faster_rcnn_issue110_resource_exhausted.txt": [("unrecognized-gpu-memory-error", 2, None, None, NONE5, 1)],
+    "86_tensorflow_faster_rcnn_issue110_resource_exhausted.txt": [
+        ("unrecognized-gpu-memory-error", 2, None, None, NONE5, 1)
+    ],
     "87_vllm_issue39788_kimi_title_cuda_oom.txt": [("unrecognized-gpu-memory-error", 2, None, None, NONE5, 1)],
     "88_deepspeed_issue3869_zero_inference_tiny_gpu.txt": [
         ("fragmentation", 2, 0, None, nums("978.00 MiB", "4.00 GiB", 0, "1.68 GiB", b("2.72 GiB") - b("1.68 GiB")), 1),
@@ -240,12 +295,21 @@ EXPECTED = {
         # cut inside the reserved total: the idle reserve is unknown, so capacity (undecided)
         ("capacity", 5, 0, None, nums("2.72 GiB", "31.75 GiB", "2.36 GiB", "23.68 GiB", None), 1),
     ],
-    "106_cgft_llm_issue4_prose_title_cut_chinese.txt": [("capacity", 2, None, None, nums("32.00 MiB", None, None, None, None), 1)],
+    "106_cgft_llm_issue4_prose_title_cut_chinese.txt": [
+        ("capacity", 2, None, None, nums("32.00 MiB", None, None, None, None), 1)
+    ],
     # the scanner sees the question "why does it go OOM" (GPU named) on line 2 as well; the
     # report drops it (test_user_prose_beside_a_known_failure_is_not_a_second_finding)
     "107_vllm_issue783_user_prose_oom_above_legacy_message.txt": [
         ("unrecognized-gpu-memory-error", 2, None, None, NONE5, 1),
-        ("capacity", 36, 0, None, nums("1.63 GiB", "44.56 GiB", "565.31 MiB", "27.91 GiB", b("27.93 GiB") - b("27.91 GiB")), 1),
+        (
+            "capacity",
+            36,
+            0,
+            None,
+            nums("1.63 GiB", "44.56 GiB", "565.31 MiB", "27.91 GiB", b("27.93 GiB") - b("27.91 GiB")),
+            1,
+        ),
     ],
     "108_comfyui_issue5038_error_report_type_and_message_apart.txt": [("capacity", 7, None, None, NONE5, 1)],
     # the scanner keeps the stated index in details; the report makes it the device
@@ -262,7 +326,9 @@ EXPECTED = {
     # second held-out batch (keyed after the fixes above, before running on it)
     "112_crgan_issue8_cuda_error_colon_without_space.txt": [("cuda-runtime-oom", 2, None, None, NONE5, 1)],
     # TensorFlow on ROCm: a GPU memory failure in a wording no row covers (twice, one line apart)
-    "113_keras_issue13889_tensorflow_rocm_hip_error_outofmemory.txt": [("unrecognized-gpu-memory-error", 2, None, None, NONE5, 2)],
+    "113_keras_issue13889_tensorflow_rocm_hip_error_outofmemory.txt": [
+        ("unrecognized-gpu-memory-error", 2, None, None, NONE5, 2)
+    ],
     "114_llmc_issue206_script_prints_pytorch_release.txt": [("cuda-runtime-oom", 14, None, None, NONE5, 1)],
     # the scanner sees the numberless title too; the report keeps only the full message
     # (test_numberless_title_above_the_full_message_is_an_echo)
@@ -293,16 +359,15 @@ def scan_sample(path: Path):
 
 def test_every_sample_has_an_expectation() -> None:
     names = {p.name for p in sample_files()}
-    assert names == set(EXPECTED), f"unlisted: {sorted(names - set(EXPECTED))}, missing: {sorted(set(EXPECTED) - names)}"
+    assert names == set(EXPECTED), (
+        f"unlisted: {sorted(names - set(EXPECTED))}, missing: {sorted(set(EXPECTED) - names)}"
+    )
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_sample_kind_location_and_numbers(name: str) -> None:
     findings = scan_sample(SAMPLES / name)
-    got = [
-        (f.kind, f.line, f.device, f.rank, tuple(f.numbers[k] for k in KEYS), f.occurrences)
-        for f in findings
-    ]
+    got = [(f.kind, f.line, f.device, f.rank, tuple(f.numbers[k] for k in KEYS), f.occurrences) for f in findings]
     assert got == EXPECTED[name]
 
 
@@ -377,7 +442,10 @@ ADVICE = {
     "61_verl_issue2828_fsdp_logprob_capacity.txt": ("verl", [("2.2", None, "accepted")]),
     "62_toolrl_issue39_verl_ray_workerdict_softmax.txt": ("verl", [("2.2", None, "accepted")]),
     "63_fireredtts2_issue17_two_processes_on_one_gpu.txt": (None, [("2.2", None, "accepted")]),
-    "64_trl_issue5750_pytest_summary_four_processes.txt": (None, [("2.2", None, "accepted"), ("2.2", None, "accepted")]),
+    "64_trl_issue5750_pytest_summary_four_processes.txt": (
+        None,
+        [("2.2", None, "accepted"), ("2.2", None, "accepted")],
+    ),
     "65_mask2dit_issue4_dit_inference_near_capacity.txt": (None, [("2.2", None, "accepted")]),
     "66_comfyui_issue4936_allocation_on_device_async_backend.txt": ("comfyui", [(None, None, "unknown")]),
     "67_fitdit_comfyui_issue2_allocation_on_device.txt": ("comfyui", [(None, None, "unknown")]),
@@ -449,8 +517,16 @@ def test_rocm_advice_names_the_hip_variable_and_the_cap() -> None:
 @pytest.mark.parametrize(
     "name, details, first_action",
     [
-        ("96_vllm_issue10517_max_seq_len_larger_than_kv_cache.txt", {"max_model_len": 29000, "kv_cache_tokens": 23648}, "lower --max-model-len"),
-        ("97_vllm_issue25350_v1_kv_cache_needed_estimate.txt", {"max_model_len": 221000, "estimated_max_model_len": 122080}, "lower --max-model-len"),
+        (
+            "96_vllm_issue10517_max_seq_len_larger_than_kv_cache.txt",
+            {"max_model_len": 29000, "kv_cache_tokens": 23648},
+            "lower --max-model-len",
+        ),
+        (
+            "97_vllm_issue25350_v1_kv_cache_needed_estimate.txt",
+            {"max_model_len": 221000, "estimated_max_model_len": 122080},
+            "lower --max-model-len",
+        ),
         ("95_vllm_issue10439_no_memory_for_cache_blocks.txt", {}, "--gpu-memory-utilization: raise it"),
         ("98_sglang_issue4330_not_enough_memory_mem_fraction.txt", {}, "at start-up raise it"),
     ],
@@ -461,6 +537,7 @@ def test_engine_start_up_checks_keep_their_direction(name: str, details: dict, f
     assert f.get("details", {}) == details
     assert first_action in f["advice"][0] and len(f["advice"]) == 1
     assert f["confidence"]["level"] == "high"
+
 
 def test_user_prose_beside_a_known_failure_is_not_a_second_finding() -> None:
     rep = report_for("107_vllm_issue783_user_prose_oom_above_legacy_message.txt")
@@ -484,8 +561,16 @@ def test_comfyui_error_report_is_one_failure() -> None:
 def test_report_header_and_its_logged_traceback_fold_into_one_failure() -> None:
     # a whole ComfyUI report carries the message twice: in the header (108, line 7) and at
     # the end of the logged traceback further down (66, line 5)
-    header = (SAMPLES / "108_comfyui_issue5038_error_report_type_and_message_apart.txt").read_text(encoding="utf-8").splitlines()[6]
-    tail = (SAMPLES / "66_comfyui_issue4936_allocation_on_device_async_backend.txt").read_text(encoding="utf-8").splitlines()[4]
+    header = (
+        (SAMPLES / "108_comfyui_issue5038_error_report_type_and_message_apart.txt")
+        .read_text(encoding="utf-8")
+        .splitlines()[6]
+    )
+    tail = (
+        (SAMPLES / "66_comfyui_issue4936_allocation_on_device_async_backend.txt")
+        .read_text(encoding="utf-8")
+        .splitlines()[4]
+    )
     found = scan_lines([(7, header), (150, tail)], load_patterns())
     assert [(f.kind, f.line, f.line_end) for f in found] == [("capacity", 7, 150)]
 
@@ -511,7 +596,9 @@ def test_numberless_message_of_another_rank_is_kept() -> None:
     keys = ("requested_bytes", "total_bytes", "free_bytes", "allocated_bytes", "reserved_unallocated_bytes")
     none = dict.fromkeys(keys)
     full = dict(none, requested_bytes=1 << 20, reserved_unallocated_bytes=0)
-    r5 = Finding("capacity", "CUDA out of memory. Tried to allocate ...", 9, "log", rank=5, numbers=full, torch=TorchRange())
+    r5 = Finding(
+        "capacity", "CUDA out of memory. Tried to allocate ...", 9, "log", rank=5, numbers=full, torch=TorchRange()
+    )
     r3 = Finding("capacity", "CUDA out of memory", 4, "log", rank=3, numbers=none, torch=TorchRange())
     title = Finding("capacity", "CUDA out of memory", 1, "log", numbers=none, torch=TorchRange())
     vllm_check = Finding("capacity", "No available memory for the cache blocks", 12, "log", numbers=none)
@@ -533,12 +620,15 @@ def test_async_backend_message_inside_another_exception() -> None:
     assert (f["numbers"]["total_bytes"], f["details"]["pytorch_limit_bytes"]) == (b("22.20 GiB"), b("22.20 GiB"))
 
 
-@pytest.mark.parametrize("name", [
-    "66_comfyui_issue4936_allocation_on_device_async_backend.txt",
-    "67_fitdit_comfyui_issue2_allocation_on_device.txt",
-    "108_comfyui_issue5038_error_report_type_and_message_apart.txt",
-    "109_comfyui_issue2021_allocation_on_device_0_would_exceed.txt",
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "66_comfyui_issue4936_allocation_on_device_async_backend.txt",
+        "67_fitdit_comfyui_issue2_allocation_on_device.txt",
+        "108_comfyui_issue5038_error_report_type_and_message_apart.txt",
+        "109_comfyui_issue2021_allocation_on_device_0_would_exceed.txt",
+    ],
+)
 def test_async_backend_messages_without_a_field_list_state_no_number(name: str) -> None:
     """Older builds (and ComfyUI's report) print no field list: no number is made up."""
     (f,) = report_for(name)["findings"]

@@ -54,7 +54,9 @@ def test_override_and_empty_reports_validate(validator: Draft202012Validator, tm
     quiet.write_text("nothing to see\n", encoding="utf-8")
     empty = run_json(str(quiet))
     assert empty["findings"] == [] and empty["message"]
-    pinned = run_json(str(SAMPLES / "12_lmcache_issue3430_newest_docs_url_private_pools.txt"), "--torch-version", "2.0.1")
+    pinned = run_json(
+        str(SAMPLES / "12_lmcache_issue3430_newest_docs_url_private_pools.txt"), "--torch-version", "2.0.1"
+    )
     assert pinned["findings"][0]["torch"]["source"] == "--torch-version"
     for doc in (empty, pinned):
         assert _errors(validator, doc) == []

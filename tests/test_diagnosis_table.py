@@ -64,7 +64,10 @@ def test_cells_keep_markdown_and_plain_symptom(tmp_path: Path) -> None:
     [
         ("## Other\n\ntext\n", "no table"),
         ("## Failure Diagnosis\n\nno table here\n", "no table"),
-        ("## Failure Diagnosis\n\n| Symptom | Cause | Fix |\n| --- | --- | --- |\n| a | b | c |\n", "Symptom | Cause | Fix"),
+        (
+            "## Failure Diagnosis\n\n| Symptom | Cause | Fix |\n| --- | --- | --- |\n| a | b | c |\n",
+            "Symptom | Cause | Fix",
+        ),
     ],
 )
 def test_malformed_section_is_a_one_line_error(tmp_path: Path, body: str, match: str) -> None:

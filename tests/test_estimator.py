@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from memtune.cli import InputError
-from memtune.estimator import (estimate, in_flight_layer_microbatches, layer_activations,
-                               regather_saving_bytes)
+from memtune.estimator import estimate, in_flight_layer_microbatches, layer_activations, regather_saving_bytes
 from memtune.model_spec import ModelSpec
 from memtune.presets import load_preset
 from memtune.run_spec import RunSpec, violations
@@ -20,8 +19,18 @@ from memtune.run_spec import RunSpec, violations
 ROOT = Path(__file__).resolve().parent.parent
 LLAMA70 = load_preset("llama3-70b")
 QWEN8 = load_preset("qwen3-8b")
-BASE = RunSpec(world_size=32, tp=4, pp=4, vpp=5, mbs=1, gbs=32, seq_length=4096, sequence_parallel=True,
-               recompute_granularity="selective", use_distributed_optimizer=True)
+BASE = RunSpec(
+    world_size=32,
+    tp=4,
+    pp=4,
+    vpp=5,
+    mbs=1,
+    gbs=32,
+    seq_length=4096,
+    sequence_parallel=True,
+    recompute_granularity="selective",
+    use_distributed_optimizer=True,
+)
 
 
 def acts(run, model=LLAMA70):
@@ -46,7 +55,8 @@ def test_sequence_parallel_and_recompute_reduce_activations():
     assert acts(BASE.with_(sequence_parallel=False)) > acts(BASE)
     assert acts(BASE.with_(recompute_modules=("core_attn", "mlp"))) < acts(BASE)
     assert acts(BASE.with_(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)) < acts(
-        BASE.with_(recompute_modules=("core_attn", "mlp")))
+        BASE.with_(recompute_modules=("core_attn", "mlp"))
+    )
     block_all = BASE.with_(recompute_granularity="full", recompute_method="block", recompute_num_layers=4)
     block_two = block_all.with_(recompute_num_layers=2)
     assert acts(block_all) < acts(block_two) < acts(BASE)
@@ -82,17 +92,29 @@ def test_distributed_optimizer_shards_over_dp_times_cp():
 
 def test_experts_shard_over_expert_parallel_and_expert_dp():
     ds = load_preset("deepseek-v3")
-    run = RunSpec(world_size=1024, tp=2, pp=16, ep=64, etp=1, mbs=1, gbs=4096, seq_length=4096,
-                  sequence_parallel=True, use_distributed_optimizer=True, recompute_granularity="full",
-                  num_layers_in_first_pipeline_stage=1)
+    run = RunSpec(
+        world_size=1024,
+        tp=2,
+        pp=16,
+        ep=64,
+        etp=1,
+        mbs=1,
+        gbs=4096,
+        seq_length=4096,
+        sequence_parallel=True,
+        use_distributed_optimizer=True,
+        recompute_granularity="full",
+        num_layers_in_first_pipeline_stage=1,
+    )
     e = estimate(ds, run)
     assert e.parameters_per_gpu_max < 0.02 * e.parameters_total
     assert e.peak_bytes < estimate(ds, run.with_(ep=32)).peak_bytes
 
 
 def test_lora_freezes_base_and_regather_saves_gathered_inputs():
-    run = RunSpec(world_size=2, tp=2, seq_length=8192, sequence_parallel=True, peft="lora",
-                  use_distributed_optimizer=True)
+    run = RunSpec(
+        world_size=2, tp=2, seq_length=8192, sequence_parallel=True, peft="lora", use_distributed_optimizer=True
+    )
     base = estimate(QWEN8, run).stages[0]
     full = estimate(QWEN8, run.with_(peft=None)).stages[0]
     assert base.gradients < 0.01 * full.gradients and base.optimizer < 0.01 * full.optimizer
@@ -117,9 +139,14 @@ def test_lora_rows_sequence_lengths_follow_their_measured_regather_savings():
     import estimator_accuracy
 
     points = json.loads((estimator_accuracy.DATA / "bridge-measured.json").read_text())["points"]
-    measured = {p["id"]: p["peak_bytes_baseline"] - p["peak_bytes_regather"] for p in points if "peak_bytes_regather" in p}
-    runs = {name[:-len(" baseline")]: (model, run) for name, _, model, run, _, _ in estimator_accuracy.bridge_cases()
-            if name.endswith(" baseline")}
+    measured = {
+        p["id"]: p["peak_bytes_baseline"] - p["peak_bytes_regather"] for p in points if "peak_bytes_regather" in p
+    }
+    runs = {
+        name[: -len(" baseline")]: (model, run)
+        for name, _, model, run, _, _ in estimator_accuracy.bridge_cases()
+        if name.endswith(" baseline")
+    }
     assert set(estimator_accuracy.BRIDGE_TOKENS_FROM_REGATHER_SAVING) < set(measured)
     for row, saving in measured.items():
         model, run = runs[row]
@@ -144,7 +171,10 @@ def test_fewer_bytes_with_bf16_grads_and_fp8_param_gather():
 
 def test_impossible_parallelism_is_named():
     assert "not divisible by TP x PP x CP" in violations(LLAMA70, BASE.with_(world_size=30))[0]
-    assert "does not divide num_moe_experts" in violations(load_preset("mixtral-8x7b"), BASE.with_(vpp=None, ep=3, world_size=96))[0]
+    assert (
+        "does not divide num_moe_experts"
+        in violations(load_preset("mixtral-8x7b"), BASE.with_(vpp=None, ep=3, world_size=96))[0]
+    )
     assert "virtual_pipeline_model_parallel_size 3" in violations(LLAMA70, BASE.with_(vpp=3))[0]
     assert "must be a positive integer" in violations(LLAMA70, BASE.with_(mbs=0))[0]
     with pytest.raises(InputError):
@@ -155,15 +185,24 @@ def test_accuracy_bar_on_measured_runs():
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import estimator_accuracy
 
-    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "estimator_accuracy.py"), "--json"],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "estimator_accuracy.py"), "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     result = json.loads(out.stdout)
     ours, ref = result["ours"], result["reference"]
     # Every case is estimated (Nemotron 3 Super's latent MoE included).
     uncovered = [r for r in result["rows"] if "ours" not in r]
     assert uncovered == [], uncovered
-    for group in ("megatron-lm (last stage)", "megatron-lm held-out (last stage)", "hybrid Mamba, held out (last stage)",
-                  "bridge (peak)", "large models, held out (last stage)"):
+    for group in (
+        "megatron-lm (last stage)",
+        "megatron-lm held-out (last stage)",
+        "hybrid Mamba, held out (last stage)",
+        "bridge (peak)",
+        "large models, held out (last stage)",
+    ):
         assert result["by_group"][group]["ours"]["coverage"] == 1.0, group
     large = result["by_group"]["large models, held out (last stage)"]["ours"]
     assert large["median_abs_err"] <= 0.05 and large["p90_abs_err"] <= 0.15
@@ -177,8 +216,9 @@ def test_accuracy_bar_on_measured_runs():
 
 
 def run_cli(*args):
-    return subprocess.run([sys.executable, str(ROOT / "scripts" / "estimate_memory.py"), *args],
-                          capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "estimate_memory.py"), *args], capture_output=True, text=True
+    )
 
 
 def test_cli_example_text_and_json():
@@ -196,18 +236,23 @@ def test_cli_overrides_and_flags_change_the_run():
     assert flags["stages"][0]["total_bytes"] < base["stages"][0]["total_bytes"]
 
 
-@pytest.mark.parametrize("args,needle", [
-    (("--preset", "nope"), "known presets"),
-    (("--preset", "llama3-8b", "--gpus", "6", "--tp", "4"), "not divisible"),
-    (("--example", "model.tensor_model_parallel_size=-2"), "positive integer"),
-    (("--example", "--gpu-memory", "lots"), "--gpu-memory"),
-    (("--preset", "llama3-8b", "--tp", "-1"), "positive integer"),
-    (("--example", "model.virtual_pipeline_model_parallel_size=3"), "not divisible by virtual"),
-    (("--preset", "mixtral-8x7b", "--gpus", "8", "--ep", "3"), "does not divide num_moe_experts"),
-    (("--config", "/nonexistent/run.yaml"), "No such file"),
-    (("--preset", "llama3-8b", "--gpus", "8", "--pp", "2", "--cpu-offload-layers", "2"),
-     "Currently there is no support for Pipeline parallelism with CPU offloading"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (("--preset", "nope"), "known presets"),
+        (("--preset", "llama3-8b", "--gpus", "6", "--tp", "4"), "not divisible"),
+        (("--example", "model.tensor_model_parallel_size=-2"), "positive integer"),
+        (("--example", "--gpu-memory", "lots"), "--gpu-memory"),
+        (("--preset", "llama3-8b", "--tp", "-1"), "positive integer"),
+        (("--example", "model.virtual_pipeline_model_parallel_size=3"), "not divisible by virtual"),
+        (("--preset", "mixtral-8x7b", "--gpus", "8", "--ep", "3"), "does not divide num_moe_experts"),
+        (("--config", "/nonexistent/run.yaml"), "No such file"),
+        (
+            ("--preset", "llama3-8b", "--gpus", "8", "--pp", "2", "--cpu-offload-layers", "2"),
+            "Currently there is no support for Pipeline parallelism with CPU offloading",
+        ),
+    ],
+)
 def test_cli_bad_input_is_one_line_exit_2(args, needle):
     res = run_cli(*args)
     assert res.returncode == 2 and needle in res.stderr
@@ -286,15 +331,30 @@ DSV3 = load_preset("deepseek-v3")
 def test_mtp_stage_builds_its_own_embedding():
     """gpt_model.py builds ``self.embedding`` when ``pre_process or mtp_process``: with PP > 1
     the last (MTP) stage holds a second V x h embedding shard; with PP 1 it is the same one."""
-    run = RunSpec(world_size=64, tp=2, pp=4, ep=16, etp=1, mbs=1, gbs=64, seq_length=4096, num_layers_in_first_pipeline_stage=13,
-                  sequence_parallel=True, use_distributed_optimizer=True)
+    run = RunSpec(
+        world_size=64,
+        tp=2,
+        pp=4,
+        ep=16,
+        etp=1,
+        mbs=1,
+        gbs=64,
+        seq_length=4096,
+        num_layers_in_first_pipeline_stage=13,
+        sequence_parallel=True,
+        use_distributed_optimizer=True,
+    )
     with_mtp, without = estimate(DSV3, run), estimate(DSV3.with_(mtp_num_layers=0), run)
     extra = with_mtp.last_stage.params - without.last_stage.params
     mtp_layer = with_mtp.last_stage.params - extra
     vocab_shard = DSV3.padded_vocab_size(2) * DSV3.hidden_size / 2
     from memtune.estimator import mtp_stage_embedding
+
     assert mtp_stage_embedding(DSV3, run, 3) == vocab_shard
-    assert mtp_stage_embedding(DSV3, run, 0) == 0 and mtp_stage_embedding(DSV3, run.with_(pp=1, world_size=16, num_layers_in_first_pipeline_stage=None), 0) == 0
+    assert (
+        mtp_stage_embedding(DSV3, run, 0) == 0
+        and mtp_stage_embedding(DSV3, run.with_(pp=1, world_size=16, num_layers_in_first_pipeline_stage=None), 0) == 0
+    )
     assert extra > vocab_shard and mtp_layer > 0
     # the first stage is unchanged
     assert with_mtp.stages[0].params == without.stages[0].params
@@ -302,6 +362,7 @@ def test_mtp_stage_builds_its_own_embedding():
 
 def test_interleaved_replay_matches_the_closed_form_for_equal_chunks():
     from memtune.estimator import interleaved_peak_layer_sets
+
     for pp, v, m in [(4, 5, 8), (4, 2, 16), (8, 5, 32), (4, 10, 8), (2, 2, 4)]:
         run = RunSpec(world_size=pp, pp=pp, vpp=v, mbs=1, gbs=m)
         for stage in range(pp):
@@ -319,6 +380,7 @@ def test_vpp_with_embedding_and_loss_in_the_split_builds_megatrons_layout():
     the last chunk of stage 3 build none. Held out: measured 2,841,169,408 B on the last rank."""
     from memtune.megatron_args import specs_from_megatron_args
     from memtune.run_spec import stage_chunk_layers, stage_layer_counts
+
     case = _large_case("gpt3_mcore_te_tp1_pp4_vp2_account_for_embedding")
     model, run, _ = specs_from_megatron_args(case["megatron_args"], world_size=case["world_size"])
     assert violations(model, run) == []
@@ -337,8 +399,9 @@ def test_fp8_weight_cache_is_row_and_column_wise():
     """TE quantises each weight with set_usage(rowwise=True, columnwise=is_grad_enabled): the
     cached copy is 2 B/param over the TE (non-vocabulary) weights; with fp8 primary weights the
     transpose is the 1 B/param extra and the bf16 embedding/output stay at 2 B."""
-    run = RunSpec(world_size=8, tp=8, mbs=1, gbs=8, seq_length=4096, sequence_parallel=True,
-                  use_distributed_optimizer=True)
+    run = RunSpec(
+        world_size=8, tp=8, mbs=1, gbs=8, seq_length=4096, sequence_parallel=True, use_distributed_optimizer=True
+    )
     model = load_preset("llama3-8b")
     bf16 = estimate(model, run).stages[0]
     fp8 = estimate(model, run.with_(fp8="tensorwise")).stages[0]
@@ -358,16 +421,20 @@ def test_missing_gbs_with_pipeline_parallelism_is_a_prominent_warning():
     assert quiet["warnings"] == []
 
 
-@pytest.mark.parametrize("name, measured", [
-    ("hybrid_mr_mcore_te_tp1_pp1_cp1", 10_145_497_088),
-    ("hybrid_mr_mcore_te_tp1_pp2_vpp2_cp1", 7_744_709_120),
-    ("hybrid_mr_mcore_te_tp2_pp1_cp4", 2_743_789_056),
-])
+@pytest.mark.parametrize(
+    "name, measured",
+    [
+        ("hybrid_mr_mcore_te_tp1_pp1_cp1", 10_145_497_088),
+        ("hybrid_mr_mcore_te_tp1_pp2_vpp2_cp1", 7_744_709_120),
+        ("hybrid_mr_mcore_te_tp2_pp1_cp4", 2_743_789_056),
+    ],
+)
 def test_hybrid_mamba_runs_against_megatron_goldens(name, measured):
     """Held-out Megatron-LM hybrid goldens (H100, 8 GPUs, mem-max-allocated-bytes on the last
     rank): Mamba layers from MambaMixer's parameters and mamba_ssm's saved tensors, '|' pipeline
     segments as Megatron places them. Nothing here was fitted to these numbers."""
     from memtune.megatron_args import specs_from_megatron_args
+
     case = _large_case(name)
     assert case["peak_allocated_bytes"] == measured
     model, run, _ = specs_from_megatron_args(case["megatron_args"], world_size=case["world_size"])
@@ -380,8 +447,15 @@ def test_hybrid_mamba_runs_against_megatron_goldens(name, measured):
 
 def test_mamba_layer_parameters_follow_mamba_mixer():
     from memtune.model_spec import ModelSpec, count_parameters, mamba_layer_params
-    m = ModelSpec(num_layers=2, hidden_size=1024, num_attention_heads=16, vocab_size=32000,
-                  hybrid_layer_pattern="M*", num_query_groups=8)
+
+    m = ModelSpec(
+        num_layers=2,
+        hidden_size=1024,
+        num_attention_heads=16,
+        vocab_size=32000,
+        hybrid_layer_pattern="M*",
+        num_query_groups=8,
+    )
     p = mamba_layer_params(m)
     d_inner, heads, gs = 2048, 32, 8 * 128  # expand 2, head_dim 64, 8 groups x d_state 128
     in_proj = 1024 * (2 * d_inner + 2 * gs + heads)
@@ -412,9 +486,17 @@ def test_unfused_expert_activation_keeps_its_output_for_the_router_probabilities
     """TEGroupedMLP's ``bias_act_func`` applies the router probabilities after a plain (not
     fused) activation - ``activation_func(x)`` then ``x * permuted_probs`` - so GeLU experts
     keep the activation output too; the fused SwiGLU kernel keeps only its input."""
-    gelu_moe = ModelSpec(name="gelu-moe", num_layers=12, hidden_size=512, num_attention_heads=8,
-                         ffn_hidden_size=2048, vocab_size=50257, gated_linear_unit=False,
-                         num_moe_experts=8, moe_router_topk=2)
+    gelu_moe = ModelSpec(
+        name="gelu-moe",
+        num_layers=12,
+        hidden_size=512,
+        num_attention_heads=8,
+        ffn_hidden_size=2048,
+        vocab_size=50257,
+        gated_linear_unit=False,
+        num_moe_experts=8,
+        moe_router_topk=2,
+    )
     run = RunSpec(world_size=8, tp=1, ep=8, mbs=4, seq_length=1024, use_distributed_optimizer=True)
     terms = dict(layer_activations(gelu_moe, run, True).terms)
     # 4 x 1024 local tokens, top-2: 8192 token copies of the 2048-wide expert activation, bf16
@@ -422,8 +504,9 @@ def test_unfused_expert_activation_keeps_its_output_for_the_router_probabilities
     swiglu = dict(layer_activations(dataclasses.replace(gelu_moe, gated_linear_unit=True), run, True).terms)
     assert "moe_act_probs" not in swiglu
     # recomputing the expert activation (moe_act) drops it with the activation output
-    dropped = layer_activations(gelu_moe, run.with_(recompute_granularity="selective", recompute_modules=("moe_act",)),
-                                True)
+    dropped = layer_activations(
+        gelu_moe, run.with_(recompute_granularity="selective", recompute_modules=("moe_act",)), True
+    )
     assert layer_activations(gelu_moe, run, True).stored - dropped.stored == 2 * terms["moe_act_out"]
 
 

@@ -20,7 +20,12 @@ def decide(*lines: str, kinds: frozenset = frozenset()) -> str | None:
 @pytest.mark.parametrize(
     "lines, name",
     [
-        (['  File "/usr/local/lib/python3.12/dist-packages/megatron/core/transformer/transformer_block.py", line 201'], "megatron"),
+        (
+            [
+                '  File "/usr/local/lib/python3.12/dist-packages/megatron/core/transformer/transformer_block.py", line 201'
+            ],
+            "megatron",
+        ),
         (["ERROR 08-20 03:10:01 [engine.py:467] CUDA out of memory. Tried to allocate 33.75 GiB."], "vllm"),
         (['  File "/sgl-workspace/sglang/python/sglang/srt/model_executor/model_runner.py", line 934'], "sglang"),
         (["[2023-07-04 17:31:27,755] [INFO] [launch.py:315:sigkill_handler] Killing subprocess 953850"], "deepspeed"),
@@ -30,7 +35,13 @@ def decide(*lines: str, kinds: frozenset = frozenset()) -> str | None:
         (['  File "/mnt/bn/x/ttcd-ms-swift/swift/cli/rlhf.py", line 5, in <module>'], "ms-swift"),
         (["ms-swift                      2.6.0.dev0"], "ms-swift"),
         # swift's Megatron path shows Megatron frames: the Megatron planner applies
-        (['  File "/root/ms-swift-main/swift/megatron/train/sft.py", line 79', '  File "/root/Megatron-LM/megatron/training/training.py", line 864'], "megatron"),
+        (
+            [
+                '  File "/root/ms-swift-main/swift/megatron/train/sft.py", line 79',
+                '  File "/root/Megatron-LM/megatron/training/training.py", line 864',
+            ],
+            "megatron",
+        ),
         (["iteration 10 | loss 2.0"], None),
     ],
 )
@@ -40,7 +51,10 @@ def test_signals_name_the_stack(lines: list[str], name: str | None) -> None:
 
 def test_rl_trainer_wins_over_the_engine_it_embeds() -> None:
     # verl's rollout runs vLLM: the RL trainer's knobs are the ones to turn
-    lines = ['  File "/verl/verl/workers/sharding_manager/fsdp_vllm.py", line 79', '  File ".../vllm/entrypoints/llm.py", line 1244']
+    lines = [
+        '  File "/verl/verl/workers/sharding_manager/fsdp_vllm.py", line 79',
+        '  File ".../vllm/entrypoints/llm.py", line 1244',
+    ]
     assert decide(*lines) == "verl"
 
 

@@ -42,19 +42,25 @@ def _generated(seed: int) -> bytes:
 
     rng = random.Random(seed)
     lines: list[bytes] = []
-    block = diagnose_speed.dense_block(rng, 0).splitlines()[: 3000]
+    block = diagnose_speed.dense_block(rng, 0).splitlines()[:3000]
     for line in block:
         lines.append(line)
         if rng.random() < 0.003:
             lines += diagnose_speed.buried_failures()[rng.randrange(5)].splitlines()
         if rng.random() < 0.002:  # a wrapped message whose continuation sits a window away
             r = rng.randrange(8)
-            lines.append(f"[rank{r}]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB. GPU {r} has a total capacity of 79.10 GiB".encode())
+            lines.append(
+                f"[rank{r}]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB. GPU {r} has a total capacity of 79.10 GiB".encode()
+            )
             lines += [b"[rank9]: iteration 1"] * rng.randrange(30)
-            lines.append(f"[rank{r}]: of which 10.00 MiB is free. Of the allocated memory 70.00 GiB is allocated by PyTorch, and 8.00 GiB is reserved by PyTorch but unallocated.".encode())
+            lines.append(
+                f"[rank{r}]: of which 10.00 MiB is free. Of the allocated memory 70.00 GiB is allocated by PyTorch, and 8.00 GiB is reserved by PyTorch but unallocated.".encode()
+            )
         if rng.random() < 0.002:  # labelled on its first line only, wrapped inside words
-            msg = (f"[rank{rng.randrange(8)}]: RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 1; 79.35 GiB total "
-                   "capacity; 70.00 GiB already allocated; 0 bytes free; 76.00 GiB reserved in total by PyTorch)")
+            msg = (
+                f"[rank{rng.randrange(8)}]: RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 1; 79.35 GiB total "
+                "capacity; 70.00 GiB already allocated; 0 bytes free; 76.00 GiB reserved in total by PyTorch)"
+            )
             width = rng.randrange(40, 120)
             for k in range(0, len(msg), width):
                 lines.append(msg[k : k + width].encode())
@@ -66,8 +72,21 @@ def _generated(seed: int) -> bytes:
 
 
 def _view(findings):
-    return [(f.kind, f.line, f.line_end, f.rank, f.host, f.pid, f.device, tuple(sorted(f.numbers.items())), f.occurrences, f.evidence)
-            for f in findings]
+    return [
+        (
+            f.kind,
+            f.line,
+            f.line_end,
+            f.rank,
+            f.host,
+            f.pid,
+            f.device,
+            tuple(sorted(f.numbers.items())),
+            f.occurrences,
+            f.evidence,
+        )
+        for f in findings
+    ]
 
 
 def _both(path: Path):
@@ -117,10 +136,18 @@ def test_enormous_line_is_cut_the_same_way(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr("memtune.log_reader.MAX_CARRY", 4096)
     log = tmp_path / "big.log"
     # the second failure sits beyond cuda-runtime-oom's fold_lines, so it stays its own finding
-    log.write_bytes(b"a\n" + b"x" * 10000 + b" RuntimeError: CUDA error: out of memory\nb\nc\nd\ne\nRuntimeError: CUDA error: out of memory\n")
+    log.write_bytes(
+        b"a\n"
+        + b"x" * 10000
+        + b" RuntimeError: CUDA error: out of memory\nb\nc\nd\ne\nRuntimeError: CUDA error: out of memory\n"
+    )
     by_grep, _ = scan_source(Source(str(log)), PATTERNS, prefilter="grep")
     by_python, _ = scan_source(Source(str(log)), PATTERNS, prefilter="python")
-    assert [(f.kind, f.line) for f in by_grep] == [(f.kind, f.line) for f in by_python] == [("cuda-runtime-oom", 2), ("cuda-runtime-oom", 7)]
+    assert (
+        [(f.kind, f.line) for f in by_grep]
+        == [(f.kind, f.line) for f in by_python]
+        == [("cuda-runtime-oom", 2), ("cuda-runtime-oom", 7)]
+    )
 
 
 @needs_grep
@@ -205,7 +232,11 @@ ASYNC_FIELDS = [
 def test_async_field_list_on_following_lines_read_by_both_prefilters(tmp_path: Path) -> None:
     log = tmp_path / "async.log"
     filler = [f"step {i} loss 2.{i:03d}" for i in range(50)]
-    lines = filler[:20] + ["torch.OutOfMemoryError: " + ASYNC_FIELDS[0], *ASYNC_FIELDS[1:], "Requested               : 99.00 GiB"] + filler[20:]
+    lines = (
+        filler[:20]
+        + ["torch.OutOfMemoryError: " + ASYNC_FIELDS[0], *ASYNC_FIELDS[1:], "Requested               : 99.00 GiB"]
+        + filler[20:]
+    )
     log.write_text("\n".join(lines) + "\n", encoding="utf-8")
     for how in ("grep", "python"):
         (f,) = [x for x in scan_source(Source(str(log)), PATTERNS, prefilter=how)[0]]
@@ -231,7 +262,7 @@ def test_wrap_that_cuts_the_trigger_itself_is_seen_by_both_prefilters(tmp_path: 
     ranks' lines between the pieces; the cut head (when a trigger shows it) and the second
     literal "Tried to allocate" bring the pieces to the scanner on both paths."""
     if lead.endswith("out of m"):  # the head line holds no trigger at all: only the rest is seen
-        text = lead + RANK5_MSG[len("torch.OutOfMemoryError: CUDA out of m"):]
+        text = lead + RANK5_MSG[len("torch.OutOfMemoryError: CUDA out of m") :]
     else:
         text = lead + RANK5_MSG
     pieces = [text[i : i + 61] for i in range(0, len(text), 61)]
@@ -247,18 +278,28 @@ def test_wrap_that_cuts_the_trigger_itself_is_seen_by_both_prefilters(tmp_path: 
         found = scan_source(Source(str(log)), PATTERNS, prefilter=how)[0]
         (f,) = found
         assert f.kind == "fragmentation", how
-        assert (f.numbers["requested_bytes"], f.numbers["reserved_unallocated_bytes"]) == (round(1.96 * gib), round(5.84 * gib))
+        assert (f.numbers["requested_bytes"], f.numbers["reserved_unallocated_bytes"]) == (
+            round(1.96 * gib),
+            round(5.84 * gib),
+        )
         views.append(_view(found))
     assert views[0] == views[1]
     if not lead.endswith("out of m"):
         assert (f.rank, f.line) == (5, 4) and "CUDA out of memory. Tried" in f.evidence
 
 
-@pytest.mark.parametrize("line", [
-    "Tried to allocate 256.00 MiB on private pool. Use PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 to disable upper limit",
-    "Tried to allocate a buffer for the dataset cache",
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Tried to allocate 256.00 MiB on private pool. Use PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 to disable upper limit",
+        "Tried to allocate a buffer for the dataset cache",
+    ],
+)
 def test_a_line_starting_with_the_second_literal_alone_is_no_allocator_message(tmp_path: Path, line: str) -> None:
     log = tmp_path / "other.log"
     log.write_text("step 1\n" + line + "\nstep 2\n", encoding="utf-8")
-    assert [f.kind for f in scan_source(Source(str(log)), PATTERNS, prefilter="python")[0] if f.kind in ("fragmentation", "capacity")] == []
+    assert [
+        f.kind
+        for f in scan_source(Source(str(log)), PATTERNS, prefilter="python")[0]
+        if f.kind in ("fragmentation", "capacity")
+    ] == []

@@ -34,18 +34,23 @@ def assert_one_line_exit_2(result, *expected: str) -> None:
 
 
 @pytest.mark.parametrize("build", [attack.yaml_bomb_in_peft, attack.yaml_bomb_unused])
-@pytest.mark.parametrize("helper, extra", [
-    ("check_env", ()),
-    ("regather_config", ()),
-    ("estimate_memory", ("--preset", "llama3-8b", "--gpus", "8")),
-])
+@pytest.mark.parametrize(
+    "helper, extra",
+    [
+        ("check_env", ()),
+        ("regather_config", ()),
+        ("estimate_memory", ("--preset", "llama3-8b", "--gpus", "8")),
+    ],
+)
 def test_yaml_alias_bomb_in_a_bridge_config(tmp_path, build, helper, extra):
     config = build(tmp_path / "bridge.yaml")
     result = run_bounded(helper, *extra, "--config", str(config), timeout=TIMEOUT)
     assert_one_line_exit_2(result, str(config), "aliases")
 
 
-@pytest.mark.parametrize("helper, extra", [("check_env", ()), ("estimate_memory", ("--preset", "llama3-8b", "--gpus", "8"))])
+@pytest.mark.parametrize(
+    "helper, extra", [("check_env", ()), ("estimate_memory", ("--preset", "llama3-8b", "--gpus", "8"))]
+)
 def test_yaml_nested_100k_levels(tmp_path, helper, extra):
     config = attack.yaml_deep(tmp_path / "deep.yaml")
     result = run_bounded(helper, *extra, "--config", str(config), timeout=TIMEOUT)
@@ -90,14 +95,17 @@ def test_yaml_guard_depth_bound_is_exact():
 # --------------------------------------------------------------------------- size limits
 
 
-@pytest.mark.parametrize("helper, option, extra", [
-    ("check_env", "--script", ()),
-    ("check_env", "--env-file", ()),
-    ("check_env", "--config", ()),
-    ("estimate_memory", "--hf-config", ("--gpus", "8")),
-    ("estimate_memory", "--megatron-args", ("--gpus", "8")),
-    ("regather_config", "--recipe", ()),
-])
+@pytest.mark.parametrize(
+    "helper, option, extra",
+    [
+        ("check_env", "--script", ()),
+        ("check_env", "--env-file", ()),
+        ("check_env", "--config", ()),
+        ("estimate_memory", "--hf-config", ("--gpus", "8")),
+        ("estimate_memory", "--megatron-args", ("--gpus", "8")),
+        ("regather_config", "--recipe", ()),
+    ],
+)
 @pytest.mark.parametrize("source", ["/dev/zero", "big"])
 def test_inputs_have_a_size_limit(tmp_path, helper, option, extra, source):
     path = "/dev/zero" if source == "/dev/zero" else str(attack.oversized(tmp_path / "big.txt"))
@@ -121,7 +129,9 @@ def test_signature_nested_100k_levels(tmp_path):
 
 
 @pytest.mark.parametrize("build", [attack.doubling_script, attack.self_appending_array])
-@pytest.mark.parametrize("helper, extra", [("check_env", ("--script",)), ("estimate_memory", ("--gpus", "8", "--megatron-args"))])
+@pytest.mark.parametrize(
+    "helper, extra", [("check_env", ("--script",)), ("estimate_memory", ("--gpus", "8", "--megatron-args"))]
+)
 def test_launch_script_expansion_is_bounded(tmp_path, build, helper, extra):
     script = build(tmp_path / "launch.sh")
     result = run_bounded(helper, *extra, str(script), timeout=TIMEOUT)
@@ -165,10 +175,13 @@ def test_bounded_runner_reports_memory():
 # --------------------------------------------------------------------------- card.yaml in the lint
 
 
-@pytest.mark.parametrize("build, expected", [
-    (lambda path: attack.yaml_bomb_unused(path), "aliases"),
-    (lambda path: attack.yaml_deep(path, key="title"), "nested deeper than"),
-])
+@pytest.mark.parametrize(
+    "build, expected",
+    [
+        (lambda path: attack.yaml_bomb_unused(path), "aliases"),
+        (lambda path: attack.yaml_deep(path, key="title"), "nested deeper than"),
+    ],
+)
 def test_lint_reports_a_hostile_card_yaml_as_a_finding(tmp_path, build, expected):
     from lint_helpers import copy_package
 

@@ -48,9 +48,22 @@ def installed(tmp_path_factory):
     base = tmp_path_factory.mktemp("install")
     pki = make_pki(base / "pki")
     source = export_tracked(REPO_ROOT, base / "src")
-    signed = run([sys.executable, str(source / "scripts" / "sign_skill.py"), "sign", str(source),
-                  "--private-key", str(pki.leaf_key), "--signing-cert", str(pki.leaf_cert),
-                  "--cert-chain", str(pki.chain), "--root-cert", str(pki.root_cert)])
+    signed = run(
+        [
+            sys.executable,
+            str(source / "scripts" / "sign_skill.py"),
+            "sign",
+            str(source),
+            "--private-key",
+            str(pki.leaf_key),
+            "--signing-cert",
+            str(pki.leaf_cert),
+            "--cert-chain",
+            str(pki.chain),
+            "--root-cert",
+            str(pki.root_cert),
+        ]
+    )
     assert signed.returncode == 0, signed.stderr
 
     project, home = base / "project", base / "home"
@@ -65,8 +78,11 @@ def installed(tmp_path_factory):
         DISABLE_TELEMETRY="1",
         DO_NOT_TRACK="1",
     )
-    result = run([npx, "--yes", SKILLS_CLI, "add", str(source), "--agent", "claude-code", "--agent", "codex", "--yes"],
-                 cwd=project, env=env)
+    result = run(
+        [npx, "--yes", SKILLS_CLI, "add", str(source), "--agent", "claude-code", "--agent", "codex", "--yes"],
+        cwd=project,
+        env=env,
+    )
     assert result.returncode == 0, f"skills CLI failed:\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}"
     return project, pki
 
@@ -105,8 +121,18 @@ def test_installed_copy_verifies_strictly_with_our_verify(installed, agent):
     """Runs after the helpers' --help (module order): bytecode they wrote must not matter."""
     project, pki = installed
     place = locations(project)[agent]
-    result = run([sys.executable, str(place / "scripts" / "sign_skill.py"), "verify", str(place),
-                  "--root-cert", str(pki.root_cert), "--json"], env=expecting(pki))
+    result = run(
+        [
+            sys.executable,
+            str(place / "scripts" / "sign_skill.py"),
+            "verify",
+            str(place),
+            "--root-cert",
+            str(pki.root_cert),
+            "--json",
+        ],
+        env=expecting(pki),
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(result.stdout)
     assert report["ok"] and report["mode"] == "directory" and report["files_signed"] > 30
@@ -118,8 +144,20 @@ def test_installed_copy_verifies_strictly_with_our_verify(installed, agent):
 def test_installed_copy_verifies_strictly_with_model_signing_cli(installed, agent):
     project, pki = installed
     place = locations(project)[agent].resolve()  # model_signing refuses a symlinked root
-    result = run([sys.executable, "-m", "model_signing", "verify", "certificate", str(place),
-                  "--signature", str(place / "skill.oms.sig"), "--certificate_chain", str(pki.root_cert)])
+    result = run(
+        [
+            sys.executable,
+            "-m",
+            "model_signing",
+            "verify",
+            "certificate",
+            str(place),
+            "--signature",
+            str(place / "skill.oms.sig"),
+            "--certificate_chain",
+            str(pki.root_cert),
+        ]
+    )
     assert result.returncode == 0, result.stderr
     assert "Verification succeeded" in result.stdout
 
@@ -129,7 +167,16 @@ def test_tampered_installed_copy_fails_and_names_the_file(installed, tmp_path):
     copy = tmp_path / SKILL_NAME
     shutil.copytree(locations(project)["codex"], copy)
     (copy / "SKILL.md").write_text((copy / "SKILL.md").read_text().replace("memory", "mem0ry", 1))
-    result = run([sys.executable, str(REPO_ROOT / "scripts" / "sign_skill.py"), "verify", str(copy),
-                  "--root-cert", str(pki.root_cert)], env=expecting(pki))
+    result = run(
+        [
+            sys.executable,
+            str(REPO_ROOT / "scripts" / "sign_skill.py"),
+            "verify",
+            str(copy),
+            "--root-cert",
+            str(pki.root_cert),
+        ],
+        env=expecting(pki),
+    )
     assert result.returncode == 1
     assert "changed: SKILL.md" in result.stdout

@@ -36,66 +36,254 @@ class Scenario:
 
 
 SCENARIOS = (
-    Scenario("13b-16xA100-40", ("--hf-config", LLAMA2_13B, "--gpus", "16", "--tp", "2", "--pp", "2", "--mbs", "2",
-                                "--gbs", "256", "--seq-length", "4096", "--gpu-memory", A100_40, "--no-dist-opt",
-                                "--no-sequence-parallel"),
-             ("distributed optimizer", "sequence parallel on", "recompute "),
-             "issue 13: the replicated Adam state (36.7 GiB) shards over DP 4 for a measured 1-2%; with TP 2 "
-             "SP is free and cuts the replicated activations; only then recompute"),
-    Scenario("llama3-8b-8xA100-40-tp1", ("--preset", "llama3-8b", "--gpus", "8", "--mbs", "2", "--gbs", "64",
-                                         "--seq-length", "8192", "--gpu-memory", A100_40, "--no-dist-opt"),
-             ("distributed optimizer", "recompute "),
-             "DP 8 shards the optimizer for 1.5%; TP = 1 has no SP to turn on, so recompute is next, TP last"),
-    Scenario("llama3-70b-64xA100-80", ("--preset", "llama3-70b", "--gpus", "64", "--tp", "4", "--pp", "4", "--mbs", "1",
-                                       "--gbs", "128", "--seq-length", "4096", "--sequence-parallel",
-                                       "--gpu-memory", A100_80, "--no-dist-opt"),
-             ("distributed optimizer",),
-             "the measured 1.5% optimizer sharding fits alone; a modelled PP change inside the 2% cost floor "
-             "does not beat measured evidence"),
-    Scenario("llama3.1-405b-1024xH100", ("--preset", "llama3.1-405b", "--gpus", "1024", "--tp", "8", "--pp", "8",
-                                         "--last-stage-layers", "14", "--mbs", "1", "--gbs", "1024", "--seq-length",
-                                         "8192", "--sequence-parallel", "--gpu-memory", H100, "--no-dist-opt"),
-             ("distributed optimizer", "PP 8->16"),
-             "optimizer state first (DP 16), then more pipeline stages, but only to PP 16 (~8 layers per stage, "
-             "the deepest published Llama 3 405B pipeline): PP 32/64 are priced as extrapolations, so recompute "
-             "follows; TP is already the 8-GPU NVLink domain"),
-    Scenario("llama3.1-405b-128xH200", ("--preset", "llama3.1-405b", "--gpus", "128", "--tp", "8", "--pp", "8",
-                                        "--last-stage-layers", "14", "--mbs", "1", "--gbs", "512", "--seq-length",
-                                        "8192", "--sequence-parallel", "--dist-opt", "--gpu-memory", H200),
-             ("PP 8->16",),
-             "already sharded and SP on: one more pipeline doubling fits for about 1% (seed: PP 4->8 cost 5.9% "
-             "on Llama3-70B), far cheaper than mlp recompute (~16%)"),
-    Scenario("deepseek-v3-1024xH100", ("--preset", "deepseek-v3", "--gpus", "1024", "--tp", "2", "--pp", "16",
-                                       "--last-stage-layers", "1", "--ep", "64", "--etp", "1", "--mbs", "1", "--gbs",
-                                       "4096", "--seq-length", "4096", "--sequence-parallel", "--dist-opt",
-                                       "--gpu-memory", H100),
-             ("recompute selective [mla_up_proj]",),
-             "MLA's up-projection outputs are large and cheap to recompute: the MoE/MLA-specific selective module "
-             "fits for ~2%"),
-    Scenario("mixtral-8x7b-64xH100", ("--preset", "mixtral-8x7b", "--gpus", "64", "--tp", "2", "--pp", "4", "--mbs",
-                                      "1", "--gbs", "256", "--seq-length", "4096", "--no-sequence-parallel",
-                                      "--no-dist-opt", "--gpu-memory", H100),
-             ("EP 1->",),
-             "the eight experts' weights and optimizer state dominate; expert parallelism shards them at an "
-             "all-to-all cost of ~1.5% inside the node"),
-    Scenario("qwen3-8b-lora-2xA100-40", ("--preset", "qwen3-8b", "--gpus", "2", "--tp", "2", "--mbs", "1", "--gbs",
-                                         "16", "--seq-length", "8192", "--sequence-parallel", "--peft", "lora",
-                                         "--gpu-memory", A100_40, "--headroom", "25%"),
-             ("recompute selective [layernorm]", "LoRA input re-gather"),
-             "LoRA: layernorm recompute re-runs only memory-bound norms (~0.5% modelled) while re-gather's "
-             "measured cost grows with what it saves (-6.7% at 10% saved); SKILL.md step 3 says so"),
-    Scenario("llama3-8b-128k-8xB200", ("--preset", "llama3-8b", "--gpus", "8", "--tp", "2", "--mbs", "1", "--gbs",
-                                       "8", "--seq-length", "131072", "--sequence-parallel", "--dist-opt",
-                                       "--gpu-memory", B200),
-             ("CP 1->2",),
-             "long context: activations grow with the sequence, and context parallelism divides them for "
-             "ring-attention traffic that 64K-token chunks hide"),
+    Scenario(
+        "13b-16xA100-40",
+        (
+            "--hf-config",
+            LLAMA2_13B,
+            "--gpus",
+            "16",
+            "--tp",
+            "2",
+            "--pp",
+            "2",
+            "--mbs",
+            "2",
+            "--gbs",
+            "256",
+            "--seq-length",
+            "4096",
+            "--gpu-memory",
+            A100_40,
+            "--no-dist-opt",
+            "--no-sequence-parallel",
+        ),
+        ("distributed optimizer", "sequence parallel on", "recompute "),
+        "issue 13: the replicated Adam state (36.7 GiB) shards over DP 4 for a measured 1-2%; with TP 2 "
+        "SP is free and cuts the replicated activations; only then recompute",
+    ),
+    Scenario(
+        "llama3-8b-8xA100-40-tp1",
+        (
+            "--preset",
+            "llama3-8b",
+            "--gpus",
+            "8",
+            "--mbs",
+            "2",
+            "--gbs",
+            "64",
+            "--seq-length",
+            "8192",
+            "--gpu-memory",
+            A100_40,
+            "--no-dist-opt",
+        ),
+        ("distributed optimizer", "recompute "),
+        "DP 8 shards the optimizer for 1.5%; TP = 1 has no SP to turn on, so recompute is next, TP last",
+    ),
+    Scenario(
+        "llama3-70b-64xA100-80",
+        (
+            "--preset",
+            "llama3-70b",
+            "--gpus",
+            "64",
+            "--tp",
+            "4",
+            "--pp",
+            "4",
+            "--mbs",
+            "1",
+            "--gbs",
+            "128",
+            "--seq-length",
+            "4096",
+            "--sequence-parallel",
+            "--gpu-memory",
+            A100_80,
+            "--no-dist-opt",
+        ),
+        ("distributed optimizer",),
+        "the measured 1.5% optimizer sharding fits alone; a modelled PP change inside the 2% cost floor "
+        "does not beat measured evidence",
+    ),
+    Scenario(
+        "llama3.1-405b-1024xH100",
+        (
+            "--preset",
+            "llama3.1-405b",
+            "--gpus",
+            "1024",
+            "--tp",
+            "8",
+            "--pp",
+            "8",
+            "--last-stage-layers",
+            "14",
+            "--mbs",
+            "1",
+            "--gbs",
+            "1024",
+            "--seq-length",
+            "8192",
+            "--sequence-parallel",
+            "--gpu-memory",
+            H100,
+            "--no-dist-opt",
+        ),
+        ("distributed optimizer", "PP 8->16"),
+        "optimizer state first (DP 16), then more pipeline stages, but only to PP 16 (~8 layers per stage, "
+        "the deepest published Llama 3 405B pipeline): PP 32/64 are priced as extrapolations, so recompute "
+        "follows; TP is already the 8-GPU NVLink domain",
+    ),
+    Scenario(
+        "llama3.1-405b-128xH200",
+        (
+            "--preset",
+            "llama3.1-405b",
+            "--gpus",
+            "128",
+            "--tp",
+            "8",
+            "--pp",
+            "8",
+            "--last-stage-layers",
+            "14",
+            "--mbs",
+            "1",
+            "--gbs",
+            "512",
+            "--seq-length",
+            "8192",
+            "--sequence-parallel",
+            "--dist-opt",
+            "--gpu-memory",
+            H200,
+        ),
+        ("PP 8->16",),
+        "already sharded and SP on: one more pipeline doubling fits for about 1% (seed: PP 4->8 cost 5.9% "
+        "on Llama3-70B), far cheaper than mlp recompute (~16%)",
+    ),
+    Scenario(
+        "deepseek-v3-1024xH100",
+        (
+            "--preset",
+            "deepseek-v3",
+            "--gpus",
+            "1024",
+            "--tp",
+            "2",
+            "--pp",
+            "16",
+            "--last-stage-layers",
+            "1",
+            "--ep",
+            "64",
+            "--etp",
+            "1",
+            "--mbs",
+            "1",
+            "--gbs",
+            "4096",
+            "--seq-length",
+            "4096",
+            "--sequence-parallel",
+            "--dist-opt",
+            "--gpu-memory",
+            H100,
+        ),
+        ("recompute selective [mla_up_proj]",),
+        "MLA's up-projection outputs are large and cheap to recompute: the MoE/MLA-specific selective module "
+        "fits for ~2%",
+    ),
+    Scenario(
+        "mixtral-8x7b-64xH100",
+        (
+            "--preset",
+            "mixtral-8x7b",
+            "--gpus",
+            "64",
+            "--tp",
+            "2",
+            "--pp",
+            "4",
+            "--mbs",
+            "1",
+            "--gbs",
+            "256",
+            "--seq-length",
+            "4096",
+            "--no-sequence-parallel",
+            "--no-dist-opt",
+            "--gpu-memory",
+            H100,
+        ),
+        ("EP 1->",),
+        "the eight experts' weights and optimizer state dominate; expert parallelism shards them at an "
+        "all-to-all cost of ~1.5% inside the node",
+    ),
+    Scenario(
+        "qwen3-8b-lora-2xA100-40",
+        (
+            "--preset",
+            "qwen3-8b",
+            "--gpus",
+            "2",
+            "--tp",
+            "2",
+            "--mbs",
+            "1",
+            "--gbs",
+            "16",
+            "--seq-length",
+            "8192",
+            "--sequence-parallel",
+            "--peft",
+            "lora",
+            "--gpu-memory",
+            A100_40,
+            "--headroom",
+            "25%",
+        ),
+        ("recompute selective [layernorm]", "LoRA input re-gather"),
+        "LoRA: layernorm recompute re-runs only memory-bound norms (~0.5% modelled) while re-gather's "
+        "measured cost grows with what it saves (-6.7% at 10% saved); SKILL.md step 3 says so",
+    ),
+    Scenario(
+        "llama3-8b-128k-8xB200",
+        (
+            "--preset",
+            "llama3-8b",
+            "--gpus",
+            "8",
+            "--tp",
+            "2",
+            "--mbs",
+            "1",
+            "--gbs",
+            "8",
+            "--seq-length",
+            "131072",
+            "--sequence-parallel",
+            "--dist-opt",
+            "--gpu-memory",
+            B200,
+        ),
+        ("CP 1->2",),
+        "long context: activations grow with the sequence, and context parallelism divides them for "
+        "ring-attention traffic that 64K-token chunks hide",
+    ),
 )
 
 
 def plan_json(*args: str) -> dict:
-    out = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "plan_memory.py"), *args, "--json"],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "scripts" / "plan_memory.py"), *args, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
 
@@ -157,14 +345,23 @@ def test_scenario_rungs_are_priced(scenario):
 
 # ------------------------------------------------------------- the issue's worked example in text
 def test_13b_text_shows_saving_cumulative_peak_cost_evidence_and_exact_change():
-    out = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "plan_memory.py"), *SCENARIOS[0].args],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "scripts" / "plan_memory.py"), *SCENARIOS[0].args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     text = out.stdout
     assert text.index("Ladder - apply in order") < text.index("Changes that fit")
-    for needle in ("distributed optimizer    27.3 GiB  60.5 GiB", "optimizer.use_distributed_optimizer=true",
-                   "--use-distributed-optimizer", "model.sequence_parallel=true", "(measured: seed: ~1-2%)",
-                   "Recommended first step: set expandable segments"):
+    for needle in (
+        "distributed optimizer    27.3 GiB  60.5 GiB",
+        "optimizer.use_distributed_optimizer=true",
+        "--use-distributed-optimizer",
+        "model.sequence_parallel=true",
+        "(measured: seed: ~1-2%)",
+        "Recommended first step: set expandable segments",
+    ):
         assert needle in text, needle
     assert max(len(line) for line in text.splitlines() if "evidence:" in line) <= 100  # wrapped for people
 
@@ -196,8 +393,14 @@ def test_a_rung_set_again_later_is_folded_into_its_first_place(table):
     once, at the third rung, with its final (full) setting, and without a stale module list."""
     from memtune import presets
 
-    model = presets.load_preset("llama3-8b").with_(num_layers=40, hidden_size=5120, num_attention_heads=40,
-                                                   num_query_groups=40, ffn_hidden_size=13824, vocab_size=32000)
+    model = presets.load_preset("llama3-8b").with_(
+        num_layers=40,
+        hidden_size=5120,
+        num_attention_heads=40,
+        num_query_groups=40,
+        ffn_hidden_size=13824,
+        vocab_size=32000,
+    )
     run = RunSpec(world_size=16, tp=2, pp=2, mbs=2, gbs=256, seq_length=4096)
     lad = ld.climb(model, run, pl.PlanSettings(40 * pl.GIB, 4 * pl.GIB), table)
     recompute = [r for r in lad.rungs if r.category == "recompute"]
@@ -227,15 +430,20 @@ def test_skill_md_explains_the_lora_order_with_the_planners_own_figures(table):
     from memtune import presets
 
     text = " ".join((REPO_ROOT / "SKILL.md").read_text(encoding="utf-8").split())
-    said = re.search(r"selective `layernorm` recompute first: .*?\(~([0-9.]+)% modelled on Qwen3-8B, TP 2, seq 8192, "
-                     r"~([0-9.]+) GiB saved\)", text)
+    said = re.search(
+        r"selective `layernorm` recompute first: .*?\(~([0-9.]+)% modelled on Qwen3-8B, TP 2, seq 8192, "
+        r"~([0-9.]+) GiB saved\)",
+        text,
+    )
     assert said, "SKILL.md step 3 must say when and why layernorm recompute comes before re-gather"
     model = presets.load_preset("qwen3-8b")
     run = RunSpec(world_size=2, tp=2, mbs=1, gbs=16, seq_length=8192, sequence_parallel=True, peft="lora")
     ev = pl.Evaluator(model, run, _settings(80), table)
     peak = ev.peak(run, False)
-    norm = ev.evaluate(pl.Candidate("ln", "recompute", run.with_(recompute_granularity="selective",
-                                                                   recompute_modules=("layernorm",))), peak)
+    norm = ev.evaluate(
+        pl.Candidate("ln", "recompute", run.with_(recompute_granularity="selective", recompute_modules=("layernorm",))),
+        peak,
+    )
     regather = ev.evaluate(pl.Candidate("rg", "peft", run.with_(sequence_parallel_input_regather=True)), peak)
     assert f"{-norm.cost.change * 100:.1f}" == said.group(1)
     assert f"{(peak - norm.peak_bytes) / pl.GIB:.0f}" == said.group(2)

@@ -40,7 +40,7 @@ def test_quoting_and_continuations_keep_physical_lines() -> None:
         'srun --container-image="nvcr.io/nvidia/nemo:25.04" \\\n'
         "  python pretrain_gpt.py \\\n"
         "    --tensor-model-parallel-size ${TP} \\\n"
-        "    --save \"/ckpt/my run\" \\\n"
+        '    --save "/ckpt/my run" \\\n'
         "    --recompute-modules core_attn mlp \\\n"
         "    --use-nccl-ub\n"
     )
@@ -145,20 +145,20 @@ def test_parse_override_forms() -> None:
 
 def test_branches_with_known_conditions_are_followed() -> None:
     script = parse(
-        'DTYPE="bf16"\n'                                  # 1
-        'DATA=${4:-"MOCK"}\n'                             # 2  no positional args: the default
-        'EXTRA=()\n'                                      # 3
-        'if [[ "$DTYPE" == "fp8" ]]; then\n'              # 4
-        '    EXTRA+=("--fp8-format hybrid")\n'            # 5
-        'elif [ "$DATA" = "MOCK" ]; then\n'               # 6
-        '    EXTRA+=(--mock-data)\n'                      # 7
-        'else\n'                                          # 8
-        '    EXTRA+=(--data-path /data)\n'                # 9
-        'fi\n'                                            # 10
-        'if [[ "$UNSET_VAR" == "x" ]]; then\n'            # 11 unknown: kept (conservative)
-        '    export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n'
-        'fi\n'
-        'python train.py ${EXTRA[@]}\n'
+        'DTYPE="bf16"\n'  # 1
+        'DATA=${4:-"MOCK"}\n'  # 2  no positional args: the default
+        "EXTRA=()\n"  # 3
+        'if [[ "$DTYPE" == "fp8" ]]; then\n'  # 4
+        '    EXTRA+=("--fp8-format hybrid")\n'  # 5
+        'elif [ "$DATA" = "MOCK" ]; then\n'  # 6
+        "    EXTRA+=(--mock-data)\n"  # 7
+        "else\n"  # 8
+        "    EXTRA+=(--data-path /data)\n"  # 9
+        "fi\n"  # 10
+        'if [[ "$UNSET_VAR" == "x" ]]; then\n'  # 11 unknown: kept (conservative)
+        "    export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n"
+        "fi\n"
+        "python train.py ${EXTRA[@]}\n"
     )
     flags, _ = ls.split_program_args(script.training_command().program_args, frozenset({"mock-data"}))
     assert set(flags) == {"mock-data"} and flags["mock-data"].line == 7

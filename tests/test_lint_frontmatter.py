@@ -40,11 +40,14 @@ def test_body_line_number_points_after_the_header() -> None:
     assert doc.body.lstrip().startswith("# Demo")
 
 
-@pytest.mark.parametrize("text, message", [
-    ("# no header\n", "must start with a '---' line"),
-    ("---\nname: x\n", "never closed"),
-    ("---\n- a\n- b\n---\n", "mapping"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("# no header\n", "must start with a '---' line"),
+        ("---\nname: x\n", "never closed"),
+        ("---\n- a\n- b\n---\n", "mapping"),
+    ],
+)
 def test_unparseable_headers_raise_with_a_reason(text: str, message: str) -> None:
     with pytest.raises(frontmatter.FrontmatterError, match=message):
         frontmatter.parse(text)
@@ -63,16 +66,21 @@ def test_folder_mismatch_is_info_unless_strict() -> None:
 
 def test_compatibility_limit() -> None:
     assert check(GOOD.replace("license:", f"compatibility: {'c' * 500}\nlicense:")) == []
-    assert check(GOOD.replace("license:", f"compatibility: {'c' * 501}\nlicense:")) == [("spec/compatibility-length", "error")]
+    assert check(GOOD.replace("license:", f"compatibility: {'c' * 501}\nlicense:")) == [
+        ("spec/compatibility-length", "error")
+    ]
 
 
-@pytest.mark.parametrize("old, new, rule", [
-    ("  version: 1.2.3\n", "  version: one\n", "meta/version"),
-    ("  tags: demo, example\n", "  tags: demo, Demo Tag\n", "meta/tags"),
-    ("  tags: demo, example\n", "  tags: demo, demo\n", "meta/tags"),
-    ("  author: Jane Doe <jane@example.com>\n", "  author: jane@example.com\n", "meta/author"),
-    ("  version: 1.2.3\n", "", "meta/missing"),
-])
+@pytest.mark.parametrize(
+    "old, new, rule",
+    [
+        ("  version: 1.2.3\n", "  version: one\n", "meta/version"),
+        ("  tags: demo, example\n", "  tags: demo, Demo Tag\n", "meta/tags"),
+        ("  tags: demo, example\n", "  tags: demo, demo\n", "meta/tags"),
+        ("  author: Jane Doe <jane@example.com>\n", "  author: jane@example.com\n", "meta/author"),
+        ("  version: 1.2.3\n", "", "meta/missing"),
+    ],
+)
 def test_metadata_rules(old: str, new: str, rule: str) -> None:
     assert check(GOOD.replace(old, new)) == [(rule, "error")]
 

@@ -29,7 +29,10 @@ See [x](other.md#top) and ![img](pic.png) and [ref][r].
 def test_headings_skip_code_fences_and_carry_lines() -> None:
     found = markdown.headings(markdown.tokens(DOC))
     assert [(h.level, h.text, h.line) for h in found] == [
-        (1, "Title", 1), (2, "`PYTORCH_CUDA_ALLOC_CONF` syntax", 3), (2, "Failure Diagnosis", 9), (2, "Title", 19),
+        (1, "Title", 1),
+        (2, "`PYTORCH_CUDA_ALLOC_CONF` syntax", 3),
+        (2, "Failure Diagnosis", 9),
+        (2, "Title", 19),
     ]
 
 

@@ -24,11 +24,16 @@ def pkg(tmp_path: Path) -> Path:
 
 
 def lint_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "lint_skill.py"), *args],
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, str(REPO_ROOT / "scripts" / "lint_skill.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 # --- the repository itself ---------------------------------------------------------------
+
 
 def test_repo_lints_with_zero_errors_and_zero_warnings() -> None:
     report = run(REPO_ROOT)
@@ -68,7 +73,9 @@ def test_real_agentskills_validate_passes_on_copy_named_after_skill(pkg: Path) -
 def test_real_agentskills_validate_rejects_folder_with_another_name(tmp_path: Path) -> None:
     """The by-design failure lint avoids by validating a copy named after the skill."""
     other = copy_package(tmp_path, "some-checkout")
-    result = subprocess.run([str(agentskills_cli()), "validate", str(other)], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [str(agentskills_cli()), "validate", str(other)], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 1
     assert "must match skill name" in result.stdout + result.stderr
     report = run(other)
@@ -77,6 +84,7 @@ def test_real_agentskills_validate_rejects_folder_with_another_name(tmp_path: Pa
 
 
 # --- broken copies -----------------------------------------------------------------------
+
 
 def test_bad_name(pkg: Path) -> None:
     replace_in(pkg / "SKILL.md", NAME_LINE, "name: Nemo_MBridge--Memory")
@@ -98,7 +106,9 @@ def test_description_of_1025_chars_is_an_error_and_1024_is_not(pkg: Path) -> Non
 
 
 def test_when_to_use_at_top_level(pkg: Path) -> None:
-    replace_in(pkg / "SKILL.md", "license: Apache-2.0\n", "license: Apache-2.0\nwhen_to_use: GPU OOM errors, 'out of memory'\n")
+    replace_in(
+        pkg / "SKILL.md", "license: Apache-2.0\n", "license: Apache-2.0\nwhen_to_use: GPU OOM errors, 'out of memory'\n"
+    )
     report = run(pkg)
     assert "spec/unknown-field" in rules(report)
     assert any("when_to_use" in m for m in messages(report, "spec/unknown-field"))
@@ -171,11 +181,17 @@ def test_diagnosis_table_columns(pkg: Path) -> None:
 def test_evals_checked_against_schema_once_present(pkg: Path) -> None:
     evals = pkg / "evals"
     evals.mkdir(exist_ok=True)
-    (evals / "evals.schema.json").write_text(json.dumps({
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "type": "object", "required": ["tasks"],
-        "properties": {"tasks": {"type": "array", "minItems": 1}},
-    }), encoding="utf-8")
+    (evals / "evals.schema.json").write_text(
+        json.dumps(
+            {
+                "$schema": "https://json-schema.org/draft/2020-12/schema",
+                "type": "object",
+                "required": ["tasks"],
+                "properties": {"tasks": {"type": "array", "minItems": 1}},
+            }
+        ),
+        encoding="utf-8",
+    )
     (evals / "evals.json").write_text(json.dumps({"tasks": []}), encoding="utf-8")
     assert "evals/schema" in rules(run(pkg))
     (evals / "evals.json").write_text(json.dumps({"tasks": [{"id": "t1"}]}), encoding="utf-8")
@@ -200,7 +216,9 @@ def test_version_bumped_in_one_place_only_is_a_warning(pkg: Path) -> None:
     replace_in(pkg / "pyproject.toml", 'version = "0.1.0"', 'version = "0.2.0"')
     report = run(pkg)
     assert rules(report) == set()
-    assert messages(report, "meta/version-mismatch") == ["pyproject.toml says version 0.2.0; SKILL.md metadata.version is 0.1.0"]
+    assert messages(report, "meta/version-mismatch") == [
+        "pyproject.toml says version 0.2.0; SKILL.md metadata.version is 0.1.0"
+    ]
 
 
 def test_unsafe_code_added_to_a_helper_is_caught(pkg: Path) -> None:
@@ -215,7 +233,9 @@ def test_reference_not_linked_from_skill_md_is_a_warning(pkg: Path) -> None:
     (pkg / "references" / "hidden.md").write_text("# Hidden\n\nNobody links here.\n", encoding="utf-8")
     report = run(pkg)
     assert rules(report) == set()
-    assert [(f.rule, f.file) for f in report.findings if f.severity == "warning"] == [("links/orphan-reference", "references/hidden.md")]
+    assert [(f.rule, f.file) for f in report.findings if f.severity == "warning"] == [
+        ("links/orphan-reference", "references/hidden.md")
+    ]
     with open(pkg / "references" / "measured-results.md", "a", encoding="utf-8") as handle:
         handle.write("\nSee also [hidden](hidden.md).\n")  # reachable through a linked reference
     assert rules(run(pkg), "warning") == set()
@@ -224,8 +244,18 @@ def test_reference_not_linked_from_skill_md_is_a_warning(pkg: Path) -> None:
 def test_upstream_shaped_skill_md_fails_the_checks_this_package_passes(pkg: Path) -> None:
     """DESIGN §5 anchor: the upstream SKILL.md's header (name, description, license, when_to_use)
     and section layout (no Instructions/Examples, no metadata) fail exactly these rules."""
-    upstream_sections = ["What It Is", "Quick Decision", "Enablement", "A Note on VPP", "Compatibility and Constraints",
-                         "Measured Results", "Code Anchors", "Failure Diagnosis", "Known Limitations", "Verification"]
+    upstream_sections = [
+        "What It Is",
+        "Quick Decision",
+        "Enablement",
+        "A Note on VPP",
+        "Compatibility and Constraints",
+        "Measured Results",
+        "Code Anchors",
+        "Failure Diagnosis",
+        "Known Limitations",
+        "Verification",
+    ]
     body = "\n".join(f"## {title}\n\nText.\n" for title in upstream_sections)
     (pkg / "SKILL.md").write_text(
         f"---\n{NAME_LINE}\ndescription: Lowering peak GPU memory in Megatron Bridge.\nlicense: Apache-2.0\n"
@@ -235,8 +265,11 @@ def test_upstream_shaped_skill_md_fails_the_checks_this_package_passes(pkg: Path
     report = run(pkg)
     assert messages(report, "spec/unknown-field") and "spec/skills-ref" in rules(report)
     missing = messages(report, "body/section-missing")
-    assert missing == ["SKILL.md has no '## Instructions' section", "SKILL.md has no '## Examples' section",
-                       "SKILL.md has no '## Constraints' section"]
+    assert missing == [
+        "SKILL.md has no '## Instructions' section",
+        "SKILL.md has no '## Examples' section",
+        "SKILL.md has no '## Constraints' section",
+    ]
     assert "frontmatter has no 'metadata' map (author, version, tags)" in messages(report, "meta/missing")
 
 

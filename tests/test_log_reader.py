@@ -45,9 +45,19 @@ SAMPLES = Path(__file__).resolve().parent / "data" / "oom-samples"
         ("rank 13: [Rank 13] (after 1 iterations) memory", "[Rank 13] (after 1 iterations) memory", 13, None),
         # A word merely starting with "rank" is not a label.
         ("ranking: msg", "ranking: msg", None, None),
-        ("gpu003.cluster: RuntimeError: CUDA error: out of memory", "RuntimeError: CUDA error: out of memory", None, "gpu003.cluster"),
+        (
+            "gpu003.cluster: RuntimeError: CUDA error: out of memory",
+            "RuntimeError: CUDA error: out of memory",
+            None,
+            "gpu003.cluster",
+        ),
         # An exception name is not a host prefix.
-        ("torch.cuda.OutOfMemoryError: CUDA out of memory.", "torch.cuda.OutOfMemoryError: CUDA out of memory.", None, None),
+        (
+            "torch.cuda.OutOfMemoryError: CUDA out of memory.",
+            "torch.cuda.OutOfMemoryError: CUDA out of memory.",
+            None,
+            None,
+        ),
         ("RuntimeError: CUDA error: out of memory", "RuntimeError: CUDA error: out of memory", None, None),
     ],
 )
@@ -181,7 +191,11 @@ def test_streaming_memory_does_not_grow_with_input_size() -> None:
             return k
 
     tracemalloc.start()
-    hits = [(n, raw) for n, raw, hit in candidate_lines(Gen(), pats.triggers, pats.window_triggers, chunk_size=1 << 20) if hit]
+    hits = [
+        (n, raw)
+        for n, raw, hit in candidate_lines(Gen(), pats.triggers, pats.window_triggers, chunk_size=1 << 20)
+        if hit
+    ]
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert hits == [(41 * chunk.count(b"\n") + 1, oom.rstrip(b"\n"))]

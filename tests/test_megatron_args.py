@@ -7,8 +7,13 @@ import json
 import pytest
 
 from memtune.cli import InputError
-from memtune.megatron_args import (load_megatron_args, parse_launch_text, parse_layer_pattern,
-                                   parse_pipeline_layout, specs_from_megatron_args)
+from memtune.megatron_args import (
+    load_megatron_args,
+    parse_launch_text,
+    parse_layer_pattern,
+    parse_pipeline_layout,
+    specs_from_megatron_args,
+)
 
 LAUNCH = r"""#!/bin/bash
 #SBATCH --nodes=4
@@ -36,10 +41,12 @@ def test_launch_text_with_continuations():
 def test_launch_text_is_read_like_check_env_reads_it():
     # shell variables expand (check_env's reader), the training command's flags win over a
     # helper python command's, and a bare list of flags (no command) still reads
-    text = ("TP=4\nGPT_ARGS=\"--num-layers 8 --hidden-size 512\"\n"
-            "python tools/preprocess.py --workers 4\n"
-            "torchrun --nproc-per-node 8 pretrain_gpt.py $GPT_ARGS \\\n"
-            "    --num-attention-heads 8 --tensor-model-parallel-size $TP --seq-length ${SEQ:-2048}\n")
+    text = (
+        'TP=4\nGPT_ARGS="--num-layers 8 --hidden-size 512"\n'
+        "python tools/preprocess.py --workers 4\n"
+        "torchrun --nproc-per-node 8 pretrain_gpt.py $GPT_ARGS \\\n"
+        "    --num-attention-heads 8 --tensor-model-parallel-size $TP --seq-length ${SEQ:-2048}\n"
+    )
     flags = parse_launch_text(text)
     assert flags["--tensor-model-parallel-size"] == 4 and flags["--num-layers"] == 8
     assert flags["--seq-length"] == 2048 and flags["--workers"] == 4
@@ -55,11 +62,15 @@ def test_specs_from_launch_text():
 
 def test_mapping_file_and_model_config_yaml(tmp_path):
     p = tmp_path / "model_config.yaml"
-    p.write_text("MODEL_ARGS:\n  --num-layers: 12\n  --hidden-size: 512\n  --num-attention-heads: 8\n"
-                 "  --seq-length: 1024\n  --micro-batch-size: 4\n")
+    p.write_text(
+        "MODEL_ARGS:\n  --num-layers: 12\n  --hidden-size: 512\n  --num-attention-heads: 8\n"
+        "  --seq-length: 1024\n  --micro-batch-size: 4\n"
+    )
     model, run, notes = specs_from_megatron_args(load_megatron_args(p), world_size=8)
     assert model.vocab_size == 50257 and any("GPT-2" in n for n in notes)
-    assert model.add_bias_linear and model.normalization == "LayerNorm" and not model.untie_embeddings_and_output_weights
+    assert (
+        model.add_bias_linear and model.normalization == "LayerNorm" and not model.untie_embeddings_and_output_weights
+    )
     assert run.hidden_dropout == 0.1
     j = tmp_path / "args.json"
     j.write_text(json.dumps({"--num-layers": 2, "--hidden-size": 64, "--num-attention-heads": 4}))
@@ -95,8 +106,17 @@ def test_unparsable_inputs(tmp_path):
         specs_from_megatron_args({"--num-layers": "many", "--hidden-size": 64, "--num-attention-heads": 4})
 
 
-FLAG_NAMES = sorted({k for c in json.loads((__import__("pathlib").Path(__file__).parent / "data" / "estimator"
-                                            / "megatron-lm-calibration.json").read_text()) for k in c["megatron_args"]})
+FLAG_NAMES = sorted(
+    {
+        k
+        for c in json.loads(
+            (
+                __import__("pathlib").Path(__file__).parent / "data" / "estimator" / "megatron-lm-calibration.json"
+            ).read_text()
+        )
+        for k in c["megatron_args"]
+    }
+)
 
 
 def test_random_flag_values_never_crash():
@@ -106,8 +126,13 @@ def test_random_flag_values_never_crash():
 
     from memtune.estimator import estimate
 
-    values = st.one_of(st.none(), st.integers(-3, 300), st.floats(allow_nan=True), st.text(max_size=6),
-                       st.lists(st.integers(0, 2), max_size=3))
+    values = st.one_of(
+        st.none(),
+        st.integers(-3, 300),
+        st.floats(allow_nan=True),
+        st.text(max_size=6),
+        st.lists(st.integers(0, 2), max_size=3),
+    )
 
     @settings(max_examples=300, deadline=None)
     @given(st.lists(st.tuples(st.sampled_from(FLAG_NAMES), values), max_size=10), st.integers(1, 64))
@@ -139,20 +164,33 @@ def test_random_launch_text_never_crashes():
 
 
 # ---------------------------------------------------------------- issue 12: inputs people trip on
-BASE_FLAGS = {"--num-layers": 4, "--hidden-size": 1024, "--num-attention-heads": 16, "--seq-length": 2048,
-              "--micro-batch-size": 1, "--bf16": True}
+BASE_FLAGS = {
+    "--num-layers": 4,
+    "--hidden-size": 1024,
+    "--num-attention-heads": 16,
+    "--seq-length": 2048,
+    "--micro-batch-size": 1,
+    "--bf16": True,
+}
 
 
 def test_vocab_from_a_known_tokenizer_or_a_stated_assumption():
     # Megatron-LM's release tests name the Nemotron-4 SentencePiece model by file, behind ${DATA_PATH}
-    model, _, notes = specs_from_megatron_args({**BASE_FLAGS, "--tokenizer-type": "GPTSentencePieceTokenizer",
-                                                "--tokenizer-model": "${DATA_PATH}/utils/nemotron_2_256k.model"})
+    model, _, notes = specs_from_megatron_args(
+        {
+            **BASE_FLAGS,
+            "--tokenizer-type": "GPTSentencePieceTokenizer",
+            "--tokenizer-model": "${DATA_PATH}/utils/nemotron_2_256k.model",
+        }
+    )
     assert model.vocab_size == 256000 and any("256000" in n and "nemotron_2_256k" in n for n in notes)
-    model, _, notes = specs_from_megatron_args({**BASE_FLAGS, "--tokenizer-type": "Llama2Tokenizer",
-                                                "--tokenizer-model": "/data/tokenizer.model"})
+    model, _, notes = specs_from_megatron_args(
+        {**BASE_FLAGS, "--tokenizer-type": "Llama2Tokenizer", "--tokenizer-model": "/data/tokenizer.model"}
+    )
     assert model.vocab_size == 32000
-    model, _, notes = specs_from_megatron_args({**BASE_FLAGS, "--tokenizer-type": "HuggingFaceTokenizer",
-                                                "--tokenizer-model": "/models/mine"})
+    model, _, notes = specs_from_megatron_args(
+        {**BASE_FLAGS, "--tokenizer-type": "HuggingFaceTokenizer", "--tokenizer-model": "/models/mine"}
+    )
     assert model.vocab_size == 32000 and any("ASSUMED" in n for n in notes)
     model, _, notes = specs_from_megatron_args({**BASE_FLAGS, "--tokenizer-type": "${TOKENIZER_TYPE}"})
     assert any("ASSUMED" in n and "unresolved" in n for n in notes)
@@ -164,14 +202,22 @@ def test_recompute_activations_is_selective_core_attention():
     _, run, notes = specs_from_megatron_args({**BASE_FLAGS, "--recompute-activations": True})
     assert run.recompute_granularity == "selective" and run.recompute_modules == ("core_attn",)
     assert any("--recompute-activations" in n for n in notes)
-    _, run, _ = specs_from_megatron_args({**BASE_FLAGS, "--recompute-activations": True,
-                                          "--recompute-granularity": "full"})
+    _, run, _ = specs_from_megatron_args(
+        {**BASE_FLAGS, "--recompute-activations": True, "--recompute-granularity": "full"}
+    )
     assert run.recompute_granularity == "full"
 
 
 def test_largest_step_of_a_batch_schedule_and_ignored_flags_listed():
-    _, run, notes = specs_from_megatron_args({**BASE_FLAGS, "--step-batch-size-schedule": "0:384 200B:768 400B:1152",
-                                              "--some-new-memory-flag": 3, "--log-interval": 1, "--lr": 1e-4})
+    _, run, notes = specs_from_megatron_args(
+        {
+            **BASE_FLAGS,
+            "--step-batch-size-schedule": "0:384 200B:768 400B:1152",
+            "--some-new-memory-flag": 3,
+            "--log-interval": 1,
+            "--lr": 1e-4,
+        }
+    )
     assert run.gbs == 1152
     ignored = [n for n in notes if n.startswith("ignored flags")]
     assert ignored and "--some-new-memory-flag" in ignored[0]
@@ -183,10 +229,12 @@ def test_hybrid_pattern_gives_layers_kinds_and_the_pipeline_split():
     model, run, _ = specs_from_megatron_args({**flags, "--hybrid-layer-pattern": "M-M*-M-"})
     assert model.num_layers == 7 and model.layer_kinds() == tuple("M-M*-M-") and run.stage_layers is None
     # '|' ends a pipeline segment; segment i runs on stage i mod PP (here 4 segments, PP 2: VPP 2)
-    model, run, _ = specs_from_megatron_args({**flags, "--hybrid-layer-pattern": "M-M*|M-M-|M*|M-",
-                                              "--pipeline-model-parallel-size": 2})
+    model, run, _ = specs_from_megatron_args(
+        {**flags, "--hybrid-layer-pattern": "M-M*|M-M-|M*|M-", "--pipeline-model-parallel-size": 2}
+    )
     assert model.num_layers == 12 and run.stage_layers == (6, 6) and run.vpp == 2
     from memtune.model_spec import hybrid_stage_kinds
+
     assert hybrid_stage_kinds(model.hybrid_layer_pattern, (6, 6)) == ("M-M*M*", "M-M-M-")
     with pytest.raises(InputError, match="not modelled"):
         specs_from_megatron_args({**flags, "--hybrid-layer-pattern": "MGM*"})
@@ -198,10 +246,13 @@ def test_hybrid_pattern_gives_layers_kinds_and_the_pipeline_split():
 
 def test_world_size_from_the_launcher_or_a_loud_warning():
     from memtune.megatron_args import launch_world_size
+
     assert launch_world_size(LAUNCH)[0] == 32  # #SBATCH --nodes=4 x torchrun --nproc-per-node 8
     resolved = "GPUS_PER_NODE=8\nNNODES=${NNODES:-2}\ntorchrun --nproc_per_node $GPUS_PER_NODE --nnodes $NNODES train.py --num-layers 2\n"
     assert launch_world_size(resolved)[0] == 16
-    world, note = launch_world_size("torchrun --nproc_per_node $GPUS_PER_NODE --nnodes $NNODES train.py --num-layers 2\n")
+    world, note = launch_world_size(
+        "torchrun --nproc_per_node $GPUS_PER_NODE --nnodes $NNODES train.py --num-layers 2\n"
+    )
     assert world is None and note.startswith("WARNING") and "$NNODES" in note and "--gpus" in note
 
 
@@ -211,8 +262,12 @@ def test_legacy_models_flag_is_a_warning_not_silence():
 
 
 def test_capacity_padding_flag_is_read():
-    flags = {**BASE_FLAGS, "--num-experts": 8, "--moe-expert-capacity-factor": 1.25,
-             "--moe-pad-expert-input-to-capacity": True}
+    flags = {
+        **BASE_FLAGS,
+        "--num-experts": 8,
+        "--moe-expert-capacity-factor": 1.25,
+        "--moe-pad-expert-input-to-capacity": True,
+    }
     _, run, notes = specs_from_megatron_args(flags)
     assert run.moe_expert_capacity_factor == 1.25 and run.moe_pad_expert_input_to_capacity
     assert not any(n.startswith("ignored flags") and "capacity" in n for n in notes)

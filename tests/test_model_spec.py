@@ -9,7 +9,9 @@ import pytest
 from memtune.hf_config import model_from_hf
 from memtune.model_spec import ModelSpec, count_parameters, model_from_mapping, total_parameters
 
-MODELS = json.loads((__import__("pathlib").Path(__file__).parent / "data" / "estimator" / "model-params.json").read_text())["models"]
+MODELS = json.loads(
+    (__import__("pathlib").Path(__file__).parent / "data" / "estimator" / "model-params.json").read_text()
+)["models"]
 
 
 @pytest.mark.parametrize("entry", MODELS, ids=[m["name"] for m in MODELS])
@@ -60,6 +62,7 @@ def test_model_from_mapping_names_missing_and_unknown_fields():
 
 def test_hybrid_stage_kinds_follow_pipes_or_fall_back_to_contiguous_runs():
     from memtune.model_spec import hybrid_stage_kinds
+
     # '|' segments: segment i on stage i mod PP (Megatron's hybrid layer allocation)
     assert hybrid_stage_kinds("M-M*|M-M-|M*|M-", (6, 6)) == ("M-M*M*", "M-M-M-")
     # a split the pipes do not describe (e.g. the planner trying PP 4): contiguous runs

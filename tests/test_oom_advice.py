@@ -41,7 +41,11 @@ def test_several_processes_on_one_gpu_ask_for_a_device_binding_check() -> None:
 
 
 def test_one_listed_process_without_this_process_may_be_itself() -> None:
-    f, v = judge(new_msg("2.00 GiB", "79.00 GiB", "1.00 MiB", "50.00 GiB", "100.00 MiB", "Process 11 has 60.00 GiB memory in use. "))
+    f, v = judge(
+        new_msg(
+            "2.00 GiB", "79.00 GiB", "1.00 MiB", "50.00 GiB", "100.00 MiB", "Process 11 has 60.00 GiB memory in use. "
+        )
+    )
     (note,) = [n for n in v.notes if n.code == "other-process"]
     assert "namespaced" in note.text
     assert not v.actions[0].startswith("Check device binding")
@@ -84,7 +88,11 @@ def test_cuda_graph_capture_frame_above_the_error() -> None:
 
 
 def test_capture_frame_far_away_does_not_count() -> None:
-    text = '  File ".../torch/cuda/graphs.py", line 84, in capture_end\n' + "x\n" * 100 + "RuntimeError: CUDA error: out of memory\n"
+    text = (
+        '  File ".../torch/cuda/graphs.py", line 84, in capture_end\n'
+        + "x\n" * 100
+        + "RuntimeError: CUDA error: out of memory\n"
+    )
     (f,) = [x for x in scan_lines(numbered(text), load_patterns())]
     assert "cuda-graph-capture" not in f.hints
 

@@ -28,28 +28,72 @@ def kinds(text: str) -> list[tuple[str, dict]]:
     [
         # Megatron-Core transformer_block.py, inlined values (f-string with a backslash continuation:
         # the message holds a run of spaces)
-        ("AssertionError: num_layers=60 should be divisible by config.pipeline_model_parallel_size=8", "pp-divisibility", {"num_layers": 60, "pp": 8}),
-        ("AssertionError: num_layers_per_pipeline_rank 20             should be divisible by vp_size 12", "vpp-divisibility", {"layers_per_rank": 20, "vpp": 12}),
+        (
+            "AssertionError: num_layers=60 should be divisible by config.pipeline_model_parallel_size=8",
+            "pp-divisibility",
+            {"num_layers": 60, "pp": 8},
+        ),
+        (
+            "AssertionError: num_layers_per_pipeline_rank 20             should be divisible by vp_size 12",
+            "vpp-divisibility",
+            {"layers_per_rank": 20, "vpp": 12},
+        ),
         # TransformerConfig uneven-stage checks (adjacent f-string literals without spaces)
-        ("ValueError: number of layers at first stage: 5must be divisible by virtual pipelineparallel degree 2", "vpp-divisibility", {"layers_per_rank": 5, "vpp": 2}),
-        ("ValueError: number of layers at middle stage: 30 must be divisible bythe middle pipeline model parallel size 4", "pp-divisibility", {"num_layers": 30, "pp": 4}),
-        ("ValueError: number of middle layers: 33 must be divisible by middle pipeline_model_parallel_size 4", "pp-divisibility", {"num_layers": 33, "pp": 4}),
-        ("AssertionError: With uneven pipelineing the left over layers must be divisible by left over stages", "pp-divisibility", {}),
+        (
+            "ValueError: number of layers at first stage: 5must be divisible by virtual pipelineparallel degree 2",
+            "vpp-divisibility",
+            {"layers_per_rank": 5, "vpp": 2},
+        ),
+        (
+            "ValueError: number of layers at middle stage: 30 must be divisible bythe middle pipeline model parallel size 4",
+            "pp-divisibility",
+            {"num_layers": 30, "pp": 4},
+        ),
+        (
+            "ValueError: number of middle layers: 33 must be divisible by middle pipeline_model_parallel_size 4",
+            "pp-divisibility",
+            {"num_layers": 33, "pp": 4},
+        ),
+        (
+            "AssertionError: With uneven pipelineing the left over layers must be divisible by left over stages",
+            "pp-divisibility",
+            {},
+        ),
         # older arguments.py
-        ("AssertionError: number of layers of the model must be divisible pipeline model parallel size", "pp-divisibility", {}),
+        (
+            "AssertionError: number of layers of the model must be divisible pipeline model parallel size",
+            "pp-divisibility",
+            {},
+        ),
         # PyTorch 2.9+ allocator-config tokenizer
         ("ValueError: Unrecognized key 'expandable_segment' in CUDA allocator config.", "alloc-conf-invalid", {}),
         # vLLM's sleep-mode allocator, capital E
         ("CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:62", "cuda-runtime-oom", {}),
         # torch_memory_saver, three generations
-        ("[torch_memory_saver.cpp] CUresult error  result=2 file=csrc/torch_memory_saver.cpp func=cu_mem_create line=103 (5)", "cuda-runtime-oom", {}),
-        ("[torch_memory_saver.cpp] cudaError error: 2 (out of memory)  file=csrc/core.cpp func=resume line=172", "cuda-runtime-oom", {}),
+        (
+            "[torch_memory_saver.cpp] CUresult error  result=2 file=csrc/torch_memory_saver.cpp func=cu_mem_create line=103 (5)",
+            "cuda-runtime-oom",
+            {},
+        ),
+        (
+            "[torch_memory_saver.cpp] cudaError error: 2 (out of memory)  file=csrc/core.cpp func=resume line=172",
+            "cuda-runtime-oom",
+            {},
+        ),
         # cuDNN
-        ("cuDNN failure 2: CUDNN_STATUS_ALLOC_FAILED ; GPU=0 ; hostname=x ; expr=finder(calgo, algoPerf)", "cublas-oom", {}),
+        (
+            "cuDNN failure 2: CUDNN_STATUS_ALLOC_FAILED ; GPU=0 ; hostname=x ; expr=finder(calgo, algoPerf)",
+            "cublas-oom",
+            {},
+        ),
         # cudaMallocAsync backend: no numbers
         ("torch.OutOfMemoryError: Allocation on device ", "capacity", {}),
         # a pytest summary line holds the allocator message after the test id
-        ("FAILED tests/test_x.py::test_y - torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 216.00 MiB. GPU 0 has a total capacity of 14.74 GiB of which 182.19 MiB is free. Of the allocated memory 1.00 GiB is allocated by PyTorch, and 300.00 MiB is reserved by PyTorch but unallocated.", "fragmentation", {}),
+        (
+            "FAILED tests/test_x.py::test_y - torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 216.00 MiB. GPU 0 has a total capacity of 14.74 GiB of which 182.19 MiB is free. Of the allocated memory 1.00 GiB is allocated by PyTorch, and 300.00 MiB is reserved by PyTorch but unallocated.",
+            "fragmentation",
+            {},
+        ),
     ],
 )
 def test_wording_families(text: str, kind: str, details: dict) -> None:

@@ -58,8 +58,14 @@ def test_new_format_all_numbers_and_private_pools_do_not_confuse() -> None:
 
 
 def test_boundary_equal_reserve_is_fragmentation_one_byte_less_is_capacity() -> None:
-    assert classify(AllocatorNumbers(requested_bytes=100, total_bytes=1000, reserved_unallocated_bytes=100)).kind == "fragmentation"
-    assert classify(AllocatorNumbers(requested_bytes=100, total_bytes=1000, reserved_unallocated_bytes=99)).kind == "capacity"
+    assert (
+        classify(AllocatorNumbers(requested_bytes=100, total_bytes=1000, reserved_unallocated_bytes=100)).kind
+        == "fragmentation"
+    )
+    assert (
+        classify(AllocatorNumbers(requested_bytes=100, total_bytes=1000, reserved_unallocated_bytes=99)).kind
+        == "capacity"
+    )
 
 
 def test_request_larger_than_gpu_is_impossible_even_with_big_reserve() -> None:
@@ -96,7 +102,10 @@ def test_legacy_cached_is_already_the_idle_part() -> None:
 @pytest.mark.parametrize(
     "cut_after,unknown",
     [
-        ("Tried to allocate 2.0", {"requested_bytes", "total_bytes", "free_bytes", "allocated_bytes", "reserved_unallocated_bytes"}),
+        (
+            "Tried to allocate 2.0",
+            {"requested_bytes", "total_bytes", "free_bytes", "allocated_bytes", "reserved_unallocated_bytes"},
+        ),
         ("of which 1.5", {"free_bytes", "allocated_bytes", "reserved_unallocated_bytes"}),
         ("70.00 GiB is allocated by PyT", {"allocated_bytes", "reserved_unallocated_bytes"}),
         ("and 3.00 Gi", {"reserved_unallocated_bytes"}),
@@ -115,7 +124,9 @@ def test_truncated_message_reports_unknown_not_guessed(cut_after: str, unknown: 
 
 
 def test_truncated_but_request_exceeds_total_is_still_impossible() -> None:
-    n = parse_allocator_message("CUDA out of memory. Tried to allocate 90.00 GiB. GPU 0 has a total capacity of 79.10 GiB of wh")
+    n = parse_allocator_message(
+        "CUDA out of memory. Tried to allocate 90.00 GiB. GPU 0 has a total capacity of 79.10 GiB of wh"
+    )
     assert classify(n).kind == "impossible-request"
 
 

@@ -11,9 +11,20 @@ import pytest
 from memtune.oom_patterns import ALLOCATOR_KINDS, PatternError, load_patterns
 
 DESIGN_KINDS = {
-    "fragmentation", "capacity", "impossible-request", "nccl-oom", "cublas-oom", "cuda-runtime-oom",
-    "cpu-offload-pp", "nccl-ub-expandable", "cudagraph-nccl-register", "vpp-divisibility",
-    "vpp-microbatches", "pp-divisibility", "alloc-conf-invalid", "alloc-conf-deprecated",
+    "fragmentation",
+    "capacity",
+    "impossible-request",
+    "nccl-oom",
+    "cublas-oom",
+    "cuda-runtime-oom",
+    "cpu-offload-pp",
+    "nccl-ub-expandable",
+    "cudagraph-nccl-register",
+    "vpp-divisibility",
+    "vpp-microbatches",
+    "pp-divisibility",
+    "alloc-conf-invalid",
+    "alloc-conf-deprecated",
     "unrecognized-gpu-memory-error",  # issue 11: a GPU memory failure is never an empty report
 }
 PATTERNS = load_patterns()

@@ -73,20 +73,23 @@ def scan(text: str):
 def test_newcomer_case_eight_ranks_rank5_wrapped_over_three_unlabelled_lines() -> None:
     """The reported miss: called capacity (only the first line was read) before the fix."""
     first, second, third = wrap(RANK5, len(RANK5) // 3 + 1)
-    log = "\n".join(
-        [
-            "[rank0]: iteration 99 | lm loss: 2.100",
-            "[rank5]: " + first,
-            "[rank3]: iteration 100 | lm loss: 2.000",
-            "[rank7]: iteration 100 | lm loss: 2.010",
-            second,
-            "[rank1]: iteration 100 | lm loss: 2.020",
-            "[rank6]: iteration 100 | lm loss: 2.030",
-            "[rank2]: iteration 100 | lm loss: 2.040",
-            third,
-            "[rank4]: iteration 100 | lm loss: 2.050",
-        ]
-    ) + "\n"
+    log = (
+        "\n".join(
+            [
+                "[rank0]: iteration 99 | lm loss: 2.100",
+                "[rank5]: " + first,
+                "[rank3]: iteration 100 | lm loss: 2.000",
+                "[rank7]: iteration 100 | lm loss: 2.010",
+                second,
+                "[rank1]: iteration 100 | lm loss: 2.020",
+                "[rank6]: iteration 100 | lm loss: 2.030",
+                "[rank2]: iteration 100 | lm loss: 2.040",
+                third,
+                "[rank4]: iteration 100 | lm loss: 2.050",
+            ]
+        )
+        + "\n"
+    )
     (f,) = scan(log)
     assert (f.kind, f.rank, f.device, f.line, f.line_end) == ("fragmentation", 5, 5, 2, 9)
     assert f.numbers == RANK5_NUMBERS
@@ -100,7 +103,9 @@ WIDTHS = [61, 80, 97, 120, 137, 200]
 @pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("every_line", [False, True], ids=["label-first-line", "label-every-line"])
 @pytest.mark.parametrize("gap", [0, 2], ids=["contiguous", "interleaved"])
-def test_fixed_column_wraps_of_every_launcher_rejoin_to_the_same_numbers(label: str, width: int, every_line: bool, gap: int) -> None:
+def test_fixed_column_wraps_of_every_launcher_rejoin_to_the_same_numbers(
+    label: str, width: int, every_line: bool, gap: int
+) -> None:
     # Some of these cut "CUDA out of memory" itself ("... [rank5]: torch.OutOfMemoryError: CUDA o" /
     # "ut of memory. Tried to allocate ..."): the second literal and the cut head re-join them.
     (f,) = scan(build(label, width, every_line, gap))
@@ -120,14 +125,21 @@ def test_legacy_field_broken_inside_a_word_rejoins_without_a_space() -> None:
         "e; 76.00 GiB reserved in total by PyTorch)\n"
     )
     (f,) = scan(text)
-    assert (f.kind, f.rank, f.numbers["free_bytes"], f.numbers["reserved_unallocated_bytes"]) == ("fragmentation", 5, 0, 6 * GiB)
+    assert (f.kind, f.rank, f.numbers["free_bytes"], f.numbers["reserved_unallocated_bytes"]) == (
+        "fragmentation",
+        5,
+        0,
+        6 * GiB,
+    )
     assert "0 bytes free; 76.00 GiB" in f.evidence
 
 
 def test_other_ranks_complete_oom_between_the_pieces_stays_separate() -> None:
     pieces = wrap("[rank5]: " + RANK5, 120)
-    cap = ("[rank2]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.50 GiB. GPU 2 has a total capacity of 79.11 GiB "
-           "of which 2.10 GiB is free. Of the allocated memory 76.10 GiB is allocated by PyTorch, and 300.00 MiB is reserved by PyTorch but unallocated.")
+    cap = (
+        "[rank2]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.50 GiB. GPU 2 has a total capacity of 79.11 GiB "
+        "of which 2.10 GiB is free. Of the allocated memory 76.10 GiB is allocated by PyTorch, and 300.00 MiB is reserved by PyTorch but unallocated."
+    )
     text = "\n".join([pieces[0], cap, *pieces[1:]]) + "\n"
     found = {f.rank: f for f in scan(text)}
     assert (found[5].kind, found[5].numbers) == ("fragmentation", RANK5_NUMBERS)

@@ -53,7 +53,11 @@ def test_two_ranks_oom_the_first_in_the_log_leads_and_the_tightest_is_named() ->
     ordered = order_findings([later, first], PATTERNS)
     assert [f.rank for f in ordered] == [1, 0]
     s = summarize(ordered)
-    assert (s["worst"]["source"], s["tightest"]["source"], s["tightest"]["free_bytes"]) == ("rank 1", "rank 0", 590 * MiB)
+    assert (s["worst"]["source"], s["tightest"]["source"], s["tightest"]["free_bytes"]) == (
+        "rank 1",
+        "rank 0",
+        590 * MiB,
+    )
 
 
 def test_inputs_keep_the_order_given_and_one_failure_has_no_tightest() -> None:
@@ -66,7 +70,9 @@ def test_inputs_keep_the_order_given_and_one_failure_has_no_tightest() -> None:
 
 
 def test_summary_counts_ranks_and_ignores_the_warning_for_same_kind() -> None:
-    fs = order_findings([alloc("fragmentation", r, 10, 20) for r in range(3)] + [simple("alloc-conf-deprecated")], PATTERNS)
+    fs = order_findings(
+        [alloc("fragmentation", r, 10, 20) for r in range(3)] + [simple("alloc-conf-deprecated")], PATTERNS
+    )
     s = summarize(fs)
     assert (s["ranks_failed"], s["same_kind"], s["warnings"], s["failures"]) == (3, True, 1, 3)
     assert s["worst"]["kind"] == "fragmentation"
@@ -90,7 +96,6 @@ def test_text_shows_unknown_numbers_as_unknown() -> None:
     f.numbers["reserved_unallocated_bytes"] = None
     out = render_text(build_report([f], load_rows(), PATTERNS, ["t.log"]))
     assert "reserved-but-unallocated unknown" in out and "requested 10.00 MiB" in out
-
 
 
 def test_identical_findings_fold_into_one_line_in_text_not_in_json() -> None:

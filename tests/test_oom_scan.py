@@ -102,11 +102,17 @@ def test_config_dump_mentioning_expandable_segments_is_not_a_failure() -> None:
 
 
 def test_details_of_vpp_errors() -> None:
-    (f,) = scan("ValueError: The number of contiguous micro-batches in a virtual pipeline stageshould range in [PP=4 , M=2]\n")
+    (f,) = scan(
+        "ValueError: The number of contiguous micro-batches in a virtual pipeline stageshould range in [PP=4 , M=2]\n"
+    )
     assert (f.kind, f.details) == ("vpp-microbatches", {"pp": 4, "microbatches": 2})
-    (g,) = scan("RuntimeError: number of microbatches (6) is not divisible by pipeline-model-parallel-size (4) when using interleaved schedule\n")
+    (g,) = scan(
+        "RuntimeError: number of microbatches (6) is not divisible by pipeline-model-parallel-size (4) when using interleaved schedule\n"
+    )
     assert (g.kind, g.details) == ("vpp-microbatches", {"microbatches": 6, "pp": 4})
-    (h,) = scan("ValueError: number of layers on each middle pipeline rank:8 must be divisible by virtualpipeline parallel degree 3\n")
+    (h,) = scan(
+        "ValueError: number of layers on each middle pipeline rank:8 must be divisible by virtualpipeline parallel degree 3\n"
+    )
     assert (h.kind, h.details) == ("vpp-divisibility", {"layers_per_rank": 8, "vpp": 3})
 
 

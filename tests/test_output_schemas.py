@@ -33,8 +33,9 @@ def validator(name: str):
 
 
 def helper_json(script: str, *args: str, codes=(0,)) -> dict:
-    out = subprocess.run([sys.executable, str(SCRIPTS / script), *args], capture_output=True, text=True,
-                         timeout=300, cwd=REPO_ROOT)
+    out = subprocess.run(
+        [sys.executable, str(SCRIPTS / script), *args], capture_output=True, text=True, timeout=300, cwd=REPO_ROOT
+    )
     assert out.returncode in codes, out.stderr
     return json.loads(out.stdout)
 
@@ -56,8 +57,16 @@ def test_schema_is_draft_2020_12_and_every_field_is_described(name):
 
 def test_every_helper_with_json_output_has_a_schema():
     names = {n for n, _ in ref.load_schemas()}
-    assert {"plan_memory", "estimate_memory", "check_env", "regather_config", "sign_skill", "lint_skill",
-            "run_benchmark", "list_presets"} <= names
+    assert {
+        "plan_memory",
+        "estimate_memory",
+        "check_env",
+        "regather_config",
+        "sign_skill",
+        "lint_skill",
+        "run_benchmark",
+        "list_presets",
+    } <= names
 
 
 def test_units_are_stated_for_bytes_and_fractions():
@@ -77,25 +86,88 @@ def test_units_are_stated_for_bytes_and_fractions():
 
 
 # ------------------------------------------------------------- real outputs
-@pytest.mark.parametrize("args", [
-    ("--example",),
-    ("--example", "--sweep", "--top", "5"),
-    ("--example", "--expandable-segments", "on"),
-    ("--preset", "llama3-70b", "--gpus", "8", "--tp", "8", "--mbs", "1", "--gbs", "8", "--seq-length", "4096",
-     "--gpu-memory", "16GiB"),  # nothing fits
-    ("--hf-config", LLAMA2_13B, "--gpus", "16", "--tp", "2", "--pp", "2", "--mbs", "2", "--gbs", "256",
-     "--seq-length", "4096", "--gpu-memory", "40960MiB", "--no-dist-opt", "--no-sequence-parallel", "--sweep"),
-], ids=["example", "sweep", "expandable-on", "nothing-fits", "13b-sweep"])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--example",),
+        ("--example", "--sweep", "--top", "5"),
+        ("--example", "--expandable-segments", "on"),
+        (
+            "--preset",
+            "llama3-70b",
+            "--gpus",
+            "8",
+            "--tp",
+            "8",
+            "--mbs",
+            "1",
+            "--gbs",
+            "8",
+            "--seq-length",
+            "4096",
+            "--gpu-memory",
+            "16GiB",
+        ),  # nothing fits
+        (
+            "--hf-config",
+            LLAMA2_13B,
+            "--gpus",
+            "16",
+            "--tp",
+            "2",
+            "--pp",
+            "2",
+            "--mbs",
+            "2",
+            "--gbs",
+            "256",
+            "--seq-length",
+            "4096",
+            "--gpu-memory",
+            "40960MiB",
+            "--no-dist-opt",
+            "--no-sequence-parallel",
+            "--sweep",
+        ),
+    ],
+    ids=["example", "sweep", "expandable-on", "nothing-fits", "13b-sweep"],
+)
 def test_plan_memory_output_validates(args):
     assert_valid("plan_memory", helper_json("plan_memory.py", *args, "--json"))
 
 
-@pytest.mark.parametrize("args", [
-    ("--example",),
-    ("--preset", "deepseek-v3", "--gpus", "1024", "--tp", "2", "--pp", "16", "--last-stage-layers", "1", "--ep", "64",
-     "--etp", "1", "--mbs", "1", "--gbs", "4096", "--sequence-parallel", "--dist-opt", "--gpu-memory", "80GiB"),
-    ("--preset", "qwen3-8b", "--gpus", "2", "--tp", "2", "--sequence-parallel", "--peft", "lora", "--regather"),
-], ids=["example", "deepseek-v3", "no-gpu-memory"])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--example",),
+        (
+            "--preset",
+            "deepseek-v3",
+            "--gpus",
+            "1024",
+            "--tp",
+            "2",
+            "--pp",
+            "16",
+            "--last-stage-layers",
+            "1",
+            "--ep",
+            "64",
+            "--etp",
+            "1",
+            "--mbs",
+            "1",
+            "--gbs",
+            "4096",
+            "--sequence-parallel",
+            "--dist-opt",
+            "--gpu-memory",
+            "80GiB",
+        ),
+        ("--preset", "qwen3-8b", "--gpus", "2", "--tp", "2", "--sequence-parallel", "--peft", "lora", "--regather"),
+    ],
+    ids=["example", "deepseek-v3", "no-gpu-memory"],
+)
 def test_estimate_memory_output_validates(args):
     assert_valid("estimate_memory", helper_json("estimate_memory.py", *args, "--json"))
 
@@ -119,12 +191,16 @@ def test_check_env_output_validates(args):
     assert_valid("check_env", helper_json("check_env.py", *args, "--json", codes=(0, 1)))
 
 
-@pytest.mark.parametrize("args", [
-    ("--preset", "qwen3-8b", "--tp", "2", "--seq-length", "8192"),
-    ("--config", str(CHECK_ENV_DATA / "mt010_lora_no_regather.yaml")),
-    ("--config", str(CHECK_ENV_DATA / "mt010_regather_noop.yaml")),
-    ("--config", str(CHECK_ENV_DATA / "clean_bridge_lora.yaml"), "--form", "python"),
-], ids=["preset", "no-regather", "noop", "python-form"])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--preset", "qwen3-8b", "--tp", "2", "--seq-length", "8192"),
+        ("--config", str(CHECK_ENV_DATA / "mt010_lora_no_regather.yaml")),
+        ("--config", str(CHECK_ENV_DATA / "mt010_regather_noop.yaml")),
+        ("--config", str(CHECK_ENV_DATA / "clean_bridge_lora.yaml"), "--form", "python"),
+    ],
+    ids=["preset", "no-regather", "noop", "python-form"],
+)
 def test_regather_config_output_validates(args):
     assert_valid("regather_config", helper_json("regather_config.py", *args, "--json", codes=(0, 1)))
 
@@ -141,8 +217,9 @@ def test_sign_skill_verify_output_validates():
 
 def test_sign_skill_verify_failures_validate():
     # the two refusals issue 16 added: a trust anchor other than the expected one, and bytecode
-    mismatch = helper_json("sign_skill.py", "verify", str(REPO_ROOT), "--json", "--expect-fingerprint", "AA:" * 31 + "AA",
-                           codes=(1,))
+    mismatch = helper_json(
+        "sign_skill.py", "verify", str(REPO_ROOT), "--json", "--expect-fingerprint", "AA:" * 31 + "AA", codes=(1,)
+    )
     assert mismatch["failure"]["kind"] == "anchor-mismatch" and mismatch["trust_anchor"]["matches_expected"] is False
     assert_valid("sign_skill", mismatch)
 
@@ -153,8 +230,23 @@ def test_run_benchmark_validate_output_validates():
 
 def test_run_benchmark_run_output_validates(tmp_path):
     fake = f"command:{sys.executable} {REPO_ROOT / 'tests' / 'bench_fake_agent.py'}"
-    doc = helper_json("run_benchmark.py", "run", "--agent", fake, "--attempts", "1", "--workers", "1",
-                      "--cases", "frag-first-fix", "--run-id", "schema", "--results-dir", str(tmp_path), "--json")
+    doc = helper_json(
+        "run_benchmark.py",
+        "run",
+        "--agent",
+        fake,
+        "--attempts",
+        "1",
+        "--workers",
+        "1",
+        "--cases",
+        "frag-first-fix",
+        "--run-id",
+        "schema",
+        "--results-dir",
+        str(tmp_path),
+        "--json",
+    )
     assert_valid("run_benchmark", doc)
 
 
@@ -176,8 +268,9 @@ def test_an_undocumented_field_or_a_percent_fails_validation():
 # ------------------------------------------------------------- the reference page
 def test_reference_page_is_generated_from_the_schemas():
     page = (REPO_ROOT / "references" / "json-output.md").read_text(encoding="utf-8")
-    assert page == ref.render(ref.load_schemas()), \
+    assert page == ref.render(ref.load_schemas()), (
         "references/json-output.md is stale: run python3 scripts/memtune/json_reference.py"
+    )
 
 
 def test_reference_page_names_every_field_of_every_schema():
@@ -197,10 +290,17 @@ def test_generator_check_mode_reports_drift(tmp_path, monkeypatch):
 
 
 def test_a_new_schema_in_the_folder_is_picked_up(tmp_path):
-    (tmp_path / "diagnose.schema.json").write_text(json.dumps({
-        "$schema": "https://json-schema.org/draft/2020-12/schema", "title": "diagnose.py --json",
-        "description": "d", "type": "object",
-        "properties": {"verdict": {"type": "string", "description": "fragmentation or capacity"}},
-        "required": ["verdict"]}))
+    (tmp_path / "diagnose.schema.json").write_text(
+        json.dumps(
+            {
+                "$schema": "https://json-schema.org/draft/2020-12/schema",
+                "title": "diagnose.py --json",
+                "description": "d",
+                "type": "object",
+                "properties": {"verdict": {"type": "string", "description": "fragmentation or capacity"}},
+                "required": ["verdict"],
+            }
+        )
+    )
     text = ref.render(ref.load_schemas(tmp_path))
     assert "## `diagnose.py --json`" in text and "| `verdict` | string | fragmentation or capacity |" in text

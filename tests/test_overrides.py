@@ -7,17 +7,23 @@ import pytest
 from memtune.cli import InputError
 from memtune.overrides import apply_overrides, is_override, parse_override
 
-BASE = {"model": {"tensor_model_parallel_size": 4, "recompute_modules": ["core_attn"]}, "train": {"micro_batch_size": 1}}
+BASE = {
+    "model": {"tensor_model_parallel_size": 4, "recompute_modules": ["core_attn"]},
+    "train": {"micro_batch_size": 1},
+}
 
 
 def test_set_add_force_delete():
-    out = apply_overrides(BASE, [
-        "model.tensor_model_parallel_size=8",
-        "+model.context_parallel_size=2",
-        "++train.micro_batch_size=2",
-        "~model.recompute_modules",
-        "model.recompute_modules=[core_attn,mlp]",
-    ])
+    out = apply_overrides(
+        BASE,
+        [
+            "model.tensor_model_parallel_size=8",
+            "+model.context_parallel_size=2",
+            "++train.micro_batch_size=2",
+            "~model.recompute_modules",
+            "model.recompute_modules=[core_attn,mlp]",
+        ],
+    )
     assert out["model"]["tensor_model_parallel_size"] == 8
     assert out["model"]["context_parallel_size"] == 2
     assert out["train"]["micro_batch_size"] == 2
@@ -33,8 +39,9 @@ def test_values_are_yaml_scalars():
     assert parse_override("a=bf16_mixed").value == "bf16_mixed"
 
 
-@pytest.mark.parametrize("bad", ["=4", "model..tp=1", "model.tp", "+model.tensor_model_parallel_size=2",
-                                 "~model.nothing"])
+@pytest.mark.parametrize(
+    "bad", ["=4", "model..tp=1", "model.tp", "+model.tensor_model_parallel_size=2", "~model.nothing"]
+)
 def test_bad_overrides_raise_one_line(bad):
     with pytest.raises(InputError) as info:
         apply_overrides(BASE, [bad])

@@ -15,29 +15,127 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memtune import alloc_conf as ac
-from memtune import cli
+from memtune import cli, run_view
 from memtune import launch_script as ls
-from memtune import run_view
 from memtune.commands import check_env, regather_config
 
 SHELL_PIECES = [
-    "export ", "PYTORCH_CUDA_ALLOC_CONF=", "PYTORCH_ALLOC_CONF=", "expandable_segments:True", "NCCL_GRAPH_REGISTER=0",
-    "\\\n", "'", '"', "$(", ")", "${", "}", "$X", "${A[@]}", "A=(", "<<EOF\n", "EOF\n", "<<-'X'\n", "\n", ";", "|", "&&", "&",
-    "#", "#SBATCH --nodes=2\n", "`", "(", " ", "\t", "srun ", "torchrun --nproc_per_node 8 ", "python -m torch.distributed.run ",
-    "python ", "bash -c ", "train.py ", "-m mod ", "--use-nccl-ub ", "--cuda-graph-impl local ", "--num-layers 33 ",
-    "--pipeline-model-parallel-size 4 ", "-tp 2 ", "-vp ", "+peft=lora ", "++a.b=[1,2] ", "~model.x ", "model.cpu_offloading=true ",
-    "2>&1 ", "> log ", "unset X\n", "set -a\n", "declare -x B=1\n", "env C=1 ", "$'\\n'", "é", "\x00",
-    "if ", "[[ ", " ]]", "[ ", " ]", " == ", " = ", "-z ", "elif ", "else\n", "fi\n", "then\n", "$((", "))", "X=$((1/0))\n",
-    "A+=(", "B+=x ", "${1:-d}", "${A[*]}", "!",
+    "export ",
+    "PYTORCH_CUDA_ALLOC_CONF=",
+    "PYTORCH_ALLOC_CONF=",
+    "expandable_segments:True",
+    "NCCL_GRAPH_REGISTER=0",
+    "\\\n",
+    "'",
+    '"',
+    "$(",
+    ")",
+    "${",
+    "}",
+    "$X",
+    "${A[@]}",
+    "A=(",
+    "<<EOF\n",
+    "EOF\n",
+    "<<-'X'\n",
+    "\n",
+    ";",
+    "|",
+    "&&",
+    "&",
+    "#",
+    "#SBATCH --nodes=2\n",
+    "`",
+    "(",
+    " ",
+    "\t",
+    "srun ",
+    "torchrun --nproc_per_node 8 ",
+    "python -m torch.distributed.run ",
+    "python ",
+    "bash -c ",
+    "train.py ",
+    "-m mod ",
+    "--use-nccl-ub ",
+    "--cuda-graph-impl local ",
+    "--num-layers 33 ",
+    "--pipeline-model-parallel-size 4 ",
+    "-tp 2 ",
+    "-vp ",
+    "+peft=lora ",
+    "++a.b=[1,2] ",
+    "~model.x ",
+    "model.cpu_offloading=true ",
+    "2>&1 ",
+    "> log ",
+    "unset X\n",
+    "set -a\n",
+    "declare -x B=1\n",
+    "env C=1 ",
+    "$'\\n'",
+    "é",
+    "\x00",
+    "if ",
+    "[[ ",
+    " ]]",
+    "[ ",
+    " ]",
+    " == ",
+    " = ",
+    "-z ",
+    "elif ",
+    "else\n",
+    "fi\n",
+    "then\n",
+    "$((",
+    "))",
+    "X=$((1/0))\n",
+    "A+=(",
+    "B+=x ",
+    "${1:-d}",
+    "${A[*]}",
+    "!",
 ]
-ALLOC_PIECES = ["expandable_segments", "max_split_size_mb", "roundup_power2_divisions", "garbage_collection_threshold",
-                "backend", "pinned_num_register_threads", ":", ",", "[", "]", ">", "True", "False", "true", "0", "1", "20",
-                "64", "0.5", "-3", " ", "\t", "=", "cudaMallocAsync", "99999999999999999999999", "nan", "é"]
-VERSIONS = st.sampled_from([(1, 10), (1, 13), (2, 0), (2, 1), (2, 2), (2, 6), (2, 8), (2, 9), (2, 9, 1), (2, 10), (2, 11), (3, 0)])
+ALLOC_PIECES = [
+    "expandable_segments",
+    "max_split_size_mb",
+    "roundup_power2_divisions",
+    "garbage_collection_threshold",
+    "backend",
+    "pinned_num_register_threads",
+    ":",
+    ",",
+    "[",
+    "]",
+    ">",
+    "True",
+    "False",
+    "true",
+    "0",
+    "1",
+    "20",
+    "64",
+    "0.5",
+    "-3",
+    " ",
+    "\t",
+    "=",
+    "cudaMallocAsync",
+    "99999999999999999999999",
+    "nan",
+    "é",
+]
+VERSIONS = st.sampled_from(
+    [(1, 10), (1, 13), (2, 0), (2, 1), (2, 2), (2, 6), (2, 8), (2, 9), (2, 9, 1), (2, 10), (2, 11), (3, 0)]
+)
 
 shell_text = st.one_of(st.text(max_size=300), st.lists(st.sampled_from(SHELL_PIECES), max_size=40).map("".join))
 alloc_text = st.one_of(st.text(max_size=80), st.lists(st.sampled_from(ALLOC_PIECES), max_size=25).map("".join))
-fast = settings(max_examples=int(os.environ.get("MEMTUNE_FUZZ_EXAMPLES", "150")), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+fast = settings(
+    max_examples=int(os.environ.get("MEMTUNE_FUZZ_EXAMPLES", "150")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 
 
 @fast
@@ -102,10 +200,39 @@ def test_check_env_on_random_scripts(capsys, text: str, version) -> None:
 
 
 @fast
-@given(st.one_of(st.text(max_size=200),
-                 st.lists(st.sampled_from(["model:\n", "  ", "peft:", " dim: 8\n", "- a\n", "[", "]", "{", "}", ": ", "'", "\"",
-                                           "num_layers: 33\n", "  pipeline_model_parallel_size: x\n", "&a ", "*a ", "!!python/object ",
-                                           "\t", "---\n", "null\n", "cpu_offloading: yes\n"]), max_size=30).map("".join)))
+@given(
+    st.one_of(
+        st.text(max_size=200),
+        st.lists(
+            st.sampled_from(
+                [
+                    "model:\n",
+                    "  ",
+                    "peft:",
+                    " dim: 8\n",
+                    "- a\n",
+                    "[",
+                    "]",
+                    "{",
+                    "}",
+                    ": ",
+                    "'",
+                    '"',
+                    "num_layers: 33\n",
+                    "  pipeline_model_parallel_size: x\n",
+                    "&a ",
+                    "*a ",
+                    "!!python/object ",
+                    "\t",
+                    "---\n",
+                    "null\n",
+                    "cpu_offloading: yes\n",
+                ]
+            ),
+            max_size=30,
+        ).map("".join),
+    )
+)
 def test_check_env_on_random_yaml(capsys, text: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = _write(tmp, "cfg.yaml", text.replace("\x00", ""))
@@ -148,10 +275,36 @@ def test_regather_config_on_random_scripts(capsys, text: str, extra: list[str]) 
 
 
 @fast
-@given(st.one_of(st.text(max_size=200), st.lists(st.sampled_from(
-    ["cfg.peft = ", "LoRA(", "DoRA(", ")", "dim=", "8", "alpha=x", ",", "\n", "cfg.model.tensor_model_parallel_size = 2\n",
-     "target_modules=['linear_qkv']", "(", "[", "\x00", "def f(:", "    ", "**kw", "sequence_parallel_input_regather=True"]),
-    max_size=30).map("".join)))
+@given(
+    st.one_of(
+        st.text(max_size=200),
+        st.lists(
+            st.sampled_from(
+                [
+                    "cfg.peft = ",
+                    "LoRA(",
+                    "DoRA(",
+                    ")",
+                    "dim=",
+                    "8",
+                    "alpha=x",
+                    ",",
+                    "\n",
+                    "cfg.model.tensor_model_parallel_size = 2\n",
+                    "target_modules=['linear_qkv']",
+                    "(",
+                    "[",
+                    "\x00",
+                    "def f(:",
+                    "    ",
+                    "**kw",
+                    "sequence_parallel_input_regather=True",
+                ]
+            ),
+            max_size=30,
+        ).map("".join),
+    )
+)
 def test_regather_config_on_random_recipes(capsys, text: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "recipe.py")

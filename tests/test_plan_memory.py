@@ -14,8 +14,12 @@ from memtune.commands import plan_memory as cmd
 def run(*args: str) -> subprocess.CompletedProcess:
     from conftest import REPO_ROOT
 
-    return subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "plan_memory.py"), *args],
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, str(REPO_ROOT / "scripts" / "plan_memory.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -45,12 +49,17 @@ def test_example_json_has_the_table_content(example_json):
     tp8 = names.index("TP 4->8")
     assert names.index("PP 4->8, VPP 5") < tp8
     # TP is the last priced change; only rows without a price (assumption / unknown) follow
-    assert all(r["evidence_kind"] in ("assumption", "unknown") for r in rows[tp8 + 1:])
-    assert all(r["evidence_kind"] not in ("assumption", "unknown") for r in rows[:tp8 + 1])
+    assert all(r["evidence_kind"] in ("assumption", "unknown") for r in rows[tp8 + 1 :])
+    assert all(r["evidence_kind"] not in ("assumption", "unknown") for r in rows[: tp8 + 1])
     for r in rows:
         assert {"change", "peak_bytes", "headroom_bytes", "throughput_change", "evidence", "exact_change"} <= set(r)
-        assert r["evidence"] and r["evidence_kind"] in {"measured", "calibrated", "first-principles", "assumption",
-                                                        "unknown"}
+        assert r["evidence"] and r["evidence_kind"] in {
+            "measured",
+            "calibrated",
+            "first-principles",
+            "assumption",
+            "unknown",
+        }
         # an unknown cost has no number in the JSON (never a misleading 0.0)
         assert (r["throughput_change"] is None) == (r["evidence_kind"] == "unknown")
     assert doc["recommendation"]["exact_change"]["env"][0].startswith("export PYTORCH_CUDA_ALLOC_CONF=")
@@ -81,14 +90,17 @@ def test_nothing_fits_exits_zero_with_closest_candidates():
     assert "Nothing fits" in text.stdout
 
 
-@pytest.mark.parametrize("args, needle", [
-    (("--example", "--top", "0"), "--top"),
-    (("--example", "--headroom", "150%"), "--headroom"),
-    (("--example", "--gpu-memory", "lots"), "lots"),
-    (("--example", "--headroom", "much"), "--headroom"),
-    (("--example", "--headroom", "200GiB"), "--headroom"),
-    (("--example", "--expandable-segments", "maybe"), "expandable"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (("--example", "--top", "0"), "--top"),
+        (("--example", "--headroom", "150%"), "--headroom"),
+        (("--example", "--gpu-memory", "lots"), "lots"),
+        (("--example", "--headroom", "much"), "--headroom"),
+        (("--example", "--headroom", "200GiB"), "--headroom"),
+        (("--example", "--expandable-segments", "maybe"), "expandable"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(args, needle):
     out = run(*args)
     assert out.returncode == 2
@@ -105,8 +117,24 @@ def test_headroom_as_share_or_size():
 
 def test_run_inputs_are_the_estimators(tmp_path):
     """The same flags as estimate_memory.py build the run (preset + plain flags)."""
-    out = run("--preset", "llama3-8b", "--gpus", "8", "--tp", "2", "--mbs", "1", "--gbs", "64", "--seq-length", "8192",
-              "--sequence-parallel", "--gpu-memory", "80GiB", "--json")
+    out = run(
+        "--preset",
+        "llama3-8b",
+        "--gpus",
+        "8",
+        "--tp",
+        "2",
+        "--mbs",
+        "1",
+        "--gbs",
+        "64",
+        "--seq-length",
+        "8192",
+        "--sequence-parallel",
+        "--gpu-memory",
+        "80GiB",
+        "--json",
+    )
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert doc["model"] == "llama3-8b" and doc["current"]["layout"] == "TP2 PP1 DP4"
@@ -115,22 +143,43 @@ def test_run_inputs_are_the_estimators(tmp_path):
 def test_default_gpu_memory_is_the_h100s_reported_size_not_80_gib():
     """Without --gpu/--gpu-memory the plan assumes what an H100 80GB reports (81559 MiB from
     gpus.yaml), says so in its notes and in --help; an explicit size still wins."""
-    base = ("--preset", "llama3-8b", "--gpus", "8", "--tp", "2", "--mbs", "1", "--gbs", "64", "--seq-length", "8192",
-            "--sequence-parallel", "--json")
+    base = (
+        "--preset",
+        "llama3-8b",
+        "--gpus",
+        "8",
+        "--tp",
+        "2",
+        "--mbs",
+        "1",
+        "--gbs",
+        "64",
+        "--seq-length",
+        "8192",
+        "--sequence-parallel",
+        "--json",
+    )
     doc = json.loads(run(*base).stdout)
     assert doc["gpu_memory_bytes"] == 81559 * 2**20
-    assert "GPU memory not given: assumed H100-80GB: 81559MiB = 79.6 GiB; pass --gpu NAME or --gpu-memory" in doc["notes"]
+    assert (
+        "GPU memory not given: assumed H100-80GB: 81559MiB = 79.6 GiB; pass --gpu NAME or --gpu-memory" in doc["notes"]
+    )
     explicit = json.loads(run(*base, "--gpu-memory", "80GiB").stdout)
     assert explicit["gpu_memory_bytes"] == 80 * 2**30
     assert not any("not given" in n for n in explicit["notes"])
-    assert "default when no size is given: the usable memory of --gpu H100-80GB" in " ".join(run("--help").stdout.split())
+    assert "default when no size is given: the usable memory of --gpu H100-80GB" in " ".join(
+        run("--help").stdout.split()
+    )
 
 
-@pytest.mark.parametrize("args, needle", [
-    (("--preset", "no-such-model"), "no-such-model"),
-    (("--preset", "llama3-70b", "--gpus", "30", "--tp", "4"), "not divisible"),
-    (("--preset", "llama3-70b", "--gpus", "32", "--tp", "0"), "--tp"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (("--preset", "no-such-model"), "no-such-model"),
+        (("--preset", "llama3-70b", "--gpus", "30", "--tp", "4"), "not divisible"),
+        (("--preset", "llama3-70b", "--gpus", "32", "--tp", "0"), "--tp"),
+    ],
+)
 def test_estimator_input_errors_carry_over(args, needle):
     out = run(*args)
     assert out.returncode == 2
@@ -139,8 +188,26 @@ def test_estimator_input_errors_carry_over(args, needle):
 
 
 def test_capacity_shortfall_still_reminds_to_set_expandable_segments():
-    out = run("--preset", "llama3-70b", "--gpus", "32", "--tp", "4", "--pp", "4", "--mbs", "1", "--gbs", "32",
-              "--seq-length", "8192", "--sequence-parallel", "--gpu-memory", "80GiB", "--json")
+    out = run(
+        "--preset",
+        "llama3-70b",
+        "--gpus",
+        "32",
+        "--tp",
+        "4",
+        "--pp",
+        "4",
+        "--mbs",
+        "1",
+        "--gbs",
+        "32",
+        "--seq-length",
+        "8192",
+        "--sequence-parallel",
+        "--gpu-memory",
+        "80GiB",
+        "--json",
+    )
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert doc["current"]["fits"] is False
@@ -156,8 +223,12 @@ def test_sweep_mode_ranks_combinations_with_evidence():
     assert len(rows) == 5 and doc["ranked_total"] > 5
     assert all(r["evidence"] and r["peak_bytes"] <= doc["limit_bytes"] for r in rows)
     # the sweep ranks by speed, a gain that rests on an assumption or unknown counting as 0%
-    changes = [min(0.0, r["throughput_change_modelled"]) if r["evidence_kind"] in ("assumption", "unknown")
-               else r["throughput_change_modelled"] for r in rows]
+    changes = [
+        min(0.0, r["throughput_change_modelled"])
+        if r["evidence_kind"] in ("assumption", "unknown")
+        else r["throughput_change_modelled"]
+        for r in rows
+    ]
     assert all(a >= b - 1e-3 for a, b in zip(changes, changes[1:]))
     # rows whose cost has an unmodelled part say so instead of showing a number
     assert all((r["throughput_change"] is None) == (r["evidence_kind"] == "unknown") for r in rows)
@@ -179,7 +250,8 @@ def test_megatron_launch_flags_are_accepted(tmp_path):
         "  --num-query-groups 8 --ffn-hidden-size 14336 --swiglu --seq-length 8192 \\\n"
         "  --max-position-embeddings 8192 --tensor-model-parallel-size 2 --sequence-parallel \\\n"
         "  --micro-batch-size 2 --global-batch-size 128 --vocab-size 128256 --bf16 \\\n"
-        "  --use-distributed-optimizer\n")
+        "  --use-distributed-optimizer\n"
+    )
     out = run("--megatron-args", str(script), "--gpus", "8", "--gpu-memory", "40GiB", "--json")
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)

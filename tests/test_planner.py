@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from test_throughput_cost import llama8b, seed, table  # noqa: F401  (shared fixtures)
-
 from memtune import model_spec as ms
 from memtune import planner as pl
 from memtune import throughput_cost as tc
 from memtune.run_spec import RunSpec
+from test_throughput_cost import llama8b, seed, table  # noqa: F401  (shared fixtures)
 
 GIB = pl.GIB
 
@@ -47,8 +46,8 @@ def test_seed_pp8_ranks_above_tp8_and_tp8_is_last(seed_plan):
     pp8, tp8 = names.index("PP 4->8, VPP 5"), names.index("TP 4->8")
     assert pp8 < tp8
     # TP is the last priced row; only changes without a price (assumed or unknown) follow it
-    assert all(not pl.priced(e.cost) for e in seed_plan.ranked[tp8 + 1:])
-    assert all(pl.priced(e.cost) for e in seed_plan.ranked[:tp8 + 1])
+    assert all(not pl.priced(e.cost) for e in seed_plan.ranked[tp8 + 1 :])
+    assert all(pl.priced(e.cost) for e in seed_plan.ranked[: tp8 + 1])
     assert seed_plan.ranked[pp8].cost.change == pytest.approx(-0.059)
     assert seed_plan.ranked[tp8].cost.change == pytest.approx(-0.284)
 
@@ -64,8 +63,11 @@ def test_seed_cpu_offloading_is_rejected_for_pp(seed_plan):
     assert offload, "CPU offloading must be listed as rejected, not silently dropped"
     for e in offload:
         # Megatron-Core's exact error text, so a user searching for it finds the rejection.
-        assert any("Currently there is no support for Pipeline parallelism with CPU offloading" in r
-                   and "pipeline_model_parallel_size > 1" in r for r in e.rejected)
+        assert any(
+            "Currently there is no support for Pipeline parallelism with CPU offloading" in r
+            and "pipeline_model_parallel_size > 1" in r
+            for r in e.rejected
+        )
     assert not [e for e in seed_plan.ranked if e.candidate.category == "offload"]
 
 
@@ -92,8 +94,13 @@ def test_every_ranked_row_fits_and_lowers_memory(seed_plan):
 def test_a_predicted_speed_up_does_not_outrank_the_free_measured_fix(seed_plan):
     first = seed_plan.ranked[0]
     assert first.candidate.expandable
-    faster = pl.Evaluated(first.candidate, peak_bytes=first.peak_bytes - GIB, fits=True, reduces_memory=True,
-                          cost=tc.Cost(change=0.05, kind="calibrated", evidence=("model",)))
+    faster = pl.Evaluated(
+        first.candidate,
+        peak_bytes=first.peak_bytes - GIB,
+        fits=True,
+        reduces_memory=True,
+        cost=tc.Cost(change=0.05, kind="calibrated", evidence=("model",)),
+    )
     s = seed_plan.settings
     assert pl.rank_key(first, s, cap_gain=True) < pl.rank_key(faster, s, cap_gain=True)
     assert pl.rank_key(faster, s) < pl.rank_key(first, s)  # the sweep ranks true speed
@@ -131,40 +138,78 @@ def test_exact_change_spells_out_bridge_and_megatron_settings(seed, seed_plan):
 
 # ------------------------------------------------------------- legality on other runs
 def test_vpp_divisibility_is_a_rejection_reason(table):
-    run = RunSpec(world_size=16, tp=2, pp=2, vpp=8, mbs=1, gbs=64, seq_length=4096, sequence_parallel=True,
-                  use_distributed_optimizer=True)
+    run = RunSpec(
+        world_size=16,
+        tp=2,
+        pp=2,
+        vpp=8,
+        mbs=1,
+        gbs=64,
+        seq_length=4096,
+        sequence_parallel=True,
+        use_distributed_optimizer=True,
+    )
     plan = pl.plan(llama8b(), run, settings(), table, sweep_if_needed=False)
     reasons = rejected(plan)["PP 2->8, VPP 8"]
     assert any("not divisible by virtual_pipeline_model_parallel_size 8" in x for x in reasons)
 
 
 def test_cpu_offloading_is_legal_at_pp1_and_turns_recompute_off(table):
-    run = RunSpec(world_size=8, tp=8, pp=1, mbs=1, gbs=8, seq_length=8192, sequence_parallel=True,
-                  use_distributed_optimizer=True)
+    run = RunSpec(
+        world_size=8, tp=8, pp=1, mbs=1, gbs=8, seq_length=8192, sequence_parallel=True, use_distributed_optimizer=True
+    )
     plan = pl.plan(llama8b(), run, settings(), table, sweep_if_needed=False)
     assert "CPU offloading 8 layer(s)" not in rejected(plan)
     offload = [e for e in plan.ranked + plan.not_fitting if e.candidate.category == "offload"]
     assert offload and all(e.cost.change < 0 for e in offload)
-    with_recompute = pl.plan(llama8b(), run.with_(recompute_granularity="selective"), settings(), table,
-                             sweep_if_needed=False)
+    with_recompute = pl.plan(
+        llama8b(), run.with_(recompute_granularity="selective"), settings(), table, sweep_if_needed=False
+    )
     row = next(e for e in with_recompute.ranked + with_recompute.not_fitting if e.candidate.category == "offload")
     assert row.candidate.run.recompute_granularity is None and "recompute off" in row.candidate.title
 
 
 def test_offloading_with_recompute_or_cuda_graphs_names_megatrons_reason():
-    run = RunSpec(world_size=8, tp=8, pp=1, mbs=1, gbs=8, seq_length=8192, cpu_offloading=True,
-                  cpu_offloading_num_layers=4, recompute_granularity="selective", cuda_graph_scope=("mlp",))
+    run = RunSpec(
+        world_size=8,
+        tp=8,
+        pp=1,
+        mbs=1,
+        gbs=8,
+        seq_length=8192,
+        cpu_offloading=True,
+        cpu_offloading_num_layers=4,
+        recompute_granularity="selective",
+        cuda_graph_scope=("mlp",),
+    )
     reasons = pl.extra_violations(llama8b(), run.with_(cpu_offloading=False), run, settings())
     assert any("activation recomputation" in r for r in reasons)
     assert any("CUDA graphs" in r for r in reasons)
 
 
 def test_expert_parallel_must_divide_the_experts(table):
-    mixtral = ms.ModelSpec(num_layers=32, hidden_size=4096, num_attention_heads=32, num_query_groups=8,
-                           ffn_hidden_size=14336, vocab_size=32000, num_moe_experts=8, moe_router_topk=2,
-                           name="mixtral-like")
-    run = RunSpec(world_size=64, tp=2, pp=4, ep=4, mbs=1, gbs=64, seq_length=4096, sequence_parallel=True,
-                  use_distributed_optimizer=True)
+    mixtral = ms.ModelSpec(
+        num_layers=32,
+        hidden_size=4096,
+        num_attention_heads=32,
+        num_query_groups=8,
+        ffn_hidden_size=14336,
+        vocab_size=32000,
+        num_moe_experts=8,
+        moe_router_topk=2,
+        name="mixtral-like",
+    )
+    run = RunSpec(
+        world_size=64,
+        tp=2,
+        pp=4,
+        ep=4,
+        mbs=1,
+        gbs=64,
+        seq_length=4096,
+        sequence_parallel=True,
+        use_distributed_optimizer=True,
+    )
     plan = pl.plan(mixtral, run, settings(), table, sweep_if_needed=False)
     assert any("does not divide num_moe_experts 8" in x for x in rejected(plan)["EP 4->16"])
 
@@ -196,14 +241,27 @@ def test_nothing_fits_is_an_answer_with_the_closest_candidates(seed, table):
 def test_when_no_single_step_fits_the_sweep_finds_a_combination(table):
     """Synthetic memory model: only doubling both TP and PP brings the peak down enough."""
     model = llama8b()
-    run = RunSpec(world_size=64, tp=2, pp=2, mbs=1, gbs=64, seq_length=4096, sequence_parallel=True,
-                  use_distributed_optimizer=True)
+    run = RunSpec(
+        world_size=64,
+        tp=2,
+        pp=2,
+        mbs=1,
+        gbs=64,
+        seq_length=4096,
+        sequence_parallel=True,
+        use_distributed_optimizer=True,
+    )
 
     def fake(m, r, expandable):
         return 15 * GIB if (r.tp >= 4 and r.pp >= 4) else 30 * GIB
 
-    plan = pl.plan(model, run, settings(gpu_memory_bytes=20 * GIB, headroom_bytes=0, expandable_segments=True),
-                   table, estimator=fake)
+    plan = pl.plan(
+        model,
+        run,
+        settings(gpu_memory_bytes=20 * GIB, headroom_bytes=0, expandable_segments=True),
+        table,
+        estimator=fake,
+    )
     assert not plan.ranked
     assert plan.combined, "the sweep must find the TP x PP combination"
     best = plan.combined[0].candidate.run
@@ -228,8 +286,11 @@ def test_sweep_ranks_assumed_gains_as_zero_but_shows_them(seed, table):
     position = {id(e): i for i, e in enumerate(plan.ranked)}
     for e in unsure:
         # every better-evidenced row at >= 0% sits above it, whatever its own predicted gain
-        above = [o for o in plan.ranked if o.cost.kind in ("measured", "calibrated", "first-principles")
-                 and o.cost.change >= -1e-4]
+        above = [
+            o
+            for o in plan.ranked
+            if o.cost.kind in ("measured", "calibrated", "first-principles") and o.cost.change >= -1e-4
+        ]
         assert all(position[id(o)] < position[id(e)] for o in above)
     for tier in (0, 1, 2):
         changes = [ranked_change(e) for e in plan.ranked if pl.evidence_tier(e.cost) == tier]
@@ -242,8 +303,16 @@ def test_sweep_ranks_assumed_gains_as_zero_but_shows_them(seed, table):
 
 def test_sweep_counts_what_it_decides_and_ranks_cheapest_first(table):
     model = llama8b()
-    run = RunSpec(world_size=16, tp=2, pp=2, mbs=2, gbs=64, seq_length=4096, sequence_parallel=True,
-                  use_distributed_optimizer=True)
+    run = RunSpec(
+        world_size=16,
+        tp=2,
+        pp=2,
+        mbs=2,
+        gbs=64,
+        seq_length=4096,
+        sequence_parallel=True,
+        use_distributed_optimizer=True,
+    )
     result = pl.sweep(model, run, settings(), table)
     assert result.space > 100 and result.layouts > 10
     assert 0 < result.estimates < result.space  # the bound decides part of the space
@@ -261,14 +330,27 @@ def test_sweep_pruning_does_not_change_the_answer(table, extra, memory):
     """Branch-and-bound must find the same best configuration as trying everything
     (also when full recompute is illegal, and when memory is tight)."""
     model = llama8b()
-    run = RunSpec(world_size=16, tp=2, pp=2, mbs=2, gbs=64, seq_length=8192, sequence_parallel=True,
-                  use_distributed_optimizer=True, **extra)
+    run = RunSpec(
+        world_size=16,
+        tp=2,
+        pp=2,
+        mbs=2,
+        gbs=64,
+        seq_length=8192,
+        sequence_parallel=True,
+        use_distributed_optimizer=True,
+        **extra,
+    )
     s = settings(gpu_memory_bytes=memory * GIB, headroom_bytes=0)
     result = pl.sweep(model, run, s, table)
     ev = pl.Evaluator(model, run, s, table)
     base_peak = ev.baseline().peak_bytes
-    module_cost = {m: tc.step_terms(model, run.with_(recompute_granularity="selective", recompute_modules=(m,)),
-                                    table)["recompute"] for m in pl.recompute_modules_for(model)}
+    module_cost = {
+        m: tc.step_terms(model, run.with_(recompute_granularity="selective", recompute_modules=(m,)), table)[
+            "recompute"
+        ]
+        for m in pl.recompute_modules_for(model)
+    }
     rcs = [{"recompute_granularity": None}] + pl.recompute_options(model, run, module_cost)
     best = None
     for layout in pl.sweep_layouts(model, run, s):
@@ -295,8 +377,10 @@ def test_uneven_split_makes_a_prime_layer_count_pipelineable():
     split = pl.stage_split(deep, 16)
     last = split["num_layers_in_last_pipeline_stage"]
     assert last is not None and (61 - last) % 15 == 0
-    assert pl.stage_split(deep, 1) == {"num_layers_in_first_pipeline_stage": None,
-                                       "num_layers_in_last_pipeline_stage": None}
+    assert pl.stage_split(deep, 1) == {
+        "num_layers_in_first_pipeline_stage": None,
+        "num_layers_in_last_pipeline_stage": None,
+    }
 
 
 # ------------------------------------------------------------- unknown costs
@@ -319,8 +403,14 @@ def test_unknown_ranks_after_estimates_and_measurements_of_the_same_size(seed_pl
     s = seed_plan.settings
 
     def with_kind(kind):
-        return pl.Evaluated(e.candidate, peak_bytes=e.peak_bytes, fits=True, reduces_memory=True,
-                            cost=tc.Cost(change=-0.01, kind=kind, evidence=("x",)))
+        return pl.Evaluated(
+            e.candidate,
+            peak_bytes=e.peak_bytes,
+            fits=True,
+            reduces_memory=True,
+            cost=tc.Cost(change=-0.01, kind=kind, evidence=("x",)),
+        )
+
     keys = [pl.rank_key(with_kind(k), s) for k in ("measured", "first-principles", "assumption", tc.UNKNOWN)]
     assert keys == sorted(keys) and keys[-1] > keys[-2]
 

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from helper_cli import run_helper
 
+from helper_cli import run_helper
 from memtune import regather
 from memtune.estimator import regather_saving_bytes
 from memtune.presets import load_preset
@@ -26,15 +26,25 @@ def test_column_parallel_eligible_row_parallel_not() -> None:
     assert eligible() == {"linear_qkv": True, "linear_proj": False, "linear_fc1": True, "linear_fc2": False}
 
 
-@pytest.mark.parametrize("kwargs,reason", [
-    ({"tp": 1}, "tensor_model_parallel_size is 1"),
-    ({"sequence_parallel": False}, "sequence_parallel is off"),
-    ({"cuda_graphs": True}, "CUDA graphs"),
-    ({"cpu_offload_activations": True}, "CPU activation offloading"),
-    ({"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1}, "full-layer recompute"),
-])
+@pytest.mark.parametrize(
+    "kwargs,reason",
+    [
+        ({"tp": 1}, "tensor_model_parallel_size is 1"),
+        ({"sequence_parallel": False}, "sequence_parallel is off"),
+        ({"cuda_graphs": True}, "CUDA graphs"),
+        ({"cpu_offload_activations": True}, "CPU activation offloading"),
+        (
+            {"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1},
+            "full-layer recompute",
+        ),
+    ],
+)
 def test_run_wide_fallbacks_are_stated(kwargs: dict, reason: str) -> None:
-    result = regather.decide(regather.RegatherInputs(tp=kwargs.pop("tp", 2), sequence_parallel=kwargs.pop("sequence_parallel", True), **kwargs))
+    result = regather.decide(
+        regather.RegatherInputs(
+            tp=kwargs.pop("tp", 2), sequence_parallel=kwargs.pop("sequence_parallel", True), **kwargs
+        )
+    )
     assert not result.any_eligible
     assert any(reason in r for r in result.run_fallbacks)
     assert all(reason in d.reason for d in result.decisions if d.module in regather.COLUMN_PARALLEL)
@@ -42,7 +52,11 @@ def test_run_wide_fallbacks_are_stated(kwargs: dict, reason: str) -> None:
 
 def test_selective_mlp_recompute_only_drops_fc1() -> None:
     assert eligible(recompute_granularity="selective", recompute_modules=("core_attn", "mlp")) == {
-        "linear_qkv": True, "linear_proj": False, "linear_fc1": False, "linear_fc2": False}
+        "linear_qkv": True,
+        "linear_proj": False,
+        "linear_fc1": False,
+        "linear_fc2": False,
+    }
     assert eligible(recompute_granularity="selective", recompute_modules=("core_attn",))["linear_fc1"] is True
 
 
@@ -51,20 +65,33 @@ def test_expert_fc1_is_not_eligible() -> None:
 
 
 def test_block_recompute_leaves_part_of_the_layers() -> None:
-    result = regather.decide(regather.RegatherInputs(tp=2, sequence_parallel=True, recompute_granularity="full",
-                                                     recompute_method="block", recompute_num_layers=9, layers_per_stage=36))
+    result = regather.decide(
+        regather.RegatherInputs(
+            tp=2,
+            sequence_parallel=True,
+            recompute_granularity="full",
+            recompute_method="block",
+            recompute_num_layers=9,
+            layers_per_stage=36,
+        )
+    )
     qkv = next(d for d in result.decisions if d.module == "linear_qkv")
     assert qkv.eligible and qkv.eligible_layer_fraction == pytest.approx(0.75)
 
 
 def test_wildcard_targets() -> None:
-    decisions = regather.decide(regather.RegatherInputs(tp=4, sequence_parallel=True,
-                                                        targets=("*.linear_qkv", "decoder.layers.*.mlp.linear_fc2"))).decisions
+    decisions = regather.decide(
+        regather.RegatherInputs(
+            tp=4, sequence_parallel=True, targets=("*.linear_qkv", "decoder.layers.*.mlp.linear_fc2")
+        )
+    ).decisions
     assert [(d.module, d.eligible) for d in decisions] == [("linear_qkv", True), ("linear_fc2", False)]
 
 
 def test_recipe_snippet_keeps_user_lora_settings() -> None:
-    text = regather.recipe_snippet({"dim": 16, "alpha": 32, "target_modules": ["linear_qkv", "linear_fc1"], "_target_": "x"})
+    text = regather.recipe_snippet(
+        {"dim": 16, "alpha": 32, "target_modules": ["linear_qkv", "linear_fc1"], "_target_": "x"}
+    )
     assert "dim=16," in text and "alpha=32," in text and "target_modules=['linear_qkv', 'linear_fc1']," in text
     assert text.rstrip().endswith("sequence_parallel_input_regather=True,\n)".strip())
     assert "_target_" not in text
@@ -123,8 +150,10 @@ def test_cli_states_fallback_when_not_eligible() -> None:
 
 def test_cli_hydra_form_for_launch_scripts(tmp_path: Path) -> None:
     script = tmp_path / "finetune.sh"
-    script.write_text("torchrun --nproc_per_node 4 run_recipe.py --recipe qwen3_8b_finetune "
-                      "model.tensor_model_parallel_size=4 model.sequence_parallel=true peft=lora peft.dim=8\n")
+    script.write_text(
+        "torchrun --nproc_per_node 4 run_recipe.py --recipe qwen3_8b_finetune "
+        "model.tensor_model_parallel_size=4 model.sequence_parallel=true peft=lora peft.dim=8\n"
+    )
     result = run_cli("--script", str(script), "--preset", "qwen3-8b", "--json")
     report = json.loads(result.stdout)
     assert report["change"]["form"] == "hydra"
@@ -150,7 +179,9 @@ def test_recipe_call_found_and_kept_verbatim() -> None:
 
 
 def test_cli_recipe_form_reads_tp_and_sp_from_the_recipe() -> None:
-    result = run_cli("--recipe", str(DATA / "qwen3_8b_lora_recipe.py"), "--preset", "qwen3-8b", "--seq-length", "8192", "--json")
+    result = run_cli(
+        "--recipe", str(DATA / "qwen3_8b_lora_recipe.py"), "--preset", "qwen3-8b", "--seq-length", "8192", "--json"
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["eligible"] and report["change"]["form"] == "python"
@@ -168,11 +199,17 @@ def test_cli_recipe_without_lora_is_exit_2(tmp_path: Path) -> None:
     assert result.returncode == 2 and "not valid Python" in result.stderr
 
 
-@pytest.mark.parametrize("target,hint", [
-    ("linar_fc1", "did you mean linear_fc1?"), ("linear_qvk", "did you mean linear_qkv?"),
-    ("linear_fc22", "did you mean linear_fc2?"),
-    ("linear_q_proj", None), ("linear_kv_up_proj", None), ("router", None),  # real modules, not typos
-])
+@pytest.mark.parametrize(
+    "target,hint",
+    [
+        ("linar_fc1", "did you mean linear_fc1?"),
+        ("linear_qvk", "did you mean linear_qkv?"),
+        ("linear_fc22", "did you mean linear_fc2?"),
+        ("linear_q_proj", None),
+        ("linear_kv_up_proj", None),
+        ("router", None),  # real modules, not typos
+    ],
+)
 def test_a_typo_of_a_standard_target_is_named(target: str, hint: str | None) -> None:
     result = regather.decide(regather.RegatherInputs(tp=2, sequence_parallel=True, targets=("linear_qkv", target)))
     reason = next(d.reason for d in result.decisions if d.module == target)

@@ -21,13 +21,29 @@ N_CASES = 4
 
 def bench(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     full_env = dict(os.environ, **(env or {}))
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=300,
-                          env=full_env, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=300, env=full_env, cwd=REPO
+    )
 
 
 def run_fake(results: Path, *extra: str, attempts: int = 2, env: dict | None = None) -> subprocess.CompletedProcess:
-    return bench("run", "--agent", FAKE, "--attempts", str(attempts), "--workers", "2", "--cases", CASES,
-                 "--run-id", "fake", "--results-dir", str(results), *extra, env=env)
+    return bench(
+        "run",
+        "--agent",
+        FAKE,
+        "--attempts",
+        str(attempts),
+        "--workers",
+        "2",
+        "--cases",
+        CASES,
+        "--run-id",
+        "fake",
+        "--results-dir",
+        str(results),
+        *extra,
+        env=env,
+    )
 
 
 def records(path: Path) -> list[dict]:
@@ -48,7 +64,8 @@ def test_end_to_end_run_and_report(finished_run: Path, tmp_path: Path) -> None:
     assert header["type"] == "run" and header["attempts"] == 2
     assert len(results) == N_CASES * 2 * 2
     assert {(r["condition"], r["attempt"]) for r in results} == {
-        (c, a) for c in ("with_skill", "without_skill") for a in (1, 2)}
+        (c, a) for c in ("with_skill", "without_skill") for a in (1, 2)
+    }
     # the fake agent only knows what the installed SKILL.md copy tells it
     with_skill = [r for r in results if r["condition"] == "with_skill" and r["case_id"] == "cudagraph-nccl-register"]
     assert all("NCCL_GRAPH_REGISTER=0" in r["answer"] for r in with_skill)
@@ -127,12 +144,15 @@ def test_agent_failure_is_a_recorded_result(tmp_path: Path) -> None:
     assert all(r["grade"]["content_score"] < 1 for r in failed)
 
 
-@pytest.mark.parametrize("agent, needle", [
-    ("command:/nonexistent/agent-program", "agent-program"),
-    ("command:surely-not-a-program-xyz", "surely-not-a-program-xyz"),
-    ("claude-code", "claude"),
-    ("codex", "codex"),
-])
+@pytest.mark.parametrize(
+    "agent, needle",
+    [
+        ("command:/nonexistent/agent-program", "agent-program"),
+        ("command:surely-not-a-program-xyz", "surely-not-a-program-xyz"),
+        ("claude-code", "claude"),
+        ("codex", "codex"),
+    ],
+)
 def test_missing_agent_exits_2_with_one_line(tmp_path: Path, agent: str, needle: str) -> None:
     env = {"PATH": str(tmp_path)}  # an empty PATH: neither claude, codex nor npx is found
     proc = bench("run", "--agent", agent, "--results-dir", str(tmp_path / "r"), env=env)
@@ -148,9 +168,12 @@ def test_unknown_agent_and_unknown_case_exit_2(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "no-such-case" in proc.stderr
 
 
-@pytest.mark.parametrize("field, case_id", [("question_sha256", "frag-first-fix"),
-                                            ("files_sha256", "frag-log-diagnosis")])
-def test_regrade_refuses_answers_to_a_changed_task(finished_run: Path, tmp_path: Path, field: str, case_id: str) -> None:
+@pytest.mark.parametrize(
+    "field, case_id", [("question_sha256", "frag-first-fix"), ("files_sha256", "frag-log-diagnosis")]
+)
+def test_regrade_refuses_answers_to_a_changed_task(
+    finished_run: Path, tmp_path: Path, field: str, case_id: str
+) -> None:
     lines = (finished_run / "fake.jsonl").read_text().splitlines()
     index = next(i for i, line in enumerate(lines) if f'"case_id": "{case_id}"' in line)
     record = json.loads(lines[index])

@@ -15,8 +15,24 @@ def _parse(*argv: str):
 
 
 def test_preset_and_flags_build_the_run():
-    inputs = load_model_and_run(_parse("--preset", "llama3-70b", "--gpus", "32", "--tp", "4", "--pp", "4",
-                                       "--vpp", "5", "--recompute-modules", "core_attn,mlp", "--gpu-memory", "80GB"))
+    inputs = load_model_and_run(
+        _parse(
+            "--preset",
+            "llama3-70b",
+            "--gpus",
+            "32",
+            "--tp",
+            "4",
+            "--pp",
+            "4",
+            "--vpp",
+            "5",
+            "--recompute-modules",
+            "core_attn,mlp",
+            "--gpu-memory",
+            "80GB",
+        )
+    )
     run = inputs.run
     assert inputs.model.name.startswith("llama3-70b")
     assert (run.world_size, run.tp, run.pp, run.vpp, run.dp) == (32, 4, 4, 5, 2)
@@ -36,11 +52,14 @@ def test_no_gpu_memory_is_none_and_missing_gpus_is_a_note():
     assert any("GPU count not given" in n for n in inputs.notes)
 
 
-@pytest.mark.parametrize("argv, needle", [
-    (("--example", "--hf-config", "x.json"), "one model source"),
-    (("--preset", "llama3-8b", "a.b=1"), "needs --config or --example"),
-    ((), "no model given"),
-])
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (("--example", "--hf-config", "x.json"), "one model source"),
+        (("--preset", "llama3-8b", "a.b=1"), "needs --config or --example"),
+        ((), "no model given"),
+    ],
+)
 def test_conflicting_or_missing_sources_are_one_line_errors(argv, needle):
     with pytest.raises(InputError, match=needle):
         load_model_and_run(_parse(*argv))
@@ -53,7 +72,9 @@ def test_parse_memory_units():
         parse_memory("lots")
 
 
-@pytest.mark.parametrize("text, fp8", [("tensorwise", "tensorwise"), ("MXFP8", "mxfp8"), ("none", None), ("None", None)])
+@pytest.mark.parametrize(
+    "text, fp8", [("tensorwise", "tensorwise"), ("MXFP8", "mxfp8"), ("none", None), ("None", None)]
+)
 def test_fp8_flag_takes_megatron_recipe_names(text: str, fp8) -> None:
     run = load_model_and_run(_parse("--example", "--fp8", text)).run
     assert run.fp8 == fp8
@@ -97,12 +118,15 @@ def test_gpu_names_give_the_size_the_driver_reports():
     inputs = load_model_and_run(_parse("--preset", "llama3-8b", "--gpus", "8", "--gpu", "h100"))
     assert inputs.gpu_memory_bytes == 81559 * 2**20  # nvidia-smi memory.total of an H100 80GB HBM3
     assert any("H100-80GB" in n for n in inputs.notes)
-    assert load_model_and_run(_parse("--preset", "llama3-8b", "--gpu", "A100-SXM4-40GB")).gpu_memory_bytes == 40960 * 2**20
+    assert (
+        load_model_and_run(_parse("--preset", "llama3-8b", "--gpu", "A100-SXM4-40GB")).gpu_memory_bytes == 40960 * 2**20
+    )
     assert load_model_and_run(_parse("--preset", "llama3-8b", "--gpu", "MI300X")).gpu_memory_bytes == 205822885888
 
 
 def test_every_gpu_in_the_table_has_a_source_and_a_size_below_its_label_plus_margin():
     from memtune.gpus import _table, lookup_gpu
+
     sized = [g for g in _table()[1] if g.usable_bytes is not None]
     assert len(sized) >= 15  # sizes are the point of the table; unsized entries are the exception
     for gpu in _table()[1]:
@@ -118,6 +142,7 @@ def test_a_gpu_without_a_recorded_size_asks_for_gpu_memory_instead_of_guessing()
         load_model_and_run(_parse("--preset", "llama3-8b", "--gpu", "L40"))
     # the same name is fine where only the compute capability matters (check_env)
     from memtune.gpus import lookup_gpu
+
     assert lookup_gpu("L40").compute_capability == 8.9
 
 
@@ -141,8 +166,12 @@ def test_bare_number_note_reaches_estimate_json_warnings(capsys):
 
     from memtune.commands import estimate_memory
 
-    assert estimate_memory.main(["--preset", "llama3-8b", "--gpus", "8", "--tp", "2", "--gbs", "128",
-                                 "--gpu-memory", "80", "--json"]) == 0
+    assert (
+        estimate_memory.main(
+            ["--preset", "llama3-8b", "--gpus", "8", "--tp", "2", "--gbs", "128", "--gpu-memory", "80", "--json"]
+        )
+        == 0
+    )
     doc = json.loads(capsys.readouterr().out)
     assert doc["gpu_memory_bytes"] == 80 * 2**30
     assert any("read as 80 GiB" in w and "--gpu H100-80GB" in w for w in doc["warnings"])

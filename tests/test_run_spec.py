@@ -13,8 +13,11 @@ RUN = RunSpec(world_size=8, tp=2, mbs=1, gbs=32, sequence_parallel=True)
 
 @pytest.mark.parametrize("layers, refused", [(31, False), (32, True), (40, True)])
 def test_cpu_offloading_must_leave_a_layer_on_the_gpu(layers: int, refused: bool) -> None:
-    found = [v for v in violations(LLAMA8, RUN.with_(cpu_offloading=True, cpu_offloading_num_layers=layers))
-             if "CPU offloading can be done only for layers less than 32" in v]
+    found = [
+        v
+        for v in violations(LLAMA8, RUN.with_(cpu_offloading=True, cpu_offloading_num_layers=layers))
+        if "CPU offloading can be done only for layers less than 32" in v
+    ]
     assert bool(found) == refused
     if refused:
         assert f"cpu_offloading_num_layers {layers}" in found[0]

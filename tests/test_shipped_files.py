@@ -103,9 +103,15 @@ def test_bytecode_is_found_in_caches_and_as_sourceless_files(tmp_path):
     (tmp_path / ".venv" / "lib" / "x.pyc").write_bytes(b"\0")
     (tmp_path / "scripts" / "tool.py").write_text("")
     assert sorted(shipped_files.bytecode_files(tmp_path)) == [
-        ".venv/lib/x.pyc", "old.pyo", "scripts/__pycache__/cli.cpython-312.pyc", "scripts/argparse.pyc",
+        ".venv/lib/x.pyc",
+        "old.pyo",
+        "scripts/__pycache__/cli.cpython-312.pyc",
+        "scripts/argparse.pyc",
     ]
-    assert sorted(shipped_files.bytecode_files(tmp_path, in_caches=False, in_venvs=False)) == ["old.pyo", "scripts/argparse.pyc"]
+    assert sorted(shipped_files.bytecode_files(tmp_path, in_caches=False, in_venvs=False)) == [
+        "old.pyo",
+        "scripts/argparse.pyc",
+    ]
     assert ".venv/lib/x.pyc" not in shipped_files.bytecode_files(tmp_path, in_venvs=False)
     assert shipped_files.is_bytecode("a/__pycache__/notes.txt") and not shipped_files.is_bytecode("a/b.py")
 

@@ -54,8 +54,16 @@ def invoke(capsys, *argv: str) -> tuple[int, str, str]:
 
 
 def key_args(pki, key=None, cert=None) -> list[str]:
-    return ["--private-key", str(key or pki.leaf_key), "--signing-cert", str(cert or pki.leaf_cert),
-            "--cert-chain", str(pki.chain), "--root-cert", str(pki.root_cert)]
+    return [
+        "--private-key",
+        str(key or pki.leaf_key),
+        "--signing-cert",
+        str(cert or pki.leaf_cert),
+        "--cert-chain",
+        str(pki.chain),
+        "--root-cert",
+        str(pki.root_cert),
+    ]
 
 
 def sign(capsys, package, pki, *extra: str) -> tuple[int, str, str]:
@@ -102,8 +110,20 @@ def test_sign_reads_key_material_from_environment(capsys, package, pki, monkeypa
 def test_missing_key_is_one_line_exit_2(package, pki):
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMTUNE_SIGNING")}
     result = subprocess.run(
-        [sys.executable, str(ENTRY), "sign", str(package), "--signing-cert", str(pki.leaf_cert), "--cert-chain", str(pki.chain)],
-        capture_output=True, text=True, env=env, timeout=120,
+        [
+            sys.executable,
+            str(ENTRY),
+            "sign",
+            str(package),
+            "--signing-cert",
+            str(pki.leaf_cert),
+            "--cert-chain",
+            str(pki.chain),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
@@ -234,7 +254,9 @@ def test_missing_trust_anchor_is_bad_input(capsys, package, pki, tmp_path):
 def test_entry_point_verify_failure_has_no_traceback(package, pki):
     result = subprocess.run(
         [sys.executable, str(ENTRY), "verify", str(package), "--root-cert", str(pki.root_cert)],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.count("\n") == 1
@@ -263,11 +285,16 @@ def test_swapped_anchor_fails_against_the_pinned_release_root(capsys, package, p
     monkeypatch.delenv(sign_skill.ENV_EXPECT)
     swap_anchor(package, pki)
     assert sign(capsys, package, pki)[0] == 0
-    code, out, _ = invoke(capsys, "verify", str(package), "--root-cert", str(package / "signing" / "root-cert.pem"), "--json")
+    code, out, _ = invoke(
+        capsys, "verify", str(package), "--root-cert", str(package / "signing" / "root-cert.pem"), "--json"
+    )
     report = json.loads(out)
     assert code == 1 and report["failure"]["kind"] == "anchor-mismatch"
     assert report["trust_anchor"]["expected_sha256"] == signing_module().RELEASE_ROOT_SHA256
-    assert report["trust_anchor"]["sha256"] == fingerprint(pki.root_cert) and not report["trust_anchor"]["matches_expected"]
+    assert (
+        report["trust_anchor"]["sha256"] == fingerprint(pki.root_cert)
+        and not report["trust_anchor"]["matches_expected"]
+    )
     code, out, _ = invoke(capsys, "verify", str(package), "--root-cert", str(package / "signing" / "root-cert.pem"))
     assert code == 1 and "may have been swapped" in out and "DOES NOT MATCH the release root pinned" in out
 
@@ -304,7 +331,9 @@ def test_pinned_fingerprint_is_the_committed_release_root():
 # --------------------------------------------------------------------------- bytecode, unsigned content
 
 
-@pytest.mark.parametrize("planted", ["scripts/memtune/__pycache__/cli.cpython-312.pyc", "scripts/argparse.pyc", "old.pyo"])
+@pytest.mark.parametrize(
+    "planted", ["scripts/memtune/__pycache__/cli.cpython-312.pyc", "scripts/argparse.pyc", "old.pyo"]
+)
 def test_bytecode_in_an_installed_copy_fails_verification(capsys, package, pki, planted):
     assert sign(capsys, package, pki)[0] == 0
     (package / planted).parent.mkdir(parents=True, exist_ok=True)

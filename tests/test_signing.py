@@ -57,9 +57,19 @@ def verify(package: Path, anchor: Path) -> signing.VerifyOutcome:
 
 def cli_verify(package: Path, anchor: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [*MODEL_SIGNING, "verify", "certificate", str(package), "--signature", str(package / "skill.oms.sig"),
-         "--certificate_chain", str(anchor)],
-        capture_output=True, text=True, timeout=120,
+        [
+            *MODEL_SIGNING,
+            "verify",
+            "certificate",
+            str(package),
+            "--signature",
+            str(package / "skill.oms.sig"),
+            "--certificate_chain",
+            str(anchor),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
@@ -90,7 +100,9 @@ def test_statement_is_in_toto_with_model_signing_predicate(package, material):
 # --------------------------------------------------------------------------- tampering
 
 
-@pytest.mark.parametrize("victim", ["SKILL.md", ".ci/run", "scripts/memtune/cli.py", "signing/root-cert.pem", "LICENSE"])
+@pytest.mark.parametrize(
+    "victim", ["SKILL.md", ".ci/run", "scripts/memtune/cli.py", "signing/root-cert.pem", "LICENSE"]
+)
 def test_one_changed_byte_fails_and_is_named(package, material, pki, victim):
     sign_package(package, material)
     path = package / victim
@@ -158,9 +170,23 @@ def test_planted_bytecode_cache_fails_the_plain_cli_and_ours(package, material, 
 
 def cli_sign(package: Path, key: Path, cert: Path, chain: Path) -> None:
     result = subprocess.run(
-        [*MODEL_SIGNING, "sign", "certificate", str(package), "--signature", str(package / "skill.oms.sig"),
-         "--private_key", str(key), "--signing_certificate", str(cert), "--certificate_chain", str(chain)],
-        capture_output=True, text=True, timeout=120,
+        [
+            *MODEL_SIGNING,
+            "sign",
+            "certificate",
+            str(package),
+            "--signature",
+            str(package / "skill.oms.sig"),
+            "--private_key",
+            str(key),
+            "--signing_certificate",
+            str(cert),
+            "--certificate_chain",
+            str(chain),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stderr
 

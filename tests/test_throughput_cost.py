@@ -21,8 +21,15 @@ def seed(table):
 
 
 def llama8b() -> ms.ModelSpec:
-    return ms.ModelSpec(num_layers=32, hidden_size=4096, num_attention_heads=32, num_query_groups=8,
-                        ffn_hidden_size=14336, vocab_size=128256, name="llama3-8b-like")
+    return ms.ModelSpec(
+        num_layers=32,
+        hidden_size=4096,
+        num_attention_heads=32,
+        num_query_groups=8,
+        ffn_hidden_size=14336,
+        vocab_size=128256,
+        name="llama3-8b-like",
+    )
 
 
 def test_hardware_constants_are_numbers_with_sources(table):
@@ -40,8 +47,9 @@ def test_every_factor_says_where_its_number_comes_from(table):
             assert "formula" in factor and "measured" in factor["anchor"], name
 
 
-@pytest.mark.parametrize("change, measured", [({"tp": 8}, -0.284), ({"pp": 8}, -0.059),
-                                              ({"recompute_modules": ("mlp",)}, -0.16)])
+@pytest.mark.parametrize(
+    "change, measured", [({"tp": 8}, -0.284), ({"pp": 8}, -0.059), ({"recompute_modules": ("mlp",)}, -0.16)]
+)
 def test_seed_measurements_are_reproduced_and_labelled_measured(table, seed, change, measured):
     model, base = seed
     cost = tc.throughput_change(model, base, base.with_(**change), table)
@@ -83,8 +91,9 @@ def test_regather_slope_is_the_least_squares_fit_of_the_three_runs(table):
 def test_regather_cost_stays_within_the_measured_range(table, seed, saved, low, high):
     model, base = seed
     lora = base.with_(peft="lora")
-    cost = tc.throughput_change(model, lora, lora.with_(sequence_parallel_input_regather=True), table,
-                                regather_saved_fraction=saved)
+    cost = tc.throughput_change(
+        model, lora, lora.with_(sequence_parallel_input_regather=True), table, regather_saved_fraction=saved
+    )
     assert low - 1e-9 <= cost.change <= high + 1e-9
 
 
@@ -117,11 +126,16 @@ def test_bubble_is_the_interleaved_formula(table):
 def test_recompute_cost_grows_with_what_is_recomputed(table, seed):
     model, base = seed
     none = base.with_(recompute_granularity=None)
-    costs = [tc.step_time(model, none.with_(**kw), table) for kw in (
-        {}, {"recompute_granularity": "selective", "recompute_modules": ("layernorm",)},
-        {"recompute_granularity": "selective", "recompute_modules": ("core_attn",)},
-        {"recompute_granularity": "selective", "recompute_modules": ("mlp",)},
-        {"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1})]
+    costs = [
+        tc.step_time(model, none.with_(**kw), table)
+        for kw in (
+            {},
+            {"recompute_granularity": "selective", "recompute_modules": ("layernorm",)},
+            {"recompute_granularity": "selective", "recompute_modules": ("core_attn",)},
+            {"recompute_granularity": "selective", "recompute_modules": ("mlp",)},
+            {"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1},
+        )
+    ]
     assert costs == sorted(costs)
     assert costs[-1] > costs[-2] > costs[0]
 
@@ -142,18 +156,31 @@ def test_lora_step_is_two_forwards_so_recompute_costs_half_as_much_again(table):
     base weights, so their weight-gradient GEMMs never run: 2 forwards. Re-running the same
     module is the same work, so its share of a LoRA step is 3/2 of its share of a full step."""
     m = llama8b()
-    run = tc.RunSpec(world_size=8, tp=2, mbs=1, gbs=16, seq_length=8192, sequence_parallel=True,
-                     recompute_granularity="selective", recompute_modules=("mlp",))
+    run = tc.RunSpec(
+        world_size=8,
+        tp=2,
+        mbs=1,
+        gbs=16,
+        seq_length=8192,
+        sequence_parallel=True,
+        recompute_granularity="selective",
+        recompute_modules=("mlp",),
+    )
     full = tc.step_terms(m, run, table)["recompute"]
     lora = tc.step_terms(m, run.with_(peft="lora"), table)["recompute"]
     assert tc.step_passes(run) == 3.0 and tc.step_passes(run.with_(peft="lora")) == 2.0
     assert lora == pytest.approx(1.5 * full)
     base = run.with_(peft="lora", recompute_granularity=None)
-    cost_lora = tc.throughput_change(m, base, base.with_(recompute_granularity="full", recompute_method="uniform",
-                                                          recompute_num_layers=1), table)
+    cost_lora = tc.throughput_change(
+        m, base, base.with_(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1), table
+    )
     base_full = run.with_(recompute_granularity=None)
-    cost_full = tc.throughput_change(m, base_full, base_full.with_(recompute_granularity="full", recompute_method="uniform",
-                                                                   recompute_num_layers=1), table)
+    cost_full = tc.throughput_change(
+        m,
+        base_full,
+        base_full.with_(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1),
+        table,
+    )
     assert cost_lora.change < cost_full.change < 0  # recompute hurts a LoRA step more
 
 
@@ -172,11 +199,20 @@ def test_ep_traffic_leaving_the_node_is_split_by_peers_per_node(table):
     run = tc.RunSpec(world_size=16, tp=1, ep=16, mbs=1, gbs=64, seq_length=4096, use_distributed_optimizer=True)
     f = tc.layer_flops(m, 4096, table.hw("achieved_flops_per_gpu"), table.hw("hbm_bytes_per_s"))
     routed = 4 * m.moe_router_topk * m.hidden_size * 2
-    seconds = max(routed * 7 / 16 / table.hw("nvlink_bytes_per_s"), routed * 8 / 16 / table.hw("inter_node_bytes_per_s"))
+    seconds = max(
+        routed * 7 / 16 / table.hw("nvlink_bytes_per_s"), routed * 8 / 16 / table.hw("inter_node_bytes_per_s")
+    )
     want = 0.5 * f.num_moe_layers * seconds / (3 * f.total / table.hw("achieved_flops_per_gpu"))
     assert tc.step_terms(m, run, table)["ep"] == pytest.approx(want)
-    all_ib = 0.5 * f.num_moe_layers * routed * 15 / 16 / table.hw("inter_node_bytes_per_s") / (
-        3 * f.total / table.hw("achieved_flops_per_gpu"))
+    all_ib = (
+        0.5
+        * f.num_moe_layers
+        * routed
+        * 15
+        / 16
+        / table.hw("inter_node_bytes_per_s")
+        / (3 * f.total / table.hw("achieved_flops_per_gpu"))
+    )
     assert tc.step_terms(m, run, table)["ep"] < 0.6 * all_ib
 
 
@@ -186,8 +222,9 @@ def test_deepseek_v3_cross_node_all_to_all_matches_the_published_order_of_magnit
     from memtune import presets
 
     m = presets.load_preset("deepseek-v3")
-    run = tc.RunSpec(world_size=2048, tp=1, pp=16, ep=64, mbs=1, gbs=4096, seq_length=4096,
-                     use_distributed_optimizer=True)
+    run = tc.RunSpec(
+        world_size=2048, tp=1, pp=16, ep=64, mbs=1, gbs=4096, seq_length=4096, use_distributed_optimizer=True
+    )
     ratio = tc.step_terms(m, run, table)["ep"] / (1 - float(table.factor("expert_parallel")["overlap"]))
     assert 0.5 <= ratio <= 2.0, ratio
 
@@ -199,8 +236,17 @@ def test_etp_2_to_1_on_qwen3_30b_a3b_is_not_a_confident_win(table):
     is shown as an assumption, and a total above the largest measured gain of one change
     (+39.6%, seed TP 8->4) is capped there."""
     m = qwen3_30b_a3b()
-    base = tc.RunSpec(world_size=16, tp=2, ep=8, etp=2, mbs=1, gbs=64, seq_length=8192, sequence_parallel=True,
-                      use_distributed_optimizer=True)
+    base = tc.RunSpec(
+        world_size=16,
+        tp=2,
+        ep=8,
+        etp=2,
+        mbs=1,
+        gbs=64,
+        seq_length=8192,
+        sequence_parallel=True,
+        use_distributed_optimizer=True,
+    )
     cost = tc.throughput_change(m, base, base.with_(etp=1), table)
     modelled = tc.step_time(m, base, table) / tc.step_time(m, base.with_(etp=1), table) - 1
     assert 0.5 < modelled < 1.0  # the model's own number, before the cap
@@ -236,11 +282,21 @@ def test_thinner_stages_than_any_published_pipeline_are_an_assumption(table):
     from memtune import presets
 
     m = presets.load_preset("llama3.1-405b")
-    base = tc.RunSpec(world_size=1024, tp=8, pp=8, mbs=1, gbs=1024, seq_length=8192, sequence_parallel=True,
-                      num_layers_in_last_pipeline_stage=14, use_distributed_optimizer=True)
+    base = tc.RunSpec(
+        world_size=1024,
+        tp=8,
+        pp=8,
+        mbs=1,
+        gbs=1024,
+        seq_length=8192,
+        sequence_parallel=True,
+        num_layers_in_last_pipeline_stage=14,
+        use_distributed_optimizer=True,
+    )
     ok = tc.throughput_change(m, base, base.with_(pp=16, num_layers_in_last_pipeline_stage=6), table)
-    deep = tc.throughput_change(m, base, base.with_(pp=64, num_layers_in_first_pipeline_stage=1,
-                                                    num_layers_in_last_pipeline_stage=1), table)
+    deep = tc.throughput_change(
+        m, base, base.with_(pp=64, num_layers_in_first_pipeline_stage=1, num_layers_in_last_pipeline_stage=1), table
+    )
     assert ok.kind == "first-principles"
     assert deep.kind == "assumption" and any("1.97 layers per stage" in line for line in deep.evidence)
     # 2 x hidden x vocab = 4.2 GFLOP per token vs ~6.7 for a 405B layer: the last stage's extra load is named

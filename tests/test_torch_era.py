@@ -18,7 +18,9 @@ OLD_110 = (
     "RuntimeError: CUDA out of memory. Tried to allocate 12.00 MiB (GPU 0; 23.70 GiB total capacity; 1.10 GiB already allocated; "
     "10.56 MiB free; 1.18 GiB reserved in total by PyTorch) If reserved memory is >> allocated memory try setting max_split_size_mb"
 )
-CACHED = "RuntimeError: CUDA out of memory. Tried to allocate 16.00 GiB (GPU 0; 11.93 GiB total capacity; 179.00 KiB cached)"
+CACHED = (
+    "RuntimeError: CUDA out of memory. Tried to allocate 16.00 GiB (GPU 0; 11.93 GiB total capacity; 179.00 KiB cached)"
+)
 POOLS = "Of the allocated memory 22.43 GiB is allocated by PyTorch, with 74.00 MiB allocated in private pools (e.g., CUDA Graphs)"
 
 
@@ -41,7 +43,10 @@ def test_wording_dates_the_release(text: str, since, before, status: str) -> Non
 
 
 def test_reserved_total_without_hint_straddles_the_allocator_variable() -> None:
-    rng = torch_era.infer("(GPU 0; 10.76 GiB total capacity; 5.17 GiB already allocated; 4.48 GiB free; 5.28 GiB reserved in total by PyTorch)", EV)
+    rng = torch_era.infer(
+        "(GPU 0; 10.76 GiB total capacity; 5.17 GiB already allocated; 4.48 GiB free; 5.28 GiB reserved in total by PyTorch)",
+        EV,
+    )
     assert (rng.since, rng.before) == ((1, 4), (2, 1))
     assert torch_era.expandable_status(rng) == "rejected"
     assert torch_era.max_split_available(rng) is None  # 1.4-1.9 do not read it, 1.10-2.0 do

@@ -23,9 +23,10 @@ Everything here is stdlib-only at import time (the YAML table is loaded lazily).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Mapping
+from typing import Any
 
 from memtune.cli import InputError
 from memtune.data_yaml import load_data_yaml
@@ -487,7 +488,9 @@ def suggest_fix(text: str, verdict: Verdict) -> str:
         parts = [part for part in fixed.split(",") if not part.startswith(verdict.key)]
         fixed = ",".join(parts)
     if verdict.key and verdict.key in ("max_split_size_mb", "max_non_split_rounding_mb"):
-        fixed = re.sub(rf"{verdict.key}:[^,]*", f"{verdict.key}:128" if "split_size" in verdict.key else f"{verdict.key}:20", fixed)
+        fixed = re.sub(
+            rf"{verdict.key}:[^,]*", f"{verdict.key}:128" if "split_size" in verdict.key else f"{verdict.key}:20", fixed
+        )
     if verdict.key == "garbage_collection_threshold":
         fixed = re.sub(r"garbage_collection_threshold:[^,]*", "garbage_collection_threshold:0.8", fixed)
     if verdict.key == "expandable_segments":

@@ -11,8 +11,8 @@ import importlib
 import importlib.util
 import os
 import sys
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 # import name -> PyPI distribution name
 PIP_NAMES: dict[str, str] = {
@@ -74,8 +74,10 @@ def launch(module: str, prog: str, requires: Iterable[str] = ()) -> None:
         raise SystemExit(2)
     skill_root = Path(__file__).resolve().parent.parent.parent
     if not bytecode_outside(skill_root):
-        sys.stderr.write(f"{prog}: error: the entry point must set sys.pycache_prefix outside {skill_root} "
-                         "before importing memtune (bytecode inside the signed tree could be planted)\n")
+        sys.stderr.write(
+            f"{prog}: error: the entry point must set sys.pycache_prefix outside {skill_root} "
+            "before importing memtune (bytecode inside the signed tree could be planted)\n"
+        )
         raise SystemExit(2)
     from memtune import cli
 

@@ -11,9 +11,10 @@ from a ``base`` ModelSpec (a preset or an HF config).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import fields as dc_fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from memtune.cli import InputError
 from memtune.model_spec import ModelSpec, coerce_model_values, model_field_names
@@ -148,7 +149,9 @@ def model_from_bridge(model: Mapping[str, Any], base: ModelSpec | None = None) -
         if target in known and value is not None:
             values[target] = value
     if "share_embeddings_and_output_weights" in model and model["share_embeddings_and_output_weights"] is not None:
-        values["untie_embeddings_and_output_weights"] = not _bool_field(model, "share_embeddings_and_output_weights", "model")
+        values["untie_embeddings_and_output_weights"] = not _bool_field(
+            model, "share_embeddings_and_output_weights", "model"
+        )
     if "padded_vocab_size" in model and "vocab_size" not in values:
         values["vocab_size"] = model["padded_vocab_size"]
     act = str(model.get("activation_func", "")).lower()
@@ -163,7 +166,8 @@ def model_from_bridge(model: Mapping[str, Any], base: ModelSpec | None = None) -
         )
     try:
         values = coerce_model_values({k: v for k, v in values.items() if k != "moe_layer_pattern"}, "model") | {
-            "moe_layer_pattern": values.get("moe_layer_pattern")}
+            "moe_layer_pattern": values.get("moe_layer_pattern")
+        }
     except ValueError as exc:
         raise InputError(str(exc)) from None
     pattern = values.get("moe_layer_pattern")
@@ -174,8 +178,13 @@ def model_from_bridge(model: Mapping[str, Any], base: ModelSpec | None = None) -
     return ModelSpec(**values)
 
 
-def _precision_over_ddp(mp: Mapping[str, Any], ddp: Mapping[str, Any], model_s: Mapping[str, Any],
-                        recipe_grad_fp32: bool, recipe_param_gather: bool) -> tuple[bool, bool]:
+def _precision_over_ddp(
+    mp: Mapping[str, Any],
+    ddp: Mapping[str, Any],
+    model_s: Mapping[str, Any],
+    recipe_grad_fp32: bool,
+    recipe_param_gather: bool,
+) -> tuple[bool, bool]:
     """(grad_reduce_in_fp32, fp8_param_gather) as the run will use them.
 
     Megatron Bridge applies the mixed-precision config last: ``runtime_config_update`` calls
@@ -244,8 +253,11 @@ def specs_from_bridge(cfg: Mapping[str, Any], world_size: int | None = None, bas
         regather = _bool_field(peft, "sequence_parallel_input_regather", "peft", False)
 
     seq_where, seq = "seq_length", None  # where it was found, so a bad value is named by its key
-    for where, section, key in (("model", model_s, "seq_length"), ("dataset", dataset, "seq_length"),
-                                ("dataset", dataset, "sequence_length")):
+    for where, section, key in (
+        ("model", model_s, "seq_length"),
+        ("dataset", dataset, "seq_length"),
+        ("dataset", dataset, "sequence_length"),
+    ):
         if section.get(key):
             seq_where, seq = f"{where}.{key}", section[key]
             break
@@ -269,7 +281,9 @@ def specs_from_bridge(cfg: Mapping[str, Any], world_size: int | None = None, bas
         world_size=int(world_size),
         tp=tp,
         pp=pp,
-        vpp=_int_field({"model.virtual_pipeline_model_parallel_size": vpp}, "model.virtual_pipeline_model_parallel_size", ""),
+        vpp=_int_field(
+            {"model.virtual_pipeline_model_parallel_size": vpp}, "model.virtual_pipeline_model_parallel_size", ""
+        ),
         cp=cp,
         ep=_int_field(model_s, "expert_model_parallel_size", "model", 1),
         etp=_int_field(model_s, "expert_tensor_parallel_size", "model"),
@@ -282,8 +296,9 @@ def specs_from_bridge(cfg: Mapping[str, Any], world_size: int | None = None, bas
         fp8_param_gather=param_gather,
         grad_reduce_in_fp32=grad_fp32,
         optimizer=_str_field(optim, "optimizer", "optimizer", "adam"),
-        use_distributed_optimizer=_bool_field(ddp, "use_distributed_optimizer", "ddp",
-                                              _bool_field(optim, "use_distributed_optimizer", "optimizer")),
+        use_distributed_optimizer=_bool_field(
+            ddp, "use_distributed_optimizer", "ddp", _bool_field(optim, "use_distributed_optimizer", "optimizer")
+        ),
         num_distributed_optimizer_instances=_int_field(ddp, "num_distributed_optimizer_instances", "ddp", 1),
         use_precision_aware_optimizer=_bool_field(optim, "use_precision_aware_optimizer", "optimizer", False),
         main_params_dtype=normalize_dtype(optim.get("main_params_dtype", "fp32")),
@@ -306,10 +321,14 @@ def specs_from_bridge(cfg: Mapping[str, Any], world_size: int | None = None, bas
         cross_entropy_loss_fusion=_bool_field(model_s, "cross_entropy_loss_fusion", "model", True),
         # CommOverlapConfig copies these onto the model config (comm_overlap.py); either may carry them.
         defer_embedding_wgrad_compute=_bool_field(
-            comm, "defer_embedding_wgrad_compute", "comm_overlap",
-            _bool_field(model_s, "defer_embedding_wgrad_compute", "model", False)),
-        wgrad_deferral_limit=_int_field(comm, "wgrad_deferral_limit", "comm_overlap",
-                                        _int_field(model_s, "wgrad_deferral_limit", "model", 0)),
+            comm,
+            "defer_embedding_wgrad_compute",
+            "comm_overlap",
+            _bool_field(model_s, "defer_embedding_wgrad_compute", "model", False),
+        ),
+        wgrad_deferral_limit=_int_field(
+            comm, "wgrad_deferral_limit", "comm_overlap", _int_field(model_s, "wgrad_deferral_limit", "model", 0)
+        ),
         moe_token_dispatcher_type=_str_field(model_s, "moe_token_dispatcher_type", "model", "alltoall"),
         moe_expert_capacity_factor=_float_field(model_s, "moe_expert_capacity_factor", "model", 0.0) or None,
         moe_pad_expert_input_to_capacity=_bool_field(model_s, "moe_pad_expert_input_to_capacity", "model", False),
@@ -320,7 +339,9 @@ def specs_from_bridge(cfg: Mapping[str, Any], world_size: int | None = None, bas
         cpu_offloading_weights=_bool_field(model_s, "cpu_offloading_weights", "model", False),
         num_layers_in_first_pipeline_stage=_int_field(model_s, "num_layers_in_first_pipeline_stage", "model"),
         num_layers_in_last_pipeline_stage=_int_field(model_s, "num_layers_in_last_pipeline_stage", "model"),
-        account_for_embedding_in_pipeline_split=_bool_field(model_s, "account_for_embedding_in_pipeline_split", "model", False),
+        account_for_embedding_in_pipeline_split=_bool_field(
+            model_s, "account_for_embedding_in_pipeline_split", "model", False
+        ),
         account_for_loss_in_pipeline_split=_bool_field(model_s, "account_for_loss_in_pipeline_split", "model", False),
         stage_layers=stage_layers,
         microbatch_group_size_per_vp_stage=_int_field(model_s, "microbatch_group_size_per_vp_stage", "model"),
@@ -333,4 +354,3 @@ def specs_from_bridge(cfg: Mapping[str, Any], world_size: int | None = None, bas
         use_nccl_ub=_bool_field(ddp, "nccl_ub", "ddp", False),
     )
     return model, run, assumptions
-

@@ -8,8 +8,9 @@ A finding always names the line it comes from and the exact line to add or chang
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from memtune import alloc_conf as ac
 from memtune import regather
@@ -28,7 +29,13 @@ class Finding:
     source: str
 
     def to_json(self) -> dict[str, str]:
-        return {"rule": self.rule, "severity": self.severity, "message": self.message, "fix": self.fix, "source": self.source}
+        return {
+            "rule": self.rule,
+            "severity": self.severity,
+            "message": self.message,
+            "fix": self.fix,
+            "source": self.source,
+        }
 
 
 class _Safe(dict):
@@ -75,7 +82,9 @@ class AllocState:
 
     def effective(self, which: str) -> ac.AllocConf | None:
         """The parse the dependent rules judge: as written, else as intended."""
-        parsed, intended = (self.cuda_parsed, self.cuda_intended) if which == "cuda" else (self.generic_parsed, self.generic_intended)
+        parsed, intended = (
+            (self.cuda_parsed, self.cuda_intended) if which == "cuda" else (self.generic_parsed, self.generic_intended)
+        )
         return intended if intended is not None else parsed
 
     def enables_es(self, which: str) -> bool:
@@ -112,12 +121,18 @@ def alloc_state(view: RunView) -> AllocState:
     cuda_parsed = ac.parse(cuda.value, view.torch_version) if cuda else None
     generic_parsed = ac.parse(generic.value, view.torch_version) if generic else None
     return AllocState(
-        cuda, generic, cuda_parsed, generic_parsed,
-        _intended(cuda, cuda_parsed, view.torch_version), _intended(generic, generic_parsed, view.torch_version),
+        cuda,
+        generic,
+        cuda_parsed,
+        generic_parsed,
+        _intended(cuda, cuda_parsed, view.torch_version),
+        _intended(generic, generic_parsed, view.torch_version),
     )
 
 
-def _intended(env: EnvValue | None, parsed: ac.AllocConf | None, version: tuple[int, ...] | None) -> ac.AllocConf | None:
+def _intended(
+    env: EnvValue | None, parsed: ac.AllocConf | None, version: tuple[int, ...] | None
+) -> ac.AllocConf | None:
     """The parse of MT007's corrected string, when PyTorch rejects the written one and the
     correction is accepted (else None: the user's intent cannot be read)."""
     if env is None or parsed is None or parsed.accepted:
@@ -212,12 +227,27 @@ def malformed_alloc_conf(view: RunView) -> Iterable[Finding]:
         rejected = ", ".join(ac.version_str(v.version) for v in parsed.rejections)
         if view.torch_version is not None or len(parsed.rejections) == len(parsed.verdicts):
             versions = ac.version_str(view.torch_version) if view.torch_version else f"(checked {rejected})"
-            yield make("MT007", env.source, var=env.name, value=env.value, versions=versions,
-                       reason=f"{first.exception}: {first.reason}", suggested=suggested)
+            yield make(
+                "MT007",
+                env.source,
+                var=env.name,
+                value=env.value,
+                versions=versions,
+                reason=f"{first.exception}: {first.reason}",
+                suggested=suggested,
+            )
         else:
             accepted = ", ".join(ac.version_str(v.version) for v in parsed.verdicts if v.accepted)
-            yield make("MT019", env.source, var=env.name, value=env.value, accepted=accepted,
-                       rejected=rejected, reason=first.reason, suggested=suggested)
+            yield make(
+                "MT019",
+                env.source,
+                var=env.name,
+                value=env.value,
+                accepted=accepted,
+                rejected=rejected,
+                reason=first.reason,
+                suggested=suggested,
+            )
 
 
 @rule("MT001")
@@ -229,7 +259,10 @@ def expandable_segments_missing(view: RunView) -> Iterable[Finding]:
         return
     if state.cuda_parsed and not state.cuda_parsed.accepted:
         return  # MT007 already covers it
-    if any(p and p.verdicts[0].settings.get("backend") == "cudaMallocAsync" for p in (state.cuda_parsed, state.generic_parsed)):
+    if any(
+        p and p.verdicts[0].settings.get("backend") == "cudaMallocAsync"
+        for p in (state.cuda_parsed, state.generic_parsed)
+    ):
         return  # CUDA's own async allocator: expandable segments is a native-allocator option
     current = state.cuda.value if state.cuda else ""
     if state.cuda is None and state.generic is None:
@@ -262,8 +295,11 @@ def _with_es(current: str, version: tuple[int, ...] | None) -> str:
     fixed_in = ac.parse_version(ac.table()["es_with_split_or_gc_fixed_in"])
     risky = ("max_split_size_mb", "garbage_collection_threshold") if version is None or version < fixed_in else ()
     moot = [k for k, v in ac.table().get("with_expandable_segments", {}).items() if v.get("effect") == "moot"]
-    parts = [p for p in "".join(current.split()).split(",")
-             if p and not p.startswith("expandable_segments") and p.split(":")[0] not in (*risky, *moot)]
+    parts = [
+        p
+        for p in "".join(current.split()).split(",")
+        if p and not p.startswith("expandable_segments") and p.split(":")[0] not in (*risky, *moot)
+    ]
     return ",".join(parts + ["expandable_segments:True"])
 
 
@@ -280,8 +316,13 @@ def es_with_nccl_ub(view: RunView) -> Iterable[Finding]:
     state = alloc_state(view)
     if not es_possible(state, view.torch_version):
         return
-    yield make("MT002", state.es_where, es_source=state.es_source, ub_source=f"{view.text('nccl_ub')} at {view.where('nccl_ub')}",
-               ub_off=change_text(view, "nccl_ub", "false"))
+    yield make(
+        "MT002",
+        state.es_where,
+        es_source=state.es_source,
+        ub_source=f"{view.text('nccl_ub')} at {view.where('nccl_ub')}",
+        ub_off=change_text(view, "nccl_ub", "false"),
+    )
 
 
 @rule("MT003")
@@ -297,27 +338,48 @@ def es_cuda_graph_without_register(view: RunView) -> Iterable[Finding]:
         return
     if view.compute_capability is not None and view.compute_capability >= 10:
         return  # Blackwell and later: the registration hazard and Megatron's guard do not apply
-    cuda_text = state.cuda_intended.text if state.cuda_intended is not None else (state.cuda.value if state.cuda else "")
+    cuda_text = (
+        state.cuda_intended.text if state.cuda_intended is not None else (state.cuda.value if state.cuda else "")
+    )
     guard_sees = "expandable_segments:True" in cuda_text
-    guard_note = "" if guard_sees else (
-        "; the guard reads the literal text of PYTORCH_CUDA_ALLOC_CONF, which does not contain "
-        "\"expandable_segments:True\" here, so it will not stop the run and it can fail with an illegal memory access instead"
+    guard_note = (
+        ""
+        if guard_sees
+        else (
+            "; the guard reads the literal text of PYTORCH_CUDA_ALLOC_CONF, which does not contain "
+            '"expandable_segments:True" here, so it will not stop the run and it can fail with an illegal memory access instead'
+        )
     )
     if register is not None:
         guard_note += f"; NCCL_GRAPH_REGISTER is {register.value!r} ({register.source})"
-    yield make("MT003", state.es_where, graph_source=f"{graph_text} at {graph_source}", es_source=state.es_source, guard_note=guard_note)
+    yield make(
+        "MT003",
+        state.es_where,
+        graph_source=f"{graph_text} at {graph_source}",
+        es_source=state.es_source,
+        guard_note=guard_note,
+    )
 
 
 @rule("MT004")
 def cpu_offload_with_pp(view: RunView) -> Iterable[Finding]:
     pp = view.get("pp", 1)
     if view.get("cpu_offloading") is True and isinstance(pp, int) and pp > 1:
-        yield make("MT004", view.where("cpu_offloading"), offload_source=f"{view.text('cpu_offloading')} at {view.where('cpu_offloading')}",
-                   pp=pp, pp_source=view.where("pp"), offload_off=change_text(view, "cpu_offloading", "false"))
+        yield make(
+            "MT004",
+            view.where("cpu_offloading"),
+            offload_source=f"{view.text('cpu_offloading')} at {view.where('cpu_offloading')}",
+            pp=pp,
+            pp_source=view.where("pp"),
+            offload_off=change_text(view, "cpu_offloading", "false"),
+        )
 
 
 def _uneven(view: RunView) -> bool:
-    return any(view.has(n) and view.get(n) not in (None, False, "") for n in ("uneven_first", "uneven_last", "pp_layout", "account_embedding", "account_loss"))
+    return any(
+        view.has(n) and view.get(n) not in (None, False, "")
+        for n in ("uneven_first", "uneven_last", "pp_layout", "account_embedding", "account_loss")
+    )
 
 
 @rule("MT005")
@@ -330,8 +392,16 @@ def vpp_divisibility(view: RunView) -> Iterable[Finding]:
         return
     options = [d for d in divisors(per_rank) if d > 1] or [1]
     suggest = min(options, key=lambda d: abs(d - vpp))
-    yield make("MT005", view.where("vpp"), num_layers=layers, pp=pp, per_rank=per_rank, vpp=vpp,
-               divisors=", ".join(map(str, options)), change=change_text(view, "vpp", str(suggest)))
+    yield make(
+        "MT005",
+        view.where("vpp"),
+        num_layers=layers,
+        pp=pp,
+        per_rank=per_rank,
+        vpp=vpp,
+        divisors=", ".join(map(str, options)),
+        change=change_text(view, "vpp", str(suggest)),
+    )
 
 
 @rule("MT006")
@@ -339,9 +409,19 @@ def pp_divisibility(view: RunView) -> Iterable[Finding]:
     layers, pp = view.get("num_layers"), view.get("pp", 1)
     if not isinstance(layers, int) or not isinstance(pp, int) or pp <= 1 or layers % pp == 0 or _uneven(view):
         return
-    hint = "num_layers_in_first_pipeline_stage / num_layers_in_last_pipeline_stage" if view.config_form != "megatron" \
+    hint = (
+        "num_layers_in_first_pipeline_stage / num_layers_in_last_pipeline_stage"
+        if view.config_form != "megatron"
         else "--decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers"
-    yield make("MT006", view.where("pp"), num_layers=layers, pp=pp, divisors=", ".join(map(str, divisors(layers))), uneven_hint=hint)
+    )
+    yield make(
+        "MT006",
+        view.where("pp"),
+        num_layers=layers,
+        pp=pp,
+        divisors=", ".join(map(str, divisors(layers))),
+        uneven_hint=hint,
+    )
 
 
 @rule("MT008")
@@ -351,31 +431,47 @@ def alloc_var_mismatch(view: RunView) -> Iterable[Finding]:
     if cuda and generic:
         if cuda.value.replace(" ", "") != generic.value.replace(" ", ""):
             yield make(
-                "MT008", generic.source,
-                detail=(f"PYTORCH_ALLOC_CONF={generic.value!r} ({generic.source}) and PYTORCH_CUDA_ALLOC_CONF={cuda.value!r} "
-                        f"({cuda.source}) disagree: PyTorch 2.9+ uses the first, older releases and Megatron's guards read the second"),
+                "MT008",
+                generic.source,
+                detail=(
+                    f"PYTORCH_ALLOC_CONF={generic.value!r} ({generic.source}) and PYTORCH_CUDA_ALLOC_CONF={cuda.value!r} "
+                    f"({cuda.source}) disagree: PyTorch 2.9+ uses the first, older releases and Megatron's guards read the second"
+                ),
                 fix=f"give both the same value, e.g. export PYTORCH_ALLOC_CONF={cuda.value}",
             )
         return
     if generic and not cuda:
         ignored = ac.alloc_conf_ignored_for_cuda(view.torch_version)
         if ignored:
-            yield make("MT018", generic.source, version=ac.version_str(view.torch_version), var=generic.name,
-                       source=generic.source, value=generic.value)
+            yield make(
+                "MT018",
+                generic.source,
+                version=ac.version_str(view.torch_version),
+                var=generic.name,
+                source=generic.source,
+                value=generic.value,
+            )
             return
         yield make(
-            "MT008", generic.source,
-            detail=(f"only PYTORCH_ALLOC_CONF is set ({generic.source}); Megatron's NCCL_GRAPH_REGISTER / NCCL UB guards read "
-                    "PYTORCH_CUDA_ALLOC_CONF only, PyTorch before 2.9 ignores PYTORCH_ALLOC_CONF, and 2.9.x ignored it for CUDA "
-                    "expandable segments (pytorch/pytorch#183387)"),
+            "MT008",
+            generic.source,
+            detail=(
+                f"only PYTORCH_ALLOC_CONF is set ({generic.source}); Megatron's NCCL_GRAPH_REGISTER / NCCL UB guards read "
+                "PYTORCH_CUDA_ALLOC_CONF only, PyTorch before 2.9 ignores PYTORCH_ALLOC_CONF, and 2.9.x ignored it for CUDA "
+                "expandable segments (pytorch/pytorch#183387)"
+            ),
             fix=f"export PYTORCH_CUDA_ALLOC_CONF={generic.value}   # same value as PYTORCH_ALLOC_CONF",
         )
         return
     if cuda and not generic and view.torch_version is not None and ac.alloc_conf_primary(view.torch_version):
         yield make(
-            "MT008", cuda.source, severity="info",
-            detail=(f"PyTorch {ac.version_str(view.torch_version)} reads PYTORCH_ALLOC_CONF first and warns that "
-                    "PYTORCH_CUDA_ALLOC_CONF is deprecated; keep PYTORCH_CUDA_ALLOC_CONF (Megatron's guards read it)"),
+            "MT008",
+            cuda.source,
+            severity="info",
+            detail=(
+                f"PyTorch {ac.version_str(view.torch_version)} reads PYTORCH_ALLOC_CONF first and warns that "
+                "PYTORCH_CUDA_ALLOC_CONF is deprecated; keep PYTORCH_CUDA_ALLOC_CONF (Megatron's guards read it)"
+            ),
             fix=f"export PYTORCH_ALLOC_CONF={cuda.value}   # in addition, same value",
         )
 
@@ -414,11 +510,15 @@ def regather_inputs(view: RunView) -> regather.RegatherInputs:
         targets=tuple(str(t) for t in targets),
         moe=_is_moe(view),
         cuda_graphs=graphs,
-        cpu_offload_activations=view.get("cpu_offloading") is True and view.get("cpu_offloading_activations", True) is not False,
+        cpu_offload_activations=view.get("cpu_offloading") is True
+        and view.get("cpu_offloading_activations", True) is not False,
         recompute_granularity=view.get("recompute_granularity"),
         recompute_method=view.get("recompute_method"),
         recompute_num_layers=view.get("recompute_num_layers"),
-        recompute_modules=tuple(view.get("recompute_modules") or (("core_attn",) if view.get("recompute_granularity") == "selective" else ())),
+        recompute_modules=tuple(
+            view.get("recompute_modules")
+            or (("core_attn",) if view.get("recompute_granularity") == "selective" else ())
+        ),
         layers_per_stage=per_stage,
     )
 
@@ -433,13 +533,19 @@ def lora_regather(view: RunView) -> Iterable[Finding]:
     peft_source = view.where("peft")
     if not regather_on:
         if decision.any_eligible:
-            fix = (regather.hydra_override() if view.config_form in ("hydra", "megatron", None)
-                   else "peft.sequence_parallel_input_regather: true")
+            fix = (
+                regather.hydra_override()
+                if view.config_form in ("hydra", "megatron", None)
+                else "peft.sequence_parallel_input_regather: true"
+            )
             yield make(
-                "MT010", peft_source,
-                detail=(f"LoRA with sequence parallelism (TP {inp.tp}) keeps the full gathered LoRA-A input of "
-                        f"{', '.join(decision.eligible_modules)} until backward; sequence_parallel_input_regather keeps only "
-                        "the sequence-local shard (seed measurement: Qwen3-8B TP2 seq 8192 saved 4.731 GB, -6.7% throughput)"),
+                "MT010",
+                peft_source,
+                detail=(
+                    f"LoRA with sequence parallelism (TP {inp.tp}) keeps the full gathered LoRA-A input of "
+                    f"{', '.join(decision.eligible_modules)} until backward; sequence_parallel_input_regather keeps only "
+                    "the sequence-local shard (seed measurement: Qwen3-8B TP2 seq 8192 saved 4.731 GB, -6.7% throughput)"
+                ),
                 fix=f"{fix}   # or run scripts/regather_config.py for the recipe snippet and the estimated saving",
             )
         return
@@ -448,7 +554,9 @@ def lora_regather(view: RunView) -> Iterable[Finding]:
         reasons = [f"{d.module}: {d.reason}" for d in decision.decisions]
     if reasons:
         yield make(
-            "MT010", view.where("regather"), severity="warning",
+            "MT010",
+            view.where("regather"),
+            severity="warning",
             detail="sequence_parallel_input_regather is set but has no effect here: " + "; ".join(reasons),
             fix="remove it (it only costs communication here), or enable the conditions it needs (TP > 1 with sequence_parallel, no CUDA graphs / CPU offload / overlapping recompute)",
         )
@@ -458,10 +566,15 @@ def lora_regather(view: RunView) -> Iterable[Finding]:
 def cpu_offload_with_recompute(view: RunView) -> Iterable[Finding]:
     granularity = view.get("recompute_granularity")
     if view.get("cpu_offloading") is True and granularity not in (None, "", "none", "null"):
-        yield make("MT011", view.where("cpu_offloading"), offload_source=f"{view.text('cpu_offloading')} at {view.where('cpu_offloading')}",
-                   granularity=granularity, recompute_source=view.where("recompute_granularity"),
-                   recompute_off=change_text(view, "recompute_granularity", "null", flag_value=""),
-                   offload_off=change_text(view, "cpu_offloading", "false"))
+        yield make(
+            "MT011",
+            view.where("cpu_offloading"),
+            offload_source=f"{view.text('cpu_offloading')} at {view.where('cpu_offloading')}",
+            granularity=granularity,
+            recompute_source=view.where("recompute_granularity"),
+            recompute_off=change_text(view, "recompute_granularity", "null", flag_value=""),
+            offload_off=change_text(view, "cpu_offloading", "false"),
+        )
 
 
 def _microbatches(view: RunView) -> tuple[int | None, dict[str, Any]]:
@@ -486,37 +599,79 @@ def vpp_microbatch_group(view: RunView) -> Iterable[Finding]:
     group = view.get("microbatch_group") or pp
     group_source = view.where("microbatch_group") if view.has("microbatch_group") else "default = PP"
     if m is None:
-        missing = [k for k, v in (("global batch", info["gbs"]), ("world size (--world-size)", info["world"])) if not isinstance(v, int)]
-        yield make("MT012", view.where("vpp"), severity="info", group=group, group_source=group_source, microbatches="?",
-                   gbs=info["gbs"], mbs=info["mbs"], dp="?", pp=pp,
-                   fix="give " + " and ".join(missing or ["the batch sizes"]) + " so the interleaved-schedule limits can be checked")
+        missing = [
+            k
+            for k, v in (("global batch", info["gbs"]), ("world size (--world-size)", info["world"]))
+            if not isinstance(v, int)
+        ]
+        yield make(
+            "MT012",
+            view.where("vpp"),
+            severity="info",
+            group=group,
+            group_source=group_source,
+            microbatches="?",
+            gbs=info["gbs"],
+            mbs=info["mbs"],
+            dp="?",
+            pp=pp,
+            fix="give "
+            + " and ".join(missing or ["the batch sizes"])
+            + " so the interleaved-schedule limits can be checked",
+        )
         return
     if group > m or group < pp:
         need = max(group, pp) * info["mbs"] * info["dp"]
         drop_vpp = change_text(view, "vpp", "null", flag_value="")
         if m >= pp:
-            fix = (f"set the micro-batch group between {pp} and {m} "
-                   f"({change_text(view, 'microbatch_group', str(pp))}), raise the global batch to at least {need}, or {drop_vpp}")
+            fix = (
+                f"set the micro-batch group between {pp} and {m} "
+                f"({change_text(view, 'microbatch_group', str(pp))}), raise the global batch to at least {need}, or {drop_vpp}"
+            )
         else:
             fix = f"raise the global batch to at least {need} ({max(group, pp)} micro-batches per step), or {drop_vpp} (no interleaving)"
-        yield make("MT012", view.where("vpp"), group=group, group_source=group_source, microbatches=m, gbs=info["gbs"],
-                   mbs=info["mbs"], dp=info["dp"], pp=pp, fix=fix)
+        yield make(
+            "MT012",
+            view.where("vpp"),
+            group=group,
+            group_source=group_source,
+            microbatches=m,
+            gbs=info["gbs"],
+            mbs=info["mbs"],
+            dp=info["dp"],
+            pp=pp,
+            fix=fix,
+        )
         return
     remainder = m % group
     if 0 < remainder < pp:
-        yield make("MT016", view.where("gbs"), microbatches=m, remainder=remainder, pp=pp, group=group,
-                   gbs_suggest=((m // group) + 1) * group * info["mbs"] * info["dp"])
+        yield make(
+            "MT016",
+            view.where("gbs"),
+            microbatches=m,
+            remainder=remainder,
+            pp=pp,
+            group=group,
+            gbs_suggest=((m // group) + 1) * group * info["mbs"] * info["dp"],
+        )
     if view.mcore_version is not None and view.mcore_version < (0, 10) and m % pp != 0:
-        yield Finding("MT012", "error",
-                      f"Megatron-Core {ac.version_str(view.mcore_version)} requires the number of micro-batches ({m}) to be divisible by "
-                      f"pipeline-model-parallel-size ({pp}) with the interleaved schedule",
-                      f"use a global batch that is a multiple of {pp * info['mbs'] * info['dp']}", view.where("gbs"))
+        yield Finding(
+            "MT012",
+            "error",
+            f"Megatron-Core {ac.version_str(view.mcore_version)} requires the number of micro-batches ({m}) to be divisible by "
+            f"pipeline-model-parallel-size ({pp}) with the interleaved schedule",
+            f"use a global batch that is a multiple of {pp * info['mbs'] * info['dp']}",
+            view.where("gbs"),
+        )
     elif view.mcore_version is None and m % pp != 0:
-        yield Finding("MT012", "warning",
-                      f"{m} micro-batches is not a multiple of PP {pp}: Megatron-Core releases before 0.10 reject this with the "
-                      "interleaved schedule (\"number of microbatches is not divisible by pipeline-model-parallel-size\")",
-                      f"use a global batch that is a multiple of {pp * info['mbs'] * info['dp']}, or pass --megatron-core-version",
-                      view.where("gbs"))
+        yield Finding(
+            "MT012",
+            "warning",
+            f"{m} micro-batches is not a multiple of PP {pp}: Megatron-Core releases before 0.10 reject this with the "
+            'interleaved schedule ("number of microbatches is not divisible by pipeline-model-parallel-size")',
+            f"use a global batch that is a multiple of {pp * info['mbs'] * info['dp']}, or pass --megatron-core-version",
+            view.where("gbs"),
+        )
 
 
 @rule("MT013")
@@ -526,19 +681,34 @@ def alloc_after_command(view: RunView) -> Iterable[Finding]:
     for name in ALLOC_VARS + ("NCCL_GRAPH_REGISTER",):
         for late in view.script.later_settings(view.command, name):
             earlier = view.env.get(name)
-            effect = (f"; the command runs with the earlier value {earlier.value!r} from {earlier.source}" if earlier
-                      else "; the command runs without it")
+            effect = (
+                f"; the command runs with the earlier value {earlier.value!r} from {earlier.source}"
+                if earlier
+                else "; the command runs without it"
+            )
             text = f"export {name}={late.value}" if late.value is not None else f"unset {name}"
-            yield make("MT013", late.source, var=name, late_line=late.line, cmd_line=view.command.line, effect=effect, late_text=text)
+            yield make(
+                "MT013",
+                late.source,
+                var=name,
+                late_line=late.line,
+                cmd_line=view.command.line,
+                effect=effect,
+                late_text=text,
+            )
 
 
 @rule("MT014")
 def graphs_with_offload(view: RunView) -> Iterable[Finding]:
     on, graph_source, graph_text = cuda_graphs(view)
     if on and view.get("cpu_offloading") is True:
-        yield make("MT014", graph_source, graph_source=f"{graph_text} at {graph_source}",
-                   offload_source=f"{view.text('cpu_offloading')} at {view.where('cpu_offloading')}",
-                   offload_off=change_text(view, "cpu_offloading", "false"))
+        yield make(
+            "MT014",
+            graph_source,
+            graph_source=f"{graph_text} at {graph_source}",
+            offload_source=f"{view.text('cpu_offloading')} at {view.where('cpu_offloading')}",
+            offload_off=change_text(view, "cpu_offloading", "false"),
+        )
 
 
 @rule("MT015")
@@ -547,8 +717,14 @@ def offload_layer_range(view: RunView) -> Iterable[Finding]:
         return
     value, layers = view.get("cpu_offloading_num_layers", 0), view.get("num_layers")
     if isinstance(value, int) and isinstance(layers, int) and not 0 <= value < layers:
-        yield make("MT015", view.where("cpu_offloading_num_layers"), value=value, source=view.where("cpu_offloading_num_layers"),
-                   num_layers=layers, max_layers=layers - 1)
+        yield make(
+            "MT015",
+            view.where("cpu_offloading_num_layers"),
+            value=value,
+            source=view.where("cpu_offloading_num_layers"),
+            num_layers=layers,
+            max_layers=layers - 1,
+        )
 
 
 @rule("MT022")
@@ -566,9 +742,19 @@ def world_not_divisible(view: RunView) -> Iterable[Finding]:
     options = [n for n in ((world // mp) * mp, (world // mp + 1) * mp) if n > 0]
     given = [n for n in ("tp", "pp", "cp") if view.has(n)]
     sizes = ", ".join(f"{view.text(n)} at {view.where(n)}" for n in given) or "parallel sizes at their default 1"
-    yield make("MT022", view.where(given[0]) if given else view.where("world_size"), problem=problem,
-               world_source=f"{view.text('world_size')} at {view.where('world_size')}", sizes=sizes,
-               world=world, tp=tp, pp=pp, cp=cp, mp=mp, gpu_options=" or ".join(map(str, options)))
+    yield make(
+        "MT022",
+        view.where(given[0]) if given else view.where("world_size"),
+        problem=problem,
+        world_source=f"{view.text('world_size')} at {view.where('world_size')}",
+        sizes=sizes,
+        world=world,
+        tp=tp,
+        pp=pp,
+        cp=cp,
+        mp=mp,
+        gpu_options=" or ".join(map(str, options)),
+    )
 
 
 @rule("MT023")
@@ -583,24 +769,40 @@ def experts_not_divisible(view: RunView) -> Iterable[Finding]:
         return
     options = [d for d in range(1, experts + 1) if experts % d == 0 and d <= max(ep * 2, 8)][-8:]
     suggest = min(options, key=lambda d: (abs(d - ep), d))
-    yield make("MT023", view.where("ep"), problem=problem, ep_source=f"{view.text('ep')} at {view.where('ep')}",
-               experts_source=f"{view.text('num_experts')} at {view.where('num_experts')}", num_experts=experts,
-               divisors=", ".join(map(str, options)), change=change_text(view, "ep", str(suggest)))
+    yield make(
+        "MT023",
+        view.where("ep"),
+        problem=problem,
+        ep_source=f"{view.text('ep')} at {view.where('ep')}",
+        experts_source=f"{view.text('num_experts')} at {view.where('num_experts')}",
+        num_experts=experts,
+        divisors=", ".join(map(str, options)),
+        change=change_text(view, "ep", str(suggest)),
+    )
 
 
 @rule("MT017")
 def versions_unknown(view: RunView) -> Iterable[Finding]:
     state = alloc_state(view)
     if view.torch_version is None and (state.cuda or state.generic):
-        yield make("MT017", state.es_where if state.es_where != "-" else (state.cuda or state.generic).source,
-                   what="--torch-version",
-                   consequence="the allocator string was checked against PyTorch 2.1, 2.8 and 2.11: rejected by all is an error (MT007), by some a warning (MT019)",
-                   option="--torch-version", module="torch")
+        yield make(
+            "MT017",
+            state.es_where if state.es_where != "-" else (state.cuda or state.generic).source,
+            what="--torch-version",
+            consequence="the allocator string was checked against PyTorch 2.1, 2.8 and 2.11: rejected by all is an error (MT007), by some a warning (MT019)",
+            option="--torch-version",
+            module="torch",
+        )
     vpp = view.get("vpp")
     if view.mcore_version is None and isinstance(vpp, int) and vpp > 1:
-        yield make("MT017", view.where("vpp"), what="--megatron-core-version",
-                   consequence="interleaved-pipeline limits of both older (< 0.10) and current Megatron-Core were applied",
-                   option="--megatron-core-version", module="megatron.core")
+        yield make(
+            "MT017",
+            view.where("vpp"),
+            what="--megatron-core-version",
+            consequence="interleaved-pipeline limits of both older (< 0.10) and current Megatron-Core were applied",
+            option="--megatron-core-version",
+            module="megatron.core",
+        )
 
 
 @rule("MT020")
@@ -615,8 +817,11 @@ def alloc_notes(view: RunView) -> Iterable[Finding]:
                 if note in seen:
                     continue
                 seen.add(note)
-                fix = ("drop the native-allocator options, or drop backend:cudaMallocAsync (expandable segments need the native allocator)"
-                       if "cudaMallocAsync" in note else f"remove the ignored part from {env.name}")
+                fix = (
+                    "drop the native-allocator options, or drop backend:cudaMallocAsync (expandable segments need the native allocator)"
+                    if "cudaMallocAsync" in note
+                    else f"remove the ignored part from {env.name}"
+                )
                 yield make("MT020", env.source, var=env.name, value=env.value, note=note, fix=fix)
 
 
@@ -634,9 +839,16 @@ def es_with_split_on_old_torch(view: RunView) -> Iterable[Finding]:
         others = [k for k in ("max_split_size_mb", "garbage_collection_threshold") if k in settings]
         if settings.get("expandable_segments") is True and others:
             kept = ",".join(p for p in "".join(parsed.text.split()).split(",") if p.split(":")[0] not in others)
-            yield make("MT021", env.source, severity=None if version is not None else "info", var=env.name,
-                       others=" and ".join(others), version=ac.version_str(version) if version else "before 2.5",
-                       fixed_in=fixed_in, suggested=kept or "expandable_segments:True")
+            yield make(
+                "MT021",
+                env.source,
+                severity=None if version is not None else "info",
+                var=env.name,
+                others=" and ".join(others),
+                version=ac.version_str(version) if version else "before 2.5",
+                fixed_in=fixed_in,
+                suggested=kept or "expandable_segments:True",
+            )
 
 
 @rule("MT024")
@@ -645,21 +857,53 @@ def crlf_line_endings(view: RunView) -> Iterable[Finding]:
     rules still see the script, which is why this rule must say what bash will do."""
     for script, command in view.crlf_scripts:
         env = script.env_for(command)
-        alloc = next((env[n] for n in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF") if n in env and env[n].value), None)
+        alloc = next(
+            (env[n] for n in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF") if n in env and env[n].value), None
+        )
         if alloc is not None:
             last = alloc.value.split(",")[-1].split(":")[0].strip()
-            rejected = (f"rejects it: \"Expected a single True/False argument for {last}\"" if last == "expandable_segments"
-                        else "reads an option value with a stray \\r at its end")
+            rejected = (
+                f'rejects it: "Expected a single True/False argument for {last}"'
+                if last == "expandable_segments"
+                else "reads an option value with a stray \\r at its end"
+            )
             effect = f"{alloc.name} reaches PyTorch as {alloc.value + chr(13)!r} and PyTorch {rejected}"
         else:
             exported = next((s for s in env.values() if s.value), None)
-            effect = (f"the exported {exported.name} reaches the training process as {exported.value + chr(13)!r}"
-                      if exported is not None else "every exported value and the last argument of each line end in \\r")
+            effect = (
+                f"the exported {exported.name} reaches the training process as {exported.value + chr(13)!r}"
+                if exported is not None
+                else "every exported value and the last argument of each line end in \\r"
+            )
         yield make("MT024", f"{script.path}:{script.crlf_line}", path=script.path, line=script.crlf_line, effect=effect)
 
 
-ORDER = ("MT024", "MT007", "MT019", "MT001", "MT002", "MT003", "MT004", "MT022", "MT023", "MT005", "MT006", "MT008", "MT018", "MT009",
-         "MT010", "MT011", "MT012", "MT016", "MT013", "MT014", "MT015", "MT021", "MT020", "MT017")
+ORDER = (
+    "MT024",
+    "MT007",
+    "MT019",
+    "MT001",
+    "MT002",
+    "MT003",
+    "MT004",
+    "MT022",
+    "MT023",
+    "MT005",
+    "MT006",
+    "MT008",
+    "MT018",
+    "MT009",
+    "MT010",
+    "MT011",
+    "MT012",
+    "MT016",
+    "MT013",
+    "MT014",
+    "MT015",
+    "MT021",
+    "MT020",
+    "MT017",
+)
 
 
 def run_all(view: RunView) -> list[Finding]:

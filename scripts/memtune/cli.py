@@ -13,9 +13,10 @@ import json
 import os
 import re
 import sys
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator, NoReturn, Sequence
+from typing import Any, NoReturn
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1
@@ -46,8 +47,17 @@ class ArgumentParser(argparse.ArgumentParser):
             after = argv[given + 1] if given is not None and given + 1 < len(argv) else ""
             if after.startswith("-") and after.split("=")[0] not in self._option_string_actions:
                 message += f"; a value that starts with '-' must be attached: {argv[given]}={argv[given + 1]}"
-            short = next((w for w in argv if given is None and w.startswith("--") and "=" not in w
-                          and any(n.startswith(w) and n != w for n in names)), None)
+            short = next(
+                (
+                    w
+                    for w in argv
+                    if given is None
+                    and w.startswith("--")
+                    and "=" not in w
+                    and any(n.startswith(w) and n != w for n in names)
+                ),
+                None,
+            )
             if short:
                 # argparse takes `--lora` as an abbreviation of `--lora-dim`: say so, or the
                 # user hunts for a value they never meant to give
@@ -134,14 +144,18 @@ def run(main: Callable[[Sequence[str] | None], int], prog: str, argv: Sequence[s
         if not getattr(exc, "filename", None):
             raise
         if exc.errno in _FULL:
-            sys.stderr.write(f"{prog}: error: cannot write {exc.filename}: {exc.strerror}; free some space and run again\n")
+            sys.stderr.write(
+                f"{prog}: error: cannot write {exc.filename}: {exc.strerror}; free some space and run again\n"
+            )
         else:
             sys.stderr.write(f"{prog}: error: {exc.strerror or exc}: {exc.filename}\n")
         code = EXIT_USAGE
     except UnicodeDecodeError as exc:
         # a loader read a user's file as text without memtune.textfile: still one line, not a traceback
-        sys.stderr.write(f"{prog}: error: an input file is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} "
-                         f"at offset {exc.start}); pass a text file saved as UTF-8\n")
+        sys.stderr.write(
+            f"{prog}: error: an input file is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} "
+            f"at offset {exc.start}); pass a text file saved as UTF-8\n"
+        )
         code = EXIT_USAGE
     except KeyboardInterrupt:
         sys.stderr.write(f"{prog}: interrupted\n")

@@ -7,8 +7,9 @@ while this process starts up, instead of after it.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 from memtune import grep_prefilter
 from memtune.frameworks import FrameworkHits
@@ -36,20 +37,28 @@ def source_lines(
         if how == "grep":
             stream.readinto(memoryview(bytearray(64 << 10)))  # the binary-file check on the first 64 KiB
             return grep_prefilter.grep_candidate_lines(
-                path, patterns.triggers, patterns.window_triggers, WINDOW_LINES, MAX_CARRY,
+                path,
+                patterns.triggers,
+                patterns.window_triggers,
+                WINDOW_LINES,
+                MAX_CARRY,
                 wanted=scanner.wants_more if scanner is not None else None,
             )
     return candidate_lines(stream, patterns.triggers, patterns.window_triggers)
 
 
-def _scan(stream: TextStream, lines: Iterator[tuple[int, bytes, bool]], scanner: Scanner) -> tuple[list[Finding], dict[str, int], Scanner]:
+def _scan(
+    stream: TextStream, lines: Iterator[tuple[int, bytes, bool]], scanner: Scanner
+) -> tuple[list[Finding], dict[str, int], Scanner]:
     with stream:
         for line_no, raw, _hit in lines:
             scanner.feed(line_no, raw)
     return scanner.finish(), scanner.run_facts, scanner
 
 
-def scan_source(source: Source, patterns: PatternSet, prefilter: str | None = None) -> tuple[list[Finding], dict[str, int]]:
+def scan_source(
+    source: Source, patterns: PatternSet, prefilter: str | None = None
+) -> tuple[list[Finding], dict[str, int]]:
     """Findings of one input, streamed in constant memory, and the run facts it printed."""
     found, facts, _ = _scan(*_open(source, patterns, prefilter))
     return found, facts
@@ -70,7 +79,7 @@ def _open(
 
 def diagnose_sources(
     names: list[str],
-    rows: "list[Row] | None" = None,
+    rows: list[Row] | None = None,
     patterns: PatternSet | None = None,
     torch_version: TorchRange | None = None,
 ) -> dict[str, Any]:

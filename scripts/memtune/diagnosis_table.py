@@ -103,8 +103,7 @@ def load_rows(skill_md: Path = SKILL_MD) -> list[Row]:
     if tuple(header) != COLUMNS:
         found = " | ".join(header) if header else "no table"
         raise TableError(
-            f"{skill_md}: the '## {SECTION}' section needs a table with columns "
-            f"{' | '.join(COLUMNS)} (found: {found})"
+            f"{skill_md}: the '## {SECTION}' section needs a table with columns {' | '.join(COLUMNS)} (found: {found})"
         )
     if not rows:
         raise TableError(f"{skill_md}: the '## {SECTION}' table has no rows")

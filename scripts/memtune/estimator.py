@@ -28,8 +28,15 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from memtune.model_spec import (ModelSpec, attention_params, count_parameters, embedding_params, hybrid_layer_params,
-                                 hybrid_stage_kinds, layer_params, mtp_layer_params)
+from memtune.model_spec import (
+    ModelSpec,
+    count_parameters,
+    embedding_params,
+    hybrid_layer_params,
+    hybrid_stage_kinds,
+    layer_params,
+    mtp_layer_params,
+)
 from memtune.run_spec import RunSpec, stage_chunk_layers, stage_layer_counts, validate
 
 GIB = 1024**3
@@ -94,15 +101,17 @@ class StageEstimate:
     def allocated_bytes(self) -> int:
         """What torch.cuda.max_memory_allocated would report (tensors only): the larger of
         the training-step peak and the CUDA-graph capture peak."""
-        steady = (self.weights + self.gradients + self.optimizer + self.activations + self.workspace
-                  + self.optimizer_step)
+        steady = (
+            self.weights + self.gradients + self.optimizer + self.activations + self.workspace + self.optimizer_step
+        )
         return max(steady, self.capture_bytes)
 
     @property
     def total_bytes(self) -> int:
         """What the GPU must hold: tensors, CUDA-graph pools and the runtime overhead line."""
-        steady = (self.weights + self.gradients + self.optimizer + self.activations + self.workspace
-                  + self.optimizer_step)
+        steady = (
+            self.weights + self.gradients + self.optimizer + self.activations + self.workspace + self.optimizer_step
+        )
         return steady + self.cuda_graphs + self.overhead
 
     def components(self) -> dict[str, int]:
@@ -200,8 +209,17 @@ RECOMPUTE_DROPS = {
     "layernorm": ("attn_norm_out", "mlp_norm_out"),
     "mlp": ("mlp_fc1_out", "mlp_act_out"),
     "moe_act": ("moe_act_out", "moe_act_probs"),
-    "moe": ("router", "expert_fc1_in", "moe_fc1_out", "moe_act_out", "moe_act_probs", "moe_fc2_out", "moe_latent_out",
-            "shared_fc1_out", "shared_act_out"),
+    "moe": (
+        "router",
+        "expert_fc1_in",
+        "moe_fc1_out",
+        "moe_act_out",
+        "moe_act_probs",
+        "moe_fc2_out",
+        "moe_latent_out",
+        "shared_fc1_out",
+        "shared_act_out",
+    ),
     "shared_experts": ("shared_fc1_out", "shared_act_out"),
     "mla_up_proj": ("qkv",),
 }
@@ -210,8 +228,19 @@ CUDA_GRAPH_TERMS = {
     "attn": ("attn_norm_out", "mla_latent", "qkv", "qk_norm_in", "core_attn", "proj_in", "attn_dropout"),
     "mlp": ("mlp_norm_out", "mlp_fc1_out", "mlp_act_out", "mlp_dropout"),
     "moe_router": ("router",),
-    "moe": ("router", "expert_fc1_in", "moe_fc1_out", "moe_act_out", "moe_act_probs", "moe_fc2_out",
-            "moe_latent_out", "shared_fc1_out", "shared_act_out", "mlp_norm_out", "mlp_dropout"),
+    "moe": (
+        "router",
+        "expert_fc1_in",
+        "moe_fc1_out",
+        "moe_act_out",
+        "moe_act_probs",
+        "moe_fc2_out",
+        "moe_latent_out",
+        "shared_fc1_out",
+        "shared_act_out",
+        "mlp_norm_out",
+        "mlp_dropout",
+    ),
 }
 
 #: Which saved tensors each fine-grained activation-offload module moves to host memory.
@@ -336,11 +365,32 @@ def expert_load_factor(run: RunSpec) -> float:
 
 
 #: Saved tensors of a hybrid pattern's attention-only ('*') and MLP/MoE-only ('-', 'E') layers.
-_ATTN_TERMS = ("attn_norm_in", "attn_norm_out", "mla_latent", "qkv", "qk_norm_in", "proj_in", "core_attn",
-               "attn_dropout")
-_MLP_TERMS = ("mlp_norm_in", "mlp_norm_out", "mlp_fc1_out", "mlp_act_out", "router", "expert_fc1_in",
-              "moe_fc1_out", "moe_act_out", "moe_act_probs", "moe_fc2_out", "moe_latent_out", "shared_fc1_out",
-              "shared_act_out", "mlp_dropout")
+_ATTN_TERMS = (
+    "attn_norm_in",
+    "attn_norm_out",
+    "mla_latent",
+    "qkv",
+    "qk_norm_in",
+    "proj_in",
+    "core_attn",
+    "attn_dropout",
+)
+_MLP_TERMS = (
+    "mlp_norm_in",
+    "mlp_norm_out",
+    "mlp_fc1_out",
+    "mlp_act_out",
+    "router",
+    "expert_fc1_in",
+    "moe_fc1_out",
+    "moe_act_out",
+    "moe_act_probs",
+    "moe_fc2_out",
+    "moe_latent_out",
+    "shared_fc1_out",
+    "shared_act_out",
+    "mlp_dropout",
+)
 
 
 def mamba_activation_terms(model: ModelSpec, run: RunSpec) -> dict[str, float]:
@@ -435,9 +485,12 @@ def layer_activations(model: ModelSpec, run: RunSpec, moe: bool, kind: str | Non
             graphed_terms.update(CUDA_GRAPH_TERMS.get(scope, ()))
     graphed = sum(v for k, v in terms.items() if k in graphed_terms and k not in dropped)
     return LayerActivations(
-        stored=stored, full=full,
+        stored=stored,
+        full=full,
         checkpoint_input=terms.get("attn_norm_in", terms.get("mlp_norm_in", terms.get("mamba_norm_in", 0.0))),
-        lora_regather_saving=saving, offloaded=sum(terms[k] for k in offload if k in terms), graphed=graphed,
+        lora_regather_saving=saving,
+        offloaded=sum(terms[k] for k in offload if k in terms),
+        graphed=graphed,
         terms=tuple(terms.items()),
     )
 
@@ -501,8 +554,9 @@ def interleaved_peak_layer_sets(run: RunSpec, stage: int, chunk_layers: tuple[in
     return peak
 
 
-def in_flight_layer_microbatches(run: RunSpec, stage: int, layers: int,
-                                 chunk_layers: tuple[int, ...] | None = None) -> float:
+def in_flight_layer_microbatches(
+    run: RunSpec, stage: int, layers: int, chunk_layers: tuple[int, ...] | None = None
+) -> float:
     """Layer x micro-batch activation sets alive at this stage's peak.
 
     1F1B: stage ``i`` runs ``pp - i - 1`` warm-up forwards before its first backward,
@@ -582,14 +636,15 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
         dense_n = n - moe_n
         stage_kinds = stage_kind_lists[stage] if hybrid else ()
         start += n
-        dense_params = (
-            dense_n * (dense_layer.dense / t + dense_layer.replicated + dense_layer.expert)
-            + moe_n * (moe_layer.dense / t + moe_layer.replicated)
+        dense_params = dense_n * (dense_layer.dense / t + dense_layer.replicated + dense_layer.expert) + moe_n * (
+            moe_layer.dense / t + moe_layer.replicated
         )
         expert_params = moe_n * moe_layer.expert / max(1, run.ep * run.expert_tp)
         if hybrid:
-            dense_params = sum(stage_kinds.count(k) * (hybrid_params[k].dense / t + hybrid_params[k].replicated)
-                               for k in set(stage_kinds))
+            dense_params = sum(
+                stage_kinds.count(k) * (hybrid_params[k].dense / t + hybrid_params[k].replicated)
+                for k in set(stage_kinds)
+            )
         if is_first:
             dense_params += emb / t
         if is_last:
@@ -618,8 +673,20 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
             # the column-wise (transposed) copy for the backward GEMM. The bf16 embedding and
             # output layer are kept in bf16: 1 more byte each than ``param_b`` charged.
             fp8_cached = FP8_TRANSPOSE_BYTES * max(0.0, stage_params - vocab_params) + vocab_params
-        weights, grads, optim = _static_bytes(run, model, dense_params, expert_params, n, param_b, grad_b, opt_b,
-                                              dp_shard, edp_shard, vocab_params, fp8_cached)
+        weights, grads, optim = _static_bytes(
+            run,
+            model,
+            dense_params,
+            expert_params,
+            n,
+            param_b,
+            grad_b,
+            opt_b,
+            dp_shard,
+            edp_shard,
+            vocab_params,
+            fp8_cached,
+        )
         step_copy = _step_grad_copy(run, dense_params, expert_params, grad_b, dp_shard, edp_shard)
 
         # activations
@@ -629,8 +696,9 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
         if hybrid and n:
             per_layer_stored = sum(hybrid_acts[k].stored for k in stage_kinds) / n
             per_layer_full = max(hybrid_acts[k].full for k in stage_kinds)
-        layer_acts = _recompute_layers(run, n, inflight_layers, per_layer_stored, per_layer_full,
-                                       act_dense.checkpoint_input)
+        layer_acts = _recompute_layers(
+            run, n, inflight_layers, per_layer_stored, per_layer_full, act_dense.checkpoint_input
+        )
         graph_pool = 0.0
         if run.cuda_graph_scope and run.recompute_granularity != "full" and n:
             per_layer_graphed = (act_dense.graphed * dense_n + act_moe.graphed * moe_n) / n
@@ -672,13 +740,23 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
         activations = layer_acts + extra + working
         activations = _apply_offload(run, activations, layer_acts, n)
 
-        stages.append(StageEstimate(
-            stage=stage, layers=n, weights=int(weights), gradients=int(grads), optimizer=int(optim),
-            activations=int(activations), workspace=WORKSPACE_BYTES, overhead=int(overhead), params=int(stage_params),
-            optimizer_step=int(max(0.0, step_copy - activations)), cuda_graphs=int(graph_pool),
-            capture_bytes=int(_capture_bytes(run, weights, grads, optim, graph_pool)),
-            in_flight_microbatches=round(inflight_layers / n, 3) if n else float(mb),
-        ))
+        stages.append(
+            StageEstimate(
+                stage=stage,
+                layers=n,
+                weights=int(weights),
+                gradients=int(grads),
+                optimizer=int(optim),
+                activations=int(activations),
+                workspace=WORKSPACE_BYTES,
+                overhead=int(overhead),
+                params=int(stage_params),
+                optimizer_step=int(max(0.0, step_copy - activations)),
+                cuda_graphs=int(graph_pool),
+                capture_bytes=int(_capture_bytes(run, weights, grads, optim, graph_pool)),
+                in_flight_microbatches=round(inflight_layers / n, 3) if n else float(mb),
+            )
+        )
 
     assumptions.extend(_describe(model, run, vocab))
     return MemoryEstimate(
@@ -769,9 +847,20 @@ def _lora_params(model: ModelSpec, run: RunSpec, layers: int) -> float:
     return per_layer * layers
 
 
-def _static_bytes(run: RunSpec, model: ModelSpec, dense: float, expert: float, layers: int,
-                  param_b: float, grad_b: float, opt_b: float, dp_shard: int, edp_shard: int,
-                  embedding_output_params: float = 0.0, fp8_cached_params: float = 0.0):
+def _static_bytes(
+    run: RunSpec,
+    model: ModelSpec,
+    dense: float,
+    expert: float,
+    layers: int,
+    param_b: float,
+    grad_b: float,
+    opt_b: float,
+    dp_shard: int,
+    edp_shard: int,
+    embedding_output_params: float = 0.0,
+    fp8_cached_params: float = 0.0,
+):
     """Weights, gradient buffer and optimizer states of one GPU of a stage
     (``fp8_cached_params``: bytes of the fp8 weight copies TE keeps for the step)."""
     weights = (dense + expert) * param_b + fp8_cached_params
@@ -841,7 +930,8 @@ def _process_groups(run: RunSpec) -> int:
 
 def _describe(model: ModelSpec, run: RunSpec, vocab: int) -> list[str]:
     out = [
-        f"parallelism TP{run.tp} PP{run.pp}" + (f" VPP{run.vpp_chunks}" if run.vpp_chunks > 1 else "")
+        f"parallelism TP{run.tp} PP{run.pp}"
+        + (f" VPP{run.vpp_chunks}" if run.vpp_chunks > 1 else "")
         + f" CP{run.cp} EP{run.ep} ETP{run.expert_tp} DP{run.dp} on {run.world_size} GPUs",
         f"micro-batch {run.mbs}, global batch {run.global_batch}, {run.num_microbatches} "
         f"micro-batch{'es' if run.num_microbatches != 1 else ''} per step per DP rank, sequence {run.seq_length}",

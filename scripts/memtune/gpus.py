@@ -51,9 +51,14 @@ def _table() -> tuple[dict[str, Gpu], tuple[Gpu, ...]]:
     gpus = []
     for name, entry in raw.items():
         usable = entry.get("usable_mib")
-        gpu = Gpu(name=name, vendor=str(entry["vendor"]), compute_capability=float(entry["compute_capability"]),
-                  usable_bytes=int(usable) * MIB if usable is not None else None,
-                  marketing=str(entry["marketing"]) if entry.get("marketing") else None, source=str(entry["source"]))
+        gpu = Gpu(
+            name=name,
+            vendor=str(entry["vendor"]),
+            compute_capability=float(entry["compute_capability"]),
+            usable_bytes=int(usable) * MIB if usable is not None else None,
+            marketing=str(entry["marketing"]) if entry.get("marketing") else None,
+            source=str(entry["source"]),
+        )
         gpus.append(gpu)
         for alias in (name, *entry.get("aliases", ())):
             by_key.setdefault(_key(alias), gpu)
@@ -75,7 +80,7 @@ def _find(name: str) -> Gpu | None:
         if candidate in by_key:
             return by_key[candidate]
     for i, word in enumerate(words):
-        sizes = [w for w in words[i + 1:] if re.fullmatch(r"\d+gb?", w)]
+        sizes = [w for w in words[i + 1 :] if re.fullmatch(r"\d+gb?", w)]
         model = _FORM_SUFFIX.sub("", word) or word
         for candidate in ([model + sizes[0].rstrip("gb") + "gb"] if sizes else []) + [word, model]:
             if candidate in by_key:
@@ -103,8 +108,10 @@ def lookup_gpu(name: str, flag: str = "--gpu", fallback: str = _MEMORY_FALLBACK)
 def usable_memory(gpu: Gpu, flag: str = "--gpu") -> int:
     """The GPU's usable bytes; InputError when the table has no driver figure for it."""
     if gpu.usable_bytes is None:
-        raise InputError(f"{flag} {gpu.name}: its usable memory is not recorded in gpus.yaml; give --gpu-memory "
-                         "with the MiB figure nvidia-smi prints for it (memory.total, e.g. 81559MiB on an H100 80GB)")
+        raise InputError(
+            f"{flag} {gpu.name}: its usable memory is not recorded in gpus.yaml; give --gpu-memory "
+            "with the MiB figure nvidia-smi prints for it (memory.total, e.g. 81559MiB on an H100 80GB)"
+        )
     return gpu.usable_bytes
 
 
@@ -117,8 +124,10 @@ def marketing_size_warning(text: str, size_bytes: int) -> str | None:
     matches = _with_label(compact)
     if not matches:
         return None
-    return (f"WARNING: --gpu-memory {text} is {size_bytes / GIB:.1f} GiB (GB = 10^9 bytes), the marketing size; "
-            f"{_cards(matches)}. Use --gpu {matches[0].name} or the MiB figure nvidia-smi prints")
+    return (
+        f"WARNING: --gpu-memory {text} is {size_bytes / GIB:.1f} GiB (GB = 10^9 bytes), the marketing size; "
+        f"{_cards(matches)}. Use --gpu {matches[0].name} or the MiB figure nvidia-smi prints"
+    )
 
 
 def bare_number_note(text: str, size_bytes: int) -> str | None:
@@ -140,5 +149,6 @@ def _with_label(compact_label: str) -> list[Gpu]:
 
 
 def _cards(gpus: list[Gpu]) -> str:
-    return "; ".join(f"{g.name} reports {g.usable_bytes / GIB:.1f} GiB ({g.usable_bytes // MIB} MiB)"
-                     for g in gpus if g.usable_bytes)
+    return "; ".join(
+        f"{g.name} reports {g.usable_bytes / GIB:.1f} GiB ({g.usable_bytes // MIB} MiB)" for g in gpus if g.usable_bytes
+    )

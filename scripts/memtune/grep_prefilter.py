@@ -26,9 +26,9 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Callable, Iterator
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable, Iterator
 
 from memtune.cli import InputError
 from memtune.log_reader import window_opener
@@ -47,7 +47,9 @@ def gnu_grep() -> str | None:
     if path is None:
         return None
     try:
-        out = subprocess.run([path, "--version"], capture_output=True, timeout=10, env=_child_env(), stdin=subprocess.DEVNULL)
+        out = subprocess.run(
+            [path, "--version"], capture_output=True, timeout=10, env=_child_env(), stdin=subprocess.DEVNULL
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return path if out.returncode == 0 and b"GNU grep" in out.stdout else None
@@ -192,7 +194,9 @@ def _read(
                 stream.close()
     if code > 1:  # 1 is "no line matched"
         message = err.decode("utf-8", "replace").strip().splitlines()
-        raise InputError(f"{path}: grep could not read it ({message[0] if message else f'exit {code}'}); rerun with {ENV_SWITCH}=python")
+        raise InputError(
+            f"{path}: grep could not read it ({message[0] if message else f'exit {code}'}); rerun with {ENV_SWITCH}=python"
+        )
 
 
 OUTPUT_CHUNK = 1 << 20  # grep's output is read in blocks and split here: cheaper per line than readline

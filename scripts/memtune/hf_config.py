@@ -11,8 +11,9 @@ squared-ReLU MLP with LayerNorm. Explicit hint fields (``attention_bias``, ``qk_
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from memtune.cli import InputError
 from memtune.model_spec import ModelSpec
@@ -127,9 +128,14 @@ def _hybrid_fields(cfg: Mapping[str, Any]) -> dict[str, Any]:
     if not pattern:
         return {}
     out: dict[str, Any] = {"hybrid_layer_pattern": str(pattern)}
-    for ours, theirs in (("mamba_num_heads", "mamba_num_heads"), ("mamba_head_dim", "mamba_head_dim"),
-                         ("mamba_state_dim", "ssm_state_size"), ("mamba_num_groups", "n_groups"),
-                         ("mamba_d_conv", "conv_kernel"), ("mamba_expand", "expand")):
+    for ours, theirs in (
+        ("mamba_num_heads", "mamba_num_heads"),
+        ("mamba_head_dim", "mamba_head_dim"),
+        ("mamba_state_dim", "ssm_state_size"),
+        ("mamba_num_groups", "n_groups"),
+        ("mamba_d_conv", "conv_kernel"),
+        ("mamba_expand", "expand"),
+    ):
         if cfg.get(theirs) is not None:
             out[ours] = int(cfg[theirs])
     return out
@@ -139,12 +145,33 @@ def _hybrid_fields(cfg: Mapping[str, Any]) -> dict[str, Any]:
 # writes them as JSON integers. A string, a bool, a fraction, NaN or Infinity is a broken
 # or hand-edited file, and silently truncating it would estimate some other model.
 COUNT_FIELDS = REQUIRED + (
-    "intermediate_size", "moe_intermediate_size", "num_key_value_heads", "head_dim", "num_local_experts",
-    "num_experts", "n_routed_experts", "num_experts_per_tok", "num_experts_per_token", "n_shared_experts",
-    "shared_expert_intermediate_size", "first_k_dense_replace", "decoder_sparse_step", "moe_layer_freq",
-    "max_position_embeddings", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
-    "v_head_dim", "num_nextn_predict_layers", "mamba_num_heads", "mamba_head_dim", "ssm_state_size", "n_groups",
-    "conv_kernel", "attention_head_dim",
+    "intermediate_size",
+    "moe_intermediate_size",
+    "num_key_value_heads",
+    "head_dim",
+    "num_local_experts",
+    "num_experts",
+    "n_routed_experts",
+    "num_experts_per_tok",
+    "num_experts_per_token",
+    "n_shared_experts",
+    "shared_expert_intermediate_size",
+    "first_k_dense_replace",
+    "decoder_sparse_step",
+    "moe_layer_freq",
+    "max_position_embeddings",
+    "q_lora_rank",
+    "kv_lora_rank",
+    "qk_nope_head_dim",
+    "qk_rope_head_dim",
+    "v_head_dim",
+    "num_nextn_predict_layers",
+    "mamba_num_heads",
+    "mamba_head_dim",
+    "ssm_state_size",
+    "n_groups",
+    "conv_kernel",
+    "attention_head_dim",
 )
 
 

@@ -20,8 +20,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_DIR = Path(__file__).resolve().parent / "data" / "schemas" / "output"
@@ -128,8 +129,14 @@ def _table(node: Mapping[str, Any]) -> list[str]:
 
 def render_schema(name: str, schema: Mapping[str, Any]) -> list[str]:
     title = schema.get("title", name)
-    lines = ["", f"## `{title}`", "", _cell(schema.get("description", "")), "",
-             f"Schema: [`{name}{SUFFIX}`](../scripts/memtune/data/schemas/output/{name}{SUFFIX})"]
+    lines = [
+        "",
+        f"## `{title}`",
+        "",
+        _cell(schema.get("description", "")),
+        "",
+        f"Schema: [`{name}{SUFFIX}`](../scripts/memtune/data/schemas/output/{name}{SUFFIX})",
+    ]
     if "properties" in schema:
         lines += [""] + _table(schema)
     for key in ("oneOf", "anyOf"):

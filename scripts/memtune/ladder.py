@@ -26,8 +26,9 @@ priced change saves memory, or as the finishing step when that is cheapest overa
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 from memtune import model_spec as ms
 from memtune import planner as pl
@@ -41,8 +42,13 @@ KNOBS: dict[str, tuple[str, ...]] = {
     "pipeline": ("pp", "vpp", "num_layers_in_first_pipeline_stage", "num_layers_in_last_pipeline_stage"),
     "optimizer": ("use_distributed_optimizer", "use_megatron_fsdp"),
     "offload": ("cpu_offloading", "cpu_offloading_num_layers"),
-    "tp": ("tp",), "sp": ("sequence_parallel",), "cp": ("cp",), "ep": ("ep",), "etp": ("etp",),
-    "mbs": ("mbs",), "regather": ("sequence_parallel_input_regather",),
+    "tp": ("tp",),
+    "sp": ("sequence_parallel",),
+    "cp": ("cp",),
+    "ep": ("ep",),
+    "etp": ("etp",),
+    "mbs": ("mbs",),
+    "regather": ("sequence_parallel_input_regather",),
 }
 
 
@@ -152,8 +158,13 @@ def _knobs(before: RunSpec, run: RunSpec) -> set[str]:
     return {knob for knob, names in KNOBS.items() if any(getattr(before, n) != getattr(run, n) for n in names)}
 
 
-def climb(model: ms.ModelSpec, base: RunSpec, settings: pl.PlanSettings, table: tc.CostTable | None = None,
-          estimator: pl.Estimator = pl.estimate_peak) -> Ladder:
+def climb(
+    model: ms.ModelSpec,
+    base: RunSpec,
+    settings: pl.PlanSettings,
+    table: tc.CostTable | None = None,
+    estimator: pl.Estimator = pl.estimate_peak,
+) -> Ladder:
     """Climb from ``base`` until the run fits with the headroom (see the module docstring)."""
     table = table or tc.load_costs()
     params = table.raw.get("ladder", {})
@@ -176,21 +187,30 @@ def climb(model: ms.ModelSpec, base: RunSpec, settings: pl.PlanSettings, table: 
             finishes.append((list(steps), list(reasons)))
             break
         ev = evaluator(cur)
-        useful = [e for e in (ev.evaluate(c, cur_peak) for c in rung_candidates(model, cur, settings))
-                  if not e.rejected and e.peak_bytes is not None and e.cost is not None
-                  and cur_peak - e.peak_bytes >= MIN_SAVING * cur_peak]
+        useful = [
+            e
+            for e in (ev.evaluate(c, cur_peak) for c in rung_candidates(model, cur, settings))
+            if not e.rejected
+            and e.peak_bytes is not None
+            and e.cost is not None
+            and cur_peak - e.peak_bytes >= MIN_SAVING * cur_peak
+        ]
         if not useful:
             break
         fitting = [e for e in useful if e.fits]
         if fitting:
             best = min(fitting, key=lambda e: _plan_key(steps + [e], floor))
-            finishes.append((steps + [best], reasons + ["the change that makes the run fit from here at the "
-                                                         "lowest total cost"]))
+            finishes.append(
+                (steps + [best], reasons + ["the change that makes the run fit from here at the lowest total cost"])
+            )
         pool = [e for e in useful if pl.priced(e.cost)] or useful
         pool = [e for e in pool if not last_resort(cur, e.candidate.run)] or pool
         nxt = min(pool, key=lambda e: rung_key(e, cur_peak, floor))
-        why = ("cheapest priced change that saves memory" if pl.priced(nxt.cost)
-               else "no priced change saves memory here: cheapest unpriced change")
+        why = (
+            "cheapest priced change that saves memory"
+            if pl.priced(nxt.cost)
+            else "no priced change saves memory here: cheapest unpriced change"
+        )
         if last_resort(cur, nxt.candidate.run):
             why += " (a last resort: nothing cheaper saves memory)"
         steps.append(nxt)
@@ -204,27 +224,49 @@ def climb(model: ms.ModelSpec, base: RunSpec, settings: pl.PlanSettings, table: 
         rungs = [_expandable_rung(base, base_peak, table)] + rungs
     notes = []
     if not fits:
-        notes.append(f"the ladder stops at {rungs[-1].peak_bytes / pl.GIB if rungs else base_peak / pl.GIB:.1f} GiB, "
-                     f"above the {limit / pl.GIB:.1f} GiB limit: no further change at this GPU count saves memory")
+        notes.append(
+            f"the ladder stops at {rungs[-1].peak_bytes / pl.GIB if rungs else base_peak / pl.GIB:.1f} GiB, "
+            f"above the {limit / pl.GIB:.1f} GiB limit: no further change at this GPU count saves memory"
+        )
     final_peak = rungs[-1].peak_bytes if rungs else base_peak
-    return Ladder(base=base, base_peak_bytes=base_peak, gpu_memory_bytes=settings.gpu_memory_bytes,
-                  limit_bytes=limit, rungs=tuple(rungs), fits=final_peak <= limit, estimates=len(cache),
-                  notes=tuple(notes))
+    return Ladder(
+        base=base,
+        base_peak_bytes=base_peak,
+        gpu_memory_bytes=settings.gpu_memory_bytes,
+        limit_bytes=limit,
+        rungs=tuple(rungs),
+        fits=final_peak <= limit,
+        estimates=len(cache),
+        notes=tuple(notes),
+    )
 
 
 def _expandable_rung(base: RunSpec, peak: int, table: tc.CostTable) -> Rung:
     cost = _expandable_cost(table)
-    return Rung(title="set expandable segments", category="allocator", before=base, run=base, expandable=True,
-                peak_bytes=peak, saved_bytes=0, step_cost=cost, cumulative_change=0.0, cumulative_kind=cost.kind,
-                why="free and measured: removes allocator fragmentation, which the estimates leave out")
+    return Rung(
+        title="set expandable segments",
+        category="allocator",
+        before=base,
+        run=base,
+        expandable=True,
+        peak_bytes=peak,
+        saved_bytes=0,
+        step_cost=cost,
+        cumulative_change=0.0,
+        cumulative_kind=cost.kind,
+        why="free and measured: removes allocator fragmentation, which the estimates leave out",
+    )
 
 
 def _expandable_cost(table: tc.CostTable) -> tc.Cost:
     spec = table.factor("expandable_segments")
     value = float(spec["value"])
-    return tc.Cost(change=value, kind=str(spec["kind"]),
-                   evidence=(f"expandable segments {value * 100:+.1f}% ({spec['kind']}: {spec['label']})",),
-                   details=(f"expandable segments: {spec.get('source', '')}",))
+    return tc.Cost(
+        change=value,
+        kind=str(spec["kind"]),
+        evidence=(f"expandable segments {value * 100:+.1f}% ({spec['kind']}: {spec['label']})",),
+        details=(f"expandable segments: {spec.get('source', '')}",),
+    )
 
 
 def _diff(before: RunSpec, run: RunSpec) -> dict[str, Any]:
@@ -259,8 +301,15 @@ def _tidy(diff: dict[str, Any]) -> dict[str, Any]:
     return diff
 
 
-def _replay(model: ms.ModelSpec, base: RunSpec, settings: pl.PlanSettings, table: tc.CostTable, evaluator,
-            steps: list[pl.Evaluated], reasons: list[str]) -> list[Rung]:
+def _replay(
+    model: ms.ModelSpec,
+    base: RunSpec,
+    settings: pl.PlanSettings,
+    table: tc.CostTable,
+    evaluator,
+    steps: list[pl.Evaluated],
+    reasons: list[str],
+) -> list[Rung]:
     """Fold rungs whose knob a later rung sets again into their first rung, re-apply the
     rungs in order from ``base`` and re-estimate each. If a folded rung is illegal at its
     earlier place, the rungs are shown exactly as climbed."""
@@ -276,8 +325,13 @@ def _replay(model: ms.ModelSpec, base: RunSpec, settings: pl.PlanSettings, table
     raise AssertionError("the climbed ladder is legal by construction")
 
 
-def _apply(model: ms.ModelSpec, base: RunSpec, settings: pl.PlanSettings, evaluator,
-           order: list[tuple[str, str, str, dict[str, Any]]]) -> list[Rung] | None:
+def _apply(
+    model: ms.ModelSpec,
+    base: RunSpec,
+    settings: pl.PlanSettings,
+    evaluator,
+    order: list[tuple[str, str, str, dict[str, Any]]],
+) -> list[Rung] | None:
     rungs: list[Rung] = []
     cur = base
     cur_peak = evaluator(base).peak(base, bool(settings.expandable_segments))
@@ -285,16 +339,32 @@ def _apply(model: ms.ModelSpec, base: RunSpec, settings: pl.PlanSettings, evalua
     for title, category, why, diff in order:
         run = cur.with_(**diff)
         evaluated = evaluator(cur).evaluate(pl.Candidate(title or pl.describe(cur, run), category, run), cur_peak)
-        if (evaluated.rejected or evaluated.cost is None or evaluated.peak_bytes is None
-                or evaluated.peak_bytes >= cur_peak):
+        if (
+            evaluated.rejected
+            or evaluated.cost is None
+            or evaluated.peak_bytes is None
+            or evaluated.peak_bytes >= cur_peak
+        ):
             return None  # illegal here, or saves nothing once an earlier rung was folded in
         if not title and not pl.priced(evaluated.cost):
             return None  # folding lost the price the climbed rungs had: show them as climbed
         cost, peak = evaluated.cost, evaluated.peak_bytes
         ratio *= 1.0 + cost.change
         kinds.append(cost.kind)
-        rungs.append(Rung(title=evaluated.candidate.title, category=category, before=cur, run=run, expandable=False,
-                          peak_bytes=peak, saved_bytes=cur_peak - peak, step_cost=cost, cumulative_change=ratio - 1.0,
-                          cumulative_kind=_weakest(kinds), why=why))
+        rungs.append(
+            Rung(
+                title=evaluated.candidate.title,
+                category=category,
+                before=cur,
+                run=run,
+                expandable=False,
+                peak_bytes=peak,
+                saved_bytes=cur_peak - peak,
+                step_cost=cost,
+                cumulative_change=ratio - 1.0,
+                cumulative_kind=_weakest(kinds),
+                why=why,
+            )
+        )
         cur, cur_peak = run, peak
     return rungs

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
 from memtune.cli import InputError
 
@@ -33,9 +34,37 @@ _SEPARATORS = {";", "&&", "||", "|", "&", "|&", ";;", "(", ")", "{", "}"}
 _KEYWORDS_DROP = {"then", "do", "while", "until", "!", "time", "exec", "nohup", "command", "builtin"}
 _KEYWORDS_END = {"done", "esac", "}", "{"}
 # Wrappers whose own options come before the real program.
-_WRAPPERS = {"srun", "mpirun", "mpiexec", "salloc", "numactl", "taskset", "nsys", "ncu", "uv", "poetry",
-             "pdm", "conda", "micromamba", "apptainer", "singularity", "enroot", "docker", "timeout",
-             "stdbuf", "env", "xargs", "bash", "sh", "accelerate", "deepspeed", "ddp", "nemo", "sudo", "exec"}
+_WRAPPERS = {
+    "srun",
+    "mpirun",
+    "mpiexec",
+    "salloc",
+    "numactl",
+    "taskset",
+    "nsys",
+    "ncu",
+    "uv",
+    "poetry",
+    "pdm",
+    "conda",
+    "micromamba",
+    "apptainer",
+    "singularity",
+    "enroot",
+    "docker",
+    "timeout",
+    "stdbuf",
+    "env",
+    "xargs",
+    "bash",
+    "sh",
+    "accelerate",
+    "deepspeed",
+    "ddp",
+    "nemo",
+    "sudo",
+    "exec",
+}
 _TORCHRUN_MODULES = {"torch.distributed.run", "torch.distributed.launch"}
 # All the text variable and array expansion may produce for one script, together. A real
 # launch script expands a few kilobytes; bash itself would need gigabytes past this.
@@ -65,6 +94,7 @@ class _Budget:
                 f"{MAX_EXPANSION_CHARS >> 20} MiB of expanded text (a variable that repeats itself, like A=$A$A, "
                 "or an array appended to itself); simplify the script"
             )
+
 
 # Bridge performance-script shortcuts -> ConfigContainer paths (scripts/performance/argument_parser.py).
 BRIDGE_SHORTCUTS: Mapping[str, str] = {
@@ -196,7 +226,9 @@ class LaunchScript:
                 shell.pop(setting.name, None)
             elif setting.how == "shell":
                 if setting.name in state:  # assigning an exported variable keeps it exported
-                    state[setting.name] = EnvSetting(setting.name, setting.value, setting.line, "export", file=setting.file)
+                    state[setting.name] = EnvSetting(
+                        setting.name, setting.value, setting.line, "export", file=setting.file
+                    )
                 else:
                     shell[setting.name] = setting
             else:
@@ -239,7 +271,7 @@ class _Lexer:
             while self.i < self.n:
                 end = self.s.find("\n", self.i)
                 end = self.n if end < 0 else end
-                body_line = self.s[self.i:end]
+                body_line = self.s[self.i : end]
                 self.i = min(end + 1, self.n)
                 self.line += 1
                 if (body_line.lstrip("\t") if strip_tabs else body_line) == delim:
@@ -290,7 +322,7 @@ class _Lexer:
         nxt = s[start + 1]
         if nxt == "{":
             end = self._read_braced(start + 1)
-            inner = s[start + 2:end - 1]
+            inner = s[start + 2 : end - 1]
             array = re.match(r"^([A-Za-z_][A-Za-z0-9_]*)\[[@*]\]$", inner)
             if array and array.group(1) in variables:
                 # unquoted ${A[@]} also word-splits each element ("~" marks that)
@@ -310,7 +342,7 @@ class _Lexer:
         if nxt == "(":
             end = self._read_parens(start + 1)
             if s.startswith("((", start + 1):
-                value = _arithmetic(s[start + 3:end - 2], variables)
+                value = _arithmetic(s[start + 3 : end - 2], variables)
                 if value is not None:
                     return value, end
             return s[start:end], end
@@ -322,7 +354,7 @@ class _Lexer:
                     return f"\0{name}\0", match.end()
                 self.budget.spend(len(variables[name]), name, self.line)
                 return variables[name], match.end()
-            return s[start:match.end()], match.end()
+            return s[start : match.end()], match.end()
         return "$" + nxt, start + 2
 
     def next_command(self, variables: Mapping[str, str]) -> tuple[list[Word], str] | None:
@@ -346,7 +378,7 @@ class _Lexer:
                 self.at_line_start = False
                 stripped_end = s.find("\n", self.i)
                 stripped_end = n if stripped_end < 0 else stripped_end
-                text_line = s[self.i:stripped_end]
+                text_line = s[self.i : stripped_end]
                 if text_line.startswith("#SBATCH"):
                     self._record_sbatch(text_line)
             if ch == "\n":
@@ -391,7 +423,7 @@ class _Lexer:
                 if end < 0:
                     self.unclosed = self.unclosed or ("'", self.line)
                     end = n
-                chunk = s[self.i + 1:end]
+                chunk = s[self.i + 1 : end]
                 self.line += chunk.count("\n")
                 buf.append(chunk)
                 in_word, quoted = True, True
@@ -401,7 +433,7 @@ class _Lexer:
                 end = self.i + 2
                 while end < n and s[end] != "'":
                     end += 2 if s[end] == "\\" else 1
-                chunk = s[self.i + 2:min(end, n)]
+                chunk = s[self.i + 2 : min(end, n)]
                 self.line += chunk.count("\n")
                 buf.append(chunk.encode("utf-8", "backslashreplace").decode("unicode_escape", "replace"))
                 in_word, quoted = True, True
@@ -437,7 +469,7 @@ class _Lexer:
                 if end < 0:
                     self.unclosed = self.unclosed or ("`", self.line)
                     end = n
-                chunk = s[self.i:end + 1]
+                chunk = s[self.i : end + 1]
                 self.line += chunk.count("\n")
                 buf.append(chunk)
                 in_word = True
@@ -451,11 +483,11 @@ class _Lexer:
             if ch in ";&|()":
                 if ch == "(" and in_word and buf and buf[-1].endswith("="):  # arr=( ... )
                     end = self._read_parens(self.i)
-                    buf.append(s[self.i:end])
+                    buf.append(s[self.i : end])
                     self.i = end
                     continue
                 flush()
-                op = s[self.i:self.i + 2]
+                op = s[self.i : self.i + 2]
                 if op in ("&&", "||", ";;", "|&"):
                     self.i += 2
                 else:
@@ -483,7 +515,7 @@ class _Lexer:
                         self.i += 1
                     while self.i < n and s[self.i] in " \t":
                         self.i += 1
-                    match = re.match(r"""(['"]?)([^\s'";&|<>]+)\1""", s[self.i:])
+                    match = re.match(r"""(['"]?)([^\s'";&|<>]+)\1""", s[self.i :])
                     if match:
                         self.pending_heredocs.append((match.group(2), strip_tabs))
                         self.i += match.end()
@@ -521,7 +553,7 @@ class _Lexer:
             self.i += 1
 
     def _record_sbatch(self, text_line: str) -> None:
-        body = text_line[len("#SBATCH"):].split("#", 1)[0].strip()
+        body = text_line[len("#SBATCH") :].split("#", 1)[0].strip()
         for part in body.split():
             if part.startswith("-"):
                 key, _, value = part.lstrip("-").partition("=")
@@ -555,9 +587,9 @@ def _split_launcher(words: Sequence[Word]) -> tuple[tuple[str, ...], str | None,
             i += 1
             i = _skip_torchrun_options(words, i, options)
             if i < n and words[i].text == "-m" and i + 1 < n:
-                return tuple(launchers), "-m " + words[i + 1].text, tuple(words[i + 2:]), options
+                return tuple(launchers), "-m " + words[i + 1].text, tuple(words[i + 2 :]), options
             if i < n:
-                return tuple(launchers), words[i].text, tuple(words[i + 1:]), options
+                return tuple(launchers), words[i].text, tuple(words[i + 1 :]), options
             return tuple(launchers), None, (), options
         if _PY.match(base):
             j = i + 1
@@ -571,15 +603,15 @@ def _split_launcher(words: Sequence[Word]) -> tuple[tuple[str, ...], str | None,
                     launchers.append("python -m " + module)
                     k = _skip_torchrun_options(words, j + 2, options)
                     if k < n and words[k].text == "-m" and k + 1 < n:
-                        return tuple(launchers), "-m " + words[k + 1].text, tuple(words[k + 2:]), options
+                        return tuple(launchers), "-m " + words[k + 1].text, tuple(words[k + 2 :]), options
                     if k < n:
-                        return tuple(launchers), words[k].text, tuple(words[k + 1:]), options
+                        return tuple(launchers), words[k].text, tuple(words[k + 1 :]), options
                     return tuple(launchers), None, (), options
-                return tuple(launchers), "-m " + module, tuple(words[j + 2:]), options
+                return tuple(launchers), "-m " + module, tuple(words[j + 2 :]), options
             if j < n and words[j].text == "-c":
                 return tuple(launchers), None, (), options
             if j < n:
-                return tuple(launchers), words[j].text, tuple(words[j + 1:]), options
+                return tuple(launchers), words[j].text, tuple(words[j + 1 :]), options
             return tuple(launchers), None, (), options
         if base in ("srun", "mpirun", "mpiexec"):
             launchers.append(base)
@@ -599,7 +631,11 @@ def _split_launcher(words: Sequence[Word]) -> tuple[tuple[str, ...], str | None,
 
 def _looks_like_program(text: str) -> bool:
     base = os.path.basename(text)
-    return bool(_PY.match(base)) or base in ("torchrun", "bash", "sh", "uv", "nsys", "numactl", "env") or text.endswith((".py", ".sh"))
+    return (
+        bool(_PY.match(base))
+        or base in ("torchrun", "bash", "sh", "uv", "nsys", "numactl", "env")
+        or text.endswith((".py", ".sh"))
+    )
 
 
 def _skip_torchrun_options(words: Sequence[Word], i: int, options: dict[str, str]) -> int:
@@ -681,7 +717,9 @@ def parse_text(
                 if _ASSIGN.match(word.text):
                     name, value = _split_assignment(word.text, known)
                     _remember(known, known_lines, name, value, word)
-                    env.append(EnvSetting(name, value, word.line, "export" if exporting or auto_export else "shell", file=path))
+                    env.append(
+                        EnvSetting(name, value, word.line, "export" if exporting or auto_export else "shell", file=path)
+                    )
                 elif _IDENT.fullmatch(word.text) and exporting:
                     env.append(EnvSetting(word.text, None, word.line, "export", file=path))
             continue
@@ -726,8 +764,16 @@ def parse_text(
                 if setting.value is not None:
                     known[setting.name] = setting.value
             for cmd in sub.commands:
-                commands.append(Command(cmd.words, tuple(prefix_settings) + cmd.env_prefix, cmd.launcher,
-                                        cmd.program, cmd.program_args, cmd.launcher_options))
+                commands.append(
+                    Command(
+                        cmd.words,
+                        tuple(prefix_settings) + cmd.env_prefix,
+                        cmd.launcher,
+                        cmd.program,
+                        cmd.program_args,
+                        cmd.launcher_options,
+                    )
+                )
             notes.extend(sub.notes)
             continue
         launchers, program, program_args, options = _split_launcher(words)
@@ -786,7 +832,9 @@ class _Branches:
             taken = frame[1]
             if head == "elif":
                 cond = _test(words[1:], sep)
-                branch = False if taken is True else (cond if taken is False else (None if cond is not False else False))
+                branch = (
+                    False if taken is True else (cond if taken is False else (None if cond is not False else False))
+                )
                 frame[0] = branch
                 frame[1] = True if branch is True else (None if branch is None or taken is None else taken)
                 return []
@@ -831,8 +879,9 @@ def _test(words: Sequence[Word], sep: str) -> bool | None:
     return result != negate
 
 
-def _expand_markers(words: Sequence[Word], known: Mapping[str, str], lines: Mapping[str, Any], budget: _Budget,
-                    depth: int = 0) -> list[Word]:
+def _expand_markers(
+    words: Sequence[Word], known: Mapping[str, str], lines: Mapping[str, Any], budget: _Budget, depth: int = 0
+) -> list[Word]:
     """Replace ``\0NAME\0`` markers: a whole-word marker becomes the definition's words.
 
     ``\0~NAME\0`` (unquoted ``${A[@]}``) also splits each element at whitespace, as bash
@@ -896,7 +945,19 @@ def _arithmetic(expr: str, variables: Mapping[str, str]) -> str | None:
         tree = ast.parse(text.strip().replace("/", "//"), mode="eval")
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
-    allowed = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Constant, ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod, ast.USub, ast.UAdd)
+    allowed = (
+        ast.Expression,
+        ast.BinOp,
+        ast.UnaryOp,
+        ast.Constant,
+        ast.Add,
+        ast.Sub,
+        ast.Mult,
+        ast.FloorDiv,
+        ast.Mod,
+        ast.USub,
+        ast.UAdd,
+    )
     if not all(isinstance(node, allowed) for node in ast.walk(tree)):
         return None
 
@@ -934,7 +995,11 @@ def _arithmetic(expr: str, variables: Mapping[str, str]) -> str | None:
 
 def _inner_script(words: Sequence[Word]) -> Word | None:
     for idx, word in enumerate(words[:-1]):
-        if os.path.basename(word.text) in ("bash", "sh", "zsh") and idx + 2 < len(words) and words[idx + 1].text in ("-c", "-lc", "-xc", "-ec", "-exc"):
+        if (
+            os.path.basename(word.text) in ("bash", "sh", "zsh")
+            and idx + 2 < len(words)
+            and words[idx + 1].text in ("-c", "-lc", "-xc", "-ec", "-exc")
+        ):
             return words[idx + 2]
     return None
 
@@ -943,7 +1008,7 @@ def _split_assignment(text: str, known: Mapping[str, str]) -> tuple[str, str]:
     match = _ASSIGN.match(text)
     assert match is not None
     name, append = match.group(1), match.group(2)
-    value = text[match.end():]
+    value = text[match.end() :]
     if append:
         old = known.get(name, "")
         if old.startswith("(") and old.endswith(")") and value.startswith("("):
@@ -969,15 +1034,19 @@ def parse_file(path: str) -> LaunchScript:
         # bash itself stops with "unexpected EOF while looking for matching quote"; checking
         # the rest of the file as one long word would only produce nonsense findings
         quote, line = script.unclosed_quote
-        raise InputError(f"{path}:{line}: the {quote} quote opened on this line is never closed "
-                         "(bash: unexpected EOF while looking for matching quote); close it")
+        raise InputError(
+            f"{path}:{line}: the {quote} quote opened on this line is never closed "
+            "(bash: unexpected EOF while looking for matching quote); close it"
+        )
     return script
 
 
 # ---------------------------------------------------------------- training arguments
 
 
-def split_program_args(args: Sequence[Word], valueless: frozenset[str] = frozenset()) -> tuple[dict[str, Flag], list[Override]]:
+def split_program_args(
+    args: Sequence[Word], valueless: frozenset[str] = frozenset()
+) -> tuple[dict[str, Flag], list[Override]]:
     """Megatron-LM ``--flags`` and Hydra overrides / Bridge shortcuts among the program's args.
 
     A flag takes the following words as its values until the next ``-``-word or override;

@@ -18,10 +18,11 @@ import gzip
 import io
 import re
 import sys
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import BinaryIO, Iterable, Iterator
+from typing import BinaryIO
 
 from memtune.cli import InputError
 
@@ -52,7 +53,9 @@ def open_source(source: Source) -> BinaryIO:
     """A binary stream of the decompressed text, or an InputError naming the problem."""
     if source.is_stdin:
         if sys.stdin is None:  # started with stdin closed (`cmd <&-`, some agent sandboxes)
-            raise InputError("-: standard input is closed; pipe the log in (cat train.log | diagnose.py -) or pass the file")
+            raise InputError(
+                "-: standard input is closed; pipe the log in (cat train.log | diagnose.py -) or pass the file"
+            )
         raw: BinaryIO = sys.stdin.buffer
     else:
         path = Path(source.name)
@@ -138,7 +141,7 @@ class TextStream:
         if not self.source.is_stdin:
             self._stream.close()
 
-    def __enter__(self) -> "TextStream":
+    def __enter__(self) -> TextStream:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -164,9 +167,7 @@ def cut_head_source(window_triggers: tuple[bytes, ...]) -> str:
     """Regex source: a line that ends part-way through a window trigger, right after an
     exception name (``RuntimeError: CUDA out of m``): a narrow terminal cut the message's
     opening words, and the rest of them starts the next line."""
-    heads = sorted(
-        {w.decode("utf-8")[:k] for w in window_triggers for k in range(1, len(w))}, key=len, reverse=True
-    )
+    heads = sorted({w.decode("utf-8")[:k] for w in window_triggers for k in range(1, len(w))}, key=len, reverse=True)
     return _CUT_LEAD + "(?:" + "|".join(re.escape(h) for h in heads) + r")[ \t\r]*$"
 
 
@@ -202,7 +203,7 @@ def find_hits(block: bytes, triggers: Iterable[bytes], limit: int | None = None)
 
 
 def candidate_lines(
-    stream: "TextStream | BinaryIO",
+    stream: TextStream | BinaryIO,
     triggers: tuple[bytes, ...],
     window_triggers: tuple[bytes, ...] = (),
     window: int = WINDOW_LINES,
@@ -294,7 +295,9 @@ _TORCHRUN = re.compile(r"^[ \t]*\[default(\d+)\]:[ \t]?")
 # Bounded like a DNS name (labels of <= 63): with unbounded runs on both sides of ``\d`` a
 # long token without a colon backtracks quadratically.
 _HOST = re.compile(r"^[ \t]*([a-z0-9][a-z0-9.-]{0,126}?\d[a-z0-9.-]{0,126}):[ \t]")
-_NCCL = re.compile(r"(?P<host>[\w.-]{1,128}):(?P<pid>\d{1,10}):(?P<tid>\d{1,10}) \[(?P<dev>\d{1,4})\]")  # bounded: linear
+_NCCL = re.compile(
+    r"(?P<host>[\w.-]{1,128}):(?P<pid>\d{1,10}):(?P<tid>\d{1,10}) \[(?P<dev>\d{1,4})\]"
+)  # bounded: linear
 
 
 @dataclass(frozen=True)
@@ -328,27 +331,27 @@ def strip_prefixes(line: str) -> LinePrefix:
     for _ in range(8):  # prefixes nest ("> 2025-... 3: [rank3]: ..."); bounded loop
         m = _QUOTE.match(text) or _TIMESTAMP.match(text)
         if m:
-            text = text[m.end():]
+            text = text[m.end() :]
             continue
         m = _RANK.match(text)
         if m:
             rank = int(m.group(1))  # innermost wins: PyTorch's own global-rank tag
-            text = text[m.end():]
+            text = text[m.end() :]
             continue
         m = _MPI_TAG.match(text) or _TORCHRUN.match(text)
         if m:
             label = int(m.group(1)) if label is None else label
-            text = text[m.end():]
+            text = text[m.end() :]
             continue
         m = _SRUN_LABEL.match(text) or _RANK_LABEL.match(text)
         if m:
             label = int(m.group(1)) if label is None else label
-            text = text[m.end():]
+            text = text[m.end() :]
             continue
         m = _HOST.match(text)
         if m and host is None:
             host = m.group(1)
-            text = text[m.end():]
+            text = text[m.end() :]
             continue
         break
     if rank is None:

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from memtune.cli import InputError
 
@@ -88,19 +89,28 @@ def launch_world_size(text: str, source: str = "<text>") -> tuple[int | None, st
     if command is None:
         return None, None
     opts = dict(command.launcher_options)
-    per_node = opts.get("torchrun.nproc_per_node") or opts.get("torchrun.nproc-per-node") \
-        or opts.get("srun.ntasks-per-node") or (script.sbatch.get("ntasks-per-node") or script.sbatch.get("gpus-per-node")
-                                                 or (None, 0))[0]
-    nodes = opts.get("torchrun.nnodes") or opts.get("srun.nodes") or opts.get("srun.N") \
+    per_node = (
+        opts.get("torchrun.nproc_per_node")
+        or opts.get("torchrun.nproc-per-node")
+        or opts.get("srun.ntasks-per-node")
+        or (script.sbatch.get("ntasks-per-node") or script.sbatch.get("gpus-per-node") or (None, 0))[0]
+    )
+    nodes = (
+        opts.get("torchrun.nnodes")
+        or opts.get("srun.nodes")
+        or opts.get("srun.N")
         or (script.sbatch.get("nodes") or script.sbatch.get("N") or (None, 0))[0]
+    )
     if per_node is None and nodes is None:
         return None, None
     words = {"GPUs per node": per_node, "nodes": nodes}
     unresolved = [f"{k} {v}" for k, v in words.items() if v is not None and "$" in str(v)]
     if unresolved:
-        return None, (f"WARNING: world size unresolved: the launcher takes {' and '.join(unresolved)} from the "
-                      f"environment at run time (line {command.line}); pass --gpus N - without it the "
-                      "estimate assumes one data-parallel replica, which overstates sharded optimizer memory")
+        return None, (
+            f"WARNING: world size unresolved: the launcher takes {' and '.join(unresolved)} from the "
+            f"environment at run time (line {command.line}); pass --gpus N - without it the "
+            "estimate assumes one data-parallel replica, which overstates sharded optimizer memory"
+        )
     try:
         gpn = int(str(per_node or 1).split(":")[-1])
         n = int(str(nodes or 1).split(":")[-1])
@@ -286,8 +296,10 @@ def vocab_from_tokenizer(a: Mapping[str, Any]) -> tuple[int, str]:
     tokenizer = str(a.get("tokenizer_type", "GPT2BPETokenizer"))
     if tokenizer.startswith("$"):
         default = int(_tokenizer_table()["types"]["SentencePieceTokenizer"]["vocab_size"])
-        return default, (f"vocabulary ASSUMED {default}: --tokenizer-type is the unresolved {tokenizer}; "
-                         "pass --vocab-size for the real one")
+        return default, (
+            f"vocabulary ASSUMED {default}: --tokenizer-type is the unresolved {tokenizer}; "
+            "pass --vocab-size for the real one"
+        )
     if tokenizer == "GPT2BPETokenizer":
         return GPT2_VOCAB_SIZE, f"vocabulary {GPT2_VOCAB_SIZE} (GPT-2 BPE, Megatron's default tokenizer)"
     table = _tokenizer_table()
@@ -297,16 +309,21 @@ def vocab_from_tokenizer(a: Mapping[str, Any]) -> tuple[int, str]:
         model_file = ""
     for key, entry in table.get("models", {}).items():
         if model_file and key.lower() in model_file:
-            return int(entry["vocab_size"]), (f"vocabulary {entry['vocab_size']} for tokenizer model {model_file} "
-                                              f"({entry['source']}); pass --vocab-size if yours differs")
+            return int(entry["vocab_size"]), (
+                f"vocabulary {entry['vocab_size']} for tokenizer model {model_file} "
+                f"({entry['source']}); pass --vocab-size if yours differs"
+            )
     entry = table.get("types", {}).get(tokenizer)
     if entry is not None:
         kind = "ASSUMED" if entry.get("assumed") else "known"
-        return int(entry["vocab_size"]), (f"vocabulary {entry['vocab_size']} {kind} for --tokenizer-type {tokenizer} "
-                                          f"({entry['source']})")
+        return int(entry["vocab_size"]), (
+            f"vocabulary {entry['vocab_size']} {kind} for --tokenizer-type {tokenizer} ({entry['source']})"
+        )
     default = int(table["types"]["SentencePieceTokenizer"]["vocab_size"])
-    return default, (f"vocabulary ASSUMED {default} for --tokenizer-type {tokenizer} (size unknown without the "
-                     "tokenizer file); pass --vocab-size for the real one")
+    return default, (
+        f"vocabulary ASSUMED {default} for --tokenizer-type {tokenizer} (size unknown without the "
+        "tokenizer file); pass --vocab-size for the real one"
+    )
 
 
 @lru_cache(maxsize=1)
@@ -339,11 +356,14 @@ def specs_from_megatron_args(flags: Mapping[str, Any], world_size: int | None = 
     assumptions: list[str] = []
     pattern = a.get("hybrid_layer_pattern") or a.get("hybrid_override_pattern")
     if pattern is not None and (not isinstance(pattern, str) or pattern.startswith("$")):
-        raise InputError(f"Megatron args: hybrid layer pattern {pattern!r} is not a literal pattern; "
-                         "give it as e.g. M-M-M*-M-")
+        raise InputError(
+            f"Megatron args: hybrid layer pattern {pattern!r} is not a literal pattern; give it as e.g. M-M-M*-M-"
+        )
     if pattern is None and (_bool(a, "is_hybrid_model") or _flag(a, "hybrid_attention_ratio") is not None):
-        raise InputError("Megatron args: a hybrid Mamba model without --hybrid-layer-pattern "
-                         "(--hybrid-override-pattern); give the pattern (one symbol per layer: M * - E)")
+        raise InputError(
+            "Megatron args: a hybrid Mamba model without --hybrid-layer-pattern "
+            "(--hybrid-override-pattern); give the pattern (one symbol per layer: M * - E)"
+        )
     if pattern is not None:
         from memtune.model_spec import hybrid_symbols
 
@@ -353,7 +373,9 @@ def specs_from_megatron_args(flags: Mapping[str, Any], world_size: int | None = 
             raise InputError(f"Megatron args: {exc}") from None
         if _flag(a, "num_layers") is None:
             a["num_layers"] = len(symbols)
-    missing = [f"--{k.replace('_', '-')}" for k in ("num_layers", "hidden_size", "num_attention_heads") if _flag(a, k) is None]
+    missing = [
+        f"--{k.replace('_', '-')}" for k in ("num_layers", "hidden_size", "num_attention_heads") if _flag(a, k) is None
+    ]
     if missing:
         raise InputError(f"Megatron args are missing {', '.join(missing)}")
     layers = _int(a, "num_layers")
@@ -418,8 +440,11 @@ def specs_from_megatron_args(flags: Mapping[str, Any], world_size: int | None = 
     if vpp is None and per_vstage:
         # Megatron counts the embedding / loss as a layer each when they are accounted for
         # in the pipeline split (transformer_block.get_num_layers_to_build).
-        virtual = layers + int(_bool(a, "account_for_embedding_in_pipeline_split")) \
+        virtual = (
+            layers
+            + int(_bool(a, "account_for_embedding_in_pipeline_split"))
             + int(_bool(a, "account_for_loss_in_pipeline_split"))
+        )
         vpp = max(1, virtual // pp // per_vstage)
     stage_layers = None
     layout = _flag(a, "pipeline_model_parallel_layout")
@@ -457,7 +482,8 @@ def specs_from_megatron_args(flags: Mapping[str, Any], world_size: int | None = 
         fp8_param_gather=_bool(a, "fp8_param_gather"),
         # Megatron-LM forces fp32 gradient accumulation/all-reduce with bf16.
         # (unless --grad-reduce-in-bf16 keeps the gradient buffer in bf16).
-        grad_reduce_in_fp32=(bf16 and not _bool(a, "grad_reduce_in_bf16")) or _bool(a, "accumulate_allreduce_grads_in_fp32"),
+        grad_reduce_in_fp32=(bf16 and not _bool(a, "grad_reduce_in_bf16"))
+        or _bool(a, "accumulate_allreduce_grads_in_fp32"),
         optimizer=_str(a, "optimizer", "adam"),
         use_distributed_optimizer=_bool(a, "use_distributed_optimizer"),
         num_distributed_optimizer_instances=_int(a, "num_distributed_optimizer_instances", 1) or 1,
@@ -472,7 +498,9 @@ def specs_from_megatron_args(flags: Mapping[str, Any], world_size: int | None = 
         overlap_grad_reduce=_bool(a, "overlap_grad_reduce"),
         overlap_param_gather=_bool(a, "overlap_param_gather"),
         # --recompute-activations is Megatron's older spelling of selective (core-attention) recompute.
-        recompute_granularity=_str(a, "recompute_granularity", "selective" if _bool(a, "recompute_activations") else None),
+        recompute_granularity=_str(
+            a, "recompute_granularity", "selective" if _bool(a, "recompute_activations") else None
+        ),
         recompute_method=_str(a, "recompute_method", None),
         recompute_num_layers=_int(a, "recompute_num_layers"),
         recompute_modules=recompute_modules,
@@ -507,15 +535,21 @@ def specs_from_megatron_args(flags: Mapping[str, Any], world_size: int | None = 
     if _int(a, "global_batch_size") is None and run.gbs is not None:
         assumptions.append(f"global batch {run.gbs}: the largest step of --step-batch-size-schedule")
     if _flag(a, "rampup_batch_size") is not None:
-        assumptions.append(f"--rampup-batch-size: the batch ramps up to --global-batch-size {run.gbs}; "
-                           "the estimate is for that final (largest) batch")
+        assumptions.append(
+            f"--rampup-batch-size: the batch ramps up to --global-batch-size {run.gbs}; "
+            "the estimate is for that final (largest) batch"
+        )
     if _bool(a, "use_legacy_models"):
-        assumptions.append("WARNING: --use-legacy-models builds Megatron-LM's legacy GPT model, not Megatron-Core; "
-                           "the estimate is for the Megatron-Core model with the same flags")
+        assumptions.append(
+            "WARNING: --use-legacy-models builds Megatron-LM's legacy GPT model, not Megatron-Core; "
+            "the estimate is for the Megatron-Core model with the same flags"
+        )
     ignored = ignored_flags(a)
     if ignored:
-        assumptions.append("ignored flags (not modelled; check they do not change memory): "
-                           + ", ".join("--" + f.replace("_", "-") for f in ignored))
+        assumptions.append(
+            "ignored flags (not modelled; check they do not change memory): "
+            + ", ".join("--" + f.replace("_", "-") for f in ignored)
+        )
     return model, run, assumptions
 
 

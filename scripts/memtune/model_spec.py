@@ -13,8 +13,9 @@ third-party packages, and the planner calls these functions thousands of times.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Mapping
+from typing import Any
 
 # Field names whose absence makes a model unusable (reported by name by the loaders).
 REQUIRED_FIELDS = ("num_layers", "hidden_size", "num_attention_heads", "vocab_size")
@@ -143,7 +144,7 @@ class ModelSpec:
         multiple = max(1, self.make_vocab_size_divisible_by) * max(1, tp)
         return -(-self.vocab_size // multiple) * multiple
 
-    def with_(self, **changes: Any) -> "ModelSpec":
+    def with_(self, **changes: Any) -> ModelSpec:
         return replace(self, **changes)
 
 
@@ -157,8 +158,10 @@ def hybrid_symbols(pattern: str) -> list[str]:
     main = str(pattern).split("/")[0].replace("|", "").replace(" ", "").strip("\"'")
     unknown = sorted({c for c in main if c not in HYBRID_SYMBOLS})
     if unknown:
-        raise ValueError(f"hybrid layer pattern symbol(s) {' '.join(unknown)} not modelled; "
-                         f"known: {', '.join(f'{k} {v}' for k, v in HYBRID_SYMBOLS.items())}")
+        raise ValueError(
+            f"hybrid layer pattern symbol(s) {' '.join(unknown)} not modelled; "
+            f"known: {', '.join(f'{k} {v}' for k, v in HYBRID_SYMBOLS.items())}"
+        )
     return list(main)
 
 
@@ -176,7 +179,7 @@ def hybrid_stage_kinds(pattern: str, counts: tuple[int, ...]) -> tuple[str, ...]
         main = main.replace("|", "")  # another split was chosen (e.g. by the planner): contiguous runs
     out, start = [], 0
     for n in counts:
-        out.append(main[start:start + n])
+        out.append(main[start : start + n])
         start += n
     return tuple(out)
 
@@ -219,7 +222,8 @@ def coerce_model_values(values: Mapping[str, Any], where: str = "model") -> dict
             out[key] = str(value)
         elif kind.startswith("tuple"):
             if not isinstance(value, (list, tuple)) or not all(
-                    isinstance(x, (int, bool)) or (isinstance(x, str) and x.isdigit()) for x in value):
+                isinstance(x, (int, bool)) or (isinstance(x, str) and x.isdigit()) for x in value
+            ):
                 raise ValueError(f"{where}.{key}: expected a list of 0/1 flags, got {value!r}")
             out[key] = tuple(int(x) for x in value)
         else:
@@ -434,7 +438,9 @@ def count_parameters(m: ModelSpec, padded_tp: int | None = None, include_mtp: bo
         per_expert = expert / (n_moe + (m.mtp_num_layers if include_mtp else 0)) / m.num_moe_experts if expert else 0
         unused = (m.num_moe_experts - min(m.moe_router_topk, m.num_moe_experts)) * per_expert
         active = int(round(total - unused * (n_moe + (m.mtp_num_layers if include_mtp else 0))))
-    return ParamCount(embedding=emb, decoder=decoder, final_norm=final_norm, output=out, mtp=mtp, expert=expert, active=active)
+    return ParamCount(
+        embedding=emb, decoder=decoder, final_norm=final_norm, output=out, mtp=mtp, expert=expert, active=active
+    )
 
 
 def total_parameters(m: ModelSpec, padded_tp: int | None = None, include_mtp: bool = True) -> int:

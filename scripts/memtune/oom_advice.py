@@ -74,7 +74,9 @@ def near_capacity(f: Finding, ev: Evidence) -> str | None:
     reasons = []
     r = _ratio(idle, req)
     if r is not None and r < ev.idle_over_request_below:
-        reasons.append(f"the idle reserve ({format_bytes(idle)}) only just covers the request ({format_bytes(req)}, {r:.2f}x)")
+        reasons.append(
+            f"the idle reserve ({format_bytes(idle)}) only just covers the request ({format_bytes(req)}, {r:.2f}x)"
+        )
     share = _ratio(req, total)
     if share is not None and share >= ev.request_share_of_gpu_at_least:
         reasons.append(f"the request is {share:.0%} of the whole GPU ({format_bytes(total)})")
@@ -186,7 +188,9 @@ def evidence_notes(f: Finding, fw: Framework, ev: Evidence, near: str | None) ->
         notes.append(
             Note(
                 "cuda-graph-capture",
-                "CUDA-graph memory is involved" + held + ": graph pools are private, the regular allocator cannot reuse "
+                "CUDA-graph memory is involved"
+                + held
+                + ": graph pools are private, the regular allocator cannot reuse "
                 "them. Capture fewer or smaller graphs (vLLM --max-num-seqs / capture sizes, SGLang --cuda-graph-max-bs, "
                 "Megatron --cuda-graph-scope), or run without graphs once (--enforce-eager, --disable-cuda-graph) to confirm",
             )
@@ -246,9 +250,19 @@ def evidence_notes(f: Finding, fw: Framework, ev: Evidence, near: str | None) ->
             )
         )
     if "expandable-unsupported" in f.hints:
-        notes.append(Note("expandable-unsupported", "the log says 'expandable_segments not supported on this platform': the setting is ignored here"))
+        notes.append(
+            Note(
+                "expandable-unsupported",
+                "the log says 'expandable_segments not supported on this platform': the setting is ignored here",
+            )
+        )
     if "async-backend" in f.hints and f.kind in ALLOCATOR_KINDS:
-        notes.append(Note("async-backend", "the cudaMallocAsync backend is in use: expandable_segments and max_split_size_mb do not apply to it"))
+        notes.append(
+            Note(
+                "async-backend",
+                "the cudaMallocAsync backend is in use: expandable_segments and max_split_size_mb do not apply to it",
+            )
+        )
     if near:
         notes.append(Note("near-capacity", "fragmentation, also near capacity: " + near))
     if f.kind == "alloc-conf-invalid":
@@ -284,7 +298,10 @@ def confidence(f: Finding, ev: Evidence, near: str | None) -> tuple[str, str]:
     if f.note and "undecided" in f.note:
         return "low", "the message lacks the numbers that separate fragmentation from capacity"
     if f.kind in LIBRARY_KINDS:
-        return "medium", "a driver- or library-level failure: the message carries no allocator numbers, the cause is read from context"
+        return (
+            "medium",
+            "a driver- or library-level failure: the message carries no allocator numbers, the cause is read from context",
+        )
     req, idle = f.numbers.get("requested_bytes"), f.numbers.get("reserved_unallocated_bytes")
     if f.kind == "impossible-request":
         return "high", "the single request exceeds the whole GPU"
@@ -307,7 +324,9 @@ def actions(f: Finding, fw: Framework, rng: TorchRange, status: str, near: str |
     if d.get("other_processes", 0) >= 2:
         out.append("Check device binding first: several processes share this GPU (see the note); one rank per GPU")
     if d.get("allowed_bytes") is not None:
-        out.append("Raise or remove the per-process memory fraction first: the process hit its own cap, not the GPU's size")
+        out.append(
+            "Raise or remove the per-process memory fraction first: the process hit its own cap, not the GPU's size"
+        )
     if "cuda-graph-capture" in f.hints and f.kind not in CONFIG_KINDS:
         out.append(
             "It failed while capturing CUDA graphs: capture fewer/smaller graphs or run once without them to confirm "
@@ -319,7 +338,9 @@ def actions(f: Finding, fw: Framework, rng: TorchRange, status: str, near: str |
     if f.kind == "fragmentation":
         out.append(allocator_fix(rng, status, fw, f.numbers.get("requested_bytes"), _hip(f)))
         if near:
-            out.append("Also near capacity — if the run still fails, lower peak memory: " + cap[0][:1].lower() + cap[0][1:])
+            out.append(
+                "Also near capacity — if the run still fails, lower peak memory: " + cap[0][:1].lower() + cap[0][1:]
+            )
     elif f.kind == "capacity":
         if f.note_is_advice and f.note:
             out.append(f.note)  # the engine's own check: its knob and direction, not the generic list
@@ -328,16 +349,25 @@ def actions(f: Finding, fw: Framework, rng: TorchRange, status: str, near: str |
         else:
             out.extend(cap)
             if f.note and "undecided" in f.note and status in (torch_era.ACCEPTED, torch_era.UNKNOWN):
-                out.insert(0, "Numbers incomplete: try " + allocator_fix(rng, status, fw, f.numbers.get("requested_bytes"), _hip(f)) + " first; if it still fails it is capacity")
+                out.insert(
+                    0,
+                    "Numbers incomplete: try "
+                    + allocator_fix(rng, status, fw, f.numbers.get("requested_bytes"), _hip(f))
+                    + " first; if it still fails it is capacity",
+                )
     elif f.kind == "impossible-request":
-        out.append("Find the tensor: a shape bug or an unsharded logits/attention buffer; no allocator setting or memory plan helps")
+        out.append(
+            "Find the tensor: a shape bug or an unsharded logits/attention buffer; no allocator setting or memory plan helps"
+        )
     elif f.kind == "nccl-oom":
         out.extend(fw.advice.nccl or cap[:1])
     elif f.kind in ("cuda-runtime-oom", "cublas-oom"):
         out.extend(fw.advice.runtime)
         out.append(cap[0])
     elif f.kind == "unrecognized-gpu-memory-error":
-        out.append("Run diagnose.py on the full log (not an excerpt): the lines before this one name the failing call and the stack")
+        out.append(
+            "Run diagnose.py on the full log (not an excerpt): the lines before this one name the failing call and the stack"
+        )
         out.append("nvidia-smi: which processes hold the GPU and its real size")
         out.append(cap[0])
     return list(dict.fromkeys(out))

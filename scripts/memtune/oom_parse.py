@@ -256,11 +256,17 @@ def classify(numbers: AllocatorNumbers) -> Verdict:
         else:
             missing = [
                 label
-                for label, value in (("requested", n.requested_bytes), ("reserved-but-unallocated", n.reserved_unallocated_bytes))
+                for label, value in (
+                    ("requested", n.requested_bytes),
+                    ("reserved-but-unallocated", n.reserved_unallocated_bytes),
+                )
                 if value is None
             ]
             why = "the message does not state " + " and ".join(missing) + " (truncated?)"
-        return Verdict("capacity", f"fragmentation vs capacity undecided: {why}; treat as capacity after trying expandable segments")
+        return Verdict(
+            "capacity",
+            f"fragmentation vs capacity undecided: {why}; treat as capacity after trying expandable segments",
+        )
     if n.reserved_unallocated_bytes >= n.requested_bytes:
         return Verdict("fragmentation")
     return Verdict("capacity")

@@ -18,8 +18,8 @@ oom_patterns.yaml), so a new wording added to the data is handled the same way.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from functools import lru_cache
-from typing import Iterable
 
 from memtune import oom_parse
 from memtune.data_yaml import load_data_yaml

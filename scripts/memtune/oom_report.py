@@ -15,7 +15,6 @@ tightest is a separate question, answered by the summary's ``tightest``.
 from __future__ import annotations
 
 import json
-
 from dataclasses import replace
 from typing import Any
 
@@ -149,7 +148,9 @@ def gpu_memory_flag(total_bytes: int | None) -> str:
 
 def next_step(f: Finding, patterns: PatternSet, facts: dict[str, int], total_bytes: int | None) -> str:
     template = patterns.kinds[f.kind].next_step
-    return template.replace("{parallel}", parallel_flags(layout_facts(facts))).replace("{gpu_memory}", gpu_memory_flag(total_bytes))
+    return template.replace("{parallel}", parallel_flags(layout_facts(facts))).replace(
+        "{gpu_memory}", gpu_memory_flag(total_bytes)
+    )
 
 
 def finding_json(
@@ -222,10 +223,19 @@ def summarize(ordered: list[Finding]) -> dict[str, Any]:
         "sources": sources,
         "ranks_failed": len(ranks),
         "ranks": ranks,
-        "worst": None if worst is None else {"source": worst.source, "kind": worst.kind, "file": worst.file, "line": worst.line},
-        "tightest": None if tight is None else {
-            "source": tight.source, "device": tight.device, "kind": tight.kind, "file": tight.file, "line": tight.line,
-            "free_bytes": tight.numbers.get("free_bytes"), "shortfall_bytes": shortfall(tight),
+        "worst": None
+        if worst is None
+        else {"source": worst.source, "kind": worst.kind, "file": worst.file, "line": worst.line},
+        "tightest": None
+        if tight is None
+        else {
+            "source": tight.source,
+            "device": tight.device,
+            "kind": tight.kind,
+            "file": tight.file,
+            "line": tight.line,
+            "free_bytes": tight.numbers.get("free_bytes"),
+            "shortfall_bytes": shortfall(tight),
         },
         "same_kind": len(kinds) == 1 if kinds else None,
         "kinds": kinds,
@@ -327,11 +337,17 @@ def render_text(report: dict[str, Any]) -> str:
         head += f"; first: {s['worst']['source']} ({s['worst']['kind']})"
     if s.get("tightest") and s["tightest"]["source"] != (s["worst"] or {}).get("source"):
         t = s["tightest"]
-        how = f"{format_bytes(t['shortfall_bytes'])} short" if t["shortfall_bytes"] > 0 else f"{format_bytes(t['free_bytes'])} free"
+        how = (
+            f"{format_bytes(t['shortfall_bytes'])} short"
+            if t["shortfall_bytes"] > 0
+            else f"{format_bytes(t['free_bytes'])} free"
+        )
         head += f"; tightest GPU: {t['source']} ({how})"
     if s["same_kind"] is not None:
-        head += "; every failure is the same kind" if s["same_kind"] else "; failures of different kinds: " + ", ".join(
-            f"{k} x{n}" for k, n in s["kinds"].items()
+        head += (
+            "; every failure is the same kind"
+            if s["same_kind"]
+            else "; failures of different kinds: " + ", ".join(f"{k} x{n}" for k, n in s["kinds"].items())
         )
     lines.append(head)
     for name, facts in report.get("run", {}).items():
@@ -386,8 +402,17 @@ def _advice_key(f: dict[str, Any]) -> str:
     """
     c = f.get("confidence") or {}
     parts = (
-        f["kind"], f["cause"], f["confirm"], f["fix"], f.get("table_fix_applies"), f["next_step"],
-        f.get("advice") or [], f.get("evidence_notes") or [], f.get("torch"), f.get("note"), c.get("level"),
+        f["kind"],
+        f["cause"],
+        f["confirm"],
+        f["fix"],
+        f.get("table_fix_applies"),
+        f["next_step"],
+        f.get("advice") or [],
+        f.get("evidence_notes") or [],
+        f.get("torch"),
+        f.get("note"),
+        c.get("level"),
     )
     return json.dumps(parts, sort_keys=True, default=str)
 
@@ -416,12 +441,16 @@ def _fold_line(first: int, rest: list[int], findings: list[dict[str, Any]]) -> s
     ids = f"[{rest[0]}]-[{rest[-1]}]" if contiguous and len(rest) > 1 else ", ".join(f"[{j}]" for j in rest)
     picked = [findings[j - 1] for j in rest]
     who = [
-        f"rank {f['rank']}" if f.get("rank") is not None else f"GPU {f['device']}" if f["device"] is not None else f["source"]
+        f"rank {f['rank']}"
+        if f.get("rank") is not None
+        else f"GPU {f['device']}"
+        if f["device"] is not None
+        else f["source"]
         for f in picked
     ]
     for word in ("rank ", "GPU "):
         if all(w.startswith(word) for w in who):
-            who = [who[0]] + [w[len(word):] for w in who[1:]]
+            who = [who[0]] + [w[len(word) :] for w in who[1:]]
             break
     files = {f["file"] for f in picked}
     if len(files) == 1:

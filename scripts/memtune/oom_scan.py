@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import re
 from collections import deque
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from typing import Iterable, Iterator
 
 from memtune import oom_parse, oom_rejoin, torch_era
 from memtune.frameworks import FrameworkHits, FrameworkSet, load_frameworks
@@ -171,7 +171,9 @@ class Scanner:
         self.run_facts: dict[str, int] = {}  # latest parallel layout the log printed
         self._last_line = 0
         self._benign: set[bytes | str] = set()
-        self._triggered: dict[bytes | str, bool] = {}  # line -> holds a trigger (bounded)  # trigger lines that matched nothing (exact text)
+        self._triggered: dict[
+            bytes | str, bool
+        ] = {}  # line -> holds a trigger (bounded)  # trigger lines that matched nothing (exact text)
         self._detections: dict[str, tuple[Detector, re.Match[str]] | None] = {}
         self._verdicts: dict[str, tuple[oom_parse.AllocatorNumbers, oom_parse.Verdict, dict[str, int], TorchRange]] = {}
         self._cut_head = re.compile(cut_head_source(patterns.window_triggers))
@@ -241,8 +243,13 @@ class Scanner:
             if cut is not None:
                 lead = _exception_lead(body, body.index(":", cut.start()) + 1)
                 self.pending[key] = _Pending(
-                    prefix=prefix, parts=[lead], first_line=line_no, last_line=line_no, file=self.file,
-                    cut_head=True, fallback=detected,
+                    prefix=prefix,
+                    parts=[lead],
+                    first_line=line_no,
+                    last_line=line_no,
+                    file=self.file,
+                    cut_head=True,
+                    fallback=detected,
                 )
                 return False
         if detected is None:
@@ -270,7 +277,9 @@ class Scanner:
             self.findings[i] = replace(self.findings[i], occurrences=self.findings[i].occurrences + extra)
         self._repeats.clear()
         # hints that apply wherever they are in the input (a platform warning at start-up)
-        anywhere = tuple(h.name for h in self.evidence.hints if h.within_lines_before is None and h.name in self.hint_lines)
+        anywhere = tuple(
+            h.name for h in self.evidence.hints if h.within_lines_before is None and h.name in self.hint_lines
+        )
         if anywhere:
             self.findings = [replace(f, hints=tuple(dict.fromkeys(f.hints + anywhere))) for f in self.findings]
         return self.findings
@@ -344,7 +353,8 @@ class Scanner:
         if prefix.rank is not None:
             return None
         candidates = [
-            (k, p) for k, p in self.pending.items()
+            (k, p)
+            for k, p in self.pending.items()
             if (prefix.host is None or prefix.host == p.prefix.host) and self._continues(p, body, line_no)
         ]
         if not candidates:
@@ -369,7 +379,8 @@ class Scanner:
         if prefix.rank is not None:
             return None
         heads = [
-            (p.first_line, k) for k, p in self.pending.items()
+            (p.first_line, k)
+            for k, p in self.pending.items()
             if p.cut_head and len(p.parts) == 1 and (prefix.host is None or prefix.host == p.prefix.host)
         ]
         return max(heads)[1] if heads else None
@@ -450,7 +461,9 @@ class Scanner:
                 ):
                     merged = dict(prev.numbers, requested_bytes=numbers["requested_bytes"])
                     self._index.pop(prev.dedupe_key(), None)
-                    self.findings[i] = replace(prev, numbers=merged, line_end=line_no, evidence=_clip(prev.evidence + " | " + body.strip()))
+                    self.findings[i] = replace(
+                        prev, numbers=merged, line_end=line_no, evidence=_clip(prev.evidence + " | " + body.strip())
+                    )
                     self._index.setdefault(self.findings[i].dedupe_key(), i)
                     return
         i = self._add(
@@ -507,7 +520,9 @@ class Scanner:
         text = " ".join(tail.parts)
         self._merge_async(tail.index, text)
         prev = self.findings[tail.index]
-        self.findings[tail.index] = replace(prev, line_end=line_no, evidence=_clip(prev.evidence + " | " + body.strip()))
+        self.findings[tail.index] = replace(
+            prev, line_end=line_no, evidence=_clip(prev.evidence + " | " + body.strip())
+        )
         if oom_parse.async_message_complete(text):
             self._tail = None
         return True
@@ -548,7 +563,7 @@ def _exception_lead(body: str, oom_at: int) -> str:
     """Keep the exception name in the evidence (``torch.OutOfMemoryError: CUDA out of ...``)."""
     lo = max(0, oom_at - 200)  # an exception name is short; bound the backtracking
     m = _EXC_NAME.search(body[lo:oom_at])
-    return body[lo + m.start():] if m else body[oom_at:]
+    return body[lo + m.start() :] if m else body[oom_at:]
 
 
 def _clip(text: str) -> str:

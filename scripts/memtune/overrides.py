@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from memtune.cli import InputError
 
@@ -57,8 +58,9 @@ def parse_override(text: str) -> Override:
         raise InputError(f"override {raw!r}: expected key.path=value (e.g. model.tensor_model_parallel_size=4)")
     if op != "delete" and not sep:
         raise InputError(f"override {raw!r}: missing '=value' (use ~{key} to delete a key)")
-    return Override(op=op, path=tuple(key.split(".")), value=parse_value(value) if sep else None,
-                    has_value=bool(sep), text=raw)
+    return Override(
+        op=op, path=tuple(key.split(".")), value=parse_value(value) if sep else None, has_value=bool(sep), text=raw
+    )
 
 
 def apply_override(cfg: dict, ov: Override) -> None:
@@ -89,7 +91,9 @@ def apply_override(cfg: dict, ov: Override) -> None:
         node[leaf] = ov.value
 
 
-def apply_overrides(cfg: Mapping[str, Any] | None, overrides: Iterable[str], known: Iterable[str] | None = None) -> dict:
+def apply_overrides(
+    cfg: Mapping[str, Any] | None, overrides: Iterable[str], known: Iterable[str] | None = None
+) -> dict:
     """A deep copy of ``cfg`` with every override applied in order.
 
     With ``known`` (dotted keys the caller reads), a plain ``a.b=v`` whose key is in
@@ -137,8 +141,10 @@ def refuse_misspelt(text: str, key: str, known: Iterable[str]) -> None:
     for path in sorted(names):
         known_section, _, known_leaf = path.rpartition(".")
         if known_section == section and typo_of(leaf, known_leaf):
-            raise InputError(f"override {text or key!r}: {key} is not a setting memtune reads; did you mean {path}? "
-                             f"(write ++{key}=... to keep it as it is)")
+            raise InputError(
+                f"override {text or key!r}: {key} is not a setting memtune reads; did you mean {path}? "
+                f"(write ++{key}=... to keep it as it is)"
+            )
 
 
 def is_override(token: str) -> bool:
@@ -159,7 +165,7 @@ def typo_of(name: str, known: str) -> bool:
 
     words, want = name.split("_"), known.split("_")
     if len(words) == len(want) - 1:
-        return any(want[:i] + want[i + 1:] == words for i in range(len(want)))
+        return any(want[:i] + want[i + 1 :] == words for i in range(len(want)))
     if len(words) != len(want):
         return False
     differ = [(a, b) for a, b in zip(words, want) if a != b]

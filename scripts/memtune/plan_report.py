@@ -93,25 +93,29 @@ def ladder_json(ladder) -> dict[str, Any]:
     rungs = []
     for i, r in enumerate(ladder.rungs):
         cost = r.step_cost
-        rungs.append({
-            "step": i + 1,
-            "change": r.title,
-            "category": r.category,
-            "why": r.why,
-            "peak_bytes": r.peak_bytes,
-            "saved_bytes": r.saved_bytes,
-            "headroom_bytes": ladder.gpu_memory_bytes - r.peak_bytes,
-            "fits": r.peak_bytes <= ladder.limit_bytes,
-            "throughput_change": _change(cost),
-            "throughput_change_modelled": round(cost.change, 4),
-            "evidence_kind": cost.kind,
-            "cumulative_throughput_change": None if r.cumulative_kind == "unknown" else round(r.cumulative_change, 4),
-            "cumulative_throughput_change_modelled": round(r.cumulative_change, 4),
-            "cumulative_evidence_kind": r.cumulative_kind,
-            "evidence": list(cost.evidence),
-            "evidence_details": list(cost.details),
-            "exact_change": r.exact_change(),
-        })
+        rungs.append(
+            {
+                "step": i + 1,
+                "change": r.title,
+                "category": r.category,
+                "why": r.why,
+                "peak_bytes": r.peak_bytes,
+                "saved_bytes": r.saved_bytes,
+                "headroom_bytes": ladder.gpu_memory_bytes - r.peak_bytes,
+                "fits": r.peak_bytes <= ladder.limit_bytes,
+                "throughput_change": _change(cost),
+                "throughput_change_modelled": round(cost.change, 4),
+                "evidence_kind": cost.kind,
+                "cumulative_throughput_change": None
+                if r.cumulative_kind == "unknown"
+                else round(r.cumulative_change, 4),
+                "cumulative_throughput_change_modelled": round(r.cumulative_change, 4),
+                "cumulative_evidence_kind": r.cumulative_kind,
+                "evidence": list(cost.evidence),
+                "evidence_details": list(cost.details),
+                "exact_change": r.exact_change(),
+            }
+        )
     return {
         "fits": ladder.fits,
         "start_peak_bytes": ladder.base_peak_bytes,
@@ -149,11 +153,11 @@ def to_json(plan: Plan, top: int, input_notes: list[str] | tuple[str, ...] = (),
         "ranked_total": len(plan.ranked),
         "recommendation": None,
         "combined": [_row(plan, e, i + 1) for i, e in enumerate(plan.combined[:top])],
-        "closest": [
-            {**_row(plan, e), "blocked_by": blocked_by(plan, e)} for e in plan.not_fitting[:top]
+        "closest": [{**_row(plan, e), "blocked_by": blocked_by(plan, e)} for e in plan.not_fitting[:top]],
+        "rejected": [
+            {"change": e.candidate.title, "category": e.candidate.category, "reasons": list(e.rejected)}
+            for e in plan.rejected
         ],
-        "rejected": [{"change": e.candidate.title, "category": e.candidate.category, "reasons": list(e.rejected)}
-                     for e in plan.rejected],
         "no_saving": [e.candidate.title for e in plan.no_saving],
         "notes": [*input_notes, *notes(plan)],
         "evaluated": plan.evaluated,
@@ -162,41 +166,58 @@ def to_json(plan: Plan, top: int, input_notes: list[str] | tuple[str, ...] = (),
     first = ladder.rungs[0] if ladder is not None and ladder.fits and ladder.rungs else None
     if first is not None:  # the ladder is the answer: its first rung is the first step
         cost = first.step_cost
-        doc["recommendation"] = {"change": first.title, "source": "ladder", "exact_change": first.exact_change(),
-                                 "throughput_change": _change(cost),
-                                 "throughput_change_modelled": round(cost.change, 4),
-                                 "evidence_kind": cost.kind, "peak_bytes": first.peak_bytes,
-                                 "headroom_bytes": s.gpu_memory_bytes - first.peak_bytes}
+        doc["recommendation"] = {
+            "change": first.title,
+            "source": "ladder",
+            "exact_change": first.exact_change(),
+            "throughput_change": _change(cost),
+            "throughput_change_modelled": round(cost.change, 4),
+            "evidence_kind": cost.kind,
+            "peak_bytes": first.peak_bytes,
+            "headroom_bytes": s.gpu_memory_bytes - first.peak_bytes,
+        }
     elif best is not None:
-        doc["recommendation"] = {"change": best.candidate.title, "source": "table", "exact_change": exact_change(plan.base, best.candidate),
-                                 "throughput_change": _change(best.cost),
-                                 "throughput_change_modelled": round(best.cost.change, 4) if best.cost else None,
-                                 "evidence_kind": best.cost.kind if best.cost else None,
-                                 "peak_bytes": best.peak_bytes, "headroom_bytes": best.headroom(s)}
+        doc["recommendation"] = {
+            "change": best.candidate.title,
+            "source": "table",
+            "exact_change": exact_change(plan.base, best.candidate),
+            "throughput_change": _change(best.cost),
+            "throughput_change_modelled": round(best.cost.change, 4) if best.cost else None,
+            "evidence_kind": best.cost.kind if best.cost else None,
+            "peak_bytes": best.peak_bytes,
+            "headroom_bytes": best.headroom(s),
+        }
     return doc
 
 
 def notes(plan: Plan) -> list[str]:
-    out = ["memory figures come from estimate_memory.py's model (tensors plus CUDA/NCCL overhead of the most-loaded "
-           "GPU, allocator fragmentation excluded); throughput figures from data/throughput_costs.yaml, "
-           "labelled measured / calibrated / first-principles / assumption, or unknown when no measurement or "
-           "estimate prices (part of) a change - shown as 'unknown' or '+x% + ?', never as +0.0%, and ranked after "
-           "priced changes of the same size; a speed-up resting on an assumption or unknown is shown but ranked as 0%"]
+    out = [
+        "memory figures come from estimate_memory.py's model (tensors plus CUDA/NCCL overhead of the most-loaded "
+        "GPU, allocator fragmentation excluded); throughput figures from data/throughput_costs.yaml, "
+        "labelled measured / calibrated / first-principles / assumption, or unknown when no measurement or "
+        "estimate prices (part of) a change - shown as 'unknown' or '+x% + ?', never as +0.0%, and ranked after "
+        "priced changes of the same size; a speed-up resting on an assumption or unknown is shown but ranked as 0%"
+    ]
     if plan.baseline.fits:
         out.append(
             f"the estimate says the current configuration fits ({gib(plan.baseline.peak_bytes)} of "
             f"{gib(plan.settings.limit_bytes)} allowed): if it still runs out of memory, the gap is allocator "
-            "fragmentation, which expandable segments removes at no throughput cost")
+            "fragmentation, which expandable segments removes at no throughput cost"
+        )
     if any(e.candidate.expandable for e in plan.ranked):
         out.append(fragmentation_note())
     elif not plan.baseline.fits and plan.settings.expandable_segments is not True:
-        out.append(f"also set {EXPANDABLE_ENV} (free): it cannot fix a capacity shortfall, but the estimates "
-                   "exclude allocator fragmentation, so a plan that fits can still run out of memory without it")
+        out.append(
+            f"also set {EXPANDABLE_ENV} (free): it cannot fix a capacity shortfall, but the estimates "
+            "exclude allocator fragmentation, so a plan that fits can still run out of memory without it"
+        )
     if plan.combined:
         out.append("no single change fits: the combined rows come from the full sweep of every combination")
     if not plan.ranked and not plan.combined:
-        out.append("nothing fits at this GPU count: the closest candidates and what blocks them are listed; "
-                   "more GPUs, a shorter sequence or a smaller global batch are the remaining levers")
+        out.append(
+            "nothing fits at this GPU count: the closest candidates and what blocks them are listed; "
+            "more GPUs, a shorter sequence or a smaller global batch are the remaining levers"
+        )
     return out
 
 
@@ -204,8 +225,17 @@ def _table(rows: list[dict[str, Any]], with_rank: bool = True) -> list[str]:
     header = ("#", "change", "layout", "est. peak/GPU", "headroom", "throughput", "evidence")
     body = []
     for r in rows:
-        body.append((str(r.get("rank", "")), r["change"], r["layout"], gib(r["peak_bytes"]), gib(r["headroom_bytes"]),
-                     _throughput_text(r), r["evidence_kind"] or "-"))
+        body.append(
+            (
+                str(r.get("rank", "")),
+                r["change"],
+                r["layout"],
+                gib(r["peak_bytes"]),
+                gib(r["headroom_bytes"]),
+                _throughput_text(r),
+                r["evidence_kind"] or "-",
+            )
+        )
     widths = [max(len(x) for x in col) for col in zip(header, *body)]
     fmt = "  ".join("{:<%d}" % w for w in widths)
     return [fmt.format(*header)] + [fmt.format(*b) for b in body]
@@ -214,24 +244,49 @@ def _table(rows: list[dict[str, Any]], with_rank: bool = True) -> list[str]:
 def wrap(text: str, indent: str, first: str | None = None) -> list[str]:
     """``text`` wrapped at :data:`WRAP` columns: ``first`` (default ``indent``) before the
     first line, ``indent`` before the rest, so long evidence stays readable in a terminal."""
-    return textwrap.wrap(text, width=WRAP, initial_indent=indent if first is None else first,
-                         subsequent_indent=indent, break_long_words=False, break_on_hyphens=False) or [indent]
+    return textwrap.wrap(
+        text,
+        width=WRAP,
+        initial_indent=indent if first is None else first,
+        subsequent_indent=indent,
+        break_long_words=False,
+        break_on_hyphens=False,
+    ) or [indent]
 
 
 def ladder_text(lad: dict[str, Any]) -> list[str]:
     """The ladder as a table, then each rung's exact change, reason and evidence."""
-    total = _throughput_text({"evidence_kind": lad["evidence_kind"], "throughput_change": lad["throughput_change"],
-                              "throughput_change_modelled": lad["throughput_change_modelled"]})
+    total = _throughput_text(
+        {
+            "evidence_kind": lad["evidence_kind"],
+            "throughput_change": lad["throughput_change"],
+            "throughput_change_modelled": lad["throughput_change_modelled"],
+        }
+    )
     verdict = "fits" if lad["fits"] else "still does NOT fit"
-    lines = [f"Ladder - apply in order (est. {gib(lad['start_peak_bytes'])} -> {gib(lad['final_peak_bytes'])}, "
-             f"limit {gib(lad['limit_bytes'])}: {verdict}; throughput {total} in total, {lad['evidence_kind']}):"]
+    lines = [
+        f"Ladder - apply in order (est. {gib(lad['start_peak_bytes'])} -> {gib(lad['final_peak_bytes'])}, "
+        f"limit {gib(lad['limit_bytes'])}: {verdict}; throughput {total} in total, {lad['evidence_kind']}):"
+    ]
     header = ("#", "change", "saves", "est. peak/GPU", "step", "cumulative", "evidence")
     body = []
     for r in lad["rungs"]:
-        cumulative = {"evidence_kind": r["cumulative_evidence_kind"], "throughput_change": r["cumulative_throughput_change"],
-                      "throughput_change_modelled": r["cumulative_throughput_change_modelled"]}
-        body.append((str(r["step"]), r["change"], gib(r["saved_bytes"]) if r["saved_bytes"] else "-",
-                     gib(r["peak_bytes"]), _throughput_text(r), _throughput_text(cumulative), r["evidence_kind"]))
+        cumulative = {
+            "evidence_kind": r["cumulative_evidence_kind"],
+            "throughput_change": r["cumulative_throughput_change"],
+            "throughput_change_modelled": r["cumulative_throughput_change_modelled"],
+        }
+        body.append(
+            (
+                str(r["step"]),
+                r["change"],
+                gib(r["saved_bytes"]) if r["saved_bytes"] else "-",
+                gib(r["peak_bytes"]),
+                _throughput_text(r),
+                _throughput_text(cumulative),
+                r["evidence_kind"],
+            )
+        )
     widths = [max(len(x) for x in col) for col in zip(header, *body)]
     fmt = "  ".join("{:<%d}" % w for w in widths)
     lines += ["  " + fmt.format(*header).rstrip()] + ["  " + fmt.format(*b).rstrip() for b in body]
@@ -259,7 +314,11 @@ def to_text(plan: Plan, top: int, input_notes: list[str] | tuple[str, ...] = (),
         f"seq {plan.base.seq_length}, recompute {cur['recompute']}",
         f"GPU memory {gib(s.gpu_memory_bytes)}, headroom {gib(s.headroom_bytes)} -> limit {gib(s.limit_bytes)} per GPU",
         f"current: est. peak {gib(cur['peak_bytes'])} per GPU -> "
-        + ("fits by estimate" if cur["fits"] else f"does NOT fit ({gib(-(cur['headroom_bytes'] or 0) + s.headroom_bytes)} over the limit)"),
+        + (
+            "fits by estimate"
+            if cur["fits"]
+            else f"does NOT fit ({gib(-(cur['headroom_bytes'] or 0) + s.headroom_bytes)} over the limit)"
+        ),
         "",
     ]
     if doc["ladder"] is not None and doc["ladder"]["rungs"]:
@@ -273,15 +332,23 @@ def to_text(plan: Plan, top: int, input_notes: list[str] | tuple[str, ...] = (),
     else:
         lines.append("Nothing fits at this GPU count. Closest candidates and what blocks them:")
         for r in doc["closest"]:
-            lines += wrap(f"{r['change']} ({r['layout']}): est. {gib(r['peak_bytes'])}, {r['blocked_by']}",
-                          "    ", "  - ")
+            lines += wrap(
+                f"{r['change']} ({r['layout']}): est. {gib(r['peak_bytes'])}, {r['blocked_by']}", "    ", "  - "
+            )
     rec = doc["recommendation"]
     if rec:
-        lines += ["", f"Recommended first step: {rec['change']} "
-                      f"(est. {gib(rec['peak_bytes'])}, throughput {_throughput_text(rec)})"]
+        lines += [
+            "",
+            f"Recommended first step: {rec['change']} "
+            f"(est. {gib(rec['peak_bytes'])}, throughput {_throughput_text(rec)})",
+        ]
         ex = rec["exact_change"]
-        for key, title in (("env", "environment"), ("bridge_overrides", "Megatron Bridge overrides"),
-                           ("megatron_args", "Megatron-LM flags"), ("python", "Python")):
+        for key, title in (
+            ("env", "environment"),
+            ("bridge_overrides", "Megatron Bridge overrides"),
+            ("megatron_args", "Megatron-LM flags"),
+            ("python", "Python"),
+        ):
             if ex[key]:
                 lines.append(f"  {title}:")
                 lines += [f"    {x}" for x in ex[key]]

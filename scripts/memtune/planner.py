@@ -25,8 +25,9 @@ import heapq
 import itertools
 import math
 import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any
 
 from memtune import model_spec as ms
 from memtune import run_spec as rs
@@ -153,8 +154,10 @@ class Plan:
 
 # ------------------------------------------------------------------ memory
 def fragmentation_note() -> str:
-    return ("expandable segments does not shrink the tensors; it removes the allocator's fragmentation "
-            "(reserved-but-unusable memory), so the estimate shown is the tensor + runtime peak")
+    return (
+        "expandable segments does not shrink the tensors; it removes the allocator's fragmentation "
+        "(reserved-but-unusable memory), so the estimate shown is the tensor + runtime peak"
+    )
 
 
 def estimate_peak(model: ms.ModelSpec, run: RunSpec, expandable: bool | None) -> int:
@@ -179,26 +182,39 @@ def extra_violations(model: ms.ModelSpec, base: RunSpec, run: RunSpec, settings:
         if run.cuda_graph_scope:
             out.append("CUDA graphs are not supported with CPU offloading (cuda_graph_scope is set)")
     if run.recompute_granularity == "full" and run.cuda_graph_scope and "full_iteration" not in run.cuda_graph_scope:
-        out.append("full recompute is only supported with full-iteration CUDA graphs "
-                   f"(cuda_graph_scope={list(run.cuda_graph_scope)})")
+        out.append(
+            "full recompute is only supported with full-iteration CUDA graphs "
+            f"(cuda_graph_scope={list(run.cuda_graph_scope)})"
+        )
     if run.tp > settings.gpus_per_node and run.tp != base.tp:
-        out.append(f"TP {run.tp} would span more than one {settings.gpus_per_node}-GPU NVLink domain "
-                   "(practical limit; set --gpus-per-node if your NVLink domain is larger)")
+        out.append(
+            f"TP {run.tp} would span more than one {settings.gpus_per_node}-GPU NVLink domain "
+            "(practical limit; set --gpus-per-node if your NVLink domain is larger)"
+        )
     if run.sequence_parallel_input_regather and not base.sequence_parallel_input_regather:
         if run.peft not in ("lora", "dora"):
             out.append("sequence_parallel_input_regather is a LoRA option; this run has no LoRA/PEFT")
         elif not any(regather_eligible(run, m) for m in ("linear_qkv", "linear_fc1") if m in run.lora_target_modules):
             # the estimator decides eligibility; this only names what blocks it
-            blockers = [text for cond, text in (
-                (run.tp <= 1 or not run.sequence_parallel, "needs sequence parallelism (TP > 1 with SP on)"),
-                (bool(run.cuda_graph_scope), "CUDA graphs are on"),
-                (run.cpu_offloading, "CPU activation offloading is on"),
-                (run.recompute_granularity == "full", "full-layer recompute overlaps it"),
-                ("mlp" in tc.recompute_set(run), "selective mlp recompute overlaps linear_fc1"),
-                (not {"linear_qkv", "linear_fc1"} & set(run.lora_target_modules), "no linear_qkv/linear_fc1 adapters"),
-            ) if cond]
-            out.append("LoRA input re-gather has no effect here (Megatron Bridge falls back to the gathered path): "
-                       + "; ".join(blockers or ["no eligible adapter"]))
+            blockers = [
+                text
+                for cond, text in (
+                    (run.tp <= 1 or not run.sequence_parallel, "needs sequence parallelism (TP > 1 with SP on)"),
+                    (bool(run.cuda_graph_scope), "CUDA graphs are on"),
+                    (run.cpu_offloading, "CPU activation offloading is on"),
+                    (run.recompute_granularity == "full", "full-layer recompute overlaps it"),
+                    ("mlp" in tc.recompute_set(run), "selective mlp recompute overlaps linear_fc1"),
+                    (
+                        not {"linear_qkv", "linear_fc1"} & set(run.lora_target_modules),
+                        "no linear_qkv/linear_fc1 adapters",
+                    ),
+                )
+                if cond
+            ]
+            out.append(
+                "LoRA input re-gather has no effect here (Megatron Bridge falls back to the gathered path): "
+                + "; ".join(blockers or ["no eligible adapter"])
+            )
     if run.use_distributed_optimizer and not base.use_distributed_optimizer and run.dp * run.cp == 1:
         out.append("distributed optimizer shards over DP x CP = 1 rank: nothing to shard")
     if run.use_megatron_fsdp and not base.use_megatron_fsdp and run.dp * run.cp == 1:
@@ -208,7 +224,9 @@ def extra_violations(model: ms.ModelSpec, base: RunSpec, run: RunSpec, settings:
 
 def allocator_violations(base: RunSpec) -> list[str]:
     if base.use_nccl_ub:
-        return ["expandable_segments:True is incompatible with NCCL user-buffer registration (--use-nccl-ub / ddp.nccl_ub)"]
+        return [
+            "expandable_segments:True is incompatible with NCCL user-buffer registration (--use-nccl-ub / ddp.nccl_ub)"
+        ]
     return []
 
 
@@ -275,8 +293,9 @@ def recompute_modules_for(model: ms.ModelSpec) -> list[str]:
     return modules
 
 
-def recompute_options(model: ms.ModelSpec, base: RunSpec,
-                      ladder_costs: Mapping[str, float] | None = None) -> list[dict[str, Any]]:
+def recompute_options(
+    model: ms.ModelSpec, base: RunSpec, ladder_costs: Mapping[str, float] | None = None
+) -> list[dict[str, Any]]:
     """Selective sets and full recompute.
 
     Without ``ladder_costs``: each module alone, every pair, all modules (the single-step
@@ -310,8 +329,10 @@ def full_recompute_block_options(model: ms.ModelSpec, run: RunSpec) -> list[dict
     quarter, half and all of a model chunk's layers (fewer layers re-run, less saved), the
     knob engineers turn when uniform full recompute is more than the gap needs."""
     chunk = max(1, model.num_layers // max(1, run.pp * run.vpp_chunks))
-    return [{"recompute_granularity": "full", "recompute_method": "block", "recompute_num_layers": n}
-            for n in sorted({max(1, chunk // 4), max(1, chunk // 2), chunk})]
+    return [
+        {"recompute_granularity": "full", "recompute_method": "block", "recompute_num_layers": n}
+        for n in sorted({max(1, chunk // 4), max(1, chunk // 2), chunk})
+    ]
 
 
 def _sp_for(base: RunSpec, tp: int) -> bool:
@@ -341,8 +362,11 @@ def candidates(model: ms.ModelSpec, base: RunSpec, settings: PlanSettings) -> It
     if not base.use_distributed_optimizer and not base.use_megatron_fsdp:
         yield Candidate("distributed optimizer", "optimizer", base.with_(use_distributed_optimizer=True))
     if not base.use_megatron_fsdp:
-        yield Candidate("Megatron-FSDP (optim_grads_params)", "optimizer",
-                        base.with_(use_megatron_fsdp=True, use_distributed_optimizer=True))
+        yield Candidate(
+            "Megatron-FSDP (optim_grads_params)",
+            "optimizer",
+            base.with_(use_megatron_fsdp=True, use_distributed_optimizer=True),
+        )
     # pipeline: every PP that divides the GPUs left by TP x CP, each with its VPP options
     for pp in divisors(world // max(1, base.tp * base.cp)) if world % (base.tp * base.cp) == 0 else []:
         if pp > model.num_layers:
@@ -416,8 +440,12 @@ class Evaluator:
         expandable = bool(self.settings.expandable_segments)
         peak = self.peak(self.base, expandable)
         cost = tc.Cost(change=0.0, kind="measured", evidence=("current configuration",))
-        return Evaluated(Candidate("current configuration", "current", self.base), peak_bytes=peak,
-                         fits=peak <= self.settings.limit_bytes, cost=cost)
+        return Evaluated(
+            Candidate("current configuration", "current", self.base),
+            peak_bytes=peak,
+            fits=peak <= self.settings.limit_bytes,
+            cost=cost,
+        )
 
     def evaluate(self, cand: Candidate, base_peak: int) -> Evaluated:
         self.count += 1
@@ -432,10 +460,17 @@ class Evaluator:
         saved = (base_peak - peak) / base_peak if base_peak else 0.0
         # expandable segments lowers what the allocator reserves, not the tensor peak
         reduces = peak < base_peak or (cand.expandable and not self.settings.expandable_segments)
-        cost = tc.throughput_change(self.model, self.base, cand.run, self.table,
-                                    regather_saved_fraction=saved, enables_expandable_segments=cand.expandable)
-        return Evaluated(cand, peak_bytes=peak, fits=peak <= self.settings.limit_bytes,
-                         reduces_memory=reduces, cost=cost)
+        cost = tc.throughput_change(
+            self.model,
+            self.base,
+            cand.run,
+            self.table,
+            regather_saved_fraction=saved,
+            enables_expandable_segments=cand.expandable,
+        )
+        return Evaluated(
+            cand, peak_bytes=peak, fits=peak <= self.settings.limit_bytes, reduces_memory=reduces, cost=cost
+        )
 
 
 #: Evidence kinds too weak to rank a predicted speed-up on (the row still shows it).
@@ -483,7 +518,9 @@ def evidence_tier(cost: tc.Cost) -> int:
     return 2 if cost.kind == tc.UNKNOWN else 1
 
 
-def _split(evaluated: Iterable[Evaluated], settings: PlanSettings, cap_gain: bool = False) -> tuple[list, list, list, list]:
+def _split(
+    evaluated: Iterable[Evaluated], settings: PlanSettings, cap_gain: bool = False
+) -> tuple[list, list, list, list]:
     ranked, not_fitting, rejected, no_saving = [], [], [], []
     for e in evaluated:
         if e.rejected:
@@ -499,8 +536,14 @@ def _split(evaluated: Iterable[Evaluated], settings: PlanSettings, cap_gain: boo
     return ranked, not_fitting, rejected, no_saving
 
 
-def plan(model: ms.ModelSpec, base: RunSpec, settings: PlanSettings, table: tc.CostTable | None = None,
-         estimator: Estimator = estimate_peak, sweep_if_needed: bool = True) -> Plan:
+def plan(
+    model: ms.ModelSpec,
+    base: RunSpec,
+    settings: PlanSettings,
+    table: tc.CostTable | None = None,
+    estimator: Estimator = estimate_peak,
+    sweep_if_needed: bool = True,
+) -> Plan:
     """Rank the one-step changes; when none fits, also search combinations."""
     start = time.perf_counter()
     ev = Evaluator(model, base, settings, table or tc.load_costs(), estimator)
@@ -515,9 +558,19 @@ def plan(model: ms.ModelSpec, base: RunSpec, settings: PlanSettings, table: tc.C
         evaluated += result.space
         if not combined and result.closest:
             not_fitting = sorted(not_fitting + list(result.closest[:5]), key=lambda e: e.peak_bytes or 0)
-    return Plan(model=model, base=base, settings=settings, baseline=baseline, ranked=tuple(ranked),
-                not_fitting=tuple(not_fitting), rejected=tuple(rejected), no_saving=tuple(no_saving),
-                evaluated=evaluated, seconds=time.perf_counter() - start, combined=combined)
+    return Plan(
+        model=model,
+        base=base,
+        settings=settings,
+        baseline=baseline,
+        ranked=tuple(ranked),
+        not_fitting=tuple(not_fitting),
+        rejected=tuple(rejected),
+        no_saving=tuple(no_saving),
+        evaluated=evaluated,
+        seconds=time.perf_counter() - start,
+        combined=combined,
+    )
 
 
 # ------------------------------------------------------------------ full sweep
@@ -528,10 +581,16 @@ def sweep_layouts(model: ms.ModelSpec, base: RunSpec, settings: PlanSettings) ->
     heads and query groups) x CP x PP (uneven split when the layers do not divide) x VPP
     x EP x ETP x MBS. Recompute and optimizer settings are varied per layout by ``sweep``."""
     world = base.world_size
-    tps = [t for t in powers_of_two_upto(min(world, settings.gpus_per_node))
-           if model.num_attention_heads % t == 0 and (model.multi_latent_attention or model.query_groups % t == 0)]
-    cps = [c for c in powers_of_two_upto(world)
-           if c == 1 or (base.seq_length % (2 * c) == 0 and base.seq_length // c >= MIN_TOKENS_PER_CP_RANK)]
+    tps = [
+        t
+        for t in powers_of_two_upto(min(world, settings.gpus_per_node))
+        if model.num_attention_heads % t == 0 and (model.multi_latent_attention or model.query_groups % t == 0)
+    ]
+    cps = [
+        c
+        for c in powers_of_two_upto(world)
+        if c == 1 or (base.seq_length % (2 * c) == 0 and base.seq_length // c >= MIN_TOKENS_PER_CP_RANK)
+    ]
     eps = [e for e in divisors(model.num_moe_experts) if e <= world] if model.is_moe else [1]
     mbss = [m for m in range(1, base.mbs + 1) if base.mbs % m == 0]
     for tp, cp in itertools.product(tps, cps):
@@ -543,22 +602,40 @@ def sweep_layouts(model: ms.ModelSpec, base: RunSpec, settings: PlanSettings) ->
                 continue
             split = stage_split(model, pp)
             dp = rest // pp
-            for vpp, ep, etp, mbs in itertools.product(vpp_options(model, pp, base.vpp), eps,
-                                                      sorted({1, tp}) if model.is_moe else [None], mbss):
+            for vpp, ep, etp, mbs in itertools.product(
+                vpp_options(model, pp, base.vpp), eps, sorted({1, tp}) if model.is_moe else [None], mbss
+            ):
                 if model.is_moe and (world // pp) % (ep * (etp or tp)):
                     continue
                 if base.gbs and base.gbs % (mbs * dp):
                     continue
                 # SP whenever TP > 1: it divides the activations TP leaves replicated for the
                 # same TP traffic, so no layout of the sweep is worth trying without it
-                yield base.with_(tp=tp, cp=cp, pp=pp, vpp=vpp, ep=ep, etp=etp, mbs=mbs,
-                                 sequence_parallel=tp > 1 or _sp_for(base, tp), **split)
+                yield base.with_(
+                    tp=tp,
+                    cp=cp,
+                    pp=pp,
+                    vpp=vpp,
+                    ep=ep,
+                    etp=etp,
+                    mbs=mbs,
+                    sequence_parallel=tp > 1 or _sp_for(base, tp),
+                    **split,
+                )
 
 
 def describe(base: RunSpec, run: RunSpec) -> str:
     """Short label of what differs from ``base``."""
     parts = []
-    for name, label in (("tp", "TP"), ("pp", "PP"), ("vpp", "VPP"), ("cp", "CP"), ("ep", "EP"), ("etp", "ETP"), ("mbs", "MBS")):
+    for name, label in (
+        ("tp", "TP"),
+        ("pp", "PP"),
+        ("vpp", "VPP"),
+        ("cp", "CP"),
+        ("ep", "EP"),
+        ("etp", "ETP"),
+        ("mbs", "MBS"),
+    ):
         old, new = getattr(base, name), getattr(run, name)
         if old != new:
             parts.append(f"{label} {old or 'off'}->{new or 'off'}")
@@ -599,15 +676,23 @@ class SweepResult:
 
 def _optimizer_options(base: RunSpec) -> list[dict[str, bool]]:
     """Cheapest first; the last one (Megatron-FSDP) saves the most memory."""
-    opts = [{"use_distributed_optimizer": True, "use_megatron_fsdp": False},
-            {"use_distributed_optimizer": True, "use_megatron_fsdp": True}]
+    opts = [
+        {"use_distributed_optimizer": True, "use_megatron_fsdp": False},
+        {"use_distributed_optimizer": True, "use_megatron_fsdp": True},
+    ]
     if not base.use_distributed_optimizer and not base.use_megatron_fsdp:
         opts.insert(0, {"use_distributed_optimizer": False, "use_megatron_fsdp": False})
     return opts
 
 
-def sweep(model: ms.ModelSpec, base: RunSpec, settings: PlanSettings, table: tc.CostTable | None = None,
-          estimator: Estimator = estimate_peak, keep: int = 50) -> SweepResult:
+def sweep(
+    model: ms.ModelSpec,
+    base: RunSpec,
+    settings: PlanSettings,
+    table: tc.CostTable | None = None,
+    estimator: Estimator = estimate_peak,
+    keep: int = 50,
+) -> SweepResult:
     """Find, for every layout, its cheapest recompute x optimizer setting that fits; rank.
 
     A branch-and-bound, exact under one assumption (more sharding and a larger recompute
@@ -634,19 +719,29 @@ def sweep(model: ms.ModelSpec, base: RunSpec, settings: PlanSettings, table: tc.
     baseline_peak = ev.baseline().peak_bytes or 0
     base_fits = baseline_peak <= settings.limit_bytes
     base_time = tc.step_time(model, base, table)
-    module_cost = {m: tc.step_terms(model, base.with_(recompute_granularity="selective", recompute_modules=(m,)),
-                                    table)["recompute"] for m in recompute_modules_for(model)}
+    module_cost = {
+        m: tc.step_terms(model, base.with_(recompute_granularity="selective", recompute_modules=(m,)), table)[
+            "recompute"
+        ]
+        for m in recompute_modules_for(model)
+    }
     rcs = [{"recompute_granularity": None}] + recompute_options(model, base, module_cost)
     none_terms = tc.step_terms(model, base.with_(recompute_granularity=None), table)["recompute"]
     rc_factor = [(1 + tc.step_terms(model, base.with_(**rc), table)["recompute"]) / (1 + none_terms) for rc in rcs]
-    rc_sets = [frozenset(rc.get("recompute_modules", ())) if rc.get("recompute_granularity") == "selective" else
-               (frozenset({"*full*"}) if rc.get("recompute_granularity") == "full" else frozenset()) for rc in rcs]
+    rc_sets = [
+        frozenset(rc.get("recompute_modules", ()))
+        if rc.get("recompute_granularity") == "selective"
+        else (frozenset({"*full*"}) if rc.get("recompute_granularity") == "full" else frozenset())
+        for rc in rcs
+    ]
     selective = [i for i, rc in enumerate(rcs) if rc.get("recompute_granularity") == "selective"]
     widest = max(selective, key=lambda i: len(rc_sets[i]))
     full = next(i for i, rc in enumerate(rcs) if rc.get("recompute_granularity") == "full")
     # the ladder as a chain of rc indices: none, then every set that contains all smaller
     # ladder sets (the cumulative cheapest-first sets and the widest one)
-    nested = sorted((i for i, st in enumerate(rc_sets) if "*full*" not in st), key=lambda i: (len(rc_sets[i]), rc_factor[i]))
+    nested = sorted(
+        (i for i, st in enumerate(rc_sets) if "*full*" not in st), key=lambda i: (len(rc_sets[i]), rc_factor[i])
+    )
     chain: list[int] = []
     for i in nested:
         if not chain or rc_sets[chain[-1]] <= rc_sets[i] and rc_sets[chain[-1]] != rc_sets[i]:
@@ -667,8 +762,13 @@ def sweep(model: ms.ModelSpec, base: RunSpec, settings: PlanSettings, table: tc.
         return ev.peak(run, expandable)
 
     def row(run: RunSpec, peak: int, change: float) -> Evaluated:
-        return Evaluated(Candidate("", "combined", run), peak_bytes=peak, fits=peak <= settings.limit_bytes,
-                         reduces_memory=peak < baseline_peak, cost=tc.Cost(change=change, kind="", evidence=()))
+        return Evaluated(
+            Candidate("", "combined", run),
+            peak_bytes=peak,
+            fits=peak <= settings.limit_bytes,
+            reduces_memory=peak < baseline_peak,
+            cost=tc.Cost(change=change, kind="", evidence=()),
+        )
 
     # pass 1: legality and the optimistic (fastest possible) step time of every layout
     legal: list[tuple[float, int, RunSpec, list[float]]] = []
@@ -690,7 +790,7 @@ def sweep(model: ms.ModelSpec, base: RunSpec, settings: PlanSettings, table: tc.
         if len(kept_times) >= keep and optimistic >= -kept_times[0]:
             cost_bounded = len(legal) - n
             break
-        pairs = sorted(((opt_time[o] * rc_factor[i], o, i) for o in range(len(opts)) for i in range(len(rcs))))
+        pairs = sorted((opt_time[o] * rc_factor[i], o, i) for o in range(len(opts)) for i in range(len(rcs)))
         failed: list[tuple[int, frozenset]] = []
         bounded: set[int] = set()
         dead = -1  # optimizer settings up to this index cannot fit with any recompute
@@ -700,7 +800,11 @@ def sweep(model: ms.ModelSpec, base: RunSpec, settings: PlanSettings, table: tc.
         for t, o, i in pairs:
             if len(kept_times) >= keep and t >= -kept_times[0]:
                 break  # slower than every kept row: the rest of this layout cannot enter either
-            if o in skip or o <= dead or any(o <= fo and (rc_sets[i] <= fs or fs == {"*full*"} == rc_sets[i]) for fo, fs in failed):
+            if (
+                o in skip
+                or o <= dead
+                or any(o <= fo and (rc_sets[i] <= fs or fs == {"*full*"} == rc_sets[i]) for fo, fs in failed)
+            ):
                 continue
             run = layout.with_(**opts[o], **rcs[i])
             if run == base:
@@ -759,12 +863,22 @@ def sweep(model: ms.ModelSpec, base: RunSpec, settings: PlanSettings, table: tc.
     fitting.sort(key=lambda e: rank_key(e, settings))
     fitting += sorted(unpriced, key=lambda e: rank_key(e, settings))  # after every priced row
     closest.sort(key=lambda e: e.peak_bytes or 0)
-    kept = tuple(sorted((_finalise(e, model, base, table, baseline_peak) for e in fitting[:keep]),
-                        key=lambda e: rank_key(e, settings)))
-    return SweepResult(space=space, layouts=layouts, illegal_layouts=illegal, cost_bounded_layouts=cost_bounded,
-                       estimates=len(ev.cache),
-                       fitting=kept, closest=tuple(_finalise(e, model, base, table, baseline_peak) for e in closest[:keep]),
-                       seconds=time.perf_counter() - start)
+    kept = tuple(
+        sorted(
+            (_finalise(e, model, base, table, baseline_peak) for e in fitting[:keep]),
+            key=lambda e: rank_key(e, settings),
+        )
+    )
+    return SweepResult(
+        space=space,
+        layouts=layouts,
+        illegal_layouts=illegal,
+        cost_bounded_layouts=cost_bounded,
+        estimates=len(ev.cache),
+        fitting=kept,
+        closest=tuple(_finalise(e, model, base, table, baseline_peak) for e in closest[:keep]),
+        seconds=time.perf_counter() - start,
+    )
 
 
 def _finalise(e: Evaluated, model: ms.ModelSpec, base: RunSpec, table: tc.CostTable, base_peak: int) -> Evaluated:
@@ -772,8 +886,13 @@ def _finalise(e: Evaluated, model: ms.ModelSpec, base: RunSpec, table: tc.CostTa
     run = e.candidate.run
     saved = (base_peak - (e.peak_bytes or 0)) / base_peak if base_peak else 0.0
     cost = tc.throughput_change(model, base, run, table, regather_saved_fraction=saved)
-    return Evaluated(Candidate(describe(base, run), "combined", run), peak_bytes=e.peak_bytes, fits=e.fits,
-                     reduces_memory=e.reduces_memory, cost=cost)
+    return Evaluated(
+        Candidate(describe(base, run), "combined", run),
+        peak_bytes=e.peak_bytes,
+        fits=e.fits,
+        reduces_memory=e.reduces_memory,
+        cost=cost,
+    )
 
 
 # ------------------------------------------------------------------ the exact change
@@ -802,7 +921,9 @@ def exact_change(base: RunSpec, cand: Candidate) -> dict[str, list[str]]:
     for name, (old, new) in changed.items():
         bridge.append(f"{BRIDGE_KEYS[name]}={_bridge_value(new)}")
         if name == "sequence_parallel_input_regather":
-            python.append("cfg.peft = LoRA(..., sequence_parallel_input_regather=True)  # keep the recipe's other LoRA settings")
+            python.append(
+                "cfg.peft = LoRA(..., sequence_parallel_input_regather=True)  # keep the recipe's other LoRA settings"
+            )
             continue
         flag = MEGATRON_FLAGS.get(name)
         if flag is None:
@@ -818,14 +939,23 @@ def exact_change(base: RunSpec, cand: Candidate) -> dict[str, list[str]]:
     if cand.run.use_megatron_fsdp and not base.use_megatron_fsdp:
         # Megatron Bridge's FSDP enablement: both switches, ZeRO-3 style sharding, and the
         # only checkpoint format it supports (existing checkpoints need converting)
-        bridge += ["dist.use_megatron_fsdp=true", "ddp.data_parallel_sharding_strategy=optim_grads_params",
-                   "ddp.average_in_collective=false", "checkpoint.ckpt_format=fsdp_dtensor"]
+        bridge += [
+            "dist.use_megatron_fsdp=true",
+            "ddp.data_parallel_sharding_strategy=optim_grads_params",
+            "ddp.average_in_collective=false",
+            "checkpoint.ckpt_format=fsdp_dtensor",
+        ]
         flags.append("--data-parallel-sharding-strategy optim_grads_params")
     return {"env": env, "bridge_overrides": bridge, "megatron_args": flags, "python": python}
 
 
-def plan_sweep(model: ms.ModelSpec, base: RunSpec, settings: PlanSettings, table: tc.CostTable | None = None,
-               estimator: Estimator = estimate_peak) -> Plan:
+def plan_sweep(
+    model: ms.ModelSpec,
+    base: RunSpec,
+    settings: PlanSettings,
+    table: tc.CostTable | None = None,
+    estimator: Estimator = estimate_peak,
+) -> Plan:
     """Like :func:`plan`, but the ranking covers every combination (the single-step
     rejections are kept so the reasons are still shown)."""
     start = time.perf_counter()
@@ -833,6 +963,15 @@ def plan_sweep(model: ms.ModelSpec, base: RunSpec, settings: PlanSettings, table
     result = sweep(model, base, settings, table, estimator)
     expandable = [e for e in single.ranked if e.candidate.expandable]
     ranked = sorted(expandable + list(result.fitting), key=lambda e: rank_key(e, settings))
-    return Plan(model=model, base=base, settings=settings, baseline=single.baseline, ranked=tuple(ranked),
-                not_fitting=result.closest, rejected=single.rejected, no_saving=single.no_saving,
-                evaluated=single.evaluated + result.space, seconds=time.perf_counter() - start)
+    return Plan(
+        model=model,
+        base=base,
+        settings=settings,
+        baseline=single.baseline,
+        ranked=tuple(ranked),
+        not_fitting=result.closest,
+        rejected=single.rejected,
+        no_saving=single.no_saving,
+        evaluated=single.evaluated + result.space,
+        seconds=time.perf_counter() - start,
+    )

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import fnmatch
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 COLUMN_PARALLEL = ("linear_qkv", "linear_fc1")
 ROW_PARALLEL = ("linear_proj", "linear_fc2")
@@ -74,10 +75,11 @@ def _one_edit_apart(a: str, b: str) -> bool:
         return False
     if len(a) == len(b):
         diff = [k for k in range(len(a)) if a[k] != b[k]]
-        return len(diff) == 1 or (len(diff) == 2 and diff[1] == diff[0] + 1
-                                  and a[diff[0]] == b[diff[1]] and a[diff[1]] == b[diff[0]])
+        return len(diff) == 1 or (
+            len(diff) == 2 and diff[1] == diff[0] + 1 and a[diff[0]] == b[diff[1]] and a[diff[1]] == b[diff[0]]
+        )
     short, long = sorted((a, b), key=len)
-    return any(long[:k] + long[k + 1:] == short for k in range(len(long)))
+    return any(long[:k] + long[k + 1 :] == short for k in range(len(long)))
 
 
 def _not_eligible_reason(module: str) -> str:
@@ -107,7 +109,9 @@ def decide(inp: RegatherInputs) -> Eligibility:
         if inp.recompute_method == "block" and inp.recompute_num_layers is not None and per_stage:
             block_fraction = max(0.0, 1.0 - inp.recompute_num_layers / per_stage)
             if block_fraction == 0.0:
-                run.append("full recompute (block) covers every layer of the stage: adapters are replayed, Bridge falls back")
+                run.append(
+                    "full recompute (block) covers every layer of the stage: adapters are replayed, Bridge falls back"
+                )
         else:
             run.append("full-layer recompute replays every layer that holds an adapter: Bridge falls back")
     decisions: list[ModuleDecision] = []
@@ -118,29 +122,41 @@ def decide(inp: RegatherInputs) -> Eligibility:
             continue
         seen.add(module)
         if module in ROW_PARALLEL:
-            decisions.append(ModuleDecision(module, False, "row-parallel adapter: its input is already sequence-local, nothing is gathered"))
+            decisions.append(
+                ModuleDecision(
+                    module, False, "row-parallel adapter: its input is already sequence-local, nothing is gathered"
+                )
+            )
             continue
         if module not in COLUMN_PARALLEL:
             decisions.append(ModuleDecision(module, False, _not_eligible_reason(module)))
             continue
         if module == "linear_fc1" and inp.moe:
-            decisions.append(ModuleDecision(
-                module, False,
-                "expert adapter (MoE linear_fc1): not covered by re-gather (dense layers of a mixed model still are; the estimate counts them)",
-            ))
+            decisions.append(
+                ModuleDecision(
+                    module,
+                    False,
+                    "expert adapter (MoE linear_fc1): not covered by re-gather (dense layers of a mixed model still are; the estimate counts them)",
+                )
+            )
             continue
         if run:
             decisions.append(ModuleDecision(module, False, "; ".join(run)))
             continue
         if module == "linear_fc1" and inp.recompute_granularity == "selective" and "mlp" in inp.recompute_modules:
-            decisions.append(ModuleDecision(module, False, "selective recompute of 'mlp' replays linear_fc1: Bridge falls back"))
+            decisions.append(
+                ModuleDecision(module, False, "selective recompute of 'mlp' replays linear_fc1: Bridge falls back")
+            )
             continue
         if full and block_fraction < 1.0:
-            decisions.append(ModuleDecision(
-                module, True,
-                f"eligible in the {block_fraction:.0%} of layers that block recompute does not replay",
-                block_fraction,
-            ))
+            decisions.append(
+                ModuleDecision(
+                    module,
+                    True,
+                    f"eligible in the {block_fraction:.0%} of layers that block recompute does not replay",
+                    block_fraction,
+                )
+            )
             continue
         decisions.append(ModuleDecision(module, True, "column-parallel adapter with sequence parallelism: eligible"))
     return Eligibility(tuple(decisions), tuple(run))
@@ -188,7 +204,7 @@ class SourceSegments:
             return self.lines[first].encode()[start:end].decode()
         head = self.lines[first].encode()[start:].decode()
         tail = self.lines[last].encode()[:end].decode()
-        return "".join([head, *self.lines[first + 1:last], tail])
+        return "".join([head, *self.lines[first + 1 : last], tail])
 
 
 def find_lora_calls(path: str) -> list[RecipeCall]:
@@ -196,7 +212,6 @@ def find_lora_calls(path: str) -> list[RecipeCall]:
     import ast
 
     from memtune.cli import InputError
-
     from memtune.textfile import read_text
 
     source = read_text(path, "a Python recipe", strict=False)
@@ -206,7 +221,9 @@ def find_lora_calls(path: str) -> list[RecipeCall]:
         where = f"{path}:{exc.lineno}" if exc.lineno else path
         raise InputError(f"{where}: not valid Python ({exc.msg}); give the recipe file that builds cfg.peft") from None
     except (ValueError, RecursionError, MemoryError) as exc:
-        raise InputError(f"{path}: cannot be read as Python ({type(exc).__name__}); give the recipe file that builds cfg.peft") from None
+        raise InputError(
+            f"{path}: cannot be read as Python ({type(exc).__name__}); give the recipe file that builds cfg.peft"
+        ) from None
     segment = SourceSegments(source)
     targets: dict[int, str] = {}
     for node in ast.walk(tree):

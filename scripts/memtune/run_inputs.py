@@ -23,24 +23,70 @@ from memtune.cli import InputError, Once
 from memtune.run_spec import FP8_RECIPES
 
 GIB = 1024**3
-_UNITS = {"": GIB, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-          "kib": 1024, "mib": 1024**2, "gib": GIB, "tib": 1024**4, "k": 1024, "m": 1024**2, "g": GIB, "t": 1024**4}
+_UNITS = {
+    "": GIB,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": GIB,
+    "tib": 1024**4,
+    "k": 1024,
+    "m": 1024**2,
+    "g": GIB,
+    "t": 1024**4,
+}
 
 #: GPU names --help lists; kept here because --help must not need PyYAML (a test checks each
 #: is a name in data/gpus.yaml that has a usable size).
-GPU_NAMES_FOR_HELP = ("H100-80GB", "H100-NVL", "H200", "H20", "GH200", "A100-40GB", "A100-80GB", "B200", "GB200",
-                      "B300", "L40S", "L4", "A10", "A40", "V100-32GB", "MI300X")
+GPU_NAMES_FOR_HELP = (
+    "H100-80GB",
+    "H100-NVL",
+    "H200",
+    "H20",
+    "GH200",
+    "A100-40GB",
+    "A100-80GB",
+    "B200",
+    "GB200",
+    "B300",
+    "L40S",
+    "L4",
+    "A10",
+    "A40",
+    "V100-32GB",
+    "MI300X",
+)
 
 #: Plain flag (argparse dest) -> RunSpec field it sets when given.
-_FLAG_FIELDS = {"tp": "tp", "pp": "pp", "vpp": "vpp", "cp": "cp", "ep": "ep", "etp": "etp", "mbs": "mbs",
-                "gbs": "gbs", "seq_length": "seq_length", "gpus": "world_size", "sp": "sequence_parallel",
-                "dist_opt": "use_distributed_optimizer", "grad_fp32": "grad_reduce_in_fp32",
-                "attention_backend": "attention_backend", "lora_dim": "lora_dim",
-                "regather": "sequence_parallel_input_regather", "recompute_method": "recompute_method",
-                "recompute_num_layers": "recompute_num_layers", "fsdp": "use_megatron_fsdp",
-                "precision": "params_dtype", "fp8_param_gather": "fp8_param_gather",
-                "first_stage_layers": "num_layers_in_first_pipeline_stage",
-                "last_stage_layers": "num_layers_in_last_pipeline_stage"}
+_FLAG_FIELDS = {
+    "tp": "tp",
+    "pp": "pp",
+    "vpp": "vpp",
+    "cp": "cp",
+    "ep": "ep",
+    "etp": "etp",
+    "mbs": "mbs",
+    "gbs": "gbs",
+    "seq_length": "seq_length",
+    "gpus": "world_size",
+    "sp": "sequence_parallel",
+    "dist_opt": "use_distributed_optimizer",
+    "grad_fp32": "grad_reduce_in_fp32",
+    "attention_backend": "attention_backend",
+    "lora_dim": "lora_dim",
+    "regather": "sequence_parallel_input_regather",
+    "recompute_method": "recompute_method",
+    "recompute_num_layers": "recompute_num_layers",
+    "fsdp": "use_megatron_fsdp",
+    "precision": "params_dtype",
+    "fp8_param_gather": "fp8_param_gather",
+    "first_stage_layers": "num_layers_in_first_pipeline_stage",
+    "last_stage_layers": "num_layers_in_last_pipeline_stage",
+}
 
 
 @dataclass(frozen=True)
@@ -75,6 +121,7 @@ def _positive(name: str):
         if value <= 0:
             raise InputError(f"{name} {value}: must be a positive integer")
         return value
+
     return convert
 
 
@@ -96,38 +143,64 @@ def add_input_arguments(parser: argparse.ArgumentParser, memory_default: str = "
     src.add_argument("--preset", action=Once, help="model preset name (see --list-presets)")
     src.add_argument("--list-presets", action="store_true", help="print the known presets and exit")
     src.add_argument("--hf-config", action=Once, metavar="FILE", help="Hugging Face config.json")
-    src.add_argument("--megatron-args", action=Once, metavar="FILE",
-                     help="Megatron-LM launch script, or YAML/JSON mapping {'--flag': value}")
+    src.add_argument(
+        "--megatron-args",
+        action=Once,
+        metavar="FILE",
+        help="Megatron-LM launch script, or YAML/JSON mapping {'--flag': value}",
+    )
     src.add_argument("--config", action=Once, metavar="FILE", help="Megatron Bridge ConfigContainer YAML")
-    src.add_argument("--example", action="store_true",
-                     help="the seed's Llama3-70B SFT run (TP4/PP4/VPP5/DP2, 32 x H100 80GB)")
-    src.add_argument("overrides", nargs="*", metavar="key.path=value",
-                     help="Hydra-style overrides for --config/--example (a.b=v, +a.b=v, ++a.b=v, ~a.b)")
+    src.add_argument(
+        "--example", action="store_true", help="the seed's Llama3-70B SFT run (TP4/PP4/VPP5/DP2, 32 x H100 80GB)"
+    )
+    src.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="key.path=value",
+        help="Hydra-style overrides for --config/--example (a.b=v, +a.b=v, ++a.b=v, ~a.b)",
+    )
     par = parser.add_argument_group("parallelism and batch")
-    for flag, helptext in (("--tp", "tensor parallel"), ("--pp", "pipeline parallel"),
-                           ("--vpp", "virtual pipeline chunks per rank"), ("--cp", "context parallel"),
-                           ("--ep", "expert parallel"), ("--etp", "expert tensor parallel"),
-                           ("--mbs", "micro-batch size"), ("--gbs", "global batch size"),
-                           ("--seq-length", "sequence length")):
+    for flag, helptext in (
+        ("--tp", "tensor parallel"),
+        ("--pp", "pipeline parallel"),
+        ("--vpp", "virtual pipeline chunks per rank"),
+        ("--cp", "context parallel"),
+        ("--ep", "expert parallel"),
+        ("--etp", "expert tensor parallel"),
+        ("--mbs", "micro-batch size"),
+        ("--gbs", "global batch size"),
+        ("--seq-length", "sequence length"),
+    ):
         par.add_argument(flag, type=_positive(flag), help=helptext)
     par.add_argument("--gpus", "--world-size", dest="gpus", type=_positive("--gpus"), help="total GPUs")
-    par.add_argument("--first-stage-layers", type=_positive("--first-stage-layers"), metavar="N",
-                     help="uneven PP: decoder layers on the first stage (num_layers_in_first_pipeline_stage)")
-    par.add_argument("--last-stage-layers", type=_positive("--last-stage-layers"), metavar="N",
-                     help="uneven PP: decoder layers on the last stage (num_layers_in_last_pipeline_stage)")
+    par.add_argument(
+        "--first-stage-layers",
+        type=_positive("--first-stage-layers"),
+        metavar="N",
+        help="uneven PP: decoder layers on the first stage (num_layers_in_first_pipeline_stage)",
+    )
+    par.add_argument(
+        "--last-stage-layers",
+        type=_positive("--last-stage-layers"),
+        metavar="N",
+        help="uneven PP: decoder layers on the last stage (num_layers_in_last_pipeline_stage)",
+    )
     par.add_argument("--sequence-parallel", dest="sp", action="store_true", default=None)
     par.add_argument("--no-sequence-parallel", dest="sp", action="store_false")
     mem = parser.add_argument_group("memory features")
     mem.add_argument("--recompute", choices=("none", "selective", "full"), help="activation recompute granularity")
-    mem.add_argument("--recompute-modules", help="selective modules, comma separated (core_attn,mlp,layernorm,moe_act,moe,...)")
+    mem.add_argument(
+        "--recompute-modules", help="selective modules, comma separated (core_attn,mlp,layernorm,moe_act,moe,...)"
+    )
     mem.add_argument("--recompute-method", choices=("uniform", "block"))
     mem.add_argument("--recompute-num-layers", type=_positive("--recompute-num-layers"))
     mem.add_argument("--dist-opt", dest="dist_opt", action="store_true", default=None, help="distributed optimizer")
     mem.add_argument("--no-dist-opt", dest="dist_opt", action="store_false")
     mem.add_argument("--fsdp", action="store_true", default=None, help="Megatron-FSDP (optim_grads_params)")
     mem.add_argument("--precision", choices=("bf16", "fp16", "fp32"))
-    mem.add_argument("--fp8", metavar="RECIPE", type=_fp8_recipe,
-                     help=f"fp8 GEMMs ({', '.join(FP8_RECIPES)}) or 'none'")
+    mem.add_argument(
+        "--fp8", metavar="RECIPE", type=_fp8_recipe, help=f"fp8 GEMMs ({', '.join(FP8_RECIPES)}) or 'none'"
+    )
     mem.add_argument("--fp8-param-gather", action="store_true", default=None)
     mem.add_argument("--grad-fp32", dest="grad_fp32", action="store_true", default=None, help="fp32 main grads")
     mem.add_argument("--no-grad-fp32", dest="grad_fp32", action="store_false")
@@ -135,16 +208,25 @@ def add_input_arguments(parser: argparse.ArgumentParser, memory_default: str = "
     mem.add_argument("--cpu-offload-layers", type=int, metavar="N", help="CPU-offload activations of N layers")
     mem.add_argument("--peft", choices=("none", "lora", "dora"))
     mem.add_argument("--lora-dim", type=_positive("--lora-dim"))
-    mem.add_argument("--regather", dest="regather", action="store_true", default=None,
-                     help="LoRA sequence_parallel_input_regather")
+    mem.add_argument(
+        "--regather", dest="regather", action="store_true", default=None, help="LoRA sequence_parallel_input_regather"
+    )
     mem.add_argument("--no-regather", dest="regather", action="store_false")
     gpu = parser.add_argument_group("GPU")
-    gpu.add_argument("--gpu-memory", metavar="SIZE",
-                     help="usable GPU memory with its unit: MiB as nvidia-smi prints it (81559MiB), GiB (79.6GiB) "
-                          "or GB = 10^9 bytes (80GB is only 74.5 GiB); a bare number (80) or G means GiB. "
-                          "An H100 80GB has 81559MiB = 79.6 GiB: prefer --gpu H100-80GB" + memory_default)
-    gpu.add_argument("--gpu", metavar="NAME", help="GPU model, for its real usable memory: " + ", ".join(GPU_NAMES_FOR_HELP)
-                     + " (aliases such as H100, h100_sxm, 'NVIDIA H100 80GB HBM3' work; same names as check_env.py --gpu)")
+    gpu.add_argument(
+        "--gpu-memory",
+        metavar="SIZE",
+        help="usable GPU memory with its unit: MiB as nvidia-smi prints it (81559MiB), GiB (79.6GiB) "
+        "or GB = 10^9 bytes (80GB is only 74.5 GiB); a bare number (80) or G means GiB. "
+        "An H100 80GB has 81559MiB = 79.6 GiB: prefer --gpu H100-80GB" + memory_default,
+    )
+    gpu.add_argument(
+        "--gpu",
+        metavar="NAME",
+        help="GPU model, for its real usable memory: "
+        + ", ".join(GPU_NAMES_FOR_HELP)
+        + " (aliases such as H100, h100_sxm, 'NVIDIA H100 80GB HBM3' work; same names as check_env.py --gpu)",
+    )
 
 
 def print_presets(as_json: bool) -> None:
@@ -219,12 +301,17 @@ def _load_source(args) -> tuple[Any, Any, list[str], dict[str, Any]]:
             raise InputError("Hydra overrides apply to --config/--example, not to --megatron-args")
         flags = load_megatron_args(args.megatron_args)
         world, world_note = args.gpus, None
-        if world is None and "--world-size" not in flags and Path(args.megatron_args).suffix.lower() not in (".json", ".yaml", ".yml"):
+        if (
+            world is None
+            and "--world-size" not in flags
+            and Path(args.megatron_args).suffix.lower() not in (".json", ".yaml", ".yml")
+        ):
             from memtune.megatron_args import launch_world_size
             from memtune.textfile import read_text
 
-            world, world_note = launch_world_size(read_text(Path(args.megatron_args), "a launch script", strict=False),
-                                                  str(args.megatron_args))
+            world, world_note = launch_world_size(
+                read_text(Path(args.megatron_args), "a launch script", strict=False), str(args.megatron_args)
+            )
         try:
             model, run, notes = specs_from_megatron_args(flags, world_size=world)
             if world_note:
@@ -255,8 +342,10 @@ def _load_source(args) -> tuple[Any, Any, list[str], dict[str, Any]]:
     if args.overrides:
         raise InputError(f"override {args.overrides[0]!r} needs --config or --example")
     if base is None:
-        raise InputError("no model given: use --preset NAME, --hf-config, --megatron-args, --config or --example "
-                         f"(presets: {', '.join(presets.preset_names())})")
+        raise InputError(
+            "no model given: use --preset NAME, --hf-config, --megatron-args, --config or --example "
+            f"(presets: {', '.join(presets.preset_names())})"
+        )
     notes = []
     tp, pp, cp = args.tp or 1, args.pp or 1, args.cp or 1
     gpus = args.gpus or tp * pp * cp

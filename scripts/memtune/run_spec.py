@@ -137,7 +137,7 @@ class RunSpec:
             return f"full {self.recompute_method or 'uniform'} x{self.recompute_num_layers or 1}"
         return "none"
 
-    def with_(self, **changes: Any) -> "RunSpec":
+    def with_(self, **changes: Any) -> RunSpec:
         return replace(self, **changes)
 
 
@@ -157,9 +157,7 @@ def stage_layer_counts(model: ModelSpec, run: RunSpec) -> tuple[int, ...]:
     pp, n = run.pp, model.num_layers
     if run.stage_layers is not None:
         if len(run.stage_layers) != pp or sum(run.stage_layers) != n:
-            raise ValueError(
-                f"pipeline layout {list(run.stage_layers)} must have {pp} stages summing to {n} layers"
-            )
+            raise ValueError(f"pipeline layout {list(run.stage_layers)} must have {pp} stages summing to {n} layers")
         return tuple(run.stage_layers)
     if pp == 1:
         return (n,)
@@ -219,8 +217,14 @@ def stage_chunk_layers(model: ModelSpec, run: RunSpec, stage: int) -> tuple[int,
 
 
 #: Sizes beyond these are typos, not runs (they would also make the arithmetic meaningless).
-SIZE_LIMITS = {"num_layers": 100_000, "world_size": 10_000_000, "seq_length": 100_000_000,
-               "hidden_size": 1_000_000, "num_attention_heads": 100_000, "vocab_size": 100_000_000}
+SIZE_LIMITS = {
+    "num_layers": 100_000,
+    "world_size": 10_000_000,
+    "seq_length": 100_000_000,
+    "hidden_size": 1_000_000,
+    "num_attention_heads": 100_000,
+    "vocab_size": 100_000_000,
+}
 
 
 def model_parallel_problem(world_size: int, tp: int, pp: int, cp: int) -> str | None:
@@ -243,22 +247,34 @@ def violations(model: ModelSpec, run: RunSpec) -> list[str]:
     """Every reason this run cannot start, one line each (empty list = legal)."""
     out: list[str] = []
     sizes = {
-        "world_size": run.world_size, "tensor_model_parallel_size": run.tp,
-        "pipeline_model_parallel_size": run.pp, "context_parallel_size": run.cp,
-        "expert_model_parallel_size": run.ep, "micro_batch_size": run.mbs,
-        "seq_length": run.seq_length, "num_layers": model.num_layers,
-        "hidden_size": model.hidden_size, "num_attention_heads": model.num_attention_heads,
+        "world_size": run.world_size,
+        "tensor_model_parallel_size": run.tp,
+        "pipeline_model_parallel_size": run.pp,
+        "context_parallel_size": run.cp,
+        "expert_model_parallel_size": run.ep,
+        "micro_batch_size": run.mbs,
+        "seq_length": run.seq_length,
+        "num_layers": model.num_layers,
+        "hidden_size": model.hidden_size,
+        "num_attention_heads": model.num_attention_heads,
         "vocab_size": model.vocab_size,
     }
-    for name, value in (("expert_tensor_parallel_size", run.etp), ("virtual_pipeline_model_parallel_size", run.vpp),
-                        ("global_batch_size", run.gbs)):
+    for name, value in (
+        ("expert_tensor_parallel_size", run.etp),
+        ("virtual_pipeline_model_parallel_size", run.vpp),
+        ("global_batch_size", run.gbs),
+    ):
         if value is not None:
             sizes[name] = value
     optional = {
-        "ffn_hidden_size": model.ffn_hidden_size, "num_query_groups": model.num_query_groups,
-        "kv_channels": model.kv_channels, "num_moe_experts": model.num_moe_experts,
-        "moe_ffn_hidden_size": model.moe_ffn_hidden_size, "recompute_num_layers": run.recompute_num_layers,
-        "lora_dim": run.lora_dim, "moe_router_topk": model.moe_router_topk if model.is_moe else None,
+        "ffn_hidden_size": model.ffn_hidden_size,
+        "num_query_groups": model.num_query_groups,
+        "kv_channels": model.kv_channels,
+        "num_moe_experts": model.num_moe_experts,
+        "moe_ffn_hidden_size": model.moe_ffn_hidden_size,
+        "recompute_num_layers": run.recompute_num_layers,
+        "lora_dim": run.lora_dim,
+        "moe_router_topk": model.moe_router_topk if model.is_moe else None,
         "make_vocab_size_divisible_by": model.make_vocab_size_divisible_by,
     }
     sizes.update({k: v for k, v in optional.items() if v is not None})
@@ -267,7 +283,10 @@ def violations(model: ModelSpec, run: RunSpec) -> list[str]:
             out.append(f"{name} must be a positive integer, got {value!r}")
         elif value > SIZE_LIMITS.get(name, 1 << 40):
             out.append(f"{name} {value} is beyond any real run (limit {SIZE_LIMITS.get(name, 1 << 40)})")
-    for name, value in (("mtp_num_layers", model.mtp_num_layers), ("cpu_offloading_num_layers", run.cpu_offloading_num_layers)):
+    for name, value in (
+        ("mtp_num_layers", model.mtp_num_layers),
+        ("cpu_offloading_num_layers", run.cpu_offloading_num_layers),
+    ):
         if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= SIZE_LIMITS["num_layers"]:
             out.append(f"{name} must be an integer between 0 and {SIZE_LIMITS['num_layers']}, got {value!r}")
     for name, value in (("attention_dropout", run.attention_dropout), ("hidden_dropout", run.hidden_dropout)):
@@ -304,9 +323,7 @@ def violations(model: ModelSpec, run: RunSpec) -> list[str]:
             out.append(problem)
         per_stage = run.world_size // run.pp if run.world_size % run.pp == 0 else 0
         if model.is_moe and per_stage and per_stage % (run.ep * run.expert_tp):
-            out.append(
-                f"GPUs per pipeline stage {per_stage} is not divisible by EP x ETP = {run.ep}x{run.expert_tp}"
-            )
+            out.append(f"GPUs per pipeline stage {per_stage} is not divisible by EP x ETP = {run.ep}x{run.expert_tp}")
     try:
         counts = stage_layer_counts(model, run)
     except ValueError as exc:
@@ -334,22 +351,24 @@ def violations(model: ModelSpec, run: RunSpec) -> list[str]:
                 f"microbatch_group_size_per_vp_stage {group}"
             )
     if run.gbs is not None and run.gbs % (run.mbs * run.dp):
-        out.append(
-            f"global_batch_size {run.gbs} not divisible by micro_batch_size x DP = {run.mbs}x{run.dp}"
-        )
+        out.append(f"global_batch_size {run.gbs} not divisible by micro_batch_size x DP = {run.mbs}x{run.dp}")
     if run.sequence_parallel and run.tp == 1:
         pass  # Megatron silently disables SP at TP=1; not an error.
     if run.cp > 1 and run.seq_length % (2 * run.cp):
         out.append(f"seq_length {run.seq_length} not divisible by 2 x context_parallel_size {run.cp}")
     if run.cpu_offloading and run.cpu_offloading_num_layers >= model.num_layers:
         # Megatron-Core's TransformerConfig wording, with the value that broke it
-        out.append(f"CPU offloading can be done only for layers less than {model.num_layers} "
-                   f"(cpu_offloading_num_layers {run.cpu_offloading_num_layers})")
+        out.append(
+            f"CPU offloading can be done only for layers less than {model.num_layers} "
+            f"(cpu_offloading_num_layers {run.cpu_offloading_num_layers})"
+        )
     if run.cpu_offloading and run.pp > 1:
         # Megatron-Core's own wording (TransformerConfig raises it as a ValueError), so a
         # user who searches for the error they saw finds this rejection and vice versa.
-        out.append("Currently there is no support for Pipeline parallelism with CPU offloading "
-                   f"(Megatron-Core refuses cpu_offloading with pipeline_model_parallel_size > 1; here PP {run.pp})")
+        out.append(
+            "Currently there is no support for Pipeline parallelism with CPU offloading "
+            f"(Megatron-Core refuses cpu_offloading with pipeline_model_parallel_size > 1; here PP {run.pp})"
+        )
     if run.fp8 is not None and run.fp8 not in FP8_RECIPES:
         out.append(f"fp8 recipe {run.fp8!r} unknown; Megatron-Core knows {', '.join(FP8_RECIPES)}")
     if run.recompute_granularity not in (None, "selective", "full"):

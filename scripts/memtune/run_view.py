@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from memtune import launch_script as ls
 from memtune.cli import InputError
@@ -104,7 +105,6 @@ def switches() -> frozenset[str]:
 
 
 # ------------------------------------------------------------------ value parsing
-
 
 
 def hydra_value(text: str | None) -> Any:
@@ -219,14 +219,18 @@ def read_env_file(path: str) -> list[EnvValue]:
         if not line or line.startswith("#"):
             continue
         if line.startswith("export "):
-            line = line[len("export "):].strip()
+            line = line[len("export ") :].strip()
         name, eq, value = line.partition("=")
         name = name.strip()
         if not eq or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-            raise InputError(f"{path}:{number}: expected KEY=VALUE, got {raw.strip()[:60]!r}; fix the line or remove it")
+            raise InputError(
+                f"{path}:{number}: expected KEY=VALUE, got {raw.strip()[:60]!r}; fix the line or remove it"
+            )
         value = value.strip()
         if value[:1] in ("'", '"') and value.count(value[0]) < 2:
-            raise InputError(f"{path}:{number}: {name}= opens a {value[0]} quote that the line does not close; close it")
+            raise InputError(
+                f"{path}:{number}: {name}= opens a {value[0]} quote that the line does not close; close it"
+            )
         if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
             value = value[1:-1]
         out.append(EnvValue(name, value, f"{path}:{number}", number, path))
@@ -263,7 +267,8 @@ def build(inputs: Inputs) -> RunView:
 
         view.gpu = inputs.gpu
         view.compute_capability = lookup_gpu(
-            inputs.gpu, fallback="or leave --gpu out: MT003 then assumes a GPU before Blackwell").compute_capability
+            inputs.gpu, fallback="or leave --gpu out: MT003 then assumes a GPU before Blackwell"
+        ).compute_capability
     spec = rules_data()["settings"]
 
     # --- environment -------------------------------------------------------------
@@ -279,7 +284,9 @@ def build(inputs: Inputs) -> RunView:
     for text in inputs.env_values:
         name, eq, value = text.partition("=")
         if not eq or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-            raise InputError(f"--set {text!r}: expected NAME=VALUE, e.g. --set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+            raise InputError(
+                f"--set {text!r}: expected NAME=VALUE, e.g. --set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+            )
         view.env_given = True
         view.env[name] = EnvValue(name, value, f"--set {name}")
 
@@ -294,12 +301,16 @@ def build(inputs: Inputs) -> RunView:
         for section in CONFIG_SECTIONS:
             value, line = loaded.get(section, (None, 0))
             if value is not None and not isinstance(value, dict):
-                raise InputError(f"{path}:{line}: section {section}: must be a mapping (key: value lines), got {_short(value)}")
+                raise InputError(
+                    f"{path}:{line}: section {section}: must be a mapping (key: value lines), got {_short(value)}"
+                )
         for key, (value, line) in loaded.items():
             if key.startswith("ENV_VARS.") and key.count(".") == 1 and not isinstance(value, (dict, list)):
                 # Megatron-LM functional-test configs carry the job environment
                 name = key.split(".", 1)[1]
-                text = "" if value is None else (("True" if value else "False") if isinstance(value, bool) else str(value))
+                text = (
+                    "" if value is None else (("True" if value else "False") if isinstance(value, bool) else str(value))
+                )
                 view.env[name] = EnvValue(name, text, f"{path}:{line}", line, path)
                 view.env_given = True
                 continue
@@ -345,7 +356,9 @@ def build(inputs: Inputs) -> RunView:
                     for key, (value, line) in load_yaml_lines(candidate).items():
                         flat.setdefault(key, (value, f"{candidate}:{line}", f"{key}: {_short(value)}"))
                 else:
-                    view.notes.append(f"{path}:{config_flag.line}: config file {config_flag.value} not found here; pass it with --config")
+                    view.notes.append(
+                        f"{path}:{config_flag.line}: config file {config_flag.value} not found here; pass it with --config"
+                    )
         _sbatch_world(view, script, command)
 
     script_path = view.script.path if view.script else "script"
@@ -354,7 +367,9 @@ def build(inputs: Inputs) -> RunView:
     for text in inputs.overrides:
         override = ls.parse_override(text)
         if override is None:
-            raise InputError(f"override {text!r} is not KEY=VALUE, +KEY=VALUE, ++KEY=VALUE or ~KEY; e.g. model.tensor_model_parallel_size=4")
+            raise InputError(
+                f"override {text!r} is not KEY=VALUE, +KEY=VALUE, ++KEY=VALUE or ~KEY; e.g. model.tensor_model_parallel_size=4"
+            )
         if override.prefix == "" and override.key not in flat:
             # a plain override misspelling a key the rules read would be ignored: refuse it
             refuse_misspelt(override.text or override.key, override.key, known_paths())
@@ -412,7 +427,9 @@ def build(inputs: Inputs) -> RunView:
         item = view.settings["recompute_activations"]
         view.settings["recompute_granularity"] = Value("selective", item.source, item.text, "derived")
     if inputs.world_size is not None:
-        view.settings["world_size"] = Value(inputs.world_size, "command line", f"--world-size {inputs.world_size}", "cli")
+        view.settings["world_size"] = Value(
+            inputs.world_size, "command line", f"--world-size {inputs.world_size}", "cli"
+        )
     return view
 
 
@@ -483,7 +500,11 @@ def _sbatch_world(view: RunView, script: ls.LaunchScript, command: ls.Command | 
     nnodes = opts.get("torchrun.nnodes")
     sb = script.sbatch
     nodes = opts.get("srun.nodes") or opts.get("srun.N") or (sb.get("nodes") or sb.get("N") or (None, 0))[0]
-    per_node = nproc or opts.get("srun.ntasks-per-node") or (sb.get("ntasks-per-node") or sb.get("gpus-per-node") or (None, 0))[0]
+    per_node = (
+        nproc
+        or opts.get("srun.ntasks-per-node")
+        or (sb.get("ntasks-per-node") or sb.get("gpus-per-node") or (None, 0))[0]
+    )
     if nnodes and ":" in str(nnodes):
         nnodes = str(nnodes).split(":")[-1]
     try:

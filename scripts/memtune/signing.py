@@ -21,9 +21,10 @@ import datetime as _dt
 import json
 import os
 import tempfile
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from memtune.cli import InputError
 
@@ -176,13 +177,15 @@ def normalize_fingerprint(text: str, what: str = "fingerprint") -> str:
     if "=" in value:
         value = value.split("=", 1)[1]
     if value.lower().startswith("sha256:"):
-        value = value[len("sha256:"):]
+        value = value[len("sha256:") :]
     digits = value.replace(":", "").replace(" ", "").upper()
     if len(digits) != 64 or any(c not in "0123456789ABCDEF" for c in digits):
         shown = text if len(text) <= 80 else text[:77] + "..."
-        raise InputError(f"{what} {shown!r} is not a SHA-256 fingerprint (64 hex digits, colons optional), "
-                         "as printed by: openssl x509 -in root-cert.pem -noout -fingerprint -sha256")
-    return ":".join(digits[i:i + 2] for i in range(0, 64, 2))
+        raise InputError(
+            f"{what} {shown!r} is not a SHA-256 fingerprint (64 hex digits, colons optional), "
+            "as printed by: openssl x509 -in root-cert.pem -noout -fingerprint -sha256"
+        )
+    return ":".join(digits[i : i + 2] for i in range(0, 64, 2))
 
 
 def trust_anchor_info(path: Path) -> CertInfo:
@@ -199,13 +202,21 @@ def _load_private_key(path: Path) -> Any:
     try:
         key = serialization.load_pem_private_key(data, password=None)
     except TypeError:
-        raise InputError(f"private key {path} is encrypted; model_signing's certificate signer needs an unencrypted PEM key") from None
+        raise InputError(
+            f"private key {path} is encrypted; model_signing's certificate signer needs an unencrypted PEM key"
+        ) from None
     except (ValueError, UnsupportedAlgorithm):
-        raise InputError(f"private key {path} is not a PEM private key (expected a PEM block of type PRIVATE KEY, PKCS#8)") from None
+        raise InputError(
+            f"private key {path} is not a PEM private key (expected a PEM block of type PRIVATE KEY, PKCS#8)"
+        ) from None
     if not isinstance(key, ec.EllipticCurvePrivateKey):
-        raise InputError(f"private key {path} is not an elliptic-curve key; model_signing signs with EC keys ({', '.join(SUPPORTED_CURVES)})")
+        raise InputError(
+            f"private key {path} is not an elliptic-curve key; model_signing signs with EC keys ({', '.join(SUPPORTED_CURVES)})"
+        )
     if key.curve.name not in SUPPORTED_CURVES:
-        raise InputError(f"private key {path} uses curve {key.curve.name}; model_signing supports {', '.join(SUPPORTED_CURVES)}")
+        raise InputError(
+            f"private key {path} uses curve {key.curve.name}; model_signing supports {', '.join(SUPPORTED_CURVES)}"
+        )
     return key
 
 
@@ -234,11 +245,17 @@ def check_key_material(material: KeyMaterial, now: _dt.datetime | None = None) -
         )
     now = now or _dt.datetime.now(_dt.timezone.utc)
     if now > cert.not_valid_after_utc:
-        raise InputError(f"signing certificate {material.signing_cert} expired on {cert.not_valid_after_utc:%Y-%m-%d}; sign with a current certificate")
+        raise InputError(
+            f"signing certificate {material.signing_cert} expired on {cert.not_valid_after_utc:%Y-%m-%d}; sign with a current certificate"
+        )
     if now < cert.not_valid_before_utc:
-        raise InputError(f"signing certificate {material.signing_cert} is not valid before {cert.not_valid_before_utc:%Y-%m-%d}")
+        raise InputError(
+            f"signing certificate {material.signing_cert} is not valid before {cert.not_valid_before_utc:%Y-%m-%d}"
+        )
     if not _has_code_signing(cert):
-        raise InputError(f"signing certificate {material.signing_cert} is not a code-signing certificate (extendedKeyUsage lacks codeSigning)")
+        raise InputError(
+            f"signing certificate {material.signing_cert} is not a code-signing certificate (extendedKeyUsage lacks codeSigning)"
+        )
     try:
         usage = cert.extensions.get_extension_for_class(x509.KeyUsage).value
         if not usage.digital_signature:
@@ -257,9 +274,13 @@ def read_statement(signature: Path) -> SignedStatement:
     try:
         doc = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"signature {signature} is not JSON ({exc}); expected a Sigstore bundle from `sign_skill.py sign` or `model_signing sign`") from None
+        raise InputError(
+            f"signature {signature} is not JSON ({exc}); expected a Sigstore bundle from `sign_skill.py sign` or `model_signing sign`"
+        ) from None
     except RecursionError:
-        raise InputError(f"signature {signature} is JSON nested too deeply to be a Sigstore bundle; pass the real skill.oms.sig") from None
+        raise InputError(
+            f"signature {signature} is JSON nested too deeply to be a Sigstore bundle; pass the real skill.oms.sig"
+        ) from None
     bad = f"signature {signature} is not a model_signing bundle"
     if not isinstance(doc, dict):
         raise InputError(f"{bad}: the top level is not a JSON object")
@@ -281,7 +302,11 @@ def read_statement(signature: Path) -> SignedStatement:
         raise InputError(f"{bad}: the predicate has no resources list")
     digests: dict[str, str] = {}
     for item in resources:
-        if not isinstance(item, dict) or not isinstance(item.get("name"), str) or not isinstance(item.get("digest"), str):
+        if (
+            not isinstance(item, dict)
+            or not isinstance(item.get("name"), str)
+            or not isinstance(item.get("digest"), str)
+        ):
             raise InputError(f"{bad}: a resource lacks a name or digest")
         digests[item["name"]] = item["digest"]
     subjects = statement.get("subject") or [{}]
@@ -304,7 +329,9 @@ def _bundle_signer(doc: Mapping[str, Any], signature: Path) -> CertInfo | None:
     chain = material.get("x509CertificateChain")
     if chain is None:
         if "publicKey" in material:
-            raise InputError(f"signature {signature} was made with a bare key, not a certificate; verify it with `model_signing verify key`")
+            raise InputError(
+                f"signature {signature} was made with a bare key, not a certificate; verify it with `model_signing verify key`"
+            )
         raise InputError(f"signature {signature} carries no certificate chain")
     try:
         der = base64.b64decode(chain["certificates"][0]["rawBytes"], validate=True)
@@ -358,15 +385,24 @@ def verify_tree(tree: Path, signature: Path, anchors: Sequence[Path]) -> Failure
     try:
         config.verify(tree, signature)
     except X509StoreContextError as exc:
-        return Failure("untrusted-certificate", f"the signing certificate does not chain to the trust anchor {anchor_names} ({exc})")
+        return Failure(
+            "untrusted-certificate",
+            f"the signing certificate does not chain to the trust anchor {anchor_names} ({exc})",
+        )
     except InvalidSignature:
-        return Failure("bad-signature", f"the signature in {signature} does not match its signed statement (the bundle was altered or signed with another key)")
+        return Failure(
+            "bad-signature",
+            f"the signature in {signature} does not match its signed statement (the bundle was altered or signed with another key)",
+        )
     except ValueError as exc:
         text = str(exc)
         if text.startswith("Signature mismatch"):
             return Failure("drift", "the files differ from the signed manifest")
         if "cannot be used for signing" in text:
-            return Failure("certificate-usage", f"the signing certificate in {signature} is not allowed to sign (keyUsage/extendedKeyUsage)")
+            return Failure(
+                "certificate-usage",
+                f"the signing certificate in {signature} is not allowed to sign (keyUsage/extendedKeyUsage)",
+            )
         return Failure("invalid", text.splitlines()[0] if text else type(exc).__name__)
     return None
 
@@ -393,7 +429,9 @@ def compare(expected: Mapping[str, str], actual: Mapping[str, str]) -> Drift:
     )
 
 
-def verify_with_report(tree: Path, signature: Path, anchors: Sequence[Path], statement: SignedStatement) -> VerifyOutcome:
+def verify_with_report(
+    tree: Path, signature: Path, anchors: Sequence[Path], statement: SignedStatement
+) -> VerifyOutcome:
     """verify_tree plus, on failure, which files changed, appeared or disappeared.
 
     Stricter than the plain CLI in one point: the signing certificate must carry the

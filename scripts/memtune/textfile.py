@@ -28,8 +28,10 @@ def read_bounded(path: str | Path, what: str, limit: int = MAX_INPUT_BYTES) -> b
     with open(path, "rb") as handle:
         data = handle.read(limit + 1)
     if len(data) > limit:
-        raise InputError(f"{path}: larger than the {_size(limit)} limit for {what}; "
-                         "check the path (a log, a checkpoint or a device is not an input here)")
+        raise InputError(
+            f"{path}: larger than the {_size(limit)} limit for {what}; "
+            "check the path (a log, a checkpoint or a device is not an input here)"
+        )
     return data
 
 

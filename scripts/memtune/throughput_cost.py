@@ -17,10 +17,11 @@ model. Only the standard library is imported at module level (yaml is loaded laz
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from memtune import model_spec as ms
 from memtune.data_yaml import load_data_yaml
@@ -28,6 +29,7 @@ from memtune.paths import DATA_DIR
 from memtune.run_spec import RunSpec
 
 COSTS_FILE: Path = DATA_DIR / "throughput_costs.yaml"
+
 
 # ------------------------------------------------------------------ FLOPs of a model
 @dataclass(frozen=True)
@@ -80,8 +82,16 @@ def layer_flops(m: ms.ModelSpec, seq: int, flops_rate: float, hbm: float) -> Lay
     core_attn = seq * a * (d_qk + d_v)
     attn_linear = 2.0 * attn_sharded
     norms = 2 * (2 * h * 2) * bytes_to_flops  # two norms, read + write h bf16 values
-    mods: dict[str, float] = {"core_attn": 0.0, "attn_linear": 0.0, "mla_up_proj": 0.0, "layernorm": 0.0,
-                              "mlp": 0.0, "moe": 0.0, "moe_act": 0.0, "shared_experts": 0.0}
+    mods: dict[str, float] = {
+        "core_attn": 0.0,
+        "attn_linear": 0.0,
+        "mla_up_proj": 0.0,
+        "layernorm": 0.0,
+        "mlp": 0.0,
+        "moe": 0.0,
+        "moe_act": 0.0,
+        "shared_experts": 0.0,
+    }
     pattern = m.moe_layers()
     moe_total = 0.0
     for is_moe in pattern:
@@ -105,8 +115,14 @@ def layer_flops(m: ms.ModelSpec, seq: int, flops_rate: float, hbm: float) -> Lay
         moe_total += core_attn + attn_linear + routed + shared + router
     layers_total = mods["core_attn"] + mods["attn_linear"] + mods["mlp"] + mods["moe"]
     logits = 2.0 * h * m.vocab_size
-    return LayerFlops(by_module=mods, layers_total=layers_total, moe_layers_total=moe_total,
-                      logits=logits, num_layers=m.num_layers, num_moe_layers=sum(pattern))
+    return LayerFlops(
+        by_module=mods,
+        layers_total=layers_total,
+        moe_layers_total=moe_total,
+        logits=logits,
+        num_layers=m.num_layers,
+        num_moe_layers=sum(pattern),
+    )
 
 
 # ------------------------------------------------------------------ the cost data
@@ -259,8 +275,15 @@ def step_terms(m: ms.ModelSpec, k: RunSpec, table: CostTable) -> dict[str, float
     if k.cpu_offloading:
         off = table.factor("cpu_offloading")
         layers = min(k.cpu_offloading_num_layers or 1, f.num_layers) / f.num_layers
-        terms["offload"] = (layers * (1 - float(off["overlap"])) * 2 * 34 * h * rate
-                            / (passes * f.per_layer * table.hw("pcie_bytes_per_s")))
+        terms["offload"] = (
+            layers
+            * (1 - float(off["overlap"]))
+            * 2
+            * 34
+            * h
+            * rate
+            / (passes * f.per_layer * table.hw("pcie_bytes_per_s"))
+        )
     else:
         terms["offload"] = 0.0
     optimizer = 0.0
@@ -292,7 +315,11 @@ def expert_comm(m: ms.ModelSpec, k: RunSpec, table: CostTable, f: LayerFlops) ->
     if not f.num_moe_layers or (k.ep <= 1 and k.expert_tp <= 1):
         return 0.0
     spec = table.factor("expert_parallel")
-    rate, nvlink, ib = table.hw("achieved_flops_per_gpu"), table.hw("nvlink_bytes_per_s"), table.hw("inter_node_bytes_per_s")
+    rate, nvlink, ib = (
+        table.hw("achieved_flops_per_gpu"),
+        table.hw("nvlink_bytes_per_s"),
+        table.hw("inter_node_bytes_per_s"),
+    )
     per_node = int(table.hw("gpus_per_node"))
     topk = min(m.moe_router_topk, m.num_moe_experts or 1)
     routed = 4 * topk * m.hidden_size * 2  # bytes per owned token per MoE layer
@@ -313,12 +340,16 @@ def _fsdp_unknown(base: RunSpec, cand: RunSpec, tb: dict[str, float], tc_: dict[
     'Varies', Megatron Bridge's FSDP guide as medium-high communication overhead)."""
     if not cand.use_megatron_fsdp or base.use_megatron_fsdp or tc_.get("fsdp", 0.0) > 1e-12:
         return ""
-    caveats = ["per-micro-batch parameter all-gathers modelled as hidden behind compute, never measured "
-               "(seed: 'Varies'); no published Megatron-FSDP vs distributed-optimizer throughput figure "
-               "(the published one is vs PyTorch FSDP2), so it ranks after every priced change"]
+    caveats = [
+        "per-micro-batch parameter all-gathers modelled as hidden behind compute, never measured "
+        "(seed: 'Varies'); no published Megatron-FSDP vs distributed-optimizer throughput figure "
+        "(the published one is vs PyTorch FSDP2), so it ranks after every priced change"
+    ]
     if cand.tp > 1 or cand.cp > 1:
-        caveats.append("with TP/CP > 1 Megatron-LM warns they want CUDA_DEVICE_MAX_CONNECTIONS=1 "
-                       "while Megatron-FSDP wants it unset (pre-Blackwell)")
+        caveats.append(
+            "with TP/CP > 1 Megatron-LM warns they want CUDA_DEVICE_MAX_CONNECTIONS=1 "
+            "while Megatron-FSDP wants it unset (pre-Blackwell)"
+        )
     if cand.pp > 1:
         caveats.append("with PP > 1 Megatron Bridge calls the combination code-supported, not benchmark-proven")
     return "Megatron-FSDP unknown: " + "; ".join(caveats)
@@ -378,9 +409,15 @@ class Cost:
 
 
 TERM_FACTOR = {
-    "tp": "tensor_parallel", "pp": "pipeline_parallel", "bubble": "pipeline_bubble",
-    "recompute": "activation_recompute", "gemm": "gemm_size", "cp": "context_parallel",
-    "ep": "expert_parallel", "offload": "cpu_offloading", "optimizer": "distributed_optimizer",
+    "tp": "tensor_parallel",
+    "pp": "pipeline_parallel",
+    "bubble": "pipeline_bubble",
+    "recompute": "activation_recompute",
+    "gemm": "gemm_size",
+    "cp": "context_parallel",
+    "ep": "expert_parallel",
+    "offload": "cpu_offloading",
+    "optimizer": "distributed_optimizer",
     "fsdp": "megatron_fsdp",
 }
 #: Evidence kinds, best first. ``unknown`` ranks after every kind with a number: among
@@ -413,21 +450,32 @@ def pipeline_depth_note(m: ms.ModelSpec, base: RunSpec, cand: RunSpec, table: Co
     out = []
     per_stage, per_stage_base = m.num_layers / max(1, cand.pp), m.num_layers / max(1, base.pp)
     if cand.pp > 1 and per_stage < min(per_stage_base, float(depth["min_layers_per_stage"])):
-        out.append(f"{per_stage:.2f} layers per stage (fewest measured or published: "
-                   f"{float(depth['min_layers_per_stage']):.1f})")
+        out.append(
+            f"{per_stage:.2f} layers per stage (fewest measured or published: "
+            f"{float(depth['min_layers_per_stage']):.1f})"
+        )
     chunk = per_stage / cand.vpp_chunks
     chunk_base = per_stage_base / base.vpp_chunks
     if cand.pp > 1 and chunk < min(chunk_base, float(depth["min_layers_per_chunk"])):
-        out.append(f"{chunk:.2f} layers per virtual chunk (fewest measured: {float(depth['min_layers_per_chunk']):.0f})")
+        out.append(
+            f"{chunk:.2f} layers per virtual chunk (fewest measured: {float(depth['min_layers_per_chunk']):.0f})"
+        )
     if not out:
         return ""
     f = _flops_cached(m, cand.seq_length, table.hw("achieved_flops_per_gpu"), table.hw("hbm_bytes_per_s"))
     head = f.logits / f.per_layer  # the output layer in layer-equivalents, on the last stage
     if head >= 0.25 * per_stage:
-        out.append(f"the output layer adds {head:.2f} layers' work to the last stage "
-                   f"({head / per_stage:.0%} of a stage) unless the split gives that stage fewer layers")
-    return (f"PP {cand.pp}" + (f" VPP {cand.vpp_chunks}" if cand.vpp_chunks > 1 else "") + ": " + "; ".join(out)
-            + f" ({depth['kind']}: {depth['label']}): the pipeline price is an extrapolation")
+        out.append(
+            f"the output layer adds {head:.2f} layers' work to the last stage "
+            f"({head / per_stage:.0%} of a stage) unless the split gives that stage fewer layers"
+        )
+    return (
+        f"PP {cand.pp}"
+        + (f" VPP {cand.vpp_chunks}" if cand.vpp_chunks > 1 else "")
+        + ": "
+        + "; ".join(out)
+        + f" ({depth['kind']}: {depth['label']}): the pipeline price is an extrapolation"
+    )
 
 
 def gain_cap(table: CostTable) -> float:
@@ -442,23 +490,44 @@ def _pct(x: float) -> str:
 def _matches_anchor(table: CostTable, m: ms.ModelSpec, base: RunSpec, cand: RunSpec) -> tuple[str, float] | None:
     """The measured (source, value) when this exact change on this exact workload was measured."""
     for factor, am, ab, ac, measured in table.anchors:
-        same_model = all(getattr(am, f) == getattr(m, f) for f in
-                         ("num_layers", "hidden_size", "num_attention_heads", "query_groups", "ffn", "vocab_size", "is_moe"))
+        same_model = all(
+            getattr(am, f) == getattr(m, f)
+            for f in ("num_layers", "hidden_size", "num_attention_heads", "query_groups", "ffn", "vocab_size", "is_moe")
+        )
         if same_model and _same_run(ab, base) and _same_run(ac, cand):
             return str(table.factor(factor)["anchor"]["source"]), measured
     return None
 
 
-RUN_KEYS = ("world_size", "tp", "pp", "vpp_chunks", "cp", "ep", "mbs", "global_batch", "seq_length",
-            "recompute_granularity", "cpu_offloading", "use_megatron_fsdp", "use_distributed_optimizer")
+RUN_KEYS = (
+    "world_size",
+    "tp",
+    "pp",
+    "vpp_chunks",
+    "cp",
+    "ep",
+    "mbs",
+    "global_batch",
+    "seq_length",
+    "recompute_granularity",
+    "cpu_offloading",
+    "use_megatron_fsdp",
+    "use_distributed_optimizer",
+)
 
 
 def _same_run(a: RunSpec, b: RunSpec) -> bool:
     return all(getattr(a, key) == getattr(b, key) for key in RUN_KEYS) and recompute_set(a) == recompute_set(b)
 
 
-def throughput_change(m: ms.ModelSpec, base: RunSpec, cand: RunSpec, table: CostTable,
-                      regather_saved_fraction: float | None = None, enables_expandable_segments: bool = False) -> Cost:
+def throughput_change(
+    m: ms.ModelSpec,
+    base: RunSpec,
+    cand: RunSpec,
+    table: CostTable,
+    regather_saved_fraction: float | None = None,
+    enables_expandable_segments: bool = False,
+) -> Cost:
     """Relative throughput of ``cand`` vs ``base`` with one evidence line per changed factor."""
     evidence: list[str] = []
     details: list[str] = []
@@ -497,8 +566,12 @@ def throughput_change(m: ms.ModelSpec, base: RunSpec, cand: RunSpec, table: Cost
     if anchor is not None:
         source, measured = anchor
         change = (1.0 + measured) * extra - 1.0
-        return Cost(change=change, kind="measured", evidence=tuple([f"{_pct(measured)} measured ({source})"] + evidence),
-                    details=tuple(["this exact change was measured on this workload"] + details))
+        return Cost(
+            change=change,
+            kind="measured",
+            evidence=tuple([f"{_pct(measured)} measured ({source})"] + evidence),
+            details=tuple(["this exact change was measured on this workload"] + details),
+        )
     tb, tc_ = step_terms(m, base, table), step_terms(m, cand, table)
     ratio = extra
     for name in tb:
@@ -518,8 +591,10 @@ def throughput_change(m: ms.ModelSpec, base: RunSpec, cand: RunSpec, table: Cost
     cap = gain_cap(table)
     if ratio - 1.0 > cap:
         spec = table.factor("gain_cap")
-        evidence.append(f"modelled {_pct(ratio - 1.0)} is above the largest measured gain of one change "
-                        f"({_pct(cap)}, {spec['label']}): shown capped, unconfirmed")
+        evidence.append(
+            f"modelled {_pct(ratio - 1.0)} is above the largest measured gain of one change "
+            f"({_pct(cap)}, {spec['label']}): shown capped, unconfirmed"
+        )
         details.append(f"gain cap: {spec.get('source', '')}")
         kinds.append(str(spec["kind"]))
         ratio = 1.0 + cap

@@ -109,8 +109,12 @@ def with_stated(inferred: TorchRange, stated: Version | None) -> TorchRange:
     if stated is None:
         return inferred
     said = f"{STATED}: torch {version_str(stated)}"
-    if (inferred.since is not None and stated < inferred.since) or (inferred.before is not None and stated >= inferred.before):
-        return replace(inferred, evidence=inferred.evidence + (f"{said} contradicts the message wording, which is kept",))
+    if (inferred.since is not None and stated < inferred.since) or (
+        inferred.before is not None and stated >= inferred.before
+    ):
+        return replace(
+            inferred, evidence=inferred.evidence + (f"{said} contradicts the message wording, which is kept",)
+        )
     return TorchRange(exact=stated, evidence=inferred.evidence + (said,), origin=STATED)
 
 

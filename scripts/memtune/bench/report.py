@@ -26,8 +26,9 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from memtune.bench.agents import WITH, WITHOUT
 from memtune.bench.grading import FLAGS
@@ -134,16 +135,29 @@ class Analysis:
             if a and b:
                 per_case[case_id] = (mean(a), mean(b))
                 diffs.append(mean(b) - mean(a))
-        return DimensionResult(dim.name, dim.meaning, overall[WITHOUT], overall[WITH], spread[WITHOUT],
-                               spread[WITH], bootstrap_mean_ci(diffs), per_case)
+        return DimensionResult(
+            dim.name,
+            dim.meaning,
+            overall[WITHOUT],
+            overall[WITH],
+            spread[WITHOUT],
+            spread[WITH],
+            bootstrap_mean_ci(diffs),
+            per_case,
+        )
 
     def efficiency(self, cond: str) -> dict[str, float]:
         rows = self.by_condition.get(cond, [])
         secs = [float(r["seconds"]) for r in rows]
         toks_in = [float(r["tokens_in"]) for r in rows if r.get("tokens_in") is not None]
         toks_out = [float(r["tokens_out"]) for r in rows if r.get("tokens_out") is not None]
-        return {"seconds": mean(secs), "seconds_sd": stddev(secs), "tokens_in": mean(toks_in),
-                "tokens_out": mean(toks_out), "errors": float(sum(1 for r in rows if r.get("error")))}
+        return {
+            "seconds": mean(secs),
+            "seconds_sd": stddev(secs),
+            "tokens_in": mean(toks_in),
+            "tokens_out": mean(toks_out),
+            "errors": float(sum(1 for r in rows if r.get("error"))),
+        }
 
     def verdict(self, results: Mapping[str, DimensionResult]) -> tuple[bool, list[str]]:
         reasons = []
@@ -151,7 +165,9 @@ class Analysis:
             reasons.append(f"the run is incomplete ({len(self.records)} of {self.expected} tasks)")
         ci = results["Correctness"].uplift_ci
         if not (ci.low > 0):
-            reasons.append(f"the Correctness uplift interval [{_points(ci.low)}, {_points(ci.high)}] does not lie above 0")
+            reasons.append(
+                f"the Correctness uplift interval [{_points(ci.low)}, {_points(ci.high)}] does not lie above 0"
+            )
         sec = results["Security"]
         if sec.with_ < sec.without:
             reasons.append("with-skill Security is lower than without-skill Security")
@@ -204,7 +220,7 @@ def outcome(r: Record, skill: str) -> str:
     return "misread output"
 
 
-def failure_analysis(an: "Analysis") -> list[str]:
+def failure_analysis(an: Analysis) -> list[str]:
     """Positive tasks per condition by outcome, then the negatives."""
     rows = ["| Outcome (positive tasks) | Meaning | Without skill | With skill |", "| --- | --- | --- | --- |"]
     counts: dict[str, dict[str, int]] = {cond: defaultdict(int) for cond in (WITHOUT, WITH)}
@@ -220,11 +236,18 @@ def failure_analysis(an: "Analysis") -> list[str]:
     neg = [r for r in an.by_condition.get(WITH, []) if not an.cases[r["case_id"]]["should_trigger"]]
     wrongly = sum(1 for r in neg if r.get("activated_skill") == an.skill)
     right = sum(1 for r in neg if r["grade"]["solved"])
-    calls = [c for cond in (WITHOUT, WITH) for r in an.by_condition.get(cond, [])
-             for c in (r.get("extra") or {}).get("tool_calls") or []]
-    rows += ["", f"Negatives with the skill installed: {right} of {len(neg)} attempts right; this skill loaded in "
-             f"{wrongly}. Commands the agent asked for: {len(calls)}, of which {sum(1 for c in calls if _call_failed(c))} "
-             "failed or were refused."]
+    calls = [
+        c
+        for cond in (WITHOUT, WITH)
+        for r in an.by_condition.get(cond, [])
+        for c in (r.get("extra") or {}).get("tool_calls") or []
+    ]
+    rows += [
+        "",
+        f"Negatives with the skill installed: {right} of {len(neg)} attempts right; this skill loaded in "
+        f"{wrongly}. Commands the agent asked for: {len(calls)}, of which {sum(1 for c in calls if _call_failed(c))} "
+        "failed or were refused.",
+    ]
     return rows
 
 
@@ -243,22 +266,30 @@ def is_diagnostic(run: RunFile) -> bool:
 
 
 def results_table(an: Analysis, results: Mapping[str, DimensionResult]) -> list[str]:
-    rows = ["| Dimension | What it measures | Without → with skill | Without (mean ± sd) | With (mean ± sd) | Uplift 95% CI |",
-            "| --- | --- | --- | --- | --- | --- |"]
+    rows = [
+        "| Dimension | What it measures | Without → with skill | Without (mean ± sd) | With (mean ± sd) | Uplift 95% CI |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
     forced = is_diagnostic(an.run)
     for name, res in results.items():
         if forced and name == "Discoverability":
             rows.append(f"| {name} | not measured: activation was forced | | | | |")
             continue
-        rows.append(f"| {name} | {res.meaning} | {cell(res.without, res.with_)} | {_pct(res.without)} ± "
-                    f"{_num(100 * res.without_sd)} | {_pct(res.with_)} ± {_num(100 * res.with_sd)} "
-                    f"| [{_points(res.uplift_ci.low)}, {_points(res.uplift_ci.high)}] |")
+        rows.append(
+            f"| {name} | {res.meaning} | {cell(res.without, res.with_)} | {_pct(res.without)} ± "
+            f"{_num(100 * res.without_sd)} | {_pct(res.with_)} ± {_num(100 * res.with_sd)} "
+            f"| [{_points(res.uplift_ci.low)}, {_points(res.uplift_ci.high)}] |"
+        )
     e0, e1 = an.efficiency(WITHOUT), an.efficiency(WITH)
-    rows.append(f"| Efficiency | wall time per task (mean ± sd) | {_num(e0['seconds'])} s → {_num(e1['seconds'])} s "
-                f"({e1['seconds'] - e0['seconds']:+.1f} s) | {_num(e0['seconds'])} ± {_num(e0['seconds_sd'])} s "
-                f"| {_num(e1['seconds'])} ± {_num(e1['seconds_sd'])} s | |")
-    rows.append(f"| Efficiency | tokens per task in / out | {_num(e0['tokens_in'], 0)} / {_num(e0['tokens_out'], 0)} → "
-                f"{_num(e1['tokens_in'], 0)} / {_num(e1['tokens_out'], 0)} | | | |")
+    rows.append(
+        f"| Efficiency | wall time per task (mean ± sd) | {_num(e0['seconds'])} s → {_num(e1['seconds'])} s "
+        f"({e1['seconds'] - e0['seconds']:+.1f} s) | {_num(e0['seconds'])} ± {_num(e0['seconds_sd'])} s "
+        f"| {_num(e1['seconds'])} ± {_num(e1['seconds_sd'])} s | |"
+    )
+    rows.append(
+        f"| Efficiency | tokens per task in / out | {_num(e0['tokens_in'], 0)} / {_num(e0['tokens_out'], 0)} → "
+        f"{_num(e1['tokens_in'], 0)} / {_num(e1['tokens_out'], 0)} | | | |"
+    )
     rows.append("")
     rows.append(f"Agent errors (no answer): {int(e0['errors'])} without, {int(e1['errors'])} with the skill.")
     return rows
@@ -269,19 +300,26 @@ def render_other(run: RunFile) -> list[str]:
     an = Analysis(run)
     h = an.header
     results = {d.name: an.dimension(d) for d in DIMENSIONS}
-    kind = ("diagnostic: SKILL.md body loaded on every with-skill task" if is_diagnostic(run)
-            else f"SMOKE run: {len(an.cases)} tasks only, a harness check, not a measurement" if is_smoke(run)
-            else "another run")
-    out = [f"### `{run.run_id}` ({kind})", "",
-           f"- Agent: `{h['agent']}`; model: {h['model']}; harness: {h.get('harness', 'n/a')}; attempts: {an.attempts}; "
-           f"{len(an.records)} of {an.expected} task runs recorded{'' if an.complete else ' (INCOMPLETE)'}",
-           f"- Dataset sha256 `{h['dataset']['sha256']}`; SKILL.md sha256 `{h['skill']['sha256']}`",
-           f"- Reproduce: `{h.get('command', '')}`", ""]
+    kind = (
+        "diagnostic: SKILL.md body loaded on every with-skill task"
+        if is_diagnostic(run)
+        else f"SMOKE run: {len(an.cases)} tasks only, a harness check, not a measurement"
+        if is_smoke(run)
+        else "another run"
+    )
+    out = [
+        f"### `{run.run_id}` ({kind})",
+        "",
+        f"- Agent: `{h['agent']}`; model: {h['model']}; harness: {h.get('harness', 'n/a')}; attempts: {an.attempts}; "
+        f"{len(an.records)} of {an.expected} task runs recorded{'' if an.complete else ' (INCOMPLETE)'}",
+        f"- Dataset sha256 `{h['dataset']['sha256']}`; SKILL.md sha256 `{h['skill']['sha256']}`",
+        f"- Reproduce: `{h.get('command', '')}`",
+        "",
+    ]
     out += results_table(an, results)
     corr = results["Correctness"]
     helped = sum(1 for a, b in corr.per_case.values() if b > a)
-    out += ["", f"Correctness rose on {helped} of {len(corr.per_case)} tasks; "
-            "per-task results are in the raw file."]
+    out += ["", f"Correctness rose on {helped} of {len(corr.per_case)} tasks; per-task results are in the raw file."]
     if has_tool_records(run):
         out += ["", *failure_analysis(an)]
     return out
@@ -299,17 +337,25 @@ def render(run: RunFile, notes: str | None = None, others: Sequence[RunFile] = (
     w = out.append
     w(f"# Benchmark: {an.skill}")
     w("")
-    w("Generated by `scripts/run_benchmark.py report` from the raw results in "
-      f"`evals/results/{run.path.name}` alone; do not edit by hand.")
+    w(
+        "Generated by `scripts/run_benchmark.py report` from the raw results in "
+        f"`evals/results/{run.path.name}` alone; do not edit by hand."
+    )
     w("")
-    w(f"- Dataset: {len(ds['cases'])} evaluation tasks ({n_pos} where this skill should trigger, "
-      f"{len(ds['cases']) - n_pos} negatives that belong to other skills)")
+    w(
+        f"- Dataset: {len(ds['cases'])} evaluation tasks ({n_pos} where this skill should trigger, "
+        f"{len(ds['cases']) - n_pos} negatives that belong to other skills)"
+    )
     w(f"- Dataset file: `{ds['path']}`, sha256 `{ds['sha256']}`")
     w(f"- Skill: `{an.skill}`, SKILL.md sha256 `{h['skill']['sha256']}`")
     w(f"- Agent: `{h['agent']}`; model: {h['model']}; harness: {h.get('harness', 'n/a')}")
-    w(f"- Date: {finished[:10] or 'n/a'} (last result at {finished or 'n/a'}; run started {h.get('started_at', 'n/a')})")
-    w(f"- Attempts: {an.attempts} per task and condition; {len(an.records)} of {an.expected} task runs recorded"
-      f"{'' if an.complete else ' (INCOMPLETE)'}")
+    w(
+        f"- Date: {finished[:10] or 'n/a'} (last result at {finished or 'n/a'}; run started {h.get('started_at', 'n/a')})"
+    )
+    w(
+        f"- Attempts: {an.attempts} per task and condition; {len(an.records)} of {an.expected} task runs recorded"
+        f"{'' if an.complete else ' (INCOMPLETE)'}"
+    )
     w(f"- Overall verdict: {'PASS' if passed else 'FAIL'}")
     w("")
     w(f"Verdict rule: {VERDICT_RULE}")
@@ -318,9 +364,11 @@ def render(run: RunFile, notes: str | None = None, others: Sequence[RunFile] = (
     w("")
     w("## Results")
     w("")
-    w("Each cell reads *without skill → with skill (uplift)*. Mean over all attempts; ± is the standard "
-      "deviation of the per-attempt dataset means; the interval is a 95% bootstrap over cases "
-      f"({BOOTSTRAP_SAMPLES} resamples, fixed seed) of the paired per-case uplift.")
+    w(
+        "Each cell reads *without skill → with skill (uplift)*. Mean over all attempts; ± is the standard "
+        "deviation of the per-attempt dataset means; the interval is a 95% bootstrap over cases "
+        f"({BOOTSTRAP_SAMPLES} resamples, fixed seed) of the paired per-case uplift."
+    )
     w("")
     for row in results_table(an, results):
         w(row)
@@ -339,8 +387,10 @@ def render(run: RunFile, notes: str | None = None, others: Sequence[RunFile] = (
         w("")
     w("## Per task")
     w("")
-    w("Correctness and solved rate per task, without → with the skill; *activated* is the share of "
-      "with-skill attempts in which the agent activated this skill.")
+    w(
+        "Correctness and solved rate per task, without → with the skill; *activated* is the share of "
+        "with-skill attempts in which the agent activated this skill."
+    )
     w("")
     w("| Task | Area | Should trigger | Correctness | Solved | Activated |")
     w("| --- | --- | --- | --- | --- | --- |")
@@ -349,13 +399,17 @@ def render(run: RunFile, notes: str | None = None, others: Sequence[RunFile] = (
         c = an.cases[case_id]
         a = corr.per_case.get(case_id, (math.nan, math.nan))
         b = solv.per_case.get(case_id, (math.nan, math.nan))
-        w(f"| `{case_id}` | {c.get('category', '')} | {'yes' if c['should_trigger'] else 'no'} | {cell(*a)} | {cell(*b)} "
-          f"| {_pct(disc.get(case_id, math.nan))} |")
+        w(
+            f"| `{case_id}` | {c.get('category', '')} | {'yes' if c['should_trigger'] else 'no'} | {cell(*a)} | {cell(*b)} "
+            f"| {_pct(disc.get(case_id, math.nan))} |"
+        )
     w("")
     helped = sorted(cid for cid, (a, b) in corr.per_case.items() if b > a)
     not_helped = sorted(cid for cid, (a, b) in corr.per_case.items() if b <= a)
-    w(f"The skill raised Correctness on {len(helped)} of {len(corr.per_case)} tasks; it did not help on "
-      f"{len(not_helped)}: " + (", ".join(f"`{c}`" for c in not_helped) or "none") + ".")
+    w(
+        f"The skill raised Correctness on {len(helped)} of {len(corr.per_case)} tasks; it did not help on "
+        f"{len(not_helped)}: " + (", ".join(f"`{c}`" for c in not_helped) or "none") + "."
+    )
     if others:
         w("")
         w("## Other runs in evals/results")
@@ -376,10 +430,12 @@ def render(run: RunFile, notes: str | None = None, others: Sequence[RunFile] = (
     w(f"python3 scripts/run_benchmark.py report --run {run.run_id}")
     w("```")
     w("")
-    w("Re-running the first command resumes an interrupted run (on a checkout that already holds the complete run "
-      "it has nothing left to do: add `--fresh`, or give another `--run-id`, to sample the answers again); the second "
-      "rewrites this file from the raw results. Sampled answers are not bit-for-bit reproducible across machines; "
-      "this report is, from the committed raw results.")
+    w(
+        "Re-running the first command resumes an interrupted run (on a checkout that already holds the complete run "
+        "it has nothing left to do: add `--fresh`, or give another `--run-id`, to sample the answers again); the second "
+        "rewrites this file from the raw results. Sampled answers are not bit-for-bit reproducible across machines; "
+        "this report is, from the committed raw results."
+    )
     return "\n".join(out) + "\n"
 
 
@@ -406,7 +462,8 @@ def _activation_section(an: Analysis) -> str:
         f"- Negatives (with skill): activated in {len(false_pos)} of {len(neg)} attempts ({_pct(_share(false_pos, neg))}); "
         "the lower the better.",
         "- What the agent picked in the with-skill condition: "
-        + ", ".join(f"`{k}` {v}" for k, v in sorted(picks.items(), key=lambda kv: (-kv[1], kv[0]))) + ".",
+        + ", ".join(f"`{k}` {v}" for k, v in sorted(picks.items(), key=lambda kv: (-kv[1], kv[0])))
+        + ".",
         f"- Correctness on positives: without the skill {_pct(mean([float(r['grade']['content_score']) for r in base]))}; "
         f"with the skill when activated {_pct(mean([float(r['grade']['content_score']) for r in hit]))} "
         f"({len(hit)} attempts), when not activated {_pct(mean([float(r['grade']['content_score']) for r in miss]))} "

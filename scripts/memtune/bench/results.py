@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 import os
 import threading
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any
 
 from memtune.cli import InputError
 
@@ -83,7 +84,7 @@ class RunWriter:
         self._lock = threading.Lock()
 
     @classmethod
-    def create(cls, path: Path, header: Mapping[str, Any]) -> "RunWriter":
+    def create(cls, path: Path, header: Mapping[str, Any]) -> RunWriter:
         path.parent.mkdir(parents=True, exist_ok=True)
         writer = cls(path)
         with path.open("x", encoding="utf-8") as handle:  # never silently overwrite a run
@@ -91,7 +92,7 @@ class RunWriter:
         return writer
 
     @classmethod
-    def resume(cls, path: Path) -> "RunWriter":
+    def resume(cls, path: Path) -> RunWriter:
         """Cut a torn last line (the crash happened mid-write), then append after it."""
         _, good = _parse_lines(path)
         if good < path.stat().st_size:

@@ -16,11 +16,12 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence, TextIO
+from typing import Any, TextIO
 
 from memtune.bench.agents import CONDITIONS, WITH, Agent, AgentResult, Task
 from memtune.bench.dataset import Case, Dataset, fixture_path
@@ -69,8 +70,9 @@ class Progress:
         elapsed = time.monotonic() - self.start
         ran = self.done - self.started_with
         eta = (elapsed / ran) * (self.total - self.done) if ran else 0.0
-        return (f"[{bar}] {self.done}/{self.total} {frac:4.0%} | {_clock(elapsed)} elapsed, "
-                f"~{_clock(eta)} left | {label}")
+        return (
+            f"[{bar}] {self.done}/{self.total} {frac:4.0%} | {_clock(elapsed)} elapsed, ~{_clock(eta)} left | {label}"
+        )
 
     def advance(self, label: str) -> None:
         with self._lock:
@@ -87,7 +89,9 @@ class Progress:
 
 def _clock(seconds: float) -> str:
     seconds = int(seconds)
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+    return (
+        f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+    )
 
 
 def run_judge(command: str, case: Case, answer: str, timeout: float = 300.0) -> float | None:
@@ -96,11 +100,16 @@ def run_judge(command: str, case: Case, answer: str, timeout: float = 300.0) -> 
     It gets one JSON object on stdin (question, ground_truth, expected_behavior, answer)
     and prints ``{"score": 0..1}`` or ``{"behaviors": [true, false, ...]}``. A judge
     that fails yields None (recorded, not guessed)."""
-    payload = {"question": case.question, "ground_truth": case.ground_truth,
-               "expected_behavior": list(case.expected_behavior), "answer": answer}
+    payload = {
+        "question": case.question,
+        "ground_truth": case.ground_truth,
+        "expected_behavior": list(case.expected_behavior),
+        "answer": answer,
+    }
     try:
-        proc = subprocess.run(shlex.split(command), input=json.dumps(payload), capture_output=True, text=True,
-                              timeout=timeout)
+        proc = subprocess.run(
+            shlex.split(command), input=json.dumps(payload), capture_output=True, text=True, timeout=timeout
+        )
         doc = json.loads(proc.stdout)
     except (OSError, subprocess.SubprocessError, json.JSONDecodeError):
         return None
@@ -139,10 +148,19 @@ def make_record(job: Job, result: AgentResult, rules: Sequence[SecurityRule], ju
 
 
 class Runner:
-    def __init__(self, agent: Agent, dataset: Dataset, skill: SkillDoc, writer: RunWriter,
-                 rules: Sequence[SecurityRule], judge: str | None = None, workers: int = 1,
-                 keep_workdirs: bool = False, progress: Progress | None = None,
-                 on_record: Callable[[Mapping[str, Any]], None] | None = None) -> None:
+    def __init__(
+        self,
+        agent: Agent,
+        dataset: Dataset,
+        skill: SkillDoc,
+        writer: RunWriter,
+        rules: Sequence[SecurityRule],
+        judge: str | None = None,
+        workers: int = 1,
+        keep_workdirs: bool = False,
+        progress: Progress | None = None,
+        on_record: Callable[[Mapping[str, Any]], None] | None = None,
+    ) -> None:
         self.agent, self.dataset, self.skill, self.writer = agent, dataset, skill, writer
         self.rules, self.judge, self.workers = rules, judge, max(1, workers)
         self.keep_workdirs, self.progress, self.on_record = keep_workdirs, progress, on_record
@@ -160,12 +178,16 @@ class Runner:
             return self._staged
 
     def _task(self, job: Job) -> tuple[Task, Path | None]:
-        files = {name: fixture_path(self.dataset, name).read_text(encoding="utf-8", errors="replace")
-                 for name in job.case.files}
+        files = {
+            name: fixture_path(self.dataset, name).read_text(encoding="utf-8", errors="replace")
+            for name in job.case.files
+        }
         skill = self.skill if job.condition == WITH else None
         workdir = None
         if self.agent.needs_workdir:
-            workdir = Path(tempfile.mkdtemp(prefix=f"{job.case.id}-{job.condition}-a{job.attempt}-", dir=self._tmp_root))
+            workdir = Path(
+                tempfile.mkdtemp(prefix=f"{job.case.id}-{job.condition}-a{job.attempt}-", dir=self._tmp_root)
+            )
             for name in job.case.files:
                 shutil.copy2(fixture_path(self.dataset, name), workdir / name)
             if skill is not None:

@@ -63,9 +63,11 @@ def stage_clean_copy(root: Path, dest: Path) -> Path:
     """
     dest.mkdir(parents=True, exist_ok=True)
     try:
-        listed = subprocess.run(
-            ["git", "-C", str(root), "ls-files", "-z"], capture_output=True, check=True, timeout=60
-        ).stdout.decode("utf-8").split("\0")
+        listed = (
+            subprocess.run(["git", "-C", str(root), "ls-files", "-z"], capture_output=True, check=True, timeout=60)
+            .stdout.decode("utf-8")
+            .split("\0")
+        )
         files = [f for f in listed if f and not f.startswith("evals/results/")]
     except (OSError, subprocess.SubprocessError):
         files = []

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 BOOTSTRAP_SEED = 20261202
 BOOTSTRAP_SAMPLES = 10000
@@ -35,8 +35,9 @@ class Interval:
     high: float
 
 
-def bootstrap_mean_ci(diffs: Sequence[float], samples: int = BOOTSTRAP_SAMPLES, seed: int = BOOTSTRAP_SEED,
-                      level: float = 0.95) -> Interval:
+def bootstrap_mean_ci(
+    diffs: Sequence[float], samples: int = BOOTSTRAP_SAMPLES, seed: int = BOOTSTRAP_SEED, level: float = 0.95
+) -> Interval:
     """Percentile bootstrap interval of the mean of ``diffs``."""
     if not diffs:
         return Interval(math.nan, math.nan)

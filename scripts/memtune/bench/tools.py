@@ -24,9 +24,9 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Sequence
 
 HELPERS = ("diagnose", "estimate_memory", "plan_memory", "check_env", "regather_config")
 _FENCE = re.compile(r"```[ \t]*(load|run)\b[ \t]*(.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE)
@@ -77,10 +77,15 @@ class ToolCall:
     def to_json(self) -> dict:
         # the helpers exit 1 for "ran fine, found problems" (check_env, diagnose): only a
         # refusal, a timeout or exit code >= 2 (bad usage or input) is a failed run
-        return {"command": self.command, "exit_code": self.exit_code,
-                "failed": self.exit_code is None or self.exit_code >= 2,
-                "seconds": round(self.seconds, 2), "output_chars": len(self.output), "refused": self.refused,
-                "helper": self.helper}
+        return {
+            "command": self.command,
+            "exit_code": self.exit_code,
+            "failed": self.exit_code is None or self.exit_code >= 2,
+            "seconds": round(self.seconds, 2),
+            "output_chars": len(self.output),
+            "refused": self.refused,
+            "helper": self.helper,
+        }
 
 
 #: Characters of a helper's output the model sees (head and tail, see :func:`cap`): about
@@ -141,32 +146,62 @@ class Sandbox:
         except ValueError as exc:
             return ToolCall(command, None, f"refused: cannot parse the command ({exc})", 0.0, "unparsable")
         if not argv or argv[0] not in ("python3", "python") or len(argv) < 2:
-            return ToolCall(command, None, "refused: only `python3 scripts/<helper>.py ARGS` can run "
-                            "(no shell, no pipes, one command per block)", 0.0, "not-allowed")
+            return ToolCall(
+                command,
+                None,
+                "refused: only `python3 scripts/<helper>.py ARGS` can run (no shell, no pipes, one command per block)",
+                0.0,
+                "not-allowed",
+            )
         script, args = argv[1], argv[2:]
         if any(tok in ("|", "&&", ";", "||", ">", "<") for tok in args):
-            return ToolCall(command, None, "refused: no shell operators; one helper per block "
-                            "(stdin: end the line with <<'EOF' and put the text below it)", 0.0, "not-allowed")
+            return ToolCall(
+                command,
+                None,
+                "refused: no shell operators; one helper per block "
+                "(stdin: end the line with <<'EOF' and put the text below it)",
+                0.0,
+                "not-allowed",
+            )
         path, why = self.resolve_helper(script, loaded)
         if path is None:
             code = NOT_FOUND if why and why.startswith("no installed skill") else None
-            return ToolCall(command, code, f"{'error' if code else 'refused'}: {why}", 0.0,
-                            None if code else "not-allowed")
+            return ToolCall(
+                command, code, f"{'error' if code else 'refused'}: {why}", 0.0, None if code else "not-allowed"
+            )
         why = self.check_args(args)
         if why:
             return ToolCall(command, None, f"refused: {why}", 0.0, "not-allowed", path.stem)
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.workdir), "LANG": "C.UTF-8",
-               "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8"}
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(self.workdir),
+            "LANG": "C.UTF-8",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONIOENCODING": "utf-8",
+        }
         try:
-            proc = subprocess.run([sys.executable, "-B", str(path), *args], cwd=str(self.workdir), env=env,
-                                  input=stdin if stdin is not None else "", capture_output=True, text=True,
-                                  timeout=self.timeout)
+            proc = subprocess.run(
+                [sys.executable, "-B", str(path), *args],
+                cwd=str(self.workdir),
+                env=env,
+                input=stdin if stdin is not None else "",
+                capture_output=True,
+                text=True,
+                timeout=self.timeout,
+            )
         except subprocess.TimeoutExpired:
-            return ToolCall(command, None, f"error: timed out after {self.timeout:.0f} s",
-                            time.monotonic() - start, "timeout", path.stem)
+            return ToolCall(
+                command,
+                None,
+                f"error: timed out after {self.timeout:.0f} s",
+                time.monotonic() - start,
+                "timeout",
+                path.stem,
+            )
         output = proc.stdout + (("\n" if proc.stdout and proc.stderr else "") + proc.stderr if proc.stderr else "")
-        return ToolCall(command, proc.returncode, cap(output, self.output_cap), time.monotonic() - start, None,
-                        path.stem)
+        return ToolCall(
+            command, proc.returncode, cap(output, self.output_cap), time.monotonic() - start, None, path.stem
+        )
 
 
 def cap(text: str, limit: int) -> str:
@@ -183,14 +218,14 @@ def cap(text: str, limit: int) -> str:
     head_budget = limit * 3 // 4
     tail_budget = limit - head_budget
     head = text[:head_budget]
-    tail = text[len(text) - tail_budget:]
+    tail = text[len(text) - tail_budget :]
     end = head.rfind("\n")
     if end >= head_budget // 2:
-        head = head[:end + 1]
+        head = head[: end + 1]
     start = tail.find("\n")
     if 0 <= start < tail_budget // 2 and start < len(tail) - 1:
-        tail = tail[start + 1:]
-    gone = text[len(head):len(text) - len(tail)]
+        tail = tail[start + 1 :]
+    gone = text[len(head) : len(text) - len(tail)]
     hint = "; without --json the same answer is shorter" if text.lstrip().startswith("{") else ""
     marker = f"[... {gone.count(chr(10))} lines, {len(gone)} characters cut{hint} ...]"
     return f"{head}{'' if head.endswith(chr(10)) else chr(10)}{marker}\n{tail}"

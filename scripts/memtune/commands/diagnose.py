@@ -7,7 +7,7 @@ imported after the arguments are parsed.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from memtune.cli import InputError, make_parser, print_json
 
@@ -45,8 +45,14 @@ exit codes: 0 ran (findings or "no memory-related failure found"); 2 bad input
 def main(argv: Sequence[str] | None = None) -> int:
     parser = make_parser("diagnose.py", DESCRIPTION, EPILOG)
     parser.add_argument("inputs", nargs="*", metavar="FILE", help="log files (plain or .gz); - reads standard input")
-    parser.add_argument("--json", action="store_true", help="print one JSON document: findings + summary (every field: references/json-output.md)")
-    parser.add_argument("--symptom", metavar="TEXT", help="look a symptom up in the Failure Diagnosis table (fuzzy, ranked)")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON document: findings + summary (every field: references/json-output.md)",
+    )
+    parser.add_argument(
+        "--symptom", metavar="TEXT", help="look a symptom up in the Failure Diagnosis table (fuzzy, ranked)"
+    )
     parser.add_argument("--limit", type=int, default=3, metavar="N", help="rows to show for --symptom (default 3)")
     parser.add_argument(
         "--torch-version",
@@ -57,7 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     if args.symptom is None and not args.inputs:
-        raise InputError("give a log FILE (or - for standard input), or --symptom \"TEXT\"; see --help")
+        raise InputError('give a log FILE (or - for standard input), or --symptom "TEXT"; see --help')
     if args.symptom is not None and args.inputs:
         raise InputError("use either log FILE(s) or --symptom, not both")
     if args.limit < 1:

@@ -7,7 +7,7 @@ and prints the per-pipeline-stage estimate (text table with bars, or --json).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from memtune.cli import make_parser, print_json
 from memtune.run_inputs import add_input_arguments, load_model_and_run, print_presets
@@ -56,10 +56,13 @@ def render_text(model, run, est, notes: list[str], gpu_memory: int | None) -> st
     from memtune.model_spec import count_parameters
 
     gib = lambda b: f"{b / GIB:8.2f}"  # noqa: E731
-    lines = [f"Model {model.name}: {est.parameters_total / 1e9:.2f} B parameters"
-             + (f" ({count_parameters(model).active / 1e9:.2f} B active)" if model.is_moe else "")
-             + f", {est.parameters_per_gpu_max / 1e9:.3f} B on the most-loaded GPU",
-             "", "Per pipeline stage (GiB, one GPU of each stage):"]
+    lines = [
+        f"Model {model.name}: {est.parameters_total / 1e9:.2f} B parameters"
+        + (f" ({count_parameters(model).active / 1e9:.2f} B active)" if model.is_moe else "")
+        + f", {est.parameters_per_gpu_max / 1e9:.3f} B on the most-loaded GPU",
+        "",
+        "Per pipeline stage (GiB, one GPU of each stage):",
+    ]
     show_step = any(s.optimizer_step for s in est.stages)
     show_graphs = any(s.cuda_graphs for s in est.stages)
     header = f"  {'stage':>5} {'layers':>6} {'weights':>8} {'grads':>8} {'optim':>8} {'activ':>8}"
@@ -75,14 +78,20 @@ def render_text(model, run, est, notes: list[str], gpu_memory: int | None) -> st
         row += f" {gib(s.overhead)} {gib(s.total_bytes)}  {_bar(s.total_bytes, peak)}"
         lines.append(row)
     top = est.stages[est.peak_stage]
-    lines.append(f"  * most-loaded stage: {top.stage} ({top.total_bytes / GIB:.2f} GiB = {top.total_bytes / 1e9:.2f} GB; "
-                 f"max allocated by PyTorch {top.allocated_bytes / GIB:.2f} GiB, runtime overhead {top.overhead / GIB:.2f} GiB; "
-                 f"activations of {top.in_flight_microbatches:g} in-flight micro-batch(es))")
+    lines.append(
+        f"  * most-loaded stage: {top.stage} ({top.total_bytes / GIB:.2f} GiB = {top.total_bytes / 1e9:.2f} GB; "
+        f"max allocated by PyTorch {top.allocated_bytes / GIB:.2f} GiB, runtime overhead {top.overhead / GIB:.2f} GiB; "
+        f"activations of {top.in_flight_microbatches:g} in-flight micro-batch(es))"
+    )
     if show_step:
-        lines.append("  step+ = fp32 copies of bf16 gradients at the optimizer step, beyond the activations freed by then")
+        lines.append(
+            "  step+ = fp32 copies of bf16 gradients at the optimizer step, beyond the activations freed by then"
+        )
     if show_graphs:
-        lines.append("  graphs = activations saved inside CUDA-graph-captured modules (graph memory pool: reserved, "
-                     "not counted by max_memory_allocated after capture)")
+        lines.append(
+            "  graphs = activations saved inside CUDA-graph-captured modules (graph memory pool: reserved, "
+            "not counted by max_memory_allocated after capture)"
+        )
     lines.append("")
     lines.append("Assumptions:")
     for a in [*notes, *est.assumptions]:
@@ -92,11 +101,15 @@ def render_text(model, run, est, notes: list[str], gpu_memory: int | None) -> st
         head = gpu_memory - est.peak_bytes
         pct = head / gpu_memory
         if head < 0:
-            verdict = (f"DOES NOT FIT: needs {est.peak_bytes / GIB:.1f} GiB, GPU has {gpu_memory / GIB:.1f} GiB "
-                       f"(short by {-head / GIB:.1f} GiB). Next: plan_memory.py with the same arguments.")
+            verdict = (
+                f"DOES NOT FIT: needs {est.peak_bytes / GIB:.1f} GiB, GPU has {gpu_memory / GIB:.1f} GiB "
+                f"(short by {-head / GIB:.1f} GiB). Next: plan_memory.py with the same arguments."
+            )
         elif pct < 0.10:
-            verdict = (f"BORDERLINE: {head / GIB:.1f} GiB ({pct:.0%}) headroom of {gpu_memory / GIB:.1f} GiB; allocator "
-                       "fragmentation can still OOM - set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.")
+            verdict = (
+                f"BORDERLINE: {head / GIB:.1f} GiB ({pct:.0%}) headroom of {gpu_memory / GIB:.1f} GiB; allocator "
+                "fragmentation can still OOM - set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True."
+            )
         else:
             verdict = f"FITS: {head / GIB:.1f} GiB ({pct:.0%}) headroom of {gpu_memory / GIB:.1f} GiB."
         lines.append(f"Verdict: {verdict}")
@@ -116,12 +129,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if run.gbs is None and run.pp > 1:
         # With PP > 1 the global batch decides how many micro-batches are in flight on the
         # first stages: leaving it out can understate activations several-fold.
-        notes.insert(0, f"WARNING: no global batch (--gbs) with PP {run.pp}: assumed one micro-batch per "
-                        "data-parallel rank per step, so the pipeline never fills and early stages' activations "
-                        "are understated; pass --gbs")
+        notes.insert(
+            0,
+            f"WARNING: no global batch (--gbs) with PP {run.pp}: assumed one micro-batch per "
+            "data-parallel rank per step, so the pipeline never fills and early stages' activations "
+            "are understated; pass --gbs",
+        )
     elif run.gbs is None:
-        notes.append("global batch not given: one micro-batch per data-parallel rank per step "
-                     "(pipeline warm-up then holds fewer micro-batches; pass --gbs)")
+        notes.append(
+            "global batch not given: one micro-batch per data-parallel rank per step "
+            "(pipeline warm-up then holds fewer micro-batches; pass --gbs)"
+        )
     est = estimate(model, run)
     gpu_memory = inputs.gpu_memory_bytes
     warnings = [n for n in notes if n.startswith("WARNING")]

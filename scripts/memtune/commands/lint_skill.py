@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from memtune import paths
 from memtune.cli import EXIT_FINDINGS, EXIT_OK, InputError, make_parser, print_json
@@ -33,13 +33,20 @@ examples:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = make_parser("lint_skill.py", DESCRIPTION, EPILOG)
-    parser.add_argument("root", nargs="?", default=str(paths.SKILL_ROOT),
-                        help="package folder to lint (default: the package this script belongs to)")
+    parser.add_argument(
+        "root",
+        nargs="?",
+        default=str(paths.SKILL_ROOT),
+        help="package folder to lint (default: the package this script belongs to)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument("-v", "--verbose", action="store_true", help="also print info findings")
     parser.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
-    parser.add_argument("--strict-dirname", action="store_true",
-                        help="require the folder name to equal the skill name (for installed copies)")
+    parser.add_argument(
+        "--strict-dirname",
+        action="store_true",
+        help="require the folder name to equal the skill name (for installed copies)",
+    )
     parser.add_argument("--no-skills-ref", action="store_true", help="skip the skills-ref reference validator")
     args = parser.parse_args(argv)
 
@@ -67,5 +74,7 @@ def _print_text(report, verbose: bool, tally: dict[str, int]) -> None:
         print(f"{finding.severity:<7} {finding.rule:<28} {finding.location()}: {finding.message}")
         if finding.fix and finding.severity != "info":
             print(f"{'':<37}fix: {finding.fix}")
-    print(f"lint_skill: {tally['errors']} error(s), {tally['warnings']} warning(s), {tally['info']} info "
-          f"in {report.root} ({report.files_scanned} shipped files scanned)")
+    print(
+        f"lint_skill: {tally['errors']} error(s), {tally['warnings']} warning(s), {tally['info']} info "
+        f"in {report.root} ({report.files_scanned} shipped files scanned)"
+    )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from memtune.cli import InputError, print_json
 
@@ -86,16 +86,31 @@ def build_parser():
 
     parser = make_parser("plan_memory.py", DESCRIPTION, EPILOG)
     # Static text: --help must run without PyYAML, so it cannot read the size from gpus.yaml.
-    add_input_arguments(parser, memory_default=f"; default when no size is given: the usable memory of --gpu {DEFAULT_GPU}")
+    add_input_arguments(
+        parser, memory_default=f"; default when no size is given: the usable memory of --gpu {DEFAULT_GPU}"
+    )
     parser.add_argument_group("output").add_argument("--json", action="store_true", help="print one JSON document")
     plan = parser.add_argument_group("planner")
-    plan.add_argument("--headroom", default="10%", metavar="SIZE|PCT",
-                      help="memory to keep free per GPU: a share of --gpu-memory (default 10%%) or a size (4GiB)")
+    plan.add_argument(
+        "--headroom",
+        default="10%",
+        metavar="SIZE|PCT",
+        help="memory to keep free per GPU: a share of --gpu-memory (default 10%%) or a size (4GiB)",
+    )
     plan.add_argument("--top", type=int, default=10, metavar="N", help="show the N best rows (default 10)")
-    plan.add_argument("--expandable-segments", choices=("on", "off", "unknown"), default="unknown",
-                      help="is PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True already set? (default unknown: offered)")
-    plan.add_argument("--gpus-per-node", type=int, default=8, metavar="N",
-                      help="GPUs per NVLink domain; TP beyond it is rejected (default 8)")
+    plan.add_argument(
+        "--expandable-segments",
+        choices=("on", "off", "unknown"),
+        default="unknown",
+        help="is PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True already set? (default unknown: offered)",
+    )
+    plan.add_argument(
+        "--gpus-per-node",
+        type=int,
+        default=8,
+        metavar="N",
+        help="GPUs per NVLink domain; TP beyond it is rejected (default 8)",
+    )
     plan.add_argument("--sweep", action="store_true", help="rank every combination, not one change at a time")
     return parser
 
@@ -130,8 +145,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     model, run, gpu, notes = _load(args)
     rs.validate(model, run)
     expandable = {"on": True, "off": False, "unknown": None}[args.expandable_segments]
-    settings = planner.PlanSettings(gpu_memory_bytes=gpu, headroom_bytes=parse_headroom(args.headroom, gpu),
-                                    expandable_segments=expandable, gpus_per_node=args.gpus_per_node)
+    settings = planner.PlanSettings(
+        gpu_memory_bytes=gpu,
+        headroom_bytes=parse_headroom(args.headroom, gpu),
+        expandable_segments=expandable,
+        gpus_per_node=args.gpus_per_node,
+    )
     if settings.limit_bytes <= 0:
         raise InputError(f"--headroom {args.headroom} leaves no memory of --gpu-memory {plan_report.gib(gpu)}")
     from memtune import ladder

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from memtune.cli import EXIT_OK, InputError, Once, make_parser, print_json
 
@@ -44,8 +45,15 @@ def build_parser():
     parser.add_argument("--script", action="append", default=[], metavar="FILE", help="bash / sbatch launch script")
     parser.add_argument("--config", action="append", default=[], metavar="FILE", help="Megatron Bridge YAML")
     parser.add_argument("--env-file", action="append", default=[], metavar="FILE", help="KEY=VALUE lines")
-    parser.add_argument("--recipe", action=Once, metavar="FILE.py", help="Python recipe that builds cfg.peft = LoRA(...): read, never run or edited; the answer prints your call with the change, its arguments kept")
-    parser.add_argument("--preset", action=Once, metavar="NAME", help="model preset for the memory estimate (e.g. qwen3-8b)")
+    parser.add_argument(
+        "--recipe",
+        action=Once,
+        metavar="FILE.py",
+        help="Python recipe that builds cfg.peft = LoRA(...): read, never run or edited; the answer prints your call with the change, its arguments kept",
+    )
+    parser.add_argument(
+        "--preset", action=Once, metavar="NAME", help="model preset for the memory estimate (e.g. qwen3-8b)"
+    )
     parser.add_argument("--tp", type=int, help="tensor parallel size (overrides the config)")
     parser.add_argument("--pp", type=int, help="pipeline parallel size")
     parser.add_argument("--seq-length", type=int, help="sequence length")
@@ -53,8 +61,17 @@ def build_parser():
     parser.add_argument("--no-sequence-parallel", action="store_true", help="sequence parallelism is off")
     parser.add_argument("--lora-dim", type=int, help="LoRA rank")
     parser.add_argument("--lora-alpha", type=int, help="LoRA alpha")
-    parser.add_argument("--target-modules", metavar="A,B", help="LoRA target modules (default: linear_qkv,linear_proj,linear_fc1,linear_fc2)")
-    parser.add_argument("--form", choices=("auto", "python", "yaml", "hydra"), default="auto", help="how to print the change (auto: like your config)")
+    parser.add_argument(
+        "--target-modules",
+        metavar="A,B",
+        help="LoRA target modules (default: linear_qkv,linear_proj,linear_fc1,linear_fc2)",
+    )
+    parser.add_argument(
+        "--form",
+        choices=("auto", "python", "yaml", "hydra"),
+        default="auto",
+        help="how to print the change (auto: like your config)",
+    )
     parser.add_argument("--world-size", "--gpus", type=int, metavar="N", help="GPU count")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     return parser
@@ -67,9 +84,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if value is not None and value < 1:
             raise InputError(f"--{name.replace('_', '-')} {value} must be a positive integer")
     if not (args.config or args.script or args.overrides or args.recipe or args.preset or args.env_file or args.tp):
-        raise InputError("nothing to decide on: give --preset NAME --tp N, --config FILE, --script FILE or --recipe FILE.py")
+        raise InputError(
+            "nothing to decide on: give --preset NAME --tp N, --config FILE, --script FILE or --recipe FILE.py"
+        )
     if args.target_modules is not None and not [m for m in args.target_modules.split(",") if m.strip()]:
-        raise InputError(f"--target-modules {args.target_modules!r} names no module; e.g. --target-modules linear_qkv,linear_fc1")
+        raise InputError(
+            f"--target-modules {args.target_modules!r} names no module; e.g. --target-modules linear_qkv,linear_fc1"
+        )
     from memtune import run_view
 
     overrides = list(args.overrides)
@@ -77,13 +98,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         value = getattr(args, option)
         if value is not None:
             overrides.append(f"{path}=[{value}]" if option == "target_modules" else f"{path}={value}")
-    view = run_view.build(run_view.Inputs(env_files=args.env_file, scripts=args.script, configs=args.config,
-                                          overrides=[o for o in overrides], world_size=args.world_size))
+    view = run_view.build(
+        run_view.Inputs(
+            env_files=args.env_file,
+            scripts=args.script,
+            configs=args.config,
+            overrides=[o for o in overrides],
+            world_size=args.world_size,
+        )
+    )
     if not (args.config or args.script or args.overrides):
         view.config_form = None  # only helper flags: answer with a recipe snippet
     # --tp N > 1 without a config: assume sequence parallelism is on (LoRA + SP is the question)
     if not view.has("sequence_parallel") and (args.tp or 0) > 1 and not args.no_sequence_parallel:
-        view.settings["sequence_parallel"] = run_view.Value(True, "assumed (--tp > 1; pass --no-sequence-parallel if off)", "sequence_parallel", "cli")
+        view.settings["sequence_parallel"] = run_view.Value(
+            True, "assumed (--tp > 1; pass --no-sequence-parallel if off)", "sequence_parallel", "cli"
+        )
     if args.no_sequence_parallel:
         view.settings["sequence_parallel"] = run_view.Value(False, "command line", "--no-sequence-parallel", "cli")
     recipe_calls = []
@@ -98,13 +128,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         for key, text in call.kwargs:
             if key in ("dim", "alpha", "target_modules", "sequence_parallel_input_regather"):
                 overrides_value = text.replace("'", "").replace('"', "").replace(" ", "")
-                view_key = {"dim": "lora_dim", "alpha": "lora_alpha", "target_modules": "lora_target_modules",
-                            "sequence_parallel_input_regather": "regather"}[key]
+                view_key = {
+                    "dim": "lora_dim",
+                    "alpha": "lora_alpha",
+                    "target_modules": "lora_target_modules",
+                    "sequence_parallel_input_regather": "regather",
+                }[key]
                 converted, ok = run_view.coerce(overrides_value, run_view.rules_data()["settings"][view_key]["type"])
                 if ok:
-                    view.settings[view_key] = run_view.Value(converted, f"{call.path}:{call.line}", f"{key}={text}", "recipe")
+                    view.settings[view_key] = run_view.Value(
+                        converted, f"{call.path}:{call.line}", f"{key}={text}", "recipe"
+                    )
         view.settings.setdefault("peft", run_view.Value("lora", f"{call.path}:{call.line}", call.name, "recipe"))
-    report = build_report(view, args.preset, "python" if args.recipe and args.form == "auto" else args.form, recipe_calls)
+    report = build_report(
+        view, args.preset, "python" if args.recipe and args.form == "auto" else args.form, recipe_calls
+    )
     if args.json:
         print_json(report)
     else:
@@ -154,7 +192,11 @@ def build_report(view, preset: str | None, form: str, recipe_calls=()) -> dict[s
     already = view.get("regather") is True
     lora = _lora_settings(view)
     if form == "auto":
-        form = "yaml" if view.config_form == "yaml" else ("hydra" if view.config_form in ("hydra", "megatron") else "python")
+        form = (
+            "yaml"
+            if view.config_form == "yaml"
+            else ("hydra" if view.config_form in ("hydra", "megatron") else "python")
+        )
     if form == "python" and recipe_calls:
         text = regather.recipe_call_snippet(recipe_calls[-1])
     elif form == "python":
@@ -165,7 +207,11 @@ def build_report(view, preset: str | None, form: str, recipe_calls=()) -> dict[s
             text += f"   # add under the existing peft: section of {view.config_path}"
         text += f"\n# or, as an override: {regather.hydra_override()}"
     else:
-        where = f" (append to the training command at {view.script.path}:{view.command.line})" if view.script and view.command else ""
+        where = (
+            f" (append to the training command at {view.script.path}:{view.command.line})"
+            if view.script and view.command
+            else ""
+        )
         text = regather.hydra_override() + where
     saving, assumptions, model_name = estimate_saving(view, model, model_notes, inp, decision)
     modules = [{"module": d.module, "eligible": d.eligible, "reason": d.reason} for d in decision.decisions]
@@ -178,8 +224,13 @@ def build_report(view, preset: str | None, form: str, recipe_calls=()) -> dict[s
         "saving_bytes_per_gpu": saving,
         "model": model_name,
         "assumptions": assumptions,
-        "seed_reference": {"model": "Qwen3-8B", "tp": 2, "seq_length": 8192, "saving_bytes": int(regather.SEED_QWEN3_8B_SAVING_BYTES),
-                           "throughput_change": -0.0674},
+        "seed_reference": {
+            "model": "Qwen3-8B",
+            "tp": 2,
+            "seq_length": 8192,
+            "saving_bytes": int(regather.SEED_QWEN3_8B_SAVING_BYTES),
+            "throughput_change": -0.0674,
+        },
     }
 
 
@@ -190,7 +241,11 @@ def estimate_saving(view, model, model_notes, inp, decision) -> tuple[int | None
 
     assumptions = list(model_notes)
     if model is None:
-        return None, ["no model size known: give --preset NAME, Megatron-LM model flags in --script, or model.* in --config"], None
+        return (
+            None,
+            ["no model size known: give --preset NAME, Megatron-LM model flags in --script, or model.* in --config"],
+            None,
+        )
     if not decision.any_eligible:
         return 0, ["no eligible adapter: nothing is saved"], model.name
     seq = view.get("seq_length")
@@ -203,18 +258,31 @@ def estimate_saving(view, model, model_notes, inp, decision) -> tuple[int | None
     tp = inp.tp
     pp = view.get("pp", 1) if isinstance(view.get("pp", 1), int) else 1
     world = view.get("world_size") if isinstance(view.get("world_size"), int) else tp * pp
-    run = RunSpec(world_size=max(world, tp * pp), tp=tp, pp=pp, vpp=view.get("vpp"), mbs=mbs, gbs=view.get("gbs"),
-                  seq_length=seq, sequence_parallel=True, peft="lora",
-                  lora_dim=view.get("lora_dim") if isinstance(view.get("lora_dim"), int) else 32,
-                  lora_target_modules=tuple(regather.base_module(t) for t in inp.targets),
-                  recompute_granularity=None if inp.recompute_granularity == "full" else inp.recompute_granularity,
-                  recompute_modules=inp.recompute_modules or ("core_attn",))
+    run = RunSpec(
+        world_size=max(world, tp * pp),
+        tp=tp,
+        pp=pp,
+        vpp=view.get("vpp"),
+        mbs=mbs,
+        gbs=view.get("gbs"),
+        seq_length=seq,
+        sequence_parallel=True,
+        peft="lora",
+        lora_dim=view.get("lora_dim") if isinstance(view.get("lora_dim"), int) else 32,
+        lora_target_modules=tuple(regather.base_module(t) for t in inp.targets),
+        recompute_granularity=None if inp.recompute_granularity == "full" else inp.recompute_granularity,
+        recompute_modules=inp.recompute_modules or ("core_attn",),
+    )
     saving = estimator.regather_saving_bytes(model, run)
     fraction = min((d.eligible_layer_fraction for d in decision.decisions if d.eligible), default=1.0)
     if fraction < 1.0:
         saving = int(saving * fraction)
-        assumptions.append(f"block recompute replays {1 - fraction:.0%} of each stage's layers; saving scaled to the rest")
-    assumptions.append("activations of the most-loaded pipeline stage, all micro-batches in flight (estimator activation model)")
+        assumptions.append(
+            f"block recompute replays {1 - fraction:.0%} of each stage's layers; saving scaled to the rest"
+        )
+    assumptions.append(
+        "activations of the most-loaded pipeline stage, all micro-batches in flight (estimator activation model)"
+    )
     return saving, assumptions, model.name
 
 
@@ -227,16 +295,19 @@ def _model(view, preset):
     if view.flags:
         from memtune.megatron_args import specs_from_megatron_args
 
-        mapping = {f"--{name}": (flag.values[0] if len(flag.values) == 1 else (list(flag.values) or True))
-                   for name, flag in view.flags.items()}
+        mapping = {
+            f"--{name}": (flag.values[0] if len(flag.values) == 1 else (list(flag.values) or True))
+            for name, flag in view.flags.items()
+        }
         try:
             model, _run, used = specs_from_megatron_args(mapping)
         except InputError:
             model = None
         else:
             return model, list(used)
-    section = {key[6:]: value for key, (value, _s, _t) in view.flat.items()
-               if key.startswith("model.") and key.count(".") == 1}
+    section = {
+        key[6:]: value for key, (value, _s, _t) in view.flat.items() if key.startswith("model.") and key.count(".") == 1
+    }
     if all(section.get(k) is not None for k in ("num_layers", "hidden_size", "num_attention_heads")):
         from memtune.bridge_config import model_from_bridge
 
@@ -253,7 +324,9 @@ def _model(view, preset):
 def render_text(report: dict[str, Any]) -> str:
     lines = []
     verdict = "eligible" if report["eligible"] else "not eligible (falls back to the default path)"
-    lines.append(f"sequence_parallel_input_regather: {verdict}" + ("; already enabled" if report["already_enabled"] else ""))
+    lines.append(
+        f"sequence_parallel_input_regather: {verdict}" + ("; already enabled" if report["already_enabled"] else "")
+    )
     width = max((len(item["module"]) for item in report["modules"]), default=0)
     for item in report["modules"]:
         mark = "yes" if item["eligible"] else "no "
@@ -263,10 +336,14 @@ def render_text(report: dict[str, Any]) -> str:
         lines.extend("  " + line for line in report["change"]["text"].splitlines())
     saving = report["saving_bytes_per_gpu"]
     if saving is not None:
-        lines.append(f"\nestimated activation memory saved per GPU: {saving / 1e9:.3f} GB ({saving / 2**30:.3f} GiB), model {report['model']}")
+        lines.append(
+            f"\nestimated activation memory saved per GPU: {saving / 1e9:.3f} GB ({saving / 2**30:.3f} GiB), model {report['model']}"
+        )
     for note in report["assumptions"]:
         lines.append(f"  assumption: {note}")
     ref = report["seed_reference"]
-    lines.append(f"reference: {ref['model']} TP{ref['tp']} seq {ref['seq_length']} measured {ref['saving_bytes'] / 1e9:.3f} GB saved, "
-                 f"{ref['throughput_change']:+.2%} throughput")
+    lines.append(
+        f"reference: {ref['model']} TP{ref['tp']} seq {ref['seq_length']} measured {ref['saving_bytes'] / 1e9:.3f} GB saved, "
+        f"{ref['throughput_change']:+.2%} throughput"
+    )
     return "\n".join(lines)

@@ -7,12 +7,11 @@ Only the standard library and stdlib-only memtune modules are imported at top le
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import sys
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Sequence
 
 from memtune import paths
 from memtune.cli import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, InputError, make_parser, writing
@@ -82,8 +81,11 @@ def build_parser():
         p.add_argument("--results-dir", type=Path, default=None, help="raw results folder (default: evals/results)")
         p.add_argument("--json", action="store_true", default=argparse_suppress(), help="one JSON document on stdout")
 
-    run = sub.add_parser("run", help="run the cases with and without the skill (resumable)",
-                         description="Run every case with and without the skill; resumes an existing run file.")
+    run = sub.add_parser(
+        "run",
+        help="run the cases with and without the skill (resumable)",
+        description="Run every case with and without the skill; resumes an existing run file.",
+    )
     common(run)
     run.add_argument("--agent", required=True, help="local | claude-code | codex | command:PROGRAM ARGS")
     run.add_argument("--attempts", type=int, default=3, help="attempts per case and condition (default 3)")
@@ -91,30 +93,56 @@ def build_parser():
     run.add_argument("--run-id", help="name of the run file (default: <agent>-a<attempts>-<dataset digest>)")
     run.add_argument("--fresh", action="store_true", help="discard an existing run file with this id and start over")
     run.add_argument("--cases", help="comma-separated case ids to run (a smoke run; default all)")
-    run.add_argument("--judge", help="program grading expected_behavior: JSON on stdin, {\"score\": 0..1} on stdout")
+    run.add_argument("--judge", help='program grading expected_behavior: JSON on stdin, {"score": 0..1} on stdout')
     run.add_argument("--model", type=Path, help="local agent: a GGUF file (default: assemble the PyPI model package)")
-    run.add_argument("--max-tokens", type=int, default=None,
-                     help="local agents: tokens generated per turn (default 384 for local, 160 for local-gemma)")
-    run.add_argument("--max-turns", type=int, default=6,
-                     help="local agent: model replies per task, loads and commands included (default 6)")
-    run.add_argument("--activation", choices=("discover", "always"), default="discover",
-                     help="local-gemma agent: 'discover' (the model picks a skill from the frontmatter list; default) "
-                          "or 'always' (the body is loaded for every with-skill task: a diagnostic run)")
-    run.add_argument("--threads", type=int, default=None,
-                     help="local agents: llama.cpp threads (default 2 for local, 1 per worker for local-gemma)")
-    run.add_argument("--timeout", type=float, default=900.0, help="seconds per task for CLI/command agents (default 900)")
+    run.add_argument(
+        "--max-tokens",
+        type=int,
+        default=None,
+        help="local agents: tokens generated per turn (default 384 for local, 160 for local-gemma)",
+    )
+    run.add_argument(
+        "--max-turns",
+        type=int,
+        default=6,
+        help="local agent: model replies per task, loads and commands included (default 6)",
+    )
+    run.add_argument(
+        "--activation",
+        choices=("discover", "always"),
+        default="discover",
+        help="local-gemma agent: 'discover' (the model picks a skill from the frontmatter list; default) "
+        "or 'always' (the body is loaded for every with-skill task: a diagnostic run)",
+    )
+    run.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="local agents: llama.cpp threads (default 2 for local, 1 per worker for local-gemma)",
+    )
+    run.add_argument(
+        "--timeout", type=float, default=900.0, help="seconds per task for CLI/command agents (default 900)"
+    )
     run.add_argument("--skill-dir", type=Path, default=None, help="the skill under test (default: this package)")
     run.add_argument("--keep-workdirs", action="store_true", help="keep each task's project directory for inspection")
 
-    rep = sub.add_parser("report", help="write BENCHMARK.md from the raw results",
-                         description="Write BENCHMARK.md from one run file (default: the latest).")
+    rep = sub.add_parser(
+        "report",
+        help="write BENCHMARK.md from the raw results",
+        description="Write BENCHMARK.md from one run file (default: the latest).",
+    )
     common(rep)
     rep.add_argument("--run", help="run id (file name without .jsonl); default: the latest run")
-    rep.add_argument("--output", type=Path, default=None, help="default: BENCHMARK.md at the skill root; '-' for stdout")
+    rep.add_argument(
+        "--output", type=Path, default=None, help="default: BENCHMARK.md at the skill root; '-' for stdout"
+    )
     rep.add_argument("--check", action="store_true", help="do not write; exit 1 if the output file differs")
 
-    reg = sub.add_parser("regrade", help="re-grade stored answers with the current checks",
-                         description="Re-grade a run's stored answers with the current evals.json checks.")
+    reg = sub.add_parser(
+        "regrade",
+        help="re-grade stored answers with the current checks",
+        description="Re-grade a run's stored answers with the current evals.json checks.",
+    )
     common(reg)
     reg.add_argument("--run", help="run id; default: the latest run")
 
@@ -161,21 +189,33 @@ def _security_rules(evals: Path):
 
 def cmd_validate(evals: Path, as_json: bool) -> int:
     dataset = _load(evals)
-    summary = {"dataset": _display(evals), "sha256": dataset.sha256, "cases": len(dataset.cases),
-               "positives": dataset.positives, "negatives": dataset.negatives, "valid": True}
+    summary = {
+        "dataset": _display(evals),
+        "sha256": dataset.sha256,
+        "cases": len(dataset.cases),
+        "positives": dataset.positives,
+        "negatives": dataset.negatives,
+        "valid": True,
+    }
     if as_json:
         from memtune.cli import print_json
 
         print_json(summary)
     else:
-        print(f"{_display(evals)}: {len(dataset.cases)} cases ({dataset.positives} positive, "
-              f"{dataset.negatives} negative) valid against {_schema_for(evals).name}; sha256 {dataset.sha256}")
+        print(
+            f"{_display(evals)}: {len(dataset.cases)} cases ({dataset.positives} positive, "
+            f"{dataset.negatives} negative) valid against {_schema_for(evals).name}; sha256 {dataset.sha256}"
+        )
     return EXIT_OK
 
 
 def _reproduce_command(args, run_id: str) -> str:
-    parts = ["python3 scripts/run_benchmark.py run", f"--agent {_quote(args.agent)}", f"--attempts {args.attempts}",
-             f"--workers {args.workers}"]
+    parts = [
+        "python3 scripts/run_benchmark.py run",
+        f"--agent {_quote(args.agent)}",
+        f"--attempts {args.attempts}",
+        f"--workers {args.workers}",
+    ]
     if args.agent in ("local", "local-gemma") and args.max_tokens is not None:
         parts.append(f"--max-tokens {args.max_tokens}")
     if args.agent == "local" and args.max_turns != 6:
@@ -217,9 +257,17 @@ def cmd_run(args, evals: Path, results_dir: Path) -> int:
     rules, rules_sha = _security_rules(evals)
     catalog = read_json(_harness_file(evals, "skill_catalog.json"), "skill catalog").get("skills", [])
     try:
-        agent = make_agent(args.agent, model_path=args.model, catalog=catalog, workers=args.workers,
-                           timeout=args.timeout, max_tokens=args.max_tokens, threads=args.threads,
-                           activation=args.activation, max_turns=args.max_turns)
+        agent = make_agent(
+            args.agent,
+            model_path=args.model,
+            catalog=catalog,
+            workers=args.workers,
+            timeout=args.timeout,
+            max_tokens=args.max_tokens,
+            threads=args.threads,
+            activation=args.activation,
+            max_turns=args.max_turns,
+        )
         agent.prepare()
     except AgentUnavailable as exc:
         sys.stderr.write(f"run_benchmark.py: error: agent unavailable: {exc}\n")
@@ -238,29 +286,57 @@ def cmd_run(args, evals: Path, results_dir: Path) -> int:
     if path.exists():
         existing = read_run(path)
         h = existing.header
-        mismatch = [name for name, old, new in (
-            ("harness", h.get("harness"), HARNESS_VERSION),
-            ("agent", h.get("agent"), args.agent), ("attempts", h.get("attempts"), args.attempts),
-            ("activation", h.get("agent_settings", {}).get("activation"), agent.describe().get("settings", {}).get("activation")),
-            ("dataset sha256", h["dataset"]["sha256"], dataset.sha256), ("SKILL.md sha256", h["skill"]["sha256"], skill.sha256),
-            ("cases", [c["id"] for c in h["dataset"]["cases"]], [c.id for c in dataset.cases]),
-        ) if old != new]
+        mismatch = [
+            name
+            for name, old, new in (
+                ("harness", h.get("harness"), HARNESS_VERSION),
+                ("agent", h.get("agent"), args.agent),
+                ("attempts", h.get("attempts"), args.attempts),
+                (
+                    "activation",
+                    h.get("agent_settings", {}).get("activation"),
+                    agent.describe().get("settings", {}).get("activation"),
+                ),
+                ("dataset sha256", h["dataset"]["sha256"], dataset.sha256),
+                ("SKILL.md sha256", h["skill"]["sha256"], skill.sha256),
+                ("cases", [c["id"] for c in h["dataset"]["cases"]], [c.id for c in dataset.cases]),
+            )
+            if old != new
+        ]
         if mismatch:
-            raise InputError(f"{path}: existing run differs in {', '.join(mismatch)}; "
-                             "pass --fresh to start over or a new --run-id")
+            raise InputError(
+                f"{path}: existing run differs in {', '.join(mismatch)}; pass --fresh to start over or a new --run-id"
+            )
         writer = RunWriter.resume(path)
         done = read_run(path).done_keys()
     else:
         info = agent.describe()
         header = {
-            "type": "run", "run_id": run_id, "harness": HARNESS_VERSION, "agent": args.agent, "model": agent.model,
-            "agent_settings": info.get("settings", {}), "attempts": args.attempts, "workers": args.workers,
-            "judge": args.judge, "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "type": "run",
+            "run_id": run_id,
+            "harness": HARNESS_VERSION,
+            "agent": args.agent,
+            "model": agent.model,
+            "agent_settings": info.get("settings", {}),
+            "attempts": args.attempts,
+            "workers": args.workers,
+            "judge": args.judge,
+            "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "smoke": bool(args.cases),
             "command": _reproduce_command(args, run_id),
-            "dataset": {"path": _display(evals), "sha256": dataset.sha256,
-                        "cases": [{"id": c.id, "category": c.category, "should_trigger": c.should_trigger,
-                                   "expected_script": c.expected_script} for c in dataset.cases]},
+            "dataset": {
+                "path": _display(evals),
+                "sha256": dataset.sha256,
+                "cases": [
+                    {
+                        "id": c.id,
+                        "category": c.category,
+                        "should_trigger": c.should_trigger,
+                        "expected_script": c.expected_script,
+                    }
+                    for c in dataset.cases
+                ],
+            },
             "skill": {"name": skill.name, "sha256": skill.sha256},
             "security_rules_sha256": rules_sha,
         }
@@ -268,11 +344,22 @@ def cmd_run(args, evals: Path, results_dir: Path) -> int:
         done = set()
     jobs = plan_jobs(dataset, args.attempts, done)
     total = len(dataset.cases) * 2 * args.attempts
-    sys.stderr.write(f"run {run_id}: {len(jobs)} of {total} tasks to run ({total - len(jobs)} already done) "
-                     f"with agent {args.agent} [{agent.model}]; raw results: {_display(path)}\n")
+    sys.stderr.write(
+        f"run {run_id}: {len(jobs)} of {total} tasks to run ({total - len(jobs)} already done) "
+        f"with agent {args.agent} [{agent.model}]; raw results: {_display(path)}\n"
+    )
     progress = Progress(total, total - len(jobs))
-    runner = Runner(agent, dataset, skill, writer, rules, judge=args.judge, workers=args.workers,
-                    keep_workdirs=args.keep_workdirs, progress=progress)
+    runner = Runner(
+        agent,
+        dataset,
+        skill,
+        writer,
+        rules,
+        judge=args.judge,
+        workers=args.workers,
+        keep_workdirs=args.keep_workdirs,
+        progress=progress,
+    )
     errors = runner.run(jobs)
     summary = {"run_id": run_id, "results": _display(path), "ran": len(jobs), "total": total, "agent_errors": errors}
     if args.json:
@@ -280,8 +367,10 @@ def cmd_run(args, evals: Path, results_dir: Path) -> int:
 
         print_json(summary)
     else:
-        print(f"{run_id}: {total} of {total} tasks recorded in {_display(path)} ({errors} agent errors this session); "
-              f"write the report with: python3 scripts/run_benchmark.py report --run {run_id}")
+        print(
+            f"{run_id}: {total} of {total} tasks recorded in {_display(path)} ({errors} agent errors this session); "
+            f"write the report with: python3 scripts/run_benchmark.py report --run {run_id}"
+        )
     return EXIT_OK
 
 
@@ -305,7 +394,6 @@ def _pick_run(results_dir: Path, run_id: str | None):
 
 def cmd_report(args, results_dir: Path) -> int:
     from memtune.bench.report import render
-
     from memtune.bench.results import list_runs
 
     run = _pick_run(results_dir, args.run)
@@ -320,8 +408,10 @@ def cmd_report(args, results_dir: Path) -> int:
     if args.check:
         current = output.read_text(encoding="utf-8") if output.is_file() else ""
         if current != text:
-            sys.stderr.write(f"run_benchmark.py: {_display(output)} is stale: regenerate with "
-                             f"python3 scripts/run_benchmark.py report --run {run.run_id}\n")
+            sys.stderr.write(
+                f"run_benchmark.py: {_display(output)} is stale: regenerate with "
+                f"python3 scripts/run_benchmark.py report --run {run.run_id}\n"
+            )
             return EXIT_FINDINGS
         print(f"{_display(output)} matches {_display(run.path)}")
         return EXIT_OK
@@ -341,25 +431,49 @@ def cmd_regrade(args, evals: Path, results_dir: Path) -> int:
     cases = dataset.by_id()
     # answers to a different question or to different fixture files cannot be re-graded
     # (runs recorded before files_sha256 existed are checked on the question alone)
-    changed_questions = sorted({r["case_id"] for r in run.results if r["case_id"] in cases and (
-        r.get("question_sha256") != cases[r["case_id"]].question_sha256
-        or r.get("files_sha256", cases[r["case_id"]].files_sha256) != cases[r["case_id"]].files_sha256)})
+    changed_questions = sorted(
+        {
+            r["case_id"]
+            for r in run.results
+            if r["case_id"] in cases
+            and (
+                r.get("question_sha256") != cases[r["case_id"]].question_sha256
+                or r.get("files_sha256", cases[r["case_id"]].files_sha256) != cases[r["case_id"]].files_sha256
+            )
+        }
+    )
     missing = sorted({r["case_id"] for r in run.results} - set(cases))
     if changed_questions or missing:
-        raise InputError(f"{run.path.name}: cannot regrade: question changed for {', '.join(changed_questions) or '-'}; "
-                         f"case removed: {', '.join(missing) or '-'} (rerun those cases instead)")
+        raise InputError(
+            f"{run.path.name}: cannot regrade: question changed for {', '.join(changed_questions) or '-'}; "
+            f"case removed: {', '.join(missing) or '-'} (rerun those cases instead)"
+        )
     new_results = []
     for record in run.results:
         record = dict(record)
-        grade = grade_answer(cases[record["case_id"]].checks, record.get("answer", ""), record.get("commands", []), rules)
+        grade = grade_answer(
+            cases[record["case_id"]].checks, record.get("answer", ""), record.get("commands", []), rules
+        )
         record["grade"] = grade.to_json()
         new_results.append(record)
     header = dict(run.header)
-    header["dataset"] = dict(header["dataset"], sha256=dataset.sha256,
-                             cases=[{"id": c.id, "category": c.category, "should_trigger": c.should_trigger,
-                                     "expected_script": c.expected_script}
-                                    for c in dataset.cases if c.id in {x["id"] for x in run.header["dataset"]["cases"]}])
+    header["dataset"] = dict(
+        header["dataset"],
+        sha256=dataset.sha256,
+        cases=[
+            {
+                "id": c.id,
+                "category": c.category,
+                "should_trigger": c.should_trigger,
+                "expected_script": c.expected_script,
+            }
+            for c in dataset.cases
+            if c.id in {x["id"] for x in run.header["dataset"]["cases"]}
+        ],
+    )
     header["security_rules_sha256"] = rules_sha
     rewrite(run.path, header, new_results)
-    print(f"regraded {len(new_results)} results in {_display(run.path)} against {_display(evals)} ({dataset.sha256[:12]})")
+    print(
+        f"regraded {len(new_results)} results in {_display(run.path)} against {_display(evals)} ({dataset.sha256[:12]})"
+    )
     return EXIT_OK

@@ -6,8 +6,9 @@ import argparse
 import os
 import re
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from memtune import paths, shipped_files
 from memtune.cli import EXIT_FINDINGS, EXIT_OK, InputError, make_parser, print_json
@@ -67,33 +68,74 @@ def build_parser() -> argparse.ArgumentParser:
     common = {"formatter_class": argparse.RawDescriptionHelpFormatter}
 
     sign = sub.add_parser(
-        "sign", help="write skill.oms.sig for a package tree", epilog=EPILOG, **common,
+        "sign",
+        help="write skill.oms.sig for a package tree",
+        epilog=EPILOG,
+        **common,
         description="Sign the files the package ships (git-tracked files of a clean work tree, or every file of a\n"
         "plain folder) with the release key. Nothing is written unless the key material is valid (matching\n"
         "key, current code-signing certificate) and the new signature verifies against --root-cert.\n"
         "Exit 0 signed, 2 bad input.",
     )
-    sign.add_argument("directory", nargs="?", type=Path, default=paths.SKILL_ROOT, help="package root (default: this package)")
-    sign.add_argument("--private-key", type=Path, help=f"leaf private key, PEM (or ${ENV_KEY}); must be outside the package")
+    sign.add_argument(
+        "directory", nargs="?", type=Path, default=paths.SKILL_ROOT, help="package root (default: this package)"
+    )
+    sign.add_argument(
+        "--private-key", type=Path, help=f"leaf private key, PEM (or ${ENV_KEY}); must be outside the package"
+    )
     sign.add_argument("--signing-cert", type=Path, help=f"leaf code-signing certificate, PEM (or ${ENV_CERT})")
-    sign.add_argument("--cert-chain", type=Path, action="append", help=f"intermediate + root certificates, PEM; repeatable (or ${ENV_CHAIN}, {os.pathsep}-separated)")
-    sign.add_argument("--signature", type=Path, help=f"where to write the signature (default: DIRECTORY/{SIGNATURE_NAME})")
-    sign.add_argument("--root-cert", type=Path, default=DEFAULT_ROOT_CERT, help="trust anchor the new signature must verify against (default: signing/root-cert.pem)")
-    sign.add_argument("--allow-dirty", action="store_true", help="sign a git work tree with uncommitted changes (the signature then matches no commit)")
+    sign.add_argument(
+        "--cert-chain",
+        type=Path,
+        action="append",
+        help=f"intermediate + root certificates, PEM; repeatable (or ${ENV_CHAIN}, {os.pathsep}-separated)",
+    )
+    sign.add_argument(
+        "--signature", type=Path, help=f"where to write the signature (default: DIRECTORY/{SIGNATURE_NAME})"
+    )
+    sign.add_argument(
+        "--root-cert",
+        type=Path,
+        default=DEFAULT_ROOT_CERT,
+        help="trust anchor the new signature must verify against (default: signing/root-cert.pem)",
+    )
+    sign.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="sign a git work tree with uncommitted changes (the signature then matches no commit)",
+    )
     sign.add_argument("--json", action="store_true", help="print one JSON document")
 
     verify = sub.add_parser(
-        "verify", help="strictly verify a package tree against skill.oms.sig", epilog=EPILOG, **common,
+        "verify",
+        help="strictly verify a package tree against skill.oms.sig",
+        epilog=EPILOG,
+        **common,
         description="Strictly verify a package tree (a git checkout: its tracked files; any other folder, such as an\n"
         "installed copy: every file) against skill.oms.sig and the trust anchor. A symlinked DIRECTORY is\n"
         "resolved. On failure, lists the changed, added and missing files.\n"
         "Exit 0 verified, 1 verification failed, 2 bad input.",
     )
-    verify.add_argument("directory", nargs="?", type=Path, default=paths.SKILL_ROOT, help="package root (default: this package)")
+    verify.add_argument(
+        "directory", nargs="?", type=Path, default=paths.SKILL_ROOT, help="package root (default: this package)"
+    )
     verify.add_argument("--signature", type=Path, help=f"signature file (default: DIRECTORY/{SIGNATURE_NAME})")
-    verify.add_argument("--root-cert", type=Path, default=DEFAULT_ROOT_CERT, help="trust anchor, PEM (default: signing/root-cert.pem of this package)")
-    verify.add_argument("--expect-fingerprint", metavar="SHA256", help=f"SHA-256 fingerprint the trust anchor must have, obtained outside this package (or ${ENV_EXPECT}; default: the release root pinned in the code)")
-    verify.add_argument("--all-files", action="store_true", help="in a git work tree, check every file (as a local `npx skills add DIR` would ship) instead of the tracked ones")
+    verify.add_argument(
+        "--root-cert",
+        type=Path,
+        default=DEFAULT_ROOT_CERT,
+        help="trust anchor, PEM (default: signing/root-cert.pem of this package)",
+    )
+    verify.add_argument(
+        "--expect-fingerprint",
+        metavar="SHA256",
+        help=f"SHA-256 fingerprint the trust anchor must have, obtained outside this package (or ${ENV_EXPECT}; default: the release root pinned in the code)",
+    )
+    verify.add_argument(
+        "--all-files",
+        action="store_true",
+        help="in a git work tree, check every file (as a local `npx skills add DIR` would ship) instead of the tracked ones",
+    )
     verify.add_argument("--json", action="store_true", help="print one JSON document")
     return parser
 
@@ -159,7 +201,9 @@ def _key_material(args: argparse.Namespace, root: Path) -> Any:
     else:
         raise InputError(f"no certificate chain: pass --cert-chain PATH or set {ENV_CHAIN}")
     if key.exists() and key.resolve().is_relative_to(root):
-        raise InputError(f"private key {key} lies inside the package {root}: it would ship to every user; keep the release key outside the repository")
+        raise InputError(
+            f"private key {key} lies inside the package {root}: it would ship to every user; keep the release key outside the repository"
+        )
     return KeyMaterial(private_key=key, signing_cert=cert, chain=chain)
 
 
@@ -189,8 +233,10 @@ def _sign(args: argparse.Namespace, root: Path, notes: list[str]) -> int:
         raise InputError(f"{root} has no files to sign")
     bytecode = [f for f in shipped.files if shipped_files.is_bytecode(f)]
     if bytecode:
-        raise InputError(f"{root} holds bytecode ({_listed(bytecode)}); a signature must not vouch for compiled "
-                         "files: delete them and sign again")
+        raise InputError(
+            f"{root} holds bytecode ({_listed(bytecode)}); a signature must not vouch for compiled "
+            "files: delete them and sign again"
+        )
     # __pycache__ is deliberately not ignored: a cache planted in an installed copy must make
     # even the plain `model_signing verify` fail (the helpers never write one there).
     ignore = sorted({SIGNATURE_NAME, *([own] if own else [])})
@@ -202,7 +248,9 @@ def _sign(args: argparse.Namespace, root: Path, notes: list[str]) -> int:
         # Never replace a signature with one the trust anchor rejects.
         failure = signing.verify_tree(tree, draft, [args.root_cert])
         if failure is not None:
-            raise InputError(f"the new signature does not verify against {args.root_cert}: {failure.message}; nothing was written")
+            raise InputError(
+                f"the new signature does not verify against {args.root_cert}: {failure.message}; nothing was written"
+            )
         signing.write_atomically(draft.read_bytes(), target)
 
     notes.append(_not_covered_note(shipped.unsignable))
@@ -264,7 +312,9 @@ def _bytecode_failure(root: Path, use_git: bool) -> tuple[Any, list[str]]:
         cached = shipped_files.bytecode_files(root, in_venvs=False)
         caches = sorted({str(Path(f).parent) for f in cached if shipped_files.BYTECODE_DIR in Path(f).parts})
         if caches:
-            notes.append(f"bytecode caches in the work tree are not checked (they never ship and the helpers never read them): {_listed(caches)}")
+            notes.append(
+                f"bytecode caches in the work tree are not checked (they never ship and the helpers never read them): {_listed(caches)}"
+            )
     else:
         bad = list(shipped_files.bytecode_files(root))
     if not bad:
@@ -297,11 +347,13 @@ def _verify(args: argparse.Namespace, root: Path, notes: list[str]) -> int:
     notes.extend(bytecode_notes)
 
     if not anchor_matches:
-        outcome = signing.VerifyOutcome(signing.Failure(
-            "anchor-mismatch",
-            f"the trust anchor {args.root_cert} has SHA-256 {anchor.sha256}, but {expected_from} expects {expected}: "
-            "it may have been swapped; get the release root from a trusted source and pass it with --root-cert",
-        ))
+        outcome = signing.VerifyOutcome(
+            signing.Failure(
+                "anchor-mismatch",
+                f"the trust anchor {args.root_cert} has SHA-256 {anchor.sha256}, but {expected_from} expects {expected}: "
+                "it may have been swapped; get the release root from a trusted source and pass it with --root-cert",
+            )
+        )
     else:
         with tempfile.TemporaryDirectory(prefix="sign_skill.") as tmp:
             # A git work tree holds a venv and caches that never ship: check an export of
@@ -313,7 +365,9 @@ def _verify(args: argparse.Namespace, root: Path, notes: list[str]) -> int:
 
     notes.append(_not_covered_note(shipped.unsignable))
     if shipped.untracked:
-        notes.append(f"{len(shipped.untracked)} untracked file(s) not checked (they do not ship from git): {_listed(shipped.untracked)}")
+        notes.append(
+            f"{len(shipped.untracked)} untracked file(s) not checked (they do not ship from git): {_listed(shipped.untracked)}"
+        )
 
     result = {
         "ok": outcome.ok,
@@ -323,8 +377,13 @@ def _verify(args: argparse.Namespace, root: Path, notes: list[str]) -> int:
         "files_checked": len(shipped.files),
         "files_signed": len(statement.digests),
         "signer": statement.signer.as_dict() if statement.signer else None,
-        "trust_anchor": {"path": str(args.root_cert), **anchor.as_dict(), "expected_sha256": expected,
-                         "expected_from": expected_from, "matches_expected": anchor_matches},
+        "trust_anchor": {
+            "path": str(args.root_cert),
+            **anchor.as_dict(),
+            "expected_sha256": expected,
+            "expected_from": expected_from,
+            "matches_expected": anchor_matches,
+        },
         "failure": {"kind": outcome.failure.kind, "message": outcome.failure.message} if outcome.failure else None,
         "drift": outcome.drift.as_dict(),
         "not_covered": [*shipped.unsignable, NOT_COVERED_ALWAYS],
@@ -341,7 +400,9 @@ def _print_verify(result: dict[str, Any], outcome: Any) -> None:
     anchor = result["trust_anchor"]
     signer = result["signer"] or {}
     if outcome.ok:
-        print(f"verified: {result['root']} matches {result['signature']} ({result['files_signed']} signed files, {result['mode']})")
+        print(
+            f"verified: {result['root']} matches {result['signature']} ({result['files_signed']} signed files, {result['mode']})"
+        )
         print(f"signer: {signer.get('subject', '?')}")
     else:
         print(f"FAILED: {result['root']} does not verify against {result['signature']}")

@@ -23,7 +23,9 @@ def check_skill_card(package: Package, rules: dict[str, Any]) -> list[Finding]:
     name = rules["file"]
     text = package.read_text(name)
     if text is None:
-        return [error("card/skill-card-missing", f"{name} is missing", "add the NVIDIA skill-card governance file", name)]
+        return [
+            error("card/skill-card-missing", f"{name} is missing", "add the NVIDIA skill-card governance file", name)
+        ]
     toks = markdown.tokens(text)
     found = markdown.headings(toks)
     lines = text.splitlines()
@@ -33,20 +35,40 @@ def check_skill_card(package: Package, rules: dict[str, Any]) -> list[Finding]:
         pattern = re.compile(section["match"])
         match = next((h for h in found if pattern.match(normalize_heading(h.text))), None)
         if match is None:
-            findings.append(error("card/section-missing", f"{name} has no '{section['name']}' section",
-                                  f"add a heading '## {section['name']}'", name))
+            findings.append(
+                error(
+                    "card/section-missing",
+                    f"{name} has no '{section['name']}' section",
+                    f"add a heading '## {section['name']}'",
+                    name,
+                )
+            )
             continue
         located[section["name"]] = match
         content = _section_text(lines, found, match)
         if not re.sub(r"<br\s*/?>", "", content, flags=re.IGNORECASE).strip():
-            findings.append(error("card/section-empty", f"{name} section '{section['name']}' is empty",
-                                  "write the section", name, match.line))
+            findings.append(
+                error(
+                    "card/section-empty",
+                    f"{name} section '{section['name']}' is empty",
+                    "write the section",
+                    name,
+                    match.line,
+                )
+            )
     benchmark = rules["benchmark_file"]
     for section_name in rules["benchmark_sections"]:
         heading = located.get(section_name)
         if heading is not None and benchmark not in _section_text(lines, found, heading):
-            findings.append(warning("card/benchmark-pointer", f"{name} section '{section_name}' does not point at {benchmark}",
-                                    f"link {benchmark} instead of quoting figures", name, heading.line))
+            findings.append(
+                warning(
+                    "card/benchmark-pointer",
+                    f"{name} section '{section_name}' does not point at {benchmark}",
+                    f"link {benchmark} instead of quoting figures",
+                    name,
+                    heading.line,
+                )
+            )
     return findings
 
 
@@ -54,7 +76,7 @@ def _section_text(lines: list[str], found: list[markdown.Heading], heading: mark
     """Text from below ``heading`` up to the next heading of the same or a higher level."""
     later = [h.line for h in found if h.line > heading.line and h.level <= heading.level]
     end = (later[0] - 1) if later else len(lines)
-    return "\n".join(lines[heading.line:end])
+    return "\n".join(lines[heading.line : end])
 
 
 def check_card_yaml(package: Package, rules: dict[str, Any]) -> list[Finding]:
@@ -69,11 +91,25 @@ def check_card_yaml(package: Package, rules: dict[str, Any]) -> list[Finding]:
     try:
         card = yaml_guard.safe_load(text)
     except yaml_guard.YamlLimitError as exc:
-        return [error("card/card-yaml-too-big", f"{name}: the YAML {exc}", "write the card out plainly, without deep nesting or alias chains", name)]
+        return [
+            error(
+                "card/card-yaml-too-big",
+                f"{name}: the YAML {exc}",
+                "write the card out plainly, without deep nesting or alias chains",
+                name,
+            )
+        ]
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        return [error("card/card-yaml-syntax", f"{name} is not valid YAML: {' '.join(str(exc).split())}", "fix the YAML", name,
-                      mark.line + 1 if mark is not None else None)]
+        return [
+            error(
+                "card/card-yaml-syntax",
+                f"{name} is not valid YAML: {' '.join(str(exc).split())}",
+                "fix the YAML",
+                name,
+                mark.line + 1 if mark is not None else None,
+            )
+        ]
     schema, problems = load_schema(package.root / schema_name, "card/schema", schema_name)
     if schema is None:
         return problems
@@ -84,7 +120,14 @@ def check_evals(package: Package, rules: dict[str, Any]) -> list[Finding]:
     name, schema_name = rules["file"], rules["schema"]
     text = package.read_text(name)
     if text is None:
-        return [info("evals/absent", f"{name} does not exist yet; its schema check was skipped", f"add {name} and {schema_name}", name)]
+        return [
+            info(
+                "evals/absent",
+                f"{name} does not exist yet; its schema check was skipped",
+                f"add {name} and {schema_name}",
+                name,
+            )
+        ]
     try:
         dataset = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -5,8 +5,8 @@ Stdlib only: the CLI imports this before it knows whether PyYAML & co. are insta
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from typing import Iterable
 
 ERROR = "error"
 WARNING = "warning"

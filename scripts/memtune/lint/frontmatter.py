@@ -44,7 +44,7 @@ def split(text: str) -> tuple[str, str, int]:
         raise FrontmatterError("SKILL.md must start with a '---' line opening the YAML frontmatter", 1)
     for index in range(1, len(lines)):
         if lines[index].rstrip("\r\n") == "---":
-            return "".join(lines[1:index]), "".join(lines[index + 1:]), index + 2
+            return "".join(lines[1:index]), "".join(lines[index + 1 :]), index + 2
     raise FrontmatterError("the YAML frontmatter is never closed by a '---' line", 1)
 
 
@@ -65,7 +65,9 @@ def _parse_header(header: str) -> tuple[Any, str, list[str]]:
         try:
             return strictyaml.load(header).data, "strictyaml", []
         except strictyaml.YAMLError as exc:
-            raise FrontmatterError(f"strictyaml (as used by skills-ref) rejects the frontmatter: {_one_line(exc)}", _mark_line(exc)) from None
+            raise FrontmatterError(
+                f"strictyaml (as used by skills-ref) rejects the frontmatter: {_one_line(exc)}", _mark_line(exc)
+            ) from None
     import yaml
 
     from memtune import yaml_guard
@@ -102,7 +104,9 @@ def field_line(text: str, key: str) -> int | None:
     return None
 
 
-def check(doc: SkillDocument, text: str, folder_name: str, rules: dict[str, Any], strict_dirname: bool = False) -> list[Finding]:
+def check(
+    doc: SkillDocument, text: str, folder_name: str, rules: dict[str, Any], strict_dirname: bool = False
+) -> list[Finding]:
     """The agentskills.io spec rules plus this project's metadata rules."""
     findings: list[Finding] = [info("spec/parser", note, file=SKILL_FILE) for note in doc.notes]
     data = doc.data
@@ -112,23 +116,36 @@ def check(doc: SkillDocument, text: str, folder_name: str, rules: dict[str, Any]
 
     unknown = sorted(set(map(str, data)) - set(rules["allowed_fields"]))
     for key in unknown:
-        findings.append(error(
-            "spec/unknown-field",
-            f"top-level frontmatter field '{key}' is not allowed by the Agent Skills spec "
-            f"(allowed: {', '.join(rules['allowed_fields'])})",
-            "move its content into 'description' (trigger phrases) or under 'metadata' as a string",
-            SKILL_FILE, where(key),
-        ))
+        findings.append(
+            error(
+                "spec/unknown-field",
+                f"top-level frontmatter field '{key}' is not allowed by the Agent Skills spec "
+                f"(allowed: {', '.join(rules['allowed_fields'])})",
+                "move its content into 'description' (trigger phrases) or under 'metadata' as a string",
+                SKILL_FILE,
+                where(key),
+            )
+        )
     for key in rules["required_fields"]:
         if key not in data:
-            findings.append(error("spec/missing-field", f"required frontmatter field '{key}' is missing", f"add '{key}:' to the frontmatter", SKILL_FILE, 2))
+            findings.append(
+                error(
+                    "spec/missing-field",
+                    f"required frontmatter field '{key}' is missing",
+                    f"add '{key}:' to the frontmatter",
+                    SKILL_FILE,
+                    2,
+                )
+            )
 
     if "name" in data:
         findings += _check_name(data["name"], folder_name, rules, strict_dirname, where("name"))
     if "description" in data:
         findings += _check_text(data["description"], "description", 1, rules["description_max"], where("description"))
     if "compatibility" in data:
-        findings += _check_text(data["compatibility"], "compatibility", 1, rules["compatibility_max"], where("compatibility"))
+        findings += _check_text(
+            data["compatibility"], "compatibility", 1, rules["compatibility_max"], where("compatibility")
+        )
     if "license" in data:
         findings += _check_text(data["license"], "license", 1, None, where("license"))
     if "allowed-tools" in data:
@@ -137,18 +154,40 @@ def check(doc: SkillDocument, text: str, folder_name: str, rules: dict[str, Any]
     return findings
 
 
-def _check_name(name: Any, folder_name: str, rules: dict[str, Any], strict_dirname: bool, line: int | None) -> list[Finding]:
+def _check_name(
+    name: Any, folder_name: str, rules: dict[str, Any], strict_dirname: bool, line: int | None
+) -> list[Finding]:
     if not isinstance(name, str) or not name.strip():
-        return [error("spec/name-format", "'name' must be a non-empty string", "set name: <lowercase-hyphenated-name>", SKILL_FILE, line)]
+        return [
+            error(
+                "spec/name-format",
+                "'name' must be a non-empty string",
+                "set name: <lowercase-hyphenated-name>",
+                SKILL_FILE,
+                line,
+            )
+        ]
     findings = []
     if len(name) > rules["name_max"]:
-        findings.append(error("spec/name-length", f"'name' is {len(name)} characters; the limit is {rules['name_max']}", "shorten the name", SKILL_FILE, line))
+        findings.append(
+            error(
+                "spec/name-length",
+                f"'name' is {len(name)} characters; the limit is {rules['name_max']}",
+                "shorten the name",
+                SKILL_FILE,
+                line,
+            )
+        )
     if not re.fullmatch(rules["name_pattern"], name):
-        findings.append(error(
-            "spec/name-format",
-            f"name '{name}' must be lowercase letters, digits and single hyphens, not starting or ending with a hyphen",
-            "e.g. nemo-mbridge-perf-memory-tuning", SKILL_FILE, line,
-        ))
+        findings.append(
+            error(
+                "spec/name-format",
+                f"name '{name}' must be lowercase letters, digits and single hyphens, not starting or ending with a hyphen",
+                "e.g. nemo-mbridge-perf-memory-tuning",
+                SKILL_FILE,
+                line,
+            )
+        )
     normalized_folder = unicodedata.normalize("NFKC", folder_name)
     if normalized_folder != unicodedata.normalize("NFKC", name.strip()):
         message = (
@@ -158,49 +197,119 @@ def _check_name(name: Any, folder_name: str, rules: dict[str, Any], strict_dirna
         if strict_dirname:
             findings.append(error("spec/name-folder", message, f"rename the folder to '{name}'", SKILL_FILE, line))
         else:
-            findings.append(info("spec/name-folder", message + " (a checkout may be named anything; the skills-ref check uses a copy named after the skill)", file=SKILL_FILE, line=line))
+            findings.append(
+                info(
+                    "spec/name-folder",
+                    message
+                    + " (a checkout may be named anything; the skills-ref check uses a copy named after the skill)",
+                    file=SKILL_FILE,
+                    line=line,
+                )
+            )
     return findings
 
 
 def _check_text(value: Any, key: str, minimum: int, maximum: int | None, line: int | None) -> list[Finding]:
     if not isinstance(value, str):
-        return [error(f"spec/{key}-type", f"'{key}' must be a string, found {type(value).__name__}", f"write {key} as plain text", SKILL_FILE, line)]
+        return [
+            error(
+                f"spec/{key}-type",
+                f"'{key}' must be a string, found {type(value).__name__}",
+                f"write {key} as plain text",
+                SKILL_FILE,
+                line,
+            )
+        ]
     length = len(value)
     if length < minimum or not value.strip():
         return [error(f"spec/{key}-length", f"'{key}' is empty", f"write a non-empty {key}", SKILL_FILE, line)]
     if maximum is not None and length > maximum:
-        return [error(f"spec/{key}-length", f"'{key}' is {length} characters; the limit is {maximum}", f"shorten {key} to at most {maximum} characters", SKILL_FILE, line)]
+        return [
+            error(
+                f"spec/{key}-length",
+                f"'{key}' is {length} characters; the limit is {maximum}",
+                f"shorten {key} to at most {maximum} characters",
+                SKILL_FILE,
+                line,
+            )
+        ]
     return []
 
 
 def _check_metadata(metadata: Any, rules: dict[str, Any], line: int) -> list[Finding]:
     if metadata is None:
-        return [error("meta/missing", "frontmatter has no 'metadata' map (author, version, tags)", "add metadata: with author, version and tags", SKILL_FILE, line)]
+        return [
+            error(
+                "meta/missing",
+                "frontmatter has no 'metadata' map (author, version, tags)",
+                "add metadata: with author, version and tags",
+                SKILL_FILE,
+                line,
+            )
+        ]
     if not isinstance(metadata, dict):
-        return [error("spec/metadata-type", f"'metadata' must be a map of strings, found {type(metadata).__name__}", "write metadata as 'key: value' lines", SKILL_FILE, line)]
+        return [
+            error(
+                "spec/metadata-type",
+                f"'metadata' must be a map of strings, found {type(metadata).__name__}",
+                "write metadata as 'key: value' lines",
+                SKILL_FILE,
+                line,
+            )
+        ]
     findings = []
     for key, value in metadata.items():
         if not isinstance(key, str) or not isinstance(value, str):
-            findings.append(error(
-                "spec/metadata-type",
-                f"metadata '{key}' must map a string to a string, found {type(value).__name__}",
-                "write lists as one comma-separated string (e.g. tags: a, b, c)", SKILL_FILE, line,
-            ))
+            findings.append(
+                error(
+                    "spec/metadata-type",
+                    f"metadata '{key}' must map a string to a string, found {type(value).__name__}",
+                    "write lists as one comma-separated string (e.g. tags: a, b, c)",
+                    SKILL_FILE,
+                    line,
+                )
+            )
     for key in rules["required_metadata"]:
         if key not in metadata:
-            findings.append(error("meta/missing", f"metadata.{key} is missing", f"add {key}: under metadata", SKILL_FILE, line))
+            findings.append(
+                error("meta/missing", f"metadata.{key} is missing", f"add {key}: under metadata", SKILL_FILE, line)
+            )
     author = metadata.get("author")
     if isinstance(author, str) and not re.fullmatch(rules["author_pattern"], author.strip()):
-        findings.append(error("meta/author", f"metadata.author '{author}' is not in 'Name <email>' form", "e.g. author: Jane Doe <jane@example.com>", SKILL_FILE, line))
+        findings.append(
+            error(
+                "meta/author",
+                f"metadata.author '{author}' is not in 'Name <email>' form",
+                "e.g. author: Jane Doe <jane@example.com>",
+                SKILL_FILE,
+                line,
+            )
+        )
     version = metadata.get("version")
     if isinstance(version, str) and not re.fullmatch(rules["version_pattern"], version.strip()):
-        findings.append(error("meta/version", f"metadata.version '{version}' is not a release version like 1.2.3", "use MAJOR.MINOR.PATCH", SKILL_FILE, line))
+        findings.append(
+            error(
+                "meta/version",
+                f"metadata.version '{version}' is not a release version like 1.2.3",
+                "use MAJOR.MINOR.PATCH",
+                SKILL_FILE,
+                line,
+            )
+        )
     tags = metadata.get("tags")
     if isinstance(tags, str):
         items = [tag.strip() for tag in tags.split(",")]
         bad = [tag for tag in items if not re.fullmatch(rules["tag_pattern"], tag)]
         if not tags.strip() or bad:
-            findings.append(error("meta/tags", f"metadata.tags must be comma-separated lowercase tags; bad: {bad or ['(empty)']}", "e.g. tags: gpu-memory, oom, lora", SKILL_FILE, line))
+            findings.append(
+                error(
+                    "meta/tags",
+                    f"metadata.tags must be comma-separated lowercase tags; bad: {bad or ['(empty)']}",
+                    "e.g. tags: gpu-memory, oom, lora",
+                    SKILL_FILE,
+                    line,
+                )
+            )
         elif len(set(items)) != len(items):
             findings.append(error("meta/tags", "metadata.tags repeats a tag", "list each tag once", SKILL_FILE, line))
     return findings

@@ -60,31 +60,70 @@ def _orphans(package: Package, graph: dict[Path, set[Path]], rules: dict[str, An
             if nxt not in seen:
                 seen.add(nxt)
                 todo.append(nxt)
-    return [warning("links/orphan-reference", f"{package.rel(path)} is not reachable by links from {rules['entry']}",
-                    f"link it from {rules['entry']} (or from a reference that is linked)", package.rel(path))
-            for path in markdown_files(package, rules["must_be_linked"]) if path.resolve() not in seen]
+    return [
+        warning(
+            "links/orphan-reference",
+            f"{package.rel(path)} is not reachable by links from {rules['entry']}",
+            f"link it from {rules['entry']} (or from a reference that is linked)",
+            package.rel(path),
+        )
+        for path in markdown_files(package, rules["must_be_linked"])
+        if path.resolve() not in seen
+    ]
 
 
-def _check_link(link: markdown.Link, source: Path, label: str, root: Path, anchor_cache: dict[Path, set[str]]) -> list[Finding]:
+def _check_link(
+    link: markdown.Link, source: Path, label: str, root: Path, anchor_cache: dict[Path, set[str]]
+) -> list[Finding]:
     target = link.target.strip()
     if not target or SCHEME.match(target) or target.startswith("//"):
         return []
     path_part, _, fragment = target.partition("#")
     path_part = unquote(path_part.split("?", 1)[0])
     if path_part.startswith("/"):
-        return [warning("links/absolute", f"link '{target}' is an absolute path, which breaks in an installed copy",
-                        "use a path relative to this file", label, link.line)]
+        return [
+            warning(
+                "links/absolute",
+                f"link '{target}' is an absolute path, which breaks in an installed copy",
+                "use a path relative to this file",
+                label,
+                link.line,
+            )
+        ]
     resolved = (source.parent / path_part).resolve() if path_part else source.resolve()
     if resolved != root and root not in resolved.parents:
-        return [error("links/outside-package", f"link '{target}' points outside the package",
-                      "link only files that ship with the skill", label, link.line)]
+        return [
+            error(
+                "links/outside-package",
+                f"link '{target}' points outside the package",
+                "link only files that ship with the skill",
+                label,
+                link.line,
+            )
+        ]
     if not resolved.exists():
-        return [error("links/unresolved", f"link '{target}' does not resolve: {path_part} does not exist",
-                      "fix the path or add the file", label, link.line)]
+        return [
+            error(
+                "links/unresolved",
+                f"link '{target}' does not resolve: {path_part} does not exist",
+                "fix the path or add the file",
+                label,
+                link.line,
+            )
+        ]
     if fragment and resolved.suffix.lower() == ".md" and resolved.is_file():
         if resolved not in anchor_cache:
-            anchor_cache[resolved] = markdown.anchors(markdown.headings(markdown.tokens(resolved.read_text(encoding="utf-8", errors="replace"))))
+            anchor_cache[resolved] = markdown.anchors(
+                markdown.headings(markdown.tokens(resolved.read_text(encoding="utf-8", errors="replace")))
+            )
         if unquote(fragment).lower() not in anchor_cache[resolved]:
-            return [error("links/anchor", f"link '{target}': no heading in {path_part or label} has the anchor #{fragment}",
-                          "point at an existing heading", label, link.line)]
+            return [
+                error(
+                    "links/anchor",
+                    f"link '{target}': no heading in {path_part or label} has the anchor #{fragment}",
+                    "point at an existing heading",
+                    label,
+                    link.line,
+                )
+            ]
     return []

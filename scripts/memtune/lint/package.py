@@ -31,7 +31,7 @@ LINT_DATA_DIR = paths.DATA_DIR / "lint"
 WALK_SKIP_DIRS = EXCLUDED_DIR_NAMES
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_rules(name: str) -> dict[str, Any]:
     """A rule table from ``memtune/data/lint/<name>.yaml`` (read once per process).
 
@@ -76,13 +76,18 @@ def _git_files(root: Path) -> list[Path] | None:
     try:
         top = subprocess.run(
             [git, "-C", str(root), "rev-parse", "--show-toplevel"],
-            capture_output=True, text=True, timeout=60, check=True,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
         ).stdout.strip()
         if Path(top).resolve() != root.resolve():
             return None
         out = subprocess.run(
             [git, "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-            capture_output=True, timeout=60, check=True,
+            capture_output=True,
+            timeout=60,
+            check=True,
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
@@ -108,7 +113,9 @@ def ignored_but_installable(root: Path) -> list[str]:
     try:
         out = subprocess.run(
             [git, "-C", str(root), "ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--directory"],
-            capture_output=True, timeout=60, check=True,
+            capture_output=True,
+            timeout=60,
+            check=True,
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return []

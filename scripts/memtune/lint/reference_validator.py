@@ -23,8 +23,14 @@ def validate_copy(skill_md: Path, name: object) -> list[Finding]:
     try:
         from skills_ref.validator import validate
     except ImportError:
-        return [info(RULE, "skills-ref is not installed, so the reference validator did not run (the built-in spec rules did)",
-                     "pip install skills-ref to also run 'agentskills validate'", "SKILL.md")]
+        return [
+            info(
+                RULE,
+                "skills-ref is not installed, so the reference validator did not run (the built-in spec rules did)",
+                "pip install skills-ref to also run 'agentskills validate'",
+                "SKILL.md",
+            )
+        ]
     version = _version()
     folder = name if isinstance(name, str) and SAFE_FOLDER.match(name) and name not in (".", "..") else "unnamed-skill"
     with tempfile.TemporaryDirectory(prefix="lint-skill-") as tmp:
@@ -34,12 +40,25 @@ def validate_copy(skill_md: Path, name: object) -> list[Finding]:
         try:
             problems = validate(copy)
         except UnicodeDecodeError as exc:  # skills-ref reads SKILL.md as strict UTF-8 and does not catch this
-            return [error(RULE, f"skills-ref {version} validate cannot read SKILL.md: not UTF-8 text (byte offset {exc.start})",
-                          "save SKILL.md as UTF-8", "SKILL.md")]
+            return [
+                error(
+                    RULE,
+                    f"skills-ref {version} validate cannot read SKILL.md: not UTF-8 text (byte offset {exc.start})",
+                    "save SKILL.md as UTF-8",
+                    "SKILL.md",
+                )
+            ]
     if not problems:
         return [info(RULE, f"skills-ref {version} validate passed on a copy named '{folder}'", file="SKILL.md")]
-    return [error(RULE, f"skills-ref {version} validate: {problem}", "fix the frontmatter so 'agentskills validate' passes", "SKILL.md")
-            for problem in problems]
+    return [
+        error(
+            RULE,
+            f"skills-ref {version} validate: {problem}",
+            "fix the frontmatter so 'agentskills validate' passes",
+            "SKILL.md",
+        )
+        for problem in problems
+    ]
 
 
 def _version() -> str:

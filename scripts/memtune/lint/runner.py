@@ -26,7 +26,11 @@ class Report:
     def as_dict(self) -> dict:
         return {
             "root": str(self.root),
-            "summary": {**counts(self.findings), "files_scanned": self.files_scanned, "file_list": self.file_list_method},
+            "summary": {
+                **counts(self.findings),
+                "files_scanned": self.files_scanned,
+                "file_list": self.file_list_method,
+            },
             "findings": [f.as_dict() for f in self.findings],
         }
 
@@ -39,7 +43,9 @@ def lint(root: Path, options: Options = Options()) -> Report:
     skill_md = root / frontmatter.SKILL_FILE
     text = package.read_text(frontmatter.SKILL_FILE)
     if text is None:
-        findings.append(error("spec/skill-md-missing", "SKILL.md is missing", "add SKILL.md with YAML frontmatter", "SKILL.md"))
+        findings.append(
+            error("spec/skill-md-missing", "SKILL.md is missing", "add SKILL.md with YAML frontmatter", "SKILL.md")
+        )
     else:
         try:
             doc = frontmatter.parse(text)
@@ -67,7 +73,11 @@ def lint(root: Path, options: Options = Options()) -> Report:
     local_only = ignored_but_installable(root)
     if local_only:
         shown = ", ".join(local_only[:8]) + (f", ... ({len(local_only) - 8} more)" if len(local_only) > 8 else "")
-        findings.append(info("security/local-install-extra",
-                             f"git-ignored, not scanned, yet copied by a local `npx skills add` of this folder: {shown}",
-                             "install from the pushed repository (or a `git archive` export), not from a work tree"))
+        findings.append(
+            info(
+                "security/local-install-extra",
+                f"git-ignored, not scanned, yet copied by a local `npx skills add` of this folder: {shown}",
+                "install from the pushed repository (or a `git archive` export), not from a work tree",
+            )
+        )
     return Report(root, tuple(sorted(findings, key=sort_key)), len(files), method)

@@ -35,5 +35,7 @@ def violations(instance: Any, schema: dict, rule: str, label: str) -> list[Findi
     findings = []
     for problem in sorted(validator.iter_errors(instance), key=lambda e: [str(p) for p in e.absolute_path]):
         where = "/".join(str(part) for part in problem.absolute_path) or "(top level)"
-        findings.append(error(rule, f"{label} at {where}: {problem.message}", "make the document match its schema", label))
+        findings.append(
+            error(rule, f"{label} at {where}: {problem.message}", "make the document match its schema", label)
+        )
     return findings

@@ -40,10 +40,14 @@ class ScanRules:
     markdown: tuple[TextRule, ...] = ()
 
     @classmethod
-    def from_table(cls, table: dict[str, Any]) -> "ScanRules":
-        return cls(_compile(table["secrets"]), _compile(table["pipe_to_shell"]),
-                   pysafety.PyRules.from_table(table), int(table["max_scan_bytes"]),
-                   _compile(table.get("markdown_injection", [])))
+    def from_table(cls, table: dict[str, Any]) -> ScanRules:
+        return cls(
+            _compile(table["secrets"]),
+            _compile(table["pipe_to_shell"]),
+            pysafety.PyRules.from_table(table),
+            int(table["max_scan_bytes"]),
+            _compile(table.get("markdown_injection", [])),
+        )
 
 
 _CONTINUATION = re.compile(r"\\\r?\n")
@@ -64,22 +68,40 @@ def scan_text(text: str, label: str, rules: ScanRules, is_text: bool = True) -> 
     findings = []
     for rule in rules.secrets:
         for match in rule.pattern.finditer(text):
-            findings.append(error(f"security/{rule.id}", f"{rule.what} in a shipped file",
-                                  "remove it from the repository (and rotate it: it has been exposed)",
-                                  label, _line_of(text, match.start())))
+            findings.append(
+                error(
+                    f"security/{rule.id}",
+                    f"{rule.what} in a shipped file",
+                    "remove it from the repository (and rotate it: it has been exposed)",
+                    label,
+                    _line_of(text, match.start()),
+                )
+            )
     if is_text:
         joined = join_continuations(text)
         for rule in rules.pipe_to_shell:
             for match in rule.pattern.finditer(joined):
-                findings.append(error(f"security/{rule.id}", f"{rule.what}: {' '.join(match.group(0).split())[:80]}",
-                                      "download, verify, then run a pinned file; never pipe the network into a shell",
-                                      label, _line_of(text, match.start())))
+                findings.append(
+                    error(
+                        f"security/{rule.id}",
+                        f"{rule.what}: {' '.join(match.group(0).split())[:80]}",
+                        "download, verify, then run a pinned file; never pipe the network into a shell",
+                        label,
+                        _line_of(text, match.start()),
+                    )
+                )
     if is_text and label.lower().endswith(".md"):
         for rule in rules.markdown:
             for match in rule.pattern.finditer(text):
-                findings.append(error(f"security/{rule.id}", f"{rule.what}: {match.group(0)[:80]!r}",
-                                      "remove the line: documentation informs the agent, it never overrides its instructions",
-                                      label, _line_of(text, match.start())))
+                findings.append(
+                    error(
+                        f"security/{rule.id}",
+                        f"{rule.what}: {match.group(0)[:80]!r}",
+                        "remove the line: documentation informs the agent, it never overrides its instructions",
+                        label,
+                        _line_of(text, match.start()),
+                    )
+                )
     return findings
 
 
@@ -99,7 +121,13 @@ def scan_file(path: Path, label: str, rules: ScanRules) -> list[Finding]:
     findings: list[Finding] = []
     if len(data) > rules.max_bytes:
         data = data[: rules.max_bytes]
-        findings.append(info("security/truncated", f"larger than {rules.max_bytes} bytes: only the first part was scanned", file=label))
+        findings.append(
+            info(
+                "security/truncated",
+                f"larger than {rules.max_bytes} bytes: only the first part was scanned",
+                file=label,
+            )
+        )
     if label.endswith(".gz"):
         try:
             inner = gzip.decompress(data)[: rules.max_bytes]
@@ -126,8 +154,14 @@ def check(package: Package, files: list[Path], table: dict[str, Any]) -> list[Fi
         if path.is_symlink():
             target = path.resolve()
             if target != root and root not in target.parents:
-                findings.append(error("security/symlink-outside", f"symbolic link to {target}, outside the package",
-                                      "ship the file itself, not a link out of the package", label))
+                findings.append(
+                    error(
+                        "security/symlink-outside",
+                        f"symbolic link to {target}, outside the package",
+                        "ship the file itself, not a link out of the package",
+                        label,
+                    )
+                )
                 continue
         findings += scan_file(path, label, rules)
     return findings

@@ -23,15 +23,27 @@ def check(version: Any, package: Package, rules: dict[str, Any], card_rules: dic
         (rules["python_package"], _dunder_version(package.read_text(rules["python_package"]))),
     ):
         if found is not None and found != version:
-            findings.append(warning("meta/version-mismatch", f"{label} says version {found}; SKILL.md metadata.version is {version}",
-                                    "bump every version together", label))
+            findings.append(
+                warning(
+                    "meta/version-mismatch",
+                    f"{label} says version {found}; SKILL.md metadata.version is {version}",
+                    "bump every version together",
+                    label,
+                )
+            )
     card = card_rules["file"]
     text = package.read_text(card)
     if text is not None:
         section = _section_after(text, "skill version")
         if section is not None and version not in section:
-            findings.append(warning("meta/version-mismatch", f"{card} 'Skill Version' does not mention {version}",
-                                    "state the version SKILL.md declares", card))
+            findings.append(
+                warning(
+                    "meta/version-mismatch",
+                    f"{card} 'Skill Version' does not mention {version}",
+                    "state the version SKILL.md declares",
+                    card,
+                )
+            )
     return findings
 
 
@@ -57,7 +69,9 @@ def _dunder_version(text: str | None) -> str | None:
     except SyntaxError:
         return None
     for node in tree.body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__version__" for t in node.targets):
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "__version__" for t in node.targets
+        ):
             if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
                 return node.value.value
     return None
@@ -70,7 +84,7 @@ def _section_after(text: str, wanted: str) -> str | None:
         match = re.match(r"^(#{1,6})\s+(.*)$", line)
         if match and normalize_heading(match.group(2)).startswith(wanted):
             rest = []
-            for following in lines[index + 1:]:
+            for following in lines[index + 1 :]:
                 if re.match(r"^#{1,%d}\s" % len(match.group(1)), following):
                     break
                 rest.append(following)
