@@ -187,7 +187,9 @@ def test_git_checkout_verifies_its_tracked_files_despite_venv(capsys, package, p
     assert code == 0, out + err
     assert json.loads(out)["mode"] == "git-tracked"
     code, out, _ = verify(capsys, package, pki, "--all-files", "--json")
-    assert code == 1 and ".venv/bin/python" in json.loads(out)["drift"]["added"]
+    report = json.loads(out)
+    assert code == 1 and report["failure"]["kind"] == "working-checkout"
+    assert report["leftovers"] == [{"path": ".venv", "kind": "virtualenv", "files": 1}]
 
 
 # --------------------------------------------------------------------------- verify
@@ -371,6 +373,89 @@ def test_verify_lists_content_the_signature_does_not_cover(capsys, package, pki)
     assert code == 0
     for item in (".github/workflows/ci.yml", ".gitattributes", ".gitignore", "file modes"):
         assert item in line
+
+
+# --------------------------------------------------------------------------- working-checkout leftovers
+
+
+def plant_leftovers(package: Path) -> None:
+    """A small stand-in for what a developer's checkout holds: a virtualenv (with its
+    bytecode), the Hypothesis database and egg-info, as `npx skills add DIR` copies them."""
+    site = package / ".venv" / "lib" / "python3.11" / "site-packages" / "pkg"
+    site.mkdir(parents=True)
+    (package / ".venv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    for i in range(30):
+        (site / f"m{i}.py").write_text(f"x = {i}\n")
+    (site / "__init__.cpython-311.pyc").write_bytes(b"\x00" * 16)
+    (package / ".hypothesis" / "examples" / "ab").mkdir(parents=True)
+    (package / ".hypothesis" / "examples" / "ab" / "cd").write_bytes(b"\x01")
+    (package / "x.egg-info").mkdir()
+    (package / "x.egg-info" / "PKG-INFO").write_text("Name: x\n")
+
+
+def test_leftovers_of_a_working_checkout_fail_with_one_clear_line(capsys, package, pki):
+    assert sign(capsys, package, pki)[0] == 0
+    plant_leftovers(package)
+    code, out, _ = verify(capsys, package, pki)
+    assert code == 1
+    reason = next(line for line in out.splitlines() if line.startswith("reason: "))
+    assert reason.startswith(
+        "reason: installed from a working checkout: .venv (32 files), .hypothesis (1 file), x.egg-info (1 file)"
+    )
+    assert "the signed files themselves verify" in reason and "reinstall" in reason
+    assert "added:" not in out and "unsigned executable content" not in out  # the .pyc is part of .venv
+    assert max(len(line) for line in out.splitlines()) < 800
+
+    code, out, _ = verify(capsys, package, pki, "--json")
+    report = json.loads(out)
+    assert code == 1 and not report["ok"] and report["failure"]["kind"] == "working-checkout"
+    assert report["leftovers"] == [
+        {"path": ".venv", "kind": "virtualenv", "files": 32},
+        {"path": ".hypothesis", "kind": "Hypothesis example database", "files": 1},
+        {"path": "x.egg-info", "kind": "package build metadata", "files": 1},
+    ]
+    assert report["drift"] == {"changed": [], "added": [], "missing": []}
+
+
+@pytest.mark.parametrize(
+    ("tamper", "expected"),
+    [
+        ("add", "added:   scripts/memtune/evil.py"),
+        ("change", "changed: SKILL.md"),
+        ("delete", "missing: references/memory-model.md"),
+    ],
+)
+def test_tampering_beside_leftovers_still_reads_as_tampering(capsys, package, pki, tamper, expected):
+    assert sign(capsys, package, pki)[0] == 0
+    plant_leftovers(package)
+    if tamper == "add":
+        (package / "scripts" / "memtune" / "evil.py").write_text("import os\n")
+    elif tamper == "change":
+        (package / "SKILL.md").write_text((package / "SKILL.md").read_text().replace("memory", "mem0ry", 1))
+    else:
+        (package / "references" / "memory-model.md").unlink()
+    code, out, _ = verify(capsys, package, pki)
+    assert code == 1
+    assert "reason: the files differ from the signed manifest" in out and expected in out
+    assert ".venv/" not in out  # the leftovers are summarised, never listed file by file
+    assert "note: this copy was also installed from a working checkout: .venv (32 files)" in out
+
+
+def test_bytecode_outside_the_leftovers_is_still_unsigned_executable_content(capsys, package, pki):
+    assert sign(capsys, package, pki)[0] == 0
+    plant_leftovers(package)
+    (package / "scripts" / "json.pyc").write_bytes(b"\x00")
+    code, out, _ = verify(capsys, package, pki)
+    assert code == 1 and "reason: unsigned executable content: 1 bytecode file(s) (scripts/json.pyc)" in out
+
+
+def test_a_git_work_tree_ignores_its_own_leftovers_but_all_files_reports_them(capsys, package, pki):
+    git_commit_all(package)
+    assert sign(capsys, package, pki)[0] == 0
+    plant_leftovers(package)  # .gitignore keeps them untracked
+    assert verify(capsys, package, pki)[0] == 0
+    code, out, _ = verify(capsys, package, pki, "--all-files", "--json")
+    assert code == 1 and json.loads(out)["failure"]["kind"] == "working-checkout"
 
 
 # --------------------------------------------------------------------------- full disk

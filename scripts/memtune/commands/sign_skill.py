@@ -6,11 +6,12 @@ import argparse
 import os
 import re
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from memtune import paths, shipped_files
+from memtune import checkout_leftovers, paths, shipped_files
 from memtune.cli import EXIT_FINDINGS, EXIT_OK, InputError, make_parser, print_json
 from memtune.shipped_files import SIGNATURE_NAME
 
@@ -297,10 +298,13 @@ def _not_covered_note(unsignable: Sequence[str]) -> str:
     return f"present, not covered by the signature: {files}{NOT_COVERED_ALWAYS} (model_signing never hashes git metadata or modes)"
 
 
-def _bytecode_failure(root: Path, use_git: bool) -> tuple[Any, list[str]]:
+def _bytecode_failure(
+    root: Path, use_git: bool, leftovers: Collection[checkout_leftovers.LeftoverGroup] = ()
+) -> tuple[Any, list[str]]:
     """(Failure or None, notes) for compiled Python found under ``root``.
 
-    A directory (an installed copy) must hold none at all. A git work tree keeps its
+    A directory (an installed copy) must hold none outside working-checkout leftovers (a
+    virtualenv is full of it; the leftover failure already rejects the copy). A git work tree keeps its
     developer caches (__pycache__, virtualenvs: never read by the helpers, never shipped),
     but tracked bytecode or a sourceless .pyc elsewhere fails.
     """
@@ -316,7 +320,7 @@ def _bytecode_failure(root: Path, use_git: bool) -> tuple[Any, list[str]]:
                 f"bytecode caches in the work tree are not checked (they never ship and the helpers never read them): {_listed(caches)}"
             )
     else:
-        bad = list(shipped_files.bytecode_files(root))
+        bad = [f for f in shipped_files.bytecode_files(root) if not checkout_leftovers.belongs_to(f, leftovers)]
     if not bad:
         return None, notes
     failure = signing.Failure(
@@ -343,7 +347,14 @@ def _verify(args: argparse.Namespace, root: Path, notes: list[str]) -> int:
     own = signature.resolve().relative_to(root).as_posix() if signature.resolve().is_relative_to(root) else None
     use_git = shipped_files.is_git_root(root) and not args.all_files
     shipped = shipped_files.shipped_set(root, signature_rel=own, use_git=use_git)
-    bytecode, bytecode_notes = _bytecode_failure(root, use_git)
+    # An installed copy (a plain folder) may carry a working checkout's venv and caches:
+    # they are checked apart from the skill's own files, so each problem reads as itself.
+    split = (
+        checkout_leftovers.LeftoverSplit(other=shipped.files)
+        if use_git
+        else checkout_leftovers.split_leftovers(shipped.files, signed=statement.digests.keys())
+    )
+    bytecode, bytecode_notes = _bytecode_failure(root, use_git, split.groups)
     notes.extend(bytecode_notes)
 
     if not anchor_matches:
@@ -357,11 +368,24 @@ def _verify(args: argparse.Namespace, root: Path, notes: list[str]) -> int:
     else:
         with tempfile.TemporaryDirectory(prefix="sign_skill.") as tmp:
             # A git work tree holds a venv and caches that never ship: check an export of
-            # what does ship. Any other folder is checked in place, as model_signing would.
-            tree = shipped_files.export(shipped, Path(tmp) / root.name) if use_git else root
+            # what does ship. So does a copy with leftovers, minus the leftovers. Any other
+            # folder is checked in place, as model_signing would.
+            if use_git or split:
+                tree = shipped_files.export(replace(shipped, files=split.other), Path(tmp) / root.name)
+            else:
+                tree = root
             outcome = signing.verify_with_report(tree, signature, [args.root_cert], statement)
         if bytecode is not None:
             outcome = signing.VerifyOutcome(bytecode, outcome.drift)
+        elif split and outcome.ok:
+            outcome = signing.VerifyOutcome(
+                signing.Failure("working-checkout", checkout_leftovers.message(split.groups))
+            )
+    if split and (outcome.failure is None or outcome.failure.kind != "working-checkout"):
+        notes.append(
+            f"this copy was also installed from a working checkout: {checkout_leftovers.describe(split.groups)} "
+            f"(not part of the skill); {checkout_leftovers.REINSTALL}"
+        )
 
     notes.append(_not_covered_note(shipped.unsignable))
     if shipped.untracked:
@@ -386,6 +410,7 @@ def _verify(args: argparse.Namespace, root: Path, notes: list[str]) -> int:
         },
         "failure": {"kind": outcome.failure.kind, "message": outcome.failure.message} if outcome.failure else None,
         "drift": outcome.drift.as_dict(),
+        "leftovers": [group.as_dict() for group in split.groups],
         "not_covered": [*shipped.unsignable, NOT_COVERED_ALWAYS],
         "notes": notes,
     }
