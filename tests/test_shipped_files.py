@@ -68,6 +68,15 @@ def test_symlink_inside_the_tree_is_refused(repo):
         shipped_files.shipped_set(repo, use_git=False)
 
 
+def test_symlinks_the_caller_accepts_are_listed_others_still_refused(repo):
+    os.symlink("site.py", repo / ".venv" / "lib" / "python")
+    in_venv = lambda rel: rel.startswith(".venv/")  # noqa: E731
+    assert ".venv/lib/python" in shipped_files.shipped_set(repo, use_git=False, symlink_ok=in_venv).files
+    os.symlink("SKILL.md", repo / "link.md")
+    with pytest.raises(InputError, match="link.md is a symlink"):
+        shipped_files.shipped_set(repo, use_git=False, symlink_ok=in_venv)
+
+
 def test_dirty_paths_ignore_only_the_signature(repo):
     assert shipped_files.git_dirty_paths(repo) == []
     (repo / "skill.oms.sig").write_text("{}")

@@ -453,6 +453,8 @@ def test_a_git_work_tree_ignores_its_own_leftovers_but_all_files_reports_them(ca
     git_commit_all(package)
     assert sign(capsys, package, pki)[0] == 0
     plant_leftovers(package)  # .gitignore keeps them untracked
+    (package / ".venv" / "bin").mkdir()
+    (package / ".venv" / "bin" / "python").symlink_to(sys.executable)  # as `python -m venv` makes it
     assert verify(capsys, package, pki)[0] == 0
     code, out, _ = verify(capsys, package, pki, "--all-files", "--json")
     assert code == 1 and json.loads(out)["failure"]["kind"] == "working-checkout"

@@ -115,6 +115,15 @@ def _candidate(rel: str, venvs: Collection[str]) -> tuple[str, str] | None:
     return None
 
 
+def in_named_leftover(rel: str) -> bool:
+    """Is ``rel`` in a leftover location known by name alone (``.venv``, caches, egg-info)?
+
+    Usable before the whole listing is known; a virtualenv under another name is found by
+    its marker only in :func:`split_leftovers`.
+    """
+    return _candidate(rel, ()) is not None
+
+
 def split_leftovers(paths: Iterable[str], signed: Collection[str] = ()) -> LeftoverSplit:
     """Group ``paths`` (POSIX, relative to the package root) into leftovers and the rest.
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -139,11 +140,18 @@ def _walk(root: Path) -> list[str]:
     return found
 
 
-def shipped_set(root: Path, signature_rel: str | None = SIGNATURE_NAME, use_git: bool | None = None) -> ShippedSet:
+def shipped_set(
+    root: Path,
+    signature_rel: str | None = SIGNATURE_NAME,
+    use_git: bool | None = None,
+    symlink_ok: Callable[[str], bool] | None = None,
+) -> ShippedSet:
     """The files of ``root`` that ship, split into signed and unsignable paths.
 
     ``use_git`` None means: git-tracked files when ``root`` is a git work tree, every file
     otherwise. ``signature_rel`` (the signature's path relative to root) never counts.
+    ``symlink_ok`` names symlinks to list rather than refuse: a virtualenv is full of them
+    (the skills CLI copies their targets), and verification judges it as a leftover anyway.
     """
     if use_git is None:
         use_git = is_git_root(root)
@@ -166,7 +174,7 @@ def shipped_set(root: Path, signature_rel: str | None = SIGNATURE_NAME, use_git:
     never = {SIGNATURE_NAME, signature_rel}
     shipped = [p for p in candidates if not is_excluded(p) and p not in never]
     for rel in shipped:
-        if (root / rel).is_symlink():
+        if (root / rel).is_symlink() and not (symlink_ok and symlink_ok(rel)):
             raise InputError(
                 f"{root / rel} is a symlink: model_signing refuses symlinks inside a signed tree; "
                 "replace it with the file it points to"

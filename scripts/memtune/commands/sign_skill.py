@@ -346,7 +346,9 @@ def _verify(args: argparse.Namespace, root: Path, notes: list[str]) -> int:
         )
     own = signature.resolve().relative_to(root).as_posix() if signature.resolve().is_relative_to(root) else None
     use_git = shipped_files.is_git_root(root) and not args.all_files
-    shipped = shipped_files.shipped_set(root, signature_rel=own, use_git=use_git)
+    shipped = shipped_files.shipped_set(
+        root, signature_rel=own, use_git=use_git, symlink_ok=None if use_git else checkout_leftovers.in_named_leftover
+    )
     # An installed copy (a plain folder) may carry a working checkout's venv and caches:
     # they are checked apart from the skill's own files, so each problem reads as itself.
     split = (
