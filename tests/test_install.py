@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from signing_pki import SKILL_NAME, export_tracked, make_pki
+from signing_pki import SKILL_NAME, export_tracked, git_commit_all, make_pki
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SKILLS_CLI = "skills@1.5.16"
@@ -40,11 +40,8 @@ def expecting(pki) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory):
-    """(project dir, test PKI) after a signed export was installed for both agents."""
-    npx = shutil.which("npx")
-    if npx is None:
-        pytest.fail("npx not found on PATH: the install test needs Node.js >= 18 (npx) to run the real skills CLI")
+def signed_source(tmp_path_factory):
+    """(signed export of the tracked files, test PKI)."""
     base = tmp_path_factory.mktemp("install")
     pki = make_pki(base / "pki")
     source = export_tracked(REPO_ROOT, base / "src")
@@ -65,7 +62,14 @@ def installed(tmp_path_factory):
         ]
     )
     assert signed.returncode == 0, signed.stderr
+    return source, pki
 
+
+def skills_add(source: Path, base: Path) -> Path:
+    """Install ``source`` with the real skills CLI into a new project under ``base``."""
+    npx = shutil.which("npx")
+    if npx is None:
+        pytest.fail("npx not found on PATH: the install test needs Node.js >= 18 (npx) to run the real skills CLI")
     project, home = base / "project", base / "home"
     project.mkdir()
     home.mkdir()
@@ -84,7 +88,14 @@ def installed(tmp_path_factory):
         env=env,
     )
     assert result.returncode == 0, f"skills CLI failed:\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}"
-    return project, pki
+    return project
+
+
+@pytest.fixture(scope="module")
+def installed(signed_source, tmp_path_factory):
+    """(project dir, test PKI) after a signed export was installed for both agents."""
+    source, pki = signed_source
+    return skills_add(source, tmp_path_factory.mktemp("clean")), pki
 
 
 def locations(project: Path) -> dict[str, Path]:
@@ -180,3 +191,39 @@ def test_tampered_installed_copy_fails_and_names_the_file(installed, tmp_path):
     )
     assert result.returncode == 1
     assert "changed: SKILL.md" in result.stdout
+
+
+@pytest.fixture(scope="module")
+def installed_from_checkout(signed_source, tmp_path_factory):
+    """(project dir, test PKI) after installing from a working checkout of the signed
+    package: a git work tree holding a real virtualenv, test caches and egg-info."""
+    source, pki = signed_source
+    base = tmp_path_factory.mktemp("checkout")
+    checkout = base / "src" / SKILL_NAME
+    shutil.copytree(source, checkout)
+    git_commit_all(checkout)
+    venv = run([sys.executable, "-m", "venv", "--without-pip", str(checkout / ".venv")])
+    assert venv.returncode == 0, venv.stderr
+    for rel in (".hypothesis/examples/0a1b/2c3d", ".pytest_cache/v/cache/lastfailed", "x.egg-info/PKG-INFO"):
+        (checkout / rel).parent.mkdir(parents=True, exist_ok=True)
+        (checkout / rel).write_text("leftover\n")
+    return skills_add(checkout, base), pki
+
+
+def test_install_from_a_working_checkout_is_explained_by_verify(installed_from_checkout):
+    project, pki = installed_from_checkout
+    place = locations(project)["codex"]
+    assert (place / ".venv" / "pyvenv.cfg").is_file(), "the skills CLI is expected to copy the checkout whole"
+    command = [sys.executable, str(place / "scripts" / "sign_skill.py"), "verify", str(place), "--root-cert"]
+    result = run([*command, str(pki.root_cert)], env=expecting(pki))
+    assert result.returncode == 1, result.stdout + result.stderr
+    reason = next(line for line in result.stdout.splitlines() if line.startswith("reason: "))
+    assert reason.startswith("reason: installed from a working checkout: .venv (")
+    for group in (".hypothesis (1 file)", ".pytest_cache (1 file)", "x.egg-info (1 file)", "reinstall"):
+        assert group in reason
+    assert "added:" not in result.stdout and max(map(len, result.stdout.splitlines())) < 800
+
+    report = json.loads(run([*command, str(pki.root_cert), "--json"], env=expecting(pki)).stdout)
+    assert report["failure"]["kind"] == "working-checkout"
+    assert [g["path"] for g in report["leftovers"]][0] == ".venv"
+    assert {g["path"] for g in report["leftovers"]} == {".venv", ".hypothesis", ".pytest_cache", "x.egg-info"}
