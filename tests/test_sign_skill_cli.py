@@ -369,7 +369,7 @@ def test_verify_lists_content_the_signature_does_not_cover(capsys, package, pki)
     (package / ".gitattributes").write_text("* text=auto\n")
     assert sign(capsys, package, pki)[0] == 0
     code, out, _ = verify(capsys, package, pki)
-    line = next(l for l in out.splitlines() if "present, not covered by the signature" in l)
+    line = next(text for text in out.splitlines() if "present, not covered by the signature" in text)
     assert code == 0
     for item in (".github/workflows/ci.yml", ".gitattributes", ".gitignore", "file modes"):
         assert item in line
@@ -439,6 +439,19 @@ def test_tampering_beside_leftovers_still_reads_as_tampering(capsys, package, pk
     assert "reason: the files differ from the signed manifest" in out and expected in out
     assert ".venv/" not in out  # the leftovers are summarised, never listed file by file
     assert "note: this copy was also installed from a working checkout: .venv (32 files)" in out
+
+
+def test_a_symlink_is_refused_unless_it_lies_in_a_leftover(capsys, package, pki):
+    (package / "build").mkdir()
+    (package / "build" / "recipe.py").write_text("X = 1\n")
+    assert sign(capsys, package, pki)[0] == 0  # this package ships build/, so build/ is content
+    plant_leftovers(package)
+    (package / ".venv" / "bin").mkdir()
+    (package / ".venv" / "bin" / "python").symlink_to(sys.executable)
+    assert verify(capsys, package, pki)[0] == 1  # a leftover's symlink is listed, not refused
+    (package / "build" / "copy.py").symlink_to(package / "build" / "recipe.py")
+    code, _, err = verify(capsys, package, pki)
+    assert code == 2 and "build/copy.py is a symlink" in err
 
 
 def test_bytecode_outside_the_leftovers_is_still_unsigned_executable_content(capsys, package, pki):

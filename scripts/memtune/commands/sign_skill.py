@@ -356,6 +356,12 @@ def _verify(args: argparse.Namespace, root: Path, notes: list[str]) -> int:
         if use_git
         else checkout_leftovers.split_leftovers(shipped.files, signed=statement.digests.keys())
     )
+    for rel in split.other:  # symlinks pass shipped_set only inside a leftover location
+        if not use_git and (root / rel).is_symlink():
+            raise InputError(
+                f"{root / rel} is a symlink: model_signing refuses symlinks inside a signed tree; "
+                "replace it with the file it points to"
+            )
     bytecode, bytecode_notes = _bytecode_failure(root, use_git, split.groups)
     notes.extend(bytecode_notes)
 
