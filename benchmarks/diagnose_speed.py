@@ -161,7 +161,7 @@ def generate(path: Path, size: int, seed: int = 7, dense: bool = False) -> int:
     n_blocks = max(1, size // len(blocks[0]) + 1)
     # distinct blocks, so that no failure overwrites another in a small log
     where = (
-        dict(zip(rng.sample(range(n_blocks), len(failures)), failures))
+        dict(zip(rng.sample(range(n_blocks), len(failures)), failures, strict=True))
         if n_blocks >= len(failures)
         else {0: b"".join(failures)}
     )

@@ -8,6 +8,7 @@ Prints the best-of-5 mean time per call for a few representative runs. Usage:
 
 from __future__ import annotations
 
+import functools
 import sys
 import timeit
 from pathlib import Path
@@ -62,7 +63,7 @@ def main() -> int:
     for label, (preset, run) in CASES.items():
         model = load_preset(preset)
         number = 500
-        best = min(timeit.repeat(lambda: estimate(model, run), number=number, repeat=5)) / number
+        best = min(timeit.repeat(functools.partial(estimate, model, run), number=number, repeat=5)) / number
         print(f"{label:<40} {best * 1e3:7.3f} ms per estimate ({1 / best:,.0f} per second)")
     return 0
 

@@ -409,10 +409,8 @@ def test_closed_stdin_is_one_line_exit_2() -> None:
     # `diagnose.py -` started with no standard input at all (`<&-`, some agent sandboxes)
     proc = subprocess.run(
         _entry("diagnose") + ["-"],
-        capture_output=False,
+        capture_output=True,
         stdin=None,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
         text=True,
         timeout=60,
         preexec_fn=lambda: __import__("os").close(0),

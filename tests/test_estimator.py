@@ -301,7 +301,7 @@ def test_fp8_weight_cache_skips_vocab_layers_and_covers_cuda_graphed_weights():
     # 2 B (row- and column-wise) per TE GEMM weight; the embedding (stage 0) and output layer
     # (last stage) run in bf16
     vocab = LLAMA70.padded_vocab_size(4) * LLAMA70.hidden_size / 4
-    for p, c in zip(plain, cached):
+    for p, c in zip(plain, cached, strict=True):
         vocab_here = vocab if c.stage in (0, 3) else 0
         assert c.weights - p.weights == pytest.approx(2 * (c.params - vocab_here), rel=1e-6)
     # Megatron-Core's TE graph helper sets kwargs['fp8_weight_caching'] = True for every

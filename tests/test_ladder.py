@@ -315,7 +315,7 @@ def test_scenario_climbs_the_expected_first_rungs(scenario):
     assert rungs[0]["change"] == "set expandable segments"  # free, measured: always the first rung
     climbed = [r["change"] for r in rungs[1:]]
     assert len(climbed) >= len(sc.first), (sc.why, climbed)
-    for got, want in zip(climbed, sc.first):
+    for got, want in zip(climbed, sc.first, strict=False):  # a prefix: only the first rungs are pinned
         assert got.startswith(want), (sc.why, climbed)
 
 

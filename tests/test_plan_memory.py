@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from itertools import pairwise
 
 import pytest
 
@@ -229,7 +230,7 @@ def test_sweep_mode_ranks_combinations_with_evidence():
         else r["throughput_change_modelled"]
         for r in rows
     ]
-    assert all(a >= b - 1e-3 for a, b in zip(changes, changes[1:]))
+    assert all(a >= b - 1e-3 for a, b in pairwise(changes))
     # rows whose cost has an unmodelled part say so instead of showing a number
     assert all((r["throughput_change"] is None) == (r["evidence_kind"] == "unknown") for r in rows)
 

@@ -519,7 +519,7 @@ def regather_saving_bytes(model: ModelSpec, run: RunSpec) -> int:
         run = run.with_(peft="lora")
     without = estimate(model, run.with_(sequence_parallel_input_regather=False))
     with_ = estimate(model, run.with_(sequence_parallel_input_regather=True))
-    return max(a.activations - b.activations for a, b in zip(without.stages, with_.stages))
+    return max(a.activations - b.activations for a, b in zip(without.stages, with_.stages, strict=True))
 
 
 def interleaved_peak_layer_sets(run: RunSpec, stage: int, chunk_layers: tuple[int, ...]) -> float:

@@ -278,7 +278,7 @@ def _merged(steps: list[pl.Evaluated], reasons: list[str], base: RunSpec) -> lis
     rung that first moved it (the climb touched that knob there; its final value is what counts)."""
     out: list[tuple[str, str, str, dict[str, Any], set[str]]] = []
     prev = base
-    for e, why in zip(steps, reasons):
+    for e, why in zip(steps, reasons, strict=True):
         run = e.candidate.run
         diff, knobs = _diff(prev, run), _knobs(prev, run)
         earlier = next((i for i, entry in enumerate(out) if entry[4] & knobs), None)
@@ -315,7 +315,7 @@ def _replay(
     earlier place, the rungs are shown exactly as climbed."""
     plain = []
     prev = base
-    for e, why in zip(steps, reasons):
+    for e, why in zip(steps, reasons, strict=True):
         plain.append((e.candidate.title, e.candidate.category, why, _diff(prev, e.candidate.run)))
         prev = e.candidate.run
     for order in (_merged(steps, reasons, base), plain):

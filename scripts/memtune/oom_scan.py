@@ -580,5 +580,4 @@ def scan_lines(lines: Iterable[tuple[int, bytes | str]], patterns: PatternSet, f
 
 def numbered(text: str, first_line: int = 1) -> Iterator[tuple[int, str]]:
     """``(line_number, line)`` pairs of a text, for :func:`scan_lines`."""
-    for i, line in enumerate(text.splitlines(), start=first_line):
-        yield i, line
+    yield from enumerate(text.splitlines(), start=first_line)

@@ -168,5 +168,5 @@ def typo_of(name: str, known: str) -> bool:
         return any(want[:i] + want[i + 1 :] == words for i in range(len(want)))
     if len(words) != len(want):
         return False
-    differ = [(a, b) for a, b in zip(words, want) if a != b]
+    differ = [(a, b) for a, b in zip(words, want, strict=True) if a != b]
     return 0 < len(differ) <= 2 and all(difflib.SequenceMatcher(None, a, b).ratio() >= 0.75 for a, b in differ)

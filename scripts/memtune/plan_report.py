@@ -236,8 +236,8 @@ def _table(rows: list[dict[str, Any]], with_rank: bool = True) -> list[str]:
                 r["evidence_kind"] or "-",
             )
         )
-    widths = [max(len(x) for x in col) for col in zip(header, *body)]
-    fmt = "  ".join("{:<%d}" % w for w in widths)
+    widths = [max(len(x) for x in col) for col in zip(header, *body, strict=True)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     return [fmt.format(*header)] + [fmt.format(*b) for b in body]
 
 
@@ -287,8 +287,8 @@ def ladder_text(lad: dict[str, Any]) -> list[str]:
                 r["evidence_kind"],
             )
         )
-    widths = [max(len(x) for x in col) for col in zip(header, *body)]
-    fmt = "  ".join("{:<%d}" % w for w in widths)
+    widths = [max(len(x) for x in col) for col in zip(header, *body, strict=True)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     lines += ["  " + fmt.format(*header).rstrip()] + ["  " + fmt.format(*b).rstrip() for b in body]
     for r in lad["rungs"]:
         lines.append(f"  [{r['step']}] {r['change']}")

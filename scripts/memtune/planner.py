@@ -918,7 +918,7 @@ def exact_change(base: RunSpec, cand: Candidate) -> dict[str, list[str]]:
         if base.cuda_graph_scope:
             env.append("export NCCL_GRAPH_REGISTER=0  # required with CUDA graphs on pre-Blackwell GPUs")
     changed = cand.changed_fields(base)
-    for name, (old, new) in changed.items():
+    for name, (_old, new) in changed.items():
         bridge.append(f"{BRIDGE_KEYS[name]}={_bridge_value(new)}")
         if name == "sequence_parallel_input_regather":
             python.append(

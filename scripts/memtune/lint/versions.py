@@ -85,7 +85,7 @@ def _section_after(text: str, wanted: str) -> str | None:
         if match and normalize_heading(match.group(2)).startswith(wanted):
             rest = []
             for following in lines[index + 1 :]:
-                if re.match(r"^#{1,%d}\s" % len(match.group(1)), following):
+                if re.match(rf"^#{{1,{len(match.group(1))}}}\s", following):
                     break
                 rest.append(following)
             return "\n".join(rest)
