@@ -24,3 +24,15 @@ def load_data_yaml(path: Path) -> Any:
         if getattr(yaml, "__with_libyaml__", False):
             return yaml.load(handle, Loader=yaml.CSafeLoader)
         return yaml.safe_load(handle)
+
+
+def load_data_mapping(path: Path) -> dict[str, Any]:
+    """A shipped YAML file whose top level must be a mapping (every rule and cost table is).
+
+    Callers index into the result by key; a file emptied or turned into a list by a bad edit
+    fails here with its name instead of as a KeyError/AttributeError somewhere downstream.
+    """
+    doc = load_data_yaml(path)
+    if not isinstance(doc, dict):
+        raise ValueError(f"{path}: expected a YAML mapping at the top level, found {type(doc).__name__}")
+    return doc
