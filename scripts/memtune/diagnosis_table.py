@@ -13,9 +13,13 @@ import difflib
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from memtune.cli import InputError
 from memtune.paths import SKILL_MD
+
+if TYPE_CHECKING:  # markdown_it itself is imported lazily: --help must work without it
+    from markdown_it.token import Token
 
 SECTION = "Failure Diagnosis"
 COLUMNS = ("Symptom", "Cause", "Confirm", "Fix")
@@ -37,7 +41,7 @@ class TableError(InputError):
     """SKILL.md lacks a well-formed Failure Diagnosis table (one line, exit 2)."""
 
 
-def _plain(inline) -> str:  # markdown_it Token of type "inline"
+def _plain(inline: Token) -> str:  # of type "inline"
     parts = []
     for child in inline.children or ():
         if child.type in ("text", "code_inline"):
@@ -58,7 +62,7 @@ def load_rows(skill_md: Path = SKILL_MD) -> list[Row]:
     tokens = MarkdownIt("commonmark").enable("table").parse(source)
     in_section = False
     header: list[str] = []
-    cells: list = []
+    cells: list[Token] = []
     rows: list[Row] = []
     in_table = in_head = False
     for i, tok in enumerate(tokens):

@@ -23,6 +23,7 @@ pure-Python path.
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import subprocess
@@ -138,7 +139,7 @@ def grep_candidate_lines(
     return _read(proc, path, triggers, window_triggers, window, max_line, wanted)
 
 
-def _start(path: Path, triggers: tuple[bytes, ...]) -> subprocess.Popen:
+def _start(path: Path, triggers: tuple[bytes, ...]) -> subprocess.Popen[bytes]:
     grep = gnu_grep()
     if grep is None:  # pragma: no cover - choose() checked
         raise InputError("grep prefilter requested but no GNU grep found; unset MEMTUNE_PREFILTER")
@@ -151,7 +152,7 @@ def _start(path: Path, triggers: tuple[bytes, ...]) -> subprocess.Popen:
 
 
 def _read(
-    proc: subprocess.Popen,
+    proc: subprocess.Popen[bytes],
     path: Path,
     triggers: tuple[bytes, ...],
     window_triggers: tuple[bytes, ...],
@@ -166,7 +167,8 @@ def _read(
         fd = os.open(path, os.O_RDONLY)
         try:
             reader = _Lines(fd, max_line)
-            assert proc.stdout is not None
+            # a pipe opened with bufsize > 0 is a BufferedReader, whose read1 _bounded_lines uses
+            assert isinstance(proc.stdout, io.BufferedReader)
             for line_no, off, text, whole in _bounded_lines(proc.stdout, max_line, triggers):
                 if line_no > emitted_upto:
                     yield line_no, text, True
@@ -203,7 +205,9 @@ OUTPUT_CHUNK = 1 << 20  # grep's output is read in blocks and split here: cheape
 PIECE_LEAD = 1 << 10  # bytes kept before the trigger in a piece of a giant line (exception name)
 
 
-def _bounded_lines(stream, max_line: int, triggers: tuple[bytes, ...]) -> Iterator[tuple[int, int, bytes, bool]]:
+def _bounded_lines(
+    stream: io.BufferedReader, max_line: int, triggers: tuple[bytes, ...]
+) -> Iterator[tuple[int, int, bytes, bool]]:
     """grep's output as ``(line_number, offset, text, whole)``; ``whole`` is False for a line
     longer than ``max_line``, of which only one piece holding a trigger is kept (what the
     Python reader does with a line too long to buffer), so memory stays bounded."""

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Protocol, cast
 
 from memtune.cli import InputError
 
@@ -31,6 +31,14 @@ WINDOW_LINES = 24  # lines after a hit that may continue its message (interleave
 MAX_CARRY = 4 * CHUNK_SIZE  # bound on carried-over text, so one giant line cannot grow memory
 GZIP_MAGIC = b"\x1f\x8b"
 UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+
+
+class ByteStream(Protocol):
+    """What the line scanner reads from: a file, a gzip stream, the UTF-16 re-encoder, a TextStream."""
+
+    def readinto(self, buffer: memoryview, /) -> int: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -49,7 +57,7 @@ class Source:
         return "<stdin>" if self.is_stdin else self.name
 
 
-def open_source(source: Source) -> BinaryIO:
+def open_source(source: Source) -> ByteStream:
     """A binary stream of the decompressed text, or an InputError naming the problem."""
     if source.is_stdin:
         if sys.stdin is None:  # started with stdin closed (`cmd <&-`, some agent sandboxes)
@@ -67,22 +75,26 @@ def open_source(source: Source) -> BinaryIO:
             raw = path.open("rb")
         except OSError as exc:
             raise InputError(f"{source.name}: cannot open ({exc.strerror or exc})") from exc
-    buffered = raw if isinstance(raw, io.BufferedReader) else io.BufferedReader(raw)  # type: ignore[arg-type]
+    # A stdin replaced in-process (a test runner's BytesIO) is no raw stream, but BufferedReader
+    # only calls its readinto: the cast states that duck-typing.
+    buffered = raw if isinstance(raw, io.BufferedReader) else io.BufferedReader(cast("io.RawIOBase", raw))
     head = buffered.peek(2)[:2]
-    stream: BinaryIO = gzip.GzipFile(fileobj=buffered, mode="rb") if head == GZIP_MAGIC else buffered
+    stream: gzip.GzipFile | io.BufferedReader = (
+        gzip.GzipFile(fileobj=buffered, mode="rb") if head == GZIP_MAGIC else buffered
+    )
     try:
-        bom = stream.peek(2)[:2]  # type: ignore[attr-defined]
+        bom = stream.peek(2)[:2]
     except (OSError, EOFError) as exc:  # a cut or corrupt .gz fails on its first read
         raise InputError(f"{source.name}: cannot decompress ({exc}); is the .gz file complete?") from exc
     if bom in UTF16_BOMS:
-        return _Utf16AsUtf8(stream)  # type: ignore[return-value]
+        return _Utf16AsUtf8(stream)
     return stream
 
 
 class _Utf16AsUtf8:
     """UTF-16 text (what PowerShell's ``>`` writes) re-encoded to UTF-8 as it streams."""
 
-    def __init__(self, stream: BinaryIO) -> None:
+    def __init__(self, stream: gzip.GzipFile | io.BufferedReader) -> None:
         self._text = io.TextIOWrapper(stream, encoding="utf-16", errors="replace", newline="")
         self._pending = b""
 
@@ -129,8 +141,8 @@ class TextStream:
 
     def readinto(self, view: memoryview) -> int:
         try:
-            got = self._stream.readinto(view) or 0  # type: ignore[attr-defined]
-        except (OSError, EOFError, gzip.BadGzipFile) as exc:  # type: ignore[attr-defined]
+            got = self._stream.readinto(view) or 0
+        except (OSError, EOFError, gzip.BadGzipFile) as exc:
             raise InputError(f"{self.source.name}: cannot decompress ({exc}); is the .gz file complete?") from exc
         if not self._checked:
             self._checked = True
@@ -187,7 +199,7 @@ def window_opener(window_triggers: tuple[bytes, ...]) -> re.Pattern[bytes]:
     return re.compile(literal + b"|" + cut_head_source(window_triggers).encode("utf-8"))
 
 
-def find_hits(block: bytes, triggers: Iterable[bytes], limit: int | None = None) -> list[int]:
+def find_hits(block: bytes | bytearray, triggers: Iterable[bytes], limit: int | None = None) -> list[int]:
     """Start offsets of the lines in ``block[:limit]`` that contain any trigger (sorted, unique)."""
     limit = len(block) if limit is None else limit
     starts: set[int] = set()
@@ -203,7 +215,7 @@ def find_hits(block: bytes, triggers: Iterable[bytes], limit: int | None = None)
 
 
 def candidate_lines(
-    stream: TextStream | BinaryIO,
+    stream: ByteStream,
     triggers: tuple[bytes, ...],
     window_triggers: tuple[bytes, ...] = (),
     window: int = WINDOW_LINES,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from memtune import torch_era
 from memtune.frameworks import Framework
@@ -58,7 +59,7 @@ class Verdict:
     notes: tuple[Note, ...]
     confidence: str  # high / medium / low
     confidence_why: str
-    torch: dict
+    torch: dict[str, Any]
     near_capacity: bool = False
 
 

@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from pathlib import Path
+from typing import Any
 
 from memtune.data_yaml import load_data_yaml
 from memtune.paths import DATA_DIR
@@ -109,8 +110,9 @@ class PatternSet:
 
     def has_trigger_in(self, line: bytes | str) -> bool:
         """:meth:`has_trigger` for a raw line, bytes or text, without re-encoding it."""
-        rx = self._trigger_rx_str if isinstance(line, str) else self._trigger_rx
-        return rx.search(line) is not None
+        if isinstance(line, str):
+            return self._trigger_rx_str.search(line) is not None
+        return self._trigger_rx.search(line) is not None
 
 
 def ere_alternation(literals: tuple[bytes, ...]) -> str:
@@ -149,7 +151,7 @@ def context_literals() -> list[str]:
     return [*frameworks.load_frameworks().literals(), *oom_evidence.load_evidence().hint_literals()]
 
 
-def _load_yaml(path: Path) -> dict:
+def _load_yaml(path: Path) -> dict[str, Any]:
     doc = load_data_yaml(path)
     if not isinstance(doc, dict):
         raise PatternError(f"{path}: expected a mapping at the top level")

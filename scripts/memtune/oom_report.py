@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import Any
 
 from memtune import oom_advice, torch_era
-from memtune.diagnosis_table import Row, row_for_kind
+from memtune.diagnosis_table import Match, Row, row_for_kind
 from memtune.frameworks import Framework, FrameworkHits, load_frameworks
 from memtune.oom_evidence import load_evidence
 from memtune.oom_parse import format_bytes
@@ -105,7 +105,7 @@ def order_findings(findings: list[Finding], patterns: PatternSet, inputs: list[s
     """Tier first, then log order (input, line) within a tier; see the module doc for why."""
     position = {name: i for i, name in enumerate(inputs or ())}
 
-    def key(f: Finding) -> tuple:
+    def key(f: Finding) -> tuple[int, int, str, int, int]:
         return (tier(f, patterns), position.get(f.file, len(position)), f.file, f.line, patterns.kinds[f.kind].priority)
 
     return sorted(findings, key=key)
@@ -119,7 +119,7 @@ def tightest(ordered: list[Finding]) -> Finding | None:
     if len(stated) < 2:
         return None
 
-    def key(f: Finding) -> tuple:
+    def key(f: Finding) -> tuple[int, int, int]:
         free = f.numbers.get("free_bytes")
         return (-shortfall(f), free if free is not None else 1 << 62, f.line)
 
@@ -258,7 +258,9 @@ def table_fix_applies(f: Finding, fw: Framework, expandable: str) -> bool | None
     return True
 
 
-def decide_frameworks(findings: list[Finding], hits: dict[str, FrameworkHits], inputs: list[str]) -> dict[str, tuple]:
+def decide_frameworks(
+    findings: list[Finding], hits: dict[str, FrameworkHits], inputs: list[str]
+) -> dict[str, tuple[Framework, list[str], str]]:
     """Per input: (Framework, matched signals, reason)."""
     fws = load_frameworks()
     out = {}
@@ -460,7 +462,7 @@ def _fold_line(first: int, rest: list[int], findings: list[dict[str, Any]]) -> s
     return f"{ids} same kind, cause and fix as [{first}]: {', '.join(who)} ({where}; every one in full with --json)"
 
 
-def render_symptom_matches(query: str, matches: list) -> str:
+def render_symptom_matches(query: str, matches: list[Match]) -> str:
     if not matches:
         return f'diagnose.py: no Failure Diagnosis row matches "{query}"; try words from the error message\n'
     lines = [f'Failure Diagnosis rows for "{query}" (best first):']

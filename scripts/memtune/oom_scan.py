@@ -49,6 +49,10 @@ _EXC_NAME = re.compile(r"[\w.]*(?:Error|Exception|Wrapper)\)?:?\s*\(?\w*\)?\s*$"
 _NEW_STATEMENT = re.compile(r"^(?:Traceback |\s*File \"|frame #\d|Exception raised from )")
 
 
+# (kind, source, device, numbers, evidence with its digits stripped): one failure, however often printed
+DedupeKey = tuple[str, str, int | None, tuple[tuple[str, int | None], ...], str]
+
+
 @dataclass(frozen=True)
 class Finding:
     """One failure seen in the log.  ``numbers`` keys follow DESIGN.md §3 (bytes or None)."""
@@ -85,7 +89,7 @@ class Finding:
             return f"GPU {self.device}"
         return self.file
 
-    def dedupe_key(self) -> tuple:
+    def dedupe_key(self) -> DedupeKey:
         return (self.kind, self.source, self.device, tuple(sorted(self.numbers.items())), _strip_digits(self.evidence))
 
 
@@ -167,7 +171,7 @@ class Scanner:
         self.hint_lines: dict[str, deque[int]] = {}  # hint name -> latest line numbers seen
         self.pending: dict[str, _Pending] = {}
         self.findings: list[Finding] = []
-        self._index: dict[tuple, int] = {}  # dedupe key -> position in findings
+        self._index: dict[DedupeKey, int] = {}  # dedupe key -> position in findings
         self.run_facts: dict[str, int] = {}  # latest parallel layout the log printed
         self._last_line = 0
         self._benign: set[bytes | str] = set()

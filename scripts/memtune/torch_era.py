@@ -12,6 +12,7 @@ memtune.alloc_conf, so the two helpers never disagree.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from memtune import alloc_conf
 from memtune.alloc_conf import Version, parse_version, version_str
@@ -154,7 +155,7 @@ def split_combo_safe_from() -> str:
     return str(alloc_conf.table()["es_with_split_or_gc_fixed_in"])
 
 
-def as_json(rng: TorchRange, status: str) -> dict:
+def as_json(rng: TorchRange, status: str) -> dict[str, Any]:
     return {
         "version": version_str(rng.exact) if rng.exact else None,
         "since": version_str(rng.since) if rng.since else None,
