@@ -29,7 +29,7 @@ from functools import lru_cache
 from typing import Any
 
 from memtune.cli import InputError
-from memtune.data_yaml import load_data_yaml
+from memtune.data_yaml import load_data_mapping
 from memtune.paths import DATA_DIR
 
 Version = tuple[int, ...]
@@ -60,7 +60,7 @@ def version_str(version: Version | None) -> str:
 @lru_cache(maxsize=1)
 def table() -> Mapping[str, Any]:
     """The allocator facts (keys, versions, PyTorch's messages) from data/alloc_conf.yaml."""
-    return load_data_yaml(DATA_DIR / "alloc_conf.yaml")
+    return load_data_mapping(DATA_DIR / "alloc_conf.yaml")
 
 
 def _v(text: str) -> Version:
@@ -69,11 +69,16 @@ def _v(text: str) -> Version:
     return parsed
 
 
+def table_version(key: str) -> Version:
+    """A release the table names under ``key`` (e.g. es_with_split_or_gc_fixed_in)."""
+    return _v(str(table()[key]))
+
+
 def era_of(version: Version) -> str:
-    name = table()["eras"][0]["name"]
+    name = str(table()["eras"][0]["name"])
     for era in table()["eras"]:
         if version >= _v(era["from"]):
-            name = era["name"]
+            name = str(era["name"])
     return name
 
 
@@ -251,21 +256,21 @@ class _Parser:
                 raise _Reject(msgs["max_split_small" if kind == "split_size" else "max_non_split_small"], key)
             return number, i
         if kind == "fraction_open":
-            number = _cpp_double(raw, key, msgs)
+            fraction = _cpp_double(raw, key, msgs)
             if self.era == "tokenizer":
-                if not 0.0 < number < 1.0:
+                if not 0.0 < fraction < 1.0:
                     raise _Reject(msgs["gc_range"], key)
             else:
-                if not number > 0:
+                if not fraction > 0:
                     raise _Reject(msgs["gc_small"], key)
-                if not number < 1.0:
+                if not fraction < 1.0:
                     raise _Reject(msgs["gc_big"], key)
-            return number, i
+            return fraction, i
         if kind == "fraction_closed":
-            number = _cpp_double(raw, key, msgs)
-            if not 0.0 <= number <= 1.0:
+            fraction = _cpp_double(raw, key, msgs)
+            if not 0.0 <= fraction <= 1.0:
                 raise _Reject(msgs["fraction_range"], key)
-            return number, i
+            return fraction, i
         if kind == "backend":
             if raw not in ("native", "cudaMallocAsync"):
                 raise _Reject(msgs["backend"], key)
@@ -368,7 +373,7 @@ def _run_tokenizer(tokens: list[str], version: Version) -> _Parser:
         while i < len(tokens):
             key = tokens[i]
             spec = p.options.get(key)
-            mine = p.known(key) and bool(spec.get("shared")) == shared_pass
+            mine = spec is not None and p.known(key) and bool(spec.get("shared")) == shared_pass
             if mine:
                 p.tok(i + 1)
                 value, i = p.read_value(i + 2, key)
@@ -405,12 +410,12 @@ def _run_split(text: str, version: Version) -> _Parser:
                 raise _Reject(msgs["roundup_pow2"], key)
             p.settings[key] = number
         elif key == "garbage_collection_threshold" and p.known(key):
-            number = _cpp_double(raw, key, {"not_a_number": "stod (could not read '{value}' for {key})"})
-            if not number > 0:
+            threshold = _cpp_double(raw, key, {"not_a_number": "stod (could not read '{value}' for {key})"})
+            if not threshold > 0:
                 raise _Reject(msgs["gc_small"], key)
-            if not number < 1:
+            if not threshold < 1:
                 raise _Reject(msgs["gc_big"], key)
-            p.settings[key] = number
+            p.settings[key] = threshold
         elif key == "backend" and p.known(key):
             if raw not in ("native", "cudaMallocAsync"):
                 raise _Reject(msgs["backend"], key)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import fields as dc_fields
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from memtune.cli import InputError
 from memtune.model_spec import ModelSpec, coerce_model_values, model_field_names
@@ -46,7 +46,7 @@ _MP_RECIPES = {
 }
 
 
-def load_bridge_yaml(path: str | Path) -> dict:
+def load_bridge_yaml(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     text = read_text(p, "a Megatron Bridge YAML config")
     import yaml  # lazy: --help must work without PyYAML
@@ -66,7 +66,7 @@ def load_bridge_yaml(path: str | Path) -> dict:
     return data
 
 
-def _section(cfg: Mapping[str, Any], name: str) -> dict:
+def _section(cfg: Mapping[str, Any], name: str) -> dict[str, Any]:
     value = cfg.get(name)
     if value is None:
         return {}
@@ -77,7 +77,12 @@ def _section(cfg: Mapping[str, Any], name: str) -> dict:
     return dict(value)
 
 
-def _int_field(section: Mapping[str, Any], key: str, where: str, default: Any = None) -> Any:
+# The field readers return the default's type: with a non-None default the result is never None.
+@overload
+def _int_field(section: Mapping[str, Any], key: str, where: str, default: int) -> int: ...
+@overload
+def _int_field(section: Mapping[str, Any], key: str, where: str, default: int | None = None) -> int | None: ...
+def _int_field(section: Mapping[str, Any], key: str, where: str, default: int | None = None) -> int | None:
     value = section.get(key, default)
     if value is None:
         return default
@@ -129,6 +134,10 @@ def _bool_field(section: Mapping[str, Any], key: str, where: str, default: bool 
     raise InputError(f"{where}.{key}: expected true or false, got {value!r}")
 
 
+@overload
+def _str_field(section: Mapping[str, Any], key: str, where: str, default: str) -> str: ...
+@overload
+def _str_field(section: Mapping[str, Any], key: str, where: str, default: str | None) -> str | None: ...
 def _str_field(section: Mapping[str, Any], key: str, where: str, default: str | None) -> str | None:
     value = section.get(key, default)
     if value is None:
@@ -205,7 +214,9 @@ def _precision_over_ddp(
     return grad, gather
 
 
-def specs_from_bridge(cfg: Mapping[str, Any], world_size: int | None = None, base: ModelSpec | None = None):
+def specs_from_bridge(
+    cfg: Mapping[str, Any], world_size: int | None = None, base: ModelSpec | None = None
+) -> tuple[ModelSpec, RunSpec, list[str]]:
     """(ModelSpec, RunSpec, assumptions) from a ConfigContainer mapping."""
     assumptions: list[str] = []
     unknown = [k for k in cfg if k not in SECTIONS and not str(k).startswith("_")]
@@ -244,7 +255,8 @@ def specs_from_bridge(cfg: Mapping[str, Any], world_size: int | None = None, bas
     grad_fp32, param_gather = _precision_over_ddp(mp, ddp, model_s, grad_fp32, recipe_param_gather)
 
     peft_kind = None
-    lora_dim, targets, regather = 32, LORA_DEFAULT_TARGETS, False
+    lora_dim, regather = 32, False
+    targets: tuple[str, ...] = LORA_DEFAULT_TARGETS
     if peft:
         target = str(peft.get("_target_", peft.get("_name", "lora"))).lower()
         peft_kind = "dora" if "dora" in target else "lora"
@@ -267,7 +279,7 @@ def specs_from_bridge(cfg: Mapping[str, Any], world_size: int | None = None, bas
     if train.get("micro_batch_size") is None:
         # Activations scale with it: say so rather than assume silently (PEFT tables often omit it).
         assumptions.append("train.micro_batch_size not given: assumed 1 (activations scale with it); pass --mbs")
-    cuda_graph = ()
+    cuda_graph: tuple[str, ...] = ()
     if model_s.get("enable_cuda_graph") or (model_s.get("cuda_graph_impl") not in (None, "none")):
         cuda_graph = _modules(model_s.get("cuda_graph_scope"), "model.cuda_graph_scope") or ("full",)
     vpp = model_s.get("virtual_pipeline_model_parallel_size")
@@ -289,7 +301,7 @@ def specs_from_bridge(cfg: Mapping[str, Any], world_size: int | None = None, bas
         etp=_int_field(model_s, "expert_tensor_parallel_size", "model"),
         mbs=_int_field(train, "micro_batch_size", "train", 1),
         gbs=_int_field(train, "global_batch_size", "train"),
-        seq_length=_int_field({seq_where: seq}, seq_where, ""),
+        seq_length=_int_field({seq_where: seq}, seq_where, "", 4096),  # seq is set by now: the 4096 is never used
         sequence_parallel=_bool_field(model_s, "sequence_parallel", "model", False),
         params_dtype=params_dtype,
         fp8=fp8,

@@ -38,7 +38,7 @@ class Finding:
         }
 
 
-class _Safe(dict):
+class _Safe(dict[str, Any]):
     def __missing__(self, key: str) -> str:
         return "{" + key + "}"
 
@@ -269,6 +269,7 @@ def expandable_segments_missing(view: RunView) -> Iterable[Finding]:
         detail = "neither PYTORCH_CUDA_ALLOC_CONF nor PYTORCH_ALLOC_CONF is set"
         source = _command_source(view)
     elif state.cuda is None:
+        assert state.generic is not None  # both None is the branch above
         detail = f"only PYTORCH_ALLOC_CONF is set, at {state.generic.source}; PyTorch before 2.9 ignores it and 2.9.x ignored it for CUDA expandable segments"
         source = state.generic.source
         current = state.generic.value
@@ -292,7 +293,7 @@ def _with_es(current: str, version: tuple[int, ...] | None) -> str:
     """The current options plus expandable_segments:True, without the options that have no
     effect next to it (data/alloc_conf.yaml with_expandable_segments) or that older
     releases mishandle with it (MT021)."""
-    fixed_in = ac.parse_version(ac.table()["es_with_split_or_gc_fixed_in"])
+    fixed_in = ac.table_version("es_with_split_or_gc_fixed_in")
     risky = ("max_split_size_mb", "garbage_collection_threshold") if version is None or version < fixed_in else ()
     moot = [k for k, v in ac.table().get("with_expandable_segments", {}).items() if v.get("effect") == "moot"]
     parts = [
@@ -784,10 +785,11 @@ def experts_not_divisible(view: RunView) -> Iterable[Finding]:
 @rule("MT017")
 def versions_unknown(view: RunView) -> Iterable[Finding]:
     state = alloc_state(view)
-    if view.torch_version is None and (state.cuda or state.generic):
+    given = state.cuda or state.generic
+    if view.torch_version is None and given is not None:
         yield make(
             "MT017",
-            state.es_where if state.es_where != "-" else (state.cuda or state.generic).source,
+            state.es_where if state.es_where != "-" else given.source,
             what="--torch-version",
             consequence="the allocator string was checked against PyTorch 2.1, 2.8 and 2.11: rejected by all is an error (MT007), by some a warning (MT019)",
             option="--torch-version",
@@ -829,7 +831,7 @@ def alloc_notes(view: RunView) -> Iterable[Finding]:
 def es_with_split_on_old_torch(view: RunView) -> Iterable[Finding]:
     fixed_in = ac.table()["es_with_split_or_gc_fixed_in"]
     version = view.torch_version
-    if version is not None and version >= ac.parse_version(fixed_in):
+    if version is not None and version >= ac.table_version("es_with_split_or_gc_fixed_in"):
         return
     state = alloc_state(view)
     for env, parsed in state.pairs():
@@ -856,22 +858,21 @@ def crlf_line_endings(view: RunView) -> Iterable[Finding]:
     """Bash reads ``VALUE\r\n`` as ``VALUE\r``; the reader strips the CR so that the other
     rules still see the script, which is why this rule must say what bash will do."""
     for script, command in view.crlf_scripts:
-        env = script.env_for(command)
-        alloc = next(
-            (env[n] for n in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF") if n in env and env[n].value), None
-        )
+        # the variables set to something (an unset one has no value to carry a \r)
+        values = {name: s.value for name, s in script.env_for(command).items() if s.value}
+        alloc = next((n for n in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF") if n in values), None)
         if alloc is not None:
-            last = alloc.value.split(",")[-1].split(":")[0].strip()
+            last = values[alloc].split(",")[-1].split(":")[0].strip()
             rejected = (
                 f'rejects it: "Expected a single True/False argument for {last}"'
                 if last == "expandable_segments"
                 else "reads an option value with a stray \\r at its end"
             )
-            effect = f"{alloc.name} reaches PyTorch as {alloc.value + chr(13)!r} and PyTorch {rejected}"
+            effect = f"{alloc} reaches PyTorch as {values[alloc] + chr(13)!r} and PyTorch {rejected}"
         else:
-            exported = next((s for s in env.values() if s.value), None)
+            exported = next(iter(values.items()), None)
             effect = (
-                f"the exported {exported.name} reaches the training process as {exported.value + chr(13)!r}"
+                f"the exported {exported[0]} reaches the training process as {exported[1] + chr(13)!r}"
                 if exported is not None
                 else "every exported value and the last argument of each line end in \\r"
             )

@@ -29,7 +29,9 @@ from functools import lru_cache
 from typing import Any
 
 from memtune.model_spec import (
+    LayerParams,
     ModelSpec,
+    ParamCount,
     count_parameters,
     embedding_params,
     hybrid_layer_params,
@@ -589,7 +591,9 @@ def _microbatches_in_flight(run: RunSpec, stage: int) -> float:
 
 # ---------------------------------------------------------------------- estimate
 @lru_cache(maxsize=512)
-def _model_facts(model: ModelSpec, tp: int):
+def _model_facts(
+    model: ModelSpec, tp: int
+) -> tuple[tuple[int, ...], LayerParams, LayerParams, ParamCount, LayerParams | None]:
     """Per-model arithmetic reused across the planner's thousands of calls (ModelSpec is
     frozen and hashable): MoE-layer prefix sums, per-layer parameters, totals, MTP layer."""
     pattern = model.moe_layers()
@@ -860,7 +864,7 @@ def _static_bytes(
     edp_shard: int,
     embedding_output_params: float = 0.0,
     fp8_cached_params: float = 0.0,
-):
+) -> tuple[float, float, float]:
     """Weights, gradient buffer and optimizer states of one GPU of a stage
     (``fp8_cached_params``: bytes of the fp8 weight copies TE keeps for the step)."""
     weights = (dense + expert) * param_b + fp8_cached_params

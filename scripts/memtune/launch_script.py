@@ -934,7 +934,7 @@ def _arithmetic(expr: str, variables: Mapping[str, str]) -> str | None:
     """``$(( ... ))`` with integers, + - * / % and known variables; None when unsure."""
     import ast
 
-    def substitute(match: re.Match) -> str:
+    def substitute(match: re.Match[str]) -> str:
         value = variables.get(match.group(1), "")
         return value if re.fullmatch(r"-?\d+", value.strip()) else "x"
 

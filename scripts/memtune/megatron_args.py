@@ -23,9 +23,13 @@ import re
 from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, overload
 
 from memtune.cli import InputError
+
+if TYPE_CHECKING:  # imported lazily at run time (module doc)
+    from memtune.model_spec import ModelSpec
+    from memtune.run_spec import RunSpec
 
 GPT2_VOCAB_SIZE = 50257  # GPT2BPETokenizer (Megatron-LM's default tokenizer type)
 
@@ -232,6 +236,12 @@ def _flag(args: Mapping[str, Any], name: str, default: Any = None) -> Any:
     return value
 
 
+# The typed readers return the default's type: with an int/str/float default the value can
+# never be None, which is what lets the callers below build specs without None checks.
+@overload
+def _int(args: Mapping[str, Any], name: str, default: int) -> int: ...
+@overload
+def _int(args: Mapping[str, Any], name: str, default: int | None = None) -> int | None: ...
 def _int(args: Mapping[str, Any], name: str, default: int | None = None) -> int | None:
     value = _flag(args, name, default)
     if value is None:
@@ -247,6 +257,10 @@ def _int(args: Mapping[str, Any], name: str, default: int | None = None) -> int 
         raise InputError(f"--{name.replace('_', '-')}: expected an integer, got {value!r}") from None
 
 
+@overload
+def _float(args: Mapping[str, Any], name: str, default: float) -> float: ...
+@overload
+def _float(args: Mapping[str, Any], name: str, default: float | None) -> float | None: ...
 def _float(args: Mapping[str, Any], name: str, default: float | None) -> float | None:
     value = _flag(args, name, default)
     if value is None:
@@ -259,6 +273,10 @@ def _float(args: Mapping[str, Any], name: str, default: float | None) -> float |
         raise InputError(f"--{name.replace('_', '-')}: expected a number, got {value!r}") from None
 
 
+@overload
+def _str(args: Mapping[str, Any], name: str, default: str) -> str: ...
+@overload
+def _str(args: Mapping[str, Any], name: str, default: str | None) -> str | None: ...
 def _str(args: Mapping[str, Any], name: str, default: str | None) -> str | None:
     value = _flag(args, name, default)
     if value is None:
@@ -266,6 +284,13 @@ def _str(args: Mapping[str, Any], name: str, default: str | None) -> str | None:
     if isinstance(value, (list, tuple)):
         raise InputError(f"--{name.replace('_', '-')}: expected one value, got {len(value)}")
     return str(value)
+
+
+def _required_int(args: Mapping[str, Any], name: str) -> int:
+    value = _int(args, name)
+    if value is None:
+        raise InputError(f"Megatron args are missing --{name.replace('_', '-')}")
+    return value
 
 
 def _bool(args: Mapping[str, Any], name: str, default: bool = False) -> bool:
@@ -347,7 +372,9 @@ def _largest_batch(a: Mapping[str, Any]) -> int | None:
     return gbs
 
 
-def specs_from_megatron_args(flags: Mapping[str, Any], world_size: int | None = None):
+def specs_from_megatron_args(
+    flags: Mapping[str, Any], world_size: int | None = None
+) -> tuple[ModelSpec, RunSpec, list[str]]:
     """(ModelSpec, RunSpec, assumptions) from Megatron-LM flags (either key spelling)."""
     from memtune.model_spec import ModelSpec
     from memtune.run_spec import RunSpec, normalize_dtype
@@ -378,9 +405,9 @@ def specs_from_megatron_args(flags: Mapping[str, Any], world_size: int | None = 
     ]
     if missing:
         raise InputError(f"Megatron args are missing {', '.join(missing)}")
-    layers = _int(a, "num_layers")
-    hidden = _int(a, "hidden_size")
-    heads = _int(a, "num_attention_heads")
+    layers = _required_int(a, "num_layers")
+    hidden = _required_int(a, "hidden_size")
+    heads = _required_int(a, "num_attention_heads")
     swiglu = _bool(a, "swiglu")
     ffn = _int(a, "ffn_hidden_size")
     if ffn is None:
@@ -461,7 +488,7 @@ def specs_from_megatron_args(flags: Mapping[str, Any], world_size: int | None = 
     bf16 = _bool(a, "bf16")
     params_dtype = "fp16" if fp16 else ("bf16" if bf16 else "fp32")
     recompute_modules = _list(_flag(a, "recompute_modules")) or ("core_attn",)
-    cuda_graph = ()
+    cuda_graph: tuple[str, ...] = ()
     if _flag(a, "cuda_graph_impl") not in (None, "none") or _bool(a, "enable_cuda_graph"):
         cuda_graph = _list(_flag(a, "cuda_graph_scope")) or _list(_flag(a, "cuda_graph_modules")) or ("full",)
     offload_modules = _list(_flag(a, "offload_modules")) if _bool(a, "fine_grained_activation_offloading") else ()
@@ -553,7 +580,7 @@ def specs_from_megatron_args(flags: Mapping[str, Any], world_size: int | None = 
     return model, run, assumptions
 
 
-class _ReadFlags(dict):
+class _ReadFlags(dict[str, Any]):
     """A flag mapping that remembers which flags were looked up, so the flags the estimator
     never read can be listed instead of silently dropped."""
 
@@ -573,7 +600,7 @@ class _ReadFlags(dict):
 def ignored_flags(a: Mapping[str, Any]) -> list[str]:
     """Flags given but neither read by the estimator nor known to leave memory unchanged."""
     prefixes, names = _no_memory_flags()
-    read = getattr(a, "read", set())
+    read: set[str] = getattr(a, "read", set())
     return sorted(k for k in a if k not in read and k not in names and not k.startswith(prefixes))
 
 

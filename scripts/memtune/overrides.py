@@ -63,7 +63,7 @@ def parse_override(text: str) -> Override:
     )
 
 
-def apply_override(cfg: dict, ov: Override) -> None:
+def apply_override(cfg: dict[str, Any], ov: Override) -> None:
     """Apply one parsed override in place (callers pass a copy)."""
     node: Any = cfg
     for part in ov.path[:-1]:
@@ -93,7 +93,7 @@ def apply_override(cfg: dict, ov: Override) -> None:
 
 def apply_overrides(
     cfg: Mapping[str, Any] | None, overrides: Iterable[str], known: Iterable[str] | None = None
-) -> dict:
+) -> dict[str, Any]:
     """A deep copy of ``cfg`` with every override applied in order.
 
     With ``known`` (dotted keys the caller reads), a plain ``a.b=v`` whose key is in

@@ -7,6 +7,7 @@ and ``model`` (ModelSpec field names). Adding a model is adding a file, not code
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from memtune.cli import InputError
 from memtune.model_spec import ModelSpec, model_from_mapping
@@ -24,7 +25,7 @@ def preset_source(name: str) -> str:
     return str(_read(name).get("source", ""))
 
 
-def _read(name: str) -> dict:
+def _read(name: str) -> dict[str, Any]:
     key = name.strip().lower()
     path = PRESETS_DIR / f"{key}.yaml"
     if not path.is_file():

@@ -18,7 +18,10 @@ import fnmatch
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # ast is imported where a recipe is read
+    import ast
 
 COLUMN_PARALLEL = ("linear_qkv", "linear_fc1")
 ROW_PARALLEL = ("linear_proj", "linear_fc2")
@@ -190,15 +193,18 @@ class SourceSegments:
     """
 
     def __init__(self, source: str) -> None:
-        self.lines = _LINE.findall(source)
+        self.lines: list[str] = _LINE.findall(source)
 
-    def __call__(self, node: Any) -> str | None:
-        try:
-            first, last = node.lineno - 1, node.end_lineno - 1
-            start, end = node.col_offset, node.end_col_offset
-        except AttributeError:
+    def __call__(self, node: ast.AST) -> str | None:
+        # only expressions and statements carry positions, and end_* may be None
+        lineno, end_lineno = getattr(node, "lineno", None), getattr(node, "end_lineno", None)
+        start, end = getattr(node, "col_offset", None), getattr(node, "end_col_offset", None)
+        if not (isinstance(lineno, int) and isinstance(end_lineno, int)):
             return None
-        if last is None or end is None or not 0 <= first <= last < len(self.lines):
+        if not (isinstance(start, int) and isinstance(end, int)):
+            return None
+        first, last = lineno - 1, end_lineno - 1
+        if not 0 <= first <= last < len(self.lines):
             return None
         if first == last:
             return self.lines[first].encode()[start:end].decode()

@@ -15,12 +15,17 @@ from __future__ import annotations
 
 import argparse
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memtune.cli import InputError, Once
 from memtune.run_spec import FP8_RECIPES
+
+if TYPE_CHECKING:  # imported lazily at run time (module doc)
+    from memtune.model_spec import ModelSpec
+    from memtune.run_spec import RunSpec
 
 GIB = 1024**3
 _UNITS = {
@@ -93,8 +98,8 @@ _FLAG_FIELDS = {
 class RunInputs:
     """A loaded run: the model, the run after the plain flags, what was assumed, the GPU size."""
 
-    model: Any  # memtune.model_spec.ModelSpec (imported lazily)
-    run: Any  # memtune.run_spec.RunSpec
+    model: ModelSpec
+    run: RunSpec
     notes: tuple[str, ...]  # assumptions the loader made (shown with the result)
     gpu_memory_bytes: int | None  # --gpu-memory, else the config's/example's own value, else None
 
@@ -112,7 +117,7 @@ def parse_memory(text: str, allow_zero: bool = False) -> int:
     return int(value)
 
 
-def _positive(name: str):
+def _positive(name: str) -> Callable[[str], int]:
     def convert(text: str) -> int:
         try:
             value = int(text)
@@ -273,10 +278,9 @@ def load_model_and_run(args: argparse.Namespace) -> RunInputs:
     return RunInputs(model=model, run=run, notes=tuple(notes), gpu_memory_bytes=memory)
 
 
-def _load_source(args) -> tuple[Any, Any, list[str], dict[str, Any]]:
+def _load_source(args: argparse.Namespace) -> tuple[ModelSpec, RunSpec, list[str], dict[str, Any]]:
     """(model, run, assumptions, extras) from the chosen source."""
     from memtune import presets
-    from memtune.model_spec import ModelSpec
     from memtune.run_spec import RunSpec
 
     sources = [n for n in ("hf_config", "megatron_args", "example") if getattr(args, n)]
@@ -368,7 +372,7 @@ def _known_config_keys() -> frozenset[str]:
     return known_paths() | {f"model.{name}" for name in model_field_names()}
 
 
-def _apply_flags(args, run):
+def _apply_flags(args: argparse.Namespace, run: RunSpec) -> RunSpec:
     """The run with every plain flag that was given applied on top of the source."""
     changes: dict[str, Any] = {}
     for attr, field in _FLAG_FIELDS.items():

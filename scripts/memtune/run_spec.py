@@ -289,9 +289,9 @@ def violations(model: ModelSpec, run: RunSpec) -> list[str]:
     ):
         if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= SIZE_LIMITS["num_layers"]:
             out.append(f"{name} must be an integer between 0 and {SIZE_LIMITS['num_layers']}, got {value!r}")
-    for name, value in (("attention_dropout", run.attention_dropout), ("hidden_dropout", run.hidden_dropout)):
-        if not isinstance(value, (int, float)) or not 0 <= value < 1:
-            out.append(f"{name} must be in [0, 1), got {value!r}")
+    for name, rate in (("attention_dropout", run.attention_dropout), ("hidden_dropout", run.hidden_dropout)):
+        if not isinstance(rate, (int, float)) or not 0 <= rate < 1:
+            out.append(f"{name} must be in [0, 1), got {rate!r}")
     if model.hybrid_layer_pattern:
         from memtune.model_spec import hybrid_symbols
 
@@ -308,18 +308,19 @@ def violations(model: ModelSpec, run: RunSpec) -> list[str]:
         out.append(f"MoE layer pattern has {len(model.moe_layer_pattern)} entries for {model.num_layers} layers")
     if out:
         return out
-    if model.is_moe and model.moe_router_topk > model.num_moe_experts:
-        out.append(f"moe_router_topk {model.moe_router_topk} exceeds num_moe_experts {model.num_moe_experts}")
+    experts = model.num_moe_experts or 0  # model.is_moe == bool(experts), with the int for the checker
+    if experts and model.moe_router_topk > experts:
+        out.append(f"moe_router_topk {model.moe_router_topk} exceeds num_moe_experts {experts}")
     out.extend(p for p in (model_parallel_problem(run.world_size, run.tp, run.pp, run.cp),) if p)
     if model.num_attention_heads % run.tp:
         out.append(f"num_attention_heads {model.num_attention_heads} is not divisible by TP {run.tp}")
     if not model.multi_latent_attention and model.query_groups % run.tp:
         out.append(f"num_query_groups {model.query_groups} is not divisible by TP {run.tp}")
     if run.ep > 1 or run.etp not in (None, run.tp):
-        if not model.is_moe:
+        if not experts:
             if run.ep > 1:
                 out.append(f"expert_model_parallel_size {run.ep} > 1 but the model has no experts")
-        elif problem := expert_parallel_problem(model.num_moe_experts, run.ep):
+        elif problem := expert_parallel_problem(experts, run.ep):
             out.append(problem)
         per_stage = run.world_size // run.pp if run.world_size % run.pp == 0 else 0
         if model.is_moe and per_stage and per_stage % (run.ep * run.expert_tp):

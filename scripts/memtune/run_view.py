@@ -27,7 +27,7 @@ from typing import Any
 
 from memtune import launch_script as ls
 from memtune.cli import InputError
-from memtune.data_yaml import load_data_yaml
+from memtune.data_yaml import load_data_mapping
 from memtune.overrides import refuse_misspelt
 from memtune.paths import DATA_DIR
 from memtune.textfile import one_line, yaml_syntax_error
@@ -92,7 +92,7 @@ class RunView:
 
 @lru_cache(maxsize=1)
 def rules_data() -> Mapping[str, Any]:
-    return load_data_yaml(DATA_DIR / "check_rules.yaml")
+    return load_data_mapping(DATA_DIR / "check_rules.yaml")
 
 
 def switches() -> frozenset[str]:
@@ -365,15 +365,15 @@ def build(inputs: Inputs) -> RunView:
     for override in script_overrides:
         _apply_override(flat, override, f"{script_path}:{override.line}")
     for text in inputs.overrides:
-        override = ls.parse_override(text)
-        if override is None:
+        given = ls.parse_override(text)
+        if given is None:
             raise InputError(
                 f"override {text!r} is not KEY=VALUE, +KEY=VALUE, ++KEY=VALUE or ~KEY; e.g. model.tensor_model_parallel_size=4"
             )
-        if override.prefix == "" and override.key not in flat:
+        if given.prefix == "" and given.key not in flat:
             # a plain override misspelling a key the rules read would be ignored: refuse it
-            refuse_misspelt(override.text or override.key, override.key, known_paths())
-        _apply_override(flat, override, "command line")
+            refuse_misspelt(given.text or given.key, given.key, known_paths())
+        _apply_override(flat, given, "command line")
         if view.config_form is None:
             view.config_form = "hydra"
 
@@ -385,22 +385,22 @@ def build(inputs: Inputs) -> RunView:
         found: Value | None = None
         for path_key in setting_spec.get("paths", []):
             if path_key in flat:
-                value, source, text = flat[path_key]
+                raw, source, text = flat[path_key]
                 if path_key in ("peft", "peft._target_"):
-                    value = _peft_kind(value)
-                    if value is None:
+                    raw = _peft_kind(raw)
+                    if raw is None:
                         continue
                 origin = "config" if text.startswith(f"{path_key}: ") else "override"
-                found = Value(value, source, text, origin)
+                found = Value(raw, source, text, origin)
         for flag_name in setting_spec.get("flags", []):
             if flag_name in flag_values:
                 flag = flag_values[flag_name]
-                value: Any = True if setting_spec.get("switch") else flag.value
+                raw = True if setting_spec.get("switch") else flag.value
                 if name in ("peft",):
-                    value = _peft_kind(flag.value)
+                    raw = _peft_kind(flag.value)
                 text = f"--{flag_name}" + (f" {flag.value}" if flag.value and not setting_spec.get("switch") else "")
                 source = f"{flag_file.get(flag_name, view.script.path if view.script else 'line')}:{flag.line}"
-                found = Value(value, source, text, "flag")
+                found = Value(raw, source, text, "flag")
         if found is None:
             continue
         converted, ok = coerce(found.value, kind)
@@ -421,11 +421,11 @@ def build(inputs: Inputs) -> RunView:
         per = view.get("layers_per_virtual_stage")
         layers, pp = view.get("num_layers"), view.get("pp", 1)
         if isinstance(per, int) and per > 0 and isinstance(layers, int) and pp:
-            item = view.settings["layers_per_virtual_stage"]
-            view.settings["vpp"] = Value((layers // pp) // per, item.source, item.text, "derived")
+            per_item = view.settings["layers_per_virtual_stage"]
+            view.settings["vpp"] = Value((layers // pp) // per, per_item.source, per_item.text, "derived")
     if "recompute_granularity" not in view.settings and view.get("recompute_activations"):
-        item = view.settings["recompute_activations"]
-        view.settings["recompute_granularity"] = Value("selective", item.source, item.text, "derived")
+        switch = view.settings["recompute_activations"]
+        view.settings["recompute_granularity"] = Value("selective", switch.source, switch.text, "derived")
     if inputs.world_size is not None:
         view.settings["world_size"] = Value(
             inputs.world_size, "command line", f"--world-size {inputs.world_size}", "cli"
@@ -522,4 +522,4 @@ def alloc_env(view: RunView) -> dict[str, EnvValue]:
 
 
 def iter_rule_codes() -> Iterable[str]:
-    return rules_data()["rules"].keys()
+    return list(rules_data()["rules"])
