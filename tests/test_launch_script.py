@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from memtune import launch_script as ls
+from memtune.readers import launch_script as ls
 
 
 def parse(text: str) -> ls.LaunchScript:

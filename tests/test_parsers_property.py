@@ -14,9 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memtune import alloc_conf as ac
-from memtune import cli, run_view
-from memtune import launch_script as ls
+from memtune.readers import alloc_conf as ac
+from memtune import cli
+from memtune.readers import run_view
+from memtune.readers import launch_script as ls
 from memtune.commands import check_env, regather_config
 
 SHELL_PIECES = [
