@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from memtune.errors import InputError
+from memtune.files.textfile import read_text, yaml_syntax_error
 from memtune.spec.model_spec import ModelSpec, coerce_model_values, model_field_names
 from memtune.spec.run_spec import LORA_DEFAULT_TARGETS, RunSpec, normalize_dtype
-from memtune.files.textfile import read_text, yaml_syntax_error
 
 SECTIONS = ("model", "train", "optimizer", "ddp", "mixed_precision", "peft", "dataset", "checkpoint", "logger")
 

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from memtune.errors import InputError
-from memtune.spec.model_spec import ModelSpec
 from memtune.files.textfile import read_text
+from memtune.spec.model_spec import ModelSpec
 
 REQUIRED = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")
 

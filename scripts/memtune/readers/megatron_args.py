@@ -6,7 +6,7 @@ Two input shapes are accepted, because that is how Megatron flags live in practi
 * launch text (bash / sbatch / torchrun lines, ``\\`` line continuations, comments,
   ``--flag value``, ``--flag=value``, bare boolean ``--flag``, multi-token values,
   ``$VAR`` from earlier assignments) - read with check_env's shell reader
-  (:mod:`memtune.readers.launch_script`), so the estimator and the checker agree on a script;
+  (:mod:`memtune.readers.launch`), so the estimator and the checker agree on a script;
 * a mapping ``{"--flag": value}`` (YAML or JSON), e.g. the ``MODEL_ARGS`` section of
   Megatron-LM's functional-test ``model_config.yaml``.
 
@@ -60,19 +60,20 @@ def _flag_value(values: tuple[str, ...]) -> Any:
 def parse_launch_text(text: str, source: str = "<text>") -> dict[str, Any]:
     """Every ``--flag`` of a launch script's Python command(s), later commands winning.
 
-    The script is read by check_env's shell reader (:mod:`memtune.readers.launch_script`: line
+    The script is read by check_env's shell reader (:mod:`memtune.readers.launch`: line
     continuations, comments, ``$VAR`` / ``${VAR:-x}`` expansion from earlier assignments,
     ``srun`` / ``torchrun`` / ``python -m`` launchers), so both helpers see the same flags in
     the same script. A file that is only a list of flags (no command) is read as one.
     """
-    from memtune.readers import launch_script as ls
+    from memtune.readers.launch.args import split_program_args
+    from memtune.readers.launch.commands import parse_text
 
-    script = ls.parse_text(text, source)
+    script = parse_text(text, source)
     commands = script.python_commands or script.commands
     flags: dict[str, Any] = {}
     for command in commands:
         words = command.program_args if command.is_python else command.words
-        parsed, _ = ls.split_program_args(words)
+        parsed, _ = split_program_args(words)
         for name, flag in parsed.items():
             flags["--" + name] = _flag_value(flag.values)
     return flags
@@ -82,9 +83,9 @@ def launch_world_size(text: str, source: str = "<text>") -> tuple[int | None, st
     """(GPU count, note) from the training command's launcher (torchrun --nproc_per_node x
     --nnodes, srun / #SBATCH nodes and tasks per node), or (None, a loud warning) when the
     count is built from variables the job only knows at run time ($NNODES, $GPUS_PER_NODE)."""
-    from memtune.readers import launch_script as ls
+    from memtune.readers.launch.commands import parse_text
 
-    script = ls.parse_text(text, source)
+    script = parse_text(text, source)
     command = script.training_command()
     if command is None:
         return None, None

@@ -25,12 +25,14 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from memtune.readers import launch_script as ls
 from memtune.errors import InputError
 from memtune.files.data_yaml import load_data_yaml
-from memtune.spec.overrides import refuse_misspelt
 from memtune.files.paths import DATA_DIR
 from memtune.files.textfile import one_line, yaml_syntax_error
+from memtune.readers.launch.args import parse_override, split_program_args
+from memtune.readers.launch.commands import parse_file
+from memtune.readers.launch.script import Command, Flag, LaunchScript, Override
+from memtune.spec.overrides import refuse_misspelt
 
 ALLOC_VARS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
 
@@ -59,8 +61,8 @@ class RunView:
     env: dict[str, EnvValue] = field(default_factory=dict)
     env_given: bool = False  # any of --env / --env-file / --script was given
     settings: dict[str, Value] = field(default_factory=dict)
-    script: ls.LaunchScript | None = None
-    command: ls.Command | None = None  # the training command
+    script: LaunchScript | None = None
+    command: Command | None = None  # the training command
     config_path: str | None = None
     config_form: str | None = None  # "yaml" | "hydra" | "megatron" | None
     torch_version: tuple[int, ...] | None = None
@@ -71,8 +73,8 @@ class RunView:
     notes: list[str] = field(default_factory=list)
     unresolved: dict[str, Value] = field(default_factory=dict)  # e.g. "$TP" left literal
     flat: dict[str, tuple[Any, str, str]] = field(default_factory=dict)  # config key -> (value, source, text)
-    flags: dict[str, ls.Flag] = field(default_factory=dict)  # training command's Megatron-LM flags
-    crlf_scripts: list[tuple[ls.LaunchScript, ls.Command | None]] = field(default_factory=list)  # CR LF line endings
+    flags: dict[str, Flag] = field(default_factory=dict)  # training command's Megatron-LM flags
+    crlf_scripts: list[tuple[LaunchScript, Command | None]] = field(default_factory=list)  # CR LF line endings
 
     def get(self, name: str, default: Any = None) -> Any:
         item = self.settings.get(name)
@@ -292,7 +294,7 @@ def build(inputs: Inputs) -> RunView:
 
     # --- Bridge YAML -----------------------------------------------------------------
     flat: dict[str, tuple[Any, str, str]] = {}
-    flag_values: dict[str, ls.Flag] = {}
+    flag_values: dict[str, Flag] = {}
     flag_file: dict[str, str] = {}
     for path in inputs.configs:
         view.config_path = path
@@ -325,10 +327,10 @@ def build(inputs: Inputs) -> RunView:
             flat[key] = (value, f"{path}:{line}", f"{key}: {_short(value)}")
 
     # --- launch scripts ----------------------------------------------------------------
-    script_overrides: list[ls.Override] = []
+    script_overrides: list[Override] = []
     for path in inputs.scripts:
         view.env_given = True
-        script = ls.parse_file(path)
+        script = parse_file(path)
         view.script = script
         view.notes.extend(script.notes)
         command = script.training_command()
@@ -338,7 +340,7 @@ def build(inputs: Inputs) -> RunView:
         for name, setting in script.env_for(command).items():
             view.env[name] = EnvValue(name, setting.value or "", setting.source, setting.line, setting.file)
         if command is not None:
-            flags, overrides = ls.split_program_args(command.program_args, switches())
+            flags, overrides = split_program_args(command.program_args, switches())
             flag_values.update(flags)
             flag_file.update({name: path for name in flags})
             script_overrides.extend(overrides)
@@ -365,7 +367,7 @@ def build(inputs: Inputs) -> RunView:
     for override in script_overrides:
         _apply_override(flat, override, f"{script_path}:{override.line}")
     for text in inputs.overrides:
-        override = ls.parse_override(text)
+        override = parse_override(text)
         if override is None:
             raise InputError(
                 f"override {text!r} is not KEY=VALUE, +KEY=VALUE, ++KEY=VALUE or ~KEY; e.g. model.tensor_model_parallel_size=4"
@@ -448,14 +450,14 @@ def known_paths() -> frozenset[str]:
     return frozenset(path for setting in rules_data()["settings"].values() for path in setting.get("paths", []))
 
 
-def _yaml_flag(name: str, value: Any, line: int) -> ls.Flag:
+def _yaml_flag(name: str, value: Any, line: int) -> Flag:
     if value is True or value is None:
         values: tuple[str, ...] = ()
     elif isinstance(value, (list, tuple)):
         values = tuple(str(v) for v in value)
     else:
         values = (str(value),)
-    return ls.Flag(name, values, line)
+    return Flag(name, values, line)
 
 
 def _short(value: Any) -> str:
@@ -482,7 +484,7 @@ def _peft_kind(value: Any) -> str | None:
     return text
 
 
-def _apply_override(flat: dict[str, tuple[Any, str, str]], override: ls.Override, source: str) -> None:
+def _apply_override(flat: dict[str, tuple[Any, str, str]], override: Override, source: str) -> None:
     if override.prefix == "~":
         for key in [k for k in flat if k == override.key or k.startswith(override.key + ".")]:
             del flat[key]
@@ -491,7 +493,7 @@ def _apply_override(flat: dict[str, tuple[Any, str, str]], override: ls.Override
     flat[override.key] = (value, source, override.text or f"{override.key}={override.value}")
 
 
-def _sbatch_world(view: RunView, script: ls.LaunchScript, command: ls.Command | None) -> None:
+def _sbatch_world(view: RunView, script: LaunchScript, command: Command | None) -> None:
     """GPU count from torchrun / srun / #SBATCH, when the script says."""
     if "world_size" in view.settings:
         return
