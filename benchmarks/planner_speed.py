@@ -21,8 +21,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 
 from memtune.estimate import planner as pl  # noqa: E402
-from memtune.spec import presets  # noqa: E402
 from memtune.estimate import throughput_cost as tc  # noqa: E402
+from memtune.spec import presets  # noqa: E402
 from memtune.spec.run_spec import RunSpec  # noqa: E402
 
 GPUS = 1024

@@ -190,8 +190,8 @@ def test_one_gpu_table_for_every_helper(name, table_name, cc) -> None:
     """check_env and estimate/plan resolve a name to the same entry of gpus.yaml."""
     from argparse import ArgumentParser
 
-    from memtune.spec.gpus import lookup_gpu
     from memtune.commands.run_inputs import add_input_arguments, load_model_and_run
+    from memtune.spec.gpus import lookup_gpu
 
     assert lookup_gpu(name).name == table_name
     assert run_view.build(run_view.Inputs(env_values=["A=1"], gpu=name)).compute_capability == cc

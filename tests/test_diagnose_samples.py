@@ -665,9 +665,9 @@ CAPACITY_KNOB = {
 
 def report_for(name: str, torch_version=None) -> dict:
     """The full report (framework, release, advice) of one sample, its source line left out."""
-    from memtune.diagnose.table import load_rows
     from memtune.diagnose.report import build_report
     from memtune.diagnose.scan import Scanner
+    from memtune.diagnose.table import load_rows
 
     lines = (SAMPLES / name).read_text(encoding="utf-8").splitlines()
     scanner = Scanner(load_patterns(), name)

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from memtune.diagnose import grep_prefilter
-from memtune.errors import InputError
-from memtune.diagnose.run import scan_source, source_lines
 from memtune.diagnose.log_reader import Source, TextStream
 from memtune.diagnose.patterns import load_patterns
+from memtune.diagnose.run import scan_source, source_lines
+from memtune.errors import InputError
 
 SAMPLES = Path(__file__).resolve().parent / "data" / "oom-samples"
 REPO = Path(__file__).resolve().parent.parent

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memtune.errors import InputError
 from memtune.diagnose.log_reader import Source, candidate_lines, find_hits, read_chunks, strip_prefixes
 from memtune.diagnose.patterns import load_patterns
 from memtune.diagnose.scan import numbered, scan_lines
+from memtune.errors import InputError
 
 SAMPLES = Path(__file__).resolve().parent / "data" / "oom-samples"
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from memtune.diagnose import advice as oom_advice
 from memtune.diagnose import torch_era
-from memtune.diagnose.frameworks import load_frameworks
 from memtune.diagnose.evidence import load_evidence
+from memtune.diagnose.frameworks import load_frameworks
 from memtune.diagnose.patterns import load_patterns
 from memtune.diagnose.scan import numbered, scan_lines
 from memtune.diagnose.torch_era import TorchRange

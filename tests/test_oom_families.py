@@ -11,8 +11,8 @@ import re
 
 import pytest
 
-from memtune.diagnose.frameworks import load_frameworks
 from memtune.diagnose.evidence import load_evidence
+from memtune.diagnose.frameworks import load_frameworks
 from memtune.diagnose.patterns import load_patterns
 from memtune.diagnose.scan import numbered, scan_lines
 

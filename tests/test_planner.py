@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from memtune.spec import model_spec as ms
 from memtune.estimate import planner as pl
 from memtune.estimate import throughput_cost as tc
+from memtune.spec import model_spec as ms
 from memtune.spec.run_spec import RunSpec
 from test_throughput_cost import llama8b, seed, table  # noqa: F401  (shared fixtures)
 

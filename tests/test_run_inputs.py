@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from memtune.cli import make_parser
-from memtune.errors import InputError
 from memtune.commands.run_inputs import add_input_arguments, load_model_and_run, parse_memory
+from memtune.errors import InputError
 
 
 def _parse(*argv: str):
@@ -181,8 +181,8 @@ def test_bare_number_note_reaches_estimate_json_warnings(capsys):
 
 def test_gpu_memory_help_teaches_units_and_the_gpu_names_it_lists_exist():
     from memtune.commands import estimate_memory
-    from memtune.spec.gpus import lookup_gpu
     from memtune.commands.run_inputs import GPU_NAMES_FOR_HELP
+    from memtune.spec.gpus import lookup_gpu
 
     text = " ".join(estimate_memory.build_parser().format_help().split())
     assert "a bare number (80) or G means GiB" in text and "81559MiB = 79.6 GiB" in text

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from memtune.release import shipped_files
 from memtune.errors import InputError
+from memtune.release import shipped_files
 from signing_pki import git_commit_all
 
 

@@ -17,9 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from memtune.release import shipped_files
-from memtune.release import signing
 from memtune.errors import InputError
+from memtune.release import shipped_files, signing
 from signing_pki import export_tracked, make_pki
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

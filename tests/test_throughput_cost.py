@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from memtune.spec import model_spec as ms
 from memtune.estimate import throughput_cost as tc
+from memtune.spec import model_spec as ms
 
 KINDS = {"measured", "calibrated", "first-principles", "assumption"}
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from memtune.diagnose import torch_era
-from memtune.errors import InputError
 from memtune.diagnose.evidence import load_evidence
+from memtune.errors import InputError
 
 EV = load_evidence()
 

@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from memtune.readers import alloc_conf as ac
 from memtune.estimate import regather
+from memtune.readers import alloc_conf as ac
 from memtune.readers.run_view import ALLOC_VARS, EnvValue, RunView, rules_data
 
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}

@@ -76,8 +76,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         torch_range = torch_era.exact(args.torch_version)
 
     if args.symptom is not None:
-        from memtune.diagnose import table as diagnosis_table
         from memtune.diagnose import report as oom_report
+        from memtune.diagnose import table as diagnosis_table
 
         rows = diagnosis_table.load_rows()
         if not args.symptom.strip():

@@ -53,8 +53,8 @@ DEFAULT_GPU = "H100-80GB"
 
 def default_gpu_memory() -> tuple[int, str]:
     """(bytes, how to say it) for :data:`DEFAULT_GPU`, read from the one GPU table."""
-    from memtune.spec.gpus import MIB, lookup_gpu, usable_memory
     from memtune.estimate.plan_report import gib
+    from memtune.spec.gpus import MIB, lookup_gpu, usable_memory
 
     usable = usable_memory(lookup_gpu(DEFAULT_GPU))
     return usable, f"{DEFAULT_GPU}: {usable // MIB}MiB = {gib(usable)}"
@@ -140,8 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise InputError(f"--top must be at least 1, got {args.top}")
     if args.gpus_per_node < 1:
         raise InputError(f"--gpus-per-node must be at least 1, got {args.gpus_per_node}")
-    from memtune.estimate import plan_report
-    from memtune.estimate import planner
+    from memtune.estimate import plan_report, planner
     from memtune.spec import run_spec as rs
 
     model, run, gpu, notes = _load(args)

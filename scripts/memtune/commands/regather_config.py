@@ -154,8 +154,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _apply_recipe_settings(view, path: str) -> None:
     """``cfg.model.tensor_model_parallel_size = 2`` in the recipe counts like a config key
     (options given to this helper still win)."""
-    from memtune.readers import run_view
     from memtune.estimate.regather import find_recipe_settings
+    from memtune.readers import run_view
 
     specs = run_view.rules_data()["settings"]
     for dotted, value, line in find_recipe_settings(path):
@@ -238,8 +238,7 @@ def build_report(view, preset: str | None, form: str, recipe_calls=()) -> dict[s
 
 def estimate_saving(view, model, model_notes, inp, decision) -> tuple[int | None, list[str], str | None]:
     """Bytes per GPU saved, from the estimator's activation model (None when no model)."""
-    from memtune.estimate import estimator
-    from memtune.estimate import regather
+    from memtune.estimate import estimator, regather
     from memtune.spec.run_spec import RunSpec
 
     assumptions = list(model_notes)

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
-from memtune.files import paths
 from memtune.cli import make_parser
 from memtune.errors import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, InputError
+from memtune.files import paths
 from memtune.files.writing import writing
 
 DESCRIPTION = """\

@@ -233,8 +233,8 @@ def add_input_arguments(parser: argparse.ArgumentParser, memory_default: str = "
 def print_presets(as_json: bool) -> None:
     """--list-presets: the names one a line, or with --json one document naming each
     preset's source."""
-    from memtune.spec import presets
     from memtune.cli import print_json
+    from memtune.spec import presets
 
     names = presets.preset_names()
     if as_json:
@@ -307,8 +307,8 @@ def _load_source(args) -> tuple[Any, Any, list[str], dict[str, Any]]:
             and "--world-size" not in flags
             and Path(args.megatron_args).suffix.lower() not in (".json", ".yaml", ".yml")
         ):
-            from memtune.readers.megatron_args import launch_world_size
             from memtune.files.textfile import read_text
+            from memtune.readers.megatron_args import launch_world_size
 
             world, world_note = launch_world_size(
                 read_text(Path(args.megatron_args), "a launch script", strict=False), str(args.megatron_args)
@@ -363,8 +363,8 @@ def _load_source(args) -> tuple[Any, Any, list[str], dict[str, Any]]:
 def _known_config_keys() -> frozenset[str]:
     """Config keys a plain override may misspell: those the checks read plus every
     architecture field under ``model.`` (the Bridge reader takes ModelSpec names there)."""
-    from memtune.spec.model_spec import model_field_names
     from memtune.readers.run_view import known_paths
+    from memtune.spec.model_spec import model_field_names
 
     return known_paths() | {f"model.{name}" for name in model_field_names()}
 

@@ -10,10 +10,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from memtune.files import paths
-from memtune.release import shipped_files
 from memtune.cli import make_parser, print_json
 from memtune.errors import EXIT_FINDINGS, EXIT_OK, InputError
+from memtune.files import paths
+from memtune.release import shipped_files
 from memtune.release.shipped_files import SIGNATURE_NAME
 
 DEFAULT_ROOT_CERT = paths.SKILL_ROOT / "signing" / "root-cert.pem"

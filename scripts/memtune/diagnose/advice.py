@@ -14,8 +14,8 @@ import re
 from dataclasses import dataclass
 
 from memtune.diagnose import torch_era
-from memtune.diagnose.frameworks import Framework
 from memtune.diagnose.evidence import Evidence
+from memtune.diagnose.frameworks import Framework
 from memtune.diagnose.parse import format_bytes
 from memtune.diagnose.scan import Finding
 from memtune.diagnose.torch_era import TorchRange

@@ -30,9 +30,9 @@ from collections.abc import Callable, Iterator
 from functools import lru_cache
 from pathlib import Path
 
-from memtune.errors import InputError
 from memtune.diagnose.log_reader import window_opener
 from memtune.diagnose.patterns import ere_alternation
+from memtune.errors import InputError
 
 # Below this size the pure-Python pass is as fast as starting a process; grep pays off above.
 GREP_MIN_BYTES = 16 << 20

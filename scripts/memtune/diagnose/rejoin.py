@@ -22,8 +22,8 @@ from collections.abc import Iterable
 from functools import lru_cache
 
 from memtune.diagnose import parse as oom_parse
-from memtune.files.data_yaml import load_data_yaml
 from memtune.diagnose.patterns import ALLOCATOR_KINDS, load_patterns
+from memtune.files.data_yaml import load_data_yaml
 from memtune.files.paths import DATA_DIR
 
 WORDING_FILE = DATA_DIR / "allocator_wording.yaml"

@@ -20,12 +20,12 @@ from typing import Any
 
 from memtune.diagnose import advice as oom_advice
 from memtune.diagnose import torch_era
-from memtune.diagnose.table import Row, row_for_kind
-from memtune.diagnose.frameworks import Framework, FrameworkHits, load_frameworks
 from memtune.diagnose.evidence import load_evidence
+from memtune.diagnose.frameworks import Framework, FrameworkHits, load_frameworks
 from memtune.diagnose.parse import format_bytes
 from memtune.diagnose.patterns import ALLOCATOR_KINDS, PatternSet
 from memtune.diagnose.scan import Finding
+from memtune.diagnose.table import Row, row_for_kind
 from memtune.diagnose.torch_era import TorchRange
 
 NO_FINDING = "no memory-related failure found"

@@ -20,9 +20,9 @@ from functools import lru_cache
 from memtune.diagnose import parse as oom_parse
 from memtune.diagnose import rejoin as oom_rejoin
 from memtune.diagnose import torch_era
+from memtune.diagnose.evidence import Evidence, load_evidence
 from memtune.diagnose.frameworks import FrameworkHits, FrameworkSet, load_frameworks
 from memtune.diagnose.log_reader import WINDOW_LINES, LinePrefix, cut_head_source, nccl_origin, strip_prefixes
-from memtune.diagnose.evidence import Evidence, load_evidence
 from memtune.diagnose.patterns import Detector, PatternSet
 from memtune.diagnose.torch_era import TorchRange
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from memtune.diagnose.evidence import Evidence
 from memtune.readers import alloc_conf
 from memtune.readers.alloc_conf import Version, parse_version, version_str
-from memtune.diagnose.evidence import Evidence
 
 ACCEPTED, REJECTED, IGNORED, PLATFORM, UNKNOWN = "accepted", "rejected", "ignored", "ignored-on-platform", "unknown"
 

@@ -30,9 +30,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from memtune.spec import model_spec as ms
 from memtune.estimate import planner as pl
 from memtune.estimate import throughput_cost as tc
+from memtune.spec import model_spec as ms
 from memtune.spec.run_spec import RunSpec
 
 #: RunSpec fields that one knob sets together; a later rung touching the same knob

@@ -29,10 +29,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from memtune.spec import model_spec as ms
-from memtune.spec import run_spec as rs
 from memtune.estimate import throughput_cost as tc
 from memtune.estimate.estimator import estimate, regather_eligible
+from memtune.spec import model_spec as ms
+from memtune.spec import run_spec as rs
 from memtune.spec.run_spec import RunSpec
 
 GIB = 1024**3

@@ -23,9 +23,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from memtune.spec import model_spec as ms
 from memtune.files.data_yaml import load_data_yaml
 from memtune.files.paths import DATA_DIR
+from memtune.spec import model_spec as ms
 from memtune.spec.run_spec import RunSpec
 
 COSTS_FILE: Path = DATA_DIR / "throughput_costs.yaml"

@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from memtune.errors import InputError
-from memtune.spec.model_spec import ModelSpec, model_from_mapping
 from memtune.files.paths import DATA_DIR
+from memtune.spec.model_spec import ModelSpec, model_from_mapping
 
 PRESETS_DIR: Path = DATA_DIR / "presets"
 
