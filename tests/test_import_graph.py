@@ -221,3 +221,15 @@ def test_argparse_only_where_allowed() -> None:
 @pytest.mark.parametrize("group", sorted(LIBRARY_GROUPS - {"bench", "errors"}))
 def test_each_pipeline_group_exists_as_a_package(group: str) -> None:
     assert (PACKAGE / group / "__init__.py").is_file()
+
+
+def test_input_error_and_exit_codes_are_imported_from_errors_only() -> None:
+    """cli.py uses them but re-exports nothing: every importer names memtune.errors."""
+    shared = {"InputError", "EXIT_OK", "EXIT_FINDINGS", "EXIT_USAGE"}
+    offenders = []
+    for root in (REPO / "scripts", REPO / "tests", REPO / "benchmarks"):
+        for path in root.rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.ImportFrom) and node.module == "memtune.cli":
+                    offenders += [f"{path.relative_to(REPO)}: {a.name}" for a in node.names if a.name in shared]
+    assert not offenders, "import these from memtune.errors:\n" + "\n".join(offenders)
