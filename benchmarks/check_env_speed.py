@@ -71,7 +71,8 @@ def main() -> int:
     parser.add_argument("--lines", type=int, default=5000)
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
-    from memtune import check_rules, run_view
+    from memtune.check import check_rules
+    from memtune.readers import run_view
 
     text = build_script(args.lines)
     with tempfile.TemporaryDirectory() as tmp:

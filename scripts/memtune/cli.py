@@ -13,18 +13,10 @@ import json
 import os
 import re
 import sys
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from pathlib import Path
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-EXIT_OK = 0
-EXIT_FINDINGS = 1
-EXIT_USAGE = 2
-
-
-class InputError(Exception):
-    """Bad usage or bad input: the message is the one line the user sees."""
+from memtune.errors import EXIT_OK, EXIT_USAGE, InputError
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -81,22 +73,6 @@ class Once(argparse.Action):
 _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
-@contextmanager
-def writing(path: str | Path) -> Iterator[None]:
-    """Name ``path`` in any OSError raised while writing it.
-
-    ``write()`` on a full disk raises ENOSPC without a file name, so the user would read
-    "no space left" and not know which file is now missing or stale; the one-line error
-    of ``run`` then says which file could not be written.
-    """
-    try:
-        yield
-    except OSError as exc:
-        if getattr(exc, "filename", None):
-            raise
-        raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from None
-
-
 def make_parser(prog: str, description: str, epilog: str | None = None) -> ArgumentParser:
     """A parser whose --help keeps the description's and examples' line breaks."""
     return ArgumentParser(
@@ -151,7 +127,7 @@ def run(main: Callable[[Sequence[str] | None], int], prog: str, argv: Sequence[s
             sys.stderr.write(f"{prog}: error: {exc.strerror or exc}: {exc.filename}\n")
         code = EXIT_USAGE
     except UnicodeDecodeError as exc:
-        # a loader read a user's file as text without memtune.textfile: still one line, not a traceback
+        # a loader read a user's file as text without memtune.files.textfile: still one line, not a traceback
         sys.stderr.write(
             f"{prog}: error: an input file is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} "
             f"at offset {exc.start}); pass a text file saved as UTF-8\n"

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from memtune.cli import EXIT_FINDINGS, EXIT_OK, InputError, make_parser, print_json
+from memtune.cli import make_parser, print_json
+from memtune.errors import EXIT_FINDINGS, EXIT_OK, InputError
 
 DESCRIPTION = """\
 Check a Megatron-LM / Megatron Bridge run for memory misconfiguration before it starts:
@@ -84,7 +85,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     if args.world_size is not None and args.world_size < 1:
         raise InputError(f"--world-size {args.world_size} must be a positive GPU count")
-    from memtune import check_rules, run_view
+    from memtune.check import check_rules
+    from memtune.readers import run_view
 
     view = run_view.build(
         run_view.Inputs(

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from memtune.cli import InputError, make_parser, print_json
+from memtune.cli import make_parser, print_json
+from memtune.errors import InputError
 
 DESCRIPTION = """\
 Find every memory-related failure in an error message or a (multi-GB, multi-rank, .gz)
@@ -70,12 +71,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise InputError(f"--limit must be at least 1, got {args.limit}")
     torch_range = None
     if args.torch_version is not None:
-        from memtune import torch_era
+        from memtune.diagnose import torch_era
 
         torch_range = torch_era.exact(args.torch_version)
 
     if args.symptom is not None:
-        from memtune import diagnosis_table, oom_report
+        from memtune.diagnose import report as oom_report
+        from memtune.diagnose import table as diagnosis_table
 
         rows = diagnosis_table.load_rows()
         if not args.symptom.strip():
@@ -101,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(oom_report.render_symptom_matches(args.symptom, matches), end="")
         return 0
 
-    from memtune.diagnose_run import diagnose_sources
+    from memtune.diagnose.run import diagnose_sources
 
     if args.inputs.count("-") > 1:
         raise InputError("- (standard input) can be given only once")
@@ -110,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         print_json(report)
     else:
-        from memtune import oom_report
+        from memtune.diagnose import report as oom_report
 
         print(oom_report.render_text(report), end="")
     return 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from memtune.cli import make_parser, print_json
-from memtune.run_inputs import add_input_arguments, load_model_and_run, print_presets
+from memtune.commands.run_inputs import add_input_arguments, load_model_and_run, print_presets
 
 DESCRIPTION = """\
 Estimate peak GPU memory per pipeline stage of a Megatron-Core / Megatron Bridge training run:
@@ -53,7 +53,7 @@ def _bar(value: int, peak: int, width: int = 24) -> str:
 
 
 def render_text(model, run, est, notes: list[str], gpu_memory: int | None) -> str:
-    from memtune.model_spec import count_parameters
+    from memtune.spec.model_spec import count_parameters
 
     gib = lambda b: f"{b / GIB:8.2f}"  # noqa: E731
     lines = [
@@ -122,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.list_presets:
         print_presets(args.json)
         return 0
-    from memtune.estimator import estimate
+    from memtune.estimate.estimator import estimate
 
     inputs = load_model_and_run(args)
     model, run, notes = inputs.model, inputs.run, list(inputs.notes)

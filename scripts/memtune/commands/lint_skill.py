@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from memtune import paths
-from memtune.cli import EXIT_FINDINGS, EXIT_OK, InputError, make_parser, print_json
+from memtune.cli import make_parser, print_json
+from memtune.errors import EXIT_FINDINGS, EXIT_OK, InputError
+from memtune.files import paths
 
 DESCRIPTION = """\
 Tier-1 static validation of an Agent Skill package (this one by default).

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from memtune.cli import InputError, print_json
+from memtune.cli import print_json
+from memtune.errors import InputError
 
 DESCRIPTION = """\
 This run does not fit (or barely fits): which changes make it fit at the lowest throughput cost?
@@ -52,8 +53,8 @@ DEFAULT_GPU = "H100-80GB"
 
 def default_gpu_memory() -> tuple[int, str]:
     """(bytes, how to say it) for :data:`DEFAULT_GPU`, read from the one GPU table."""
-    from memtune.gpus import MIB, lookup_gpu, usable_memory
-    from memtune.plan_report import gib
+    from memtune.estimate.plan_report import gib
+    from memtune.spec.gpus import MIB, lookup_gpu, usable_memory
 
     usable = usable_memory(lookup_gpu(DEFAULT_GPU))
     return usable, f"{DEFAULT_GPU}: {usable // MIB}MiB = {gib(usable)}"
@@ -61,7 +62,7 @@ def default_gpu_memory() -> tuple[int, str]:
 
 def parse_headroom(text: str, gpu_bytes: int) -> int:
     """'10%' of the GPU memory, or an absolute size such as '4GiB'."""
-    from memtune.run_inputs import parse_memory
+    from memtune.commands.run_inputs import parse_memory
 
     t = str(text).strip()
     if t.endswith("%"):
@@ -79,10 +80,10 @@ def parse_headroom(text: str, gpu_bytes: int) -> int:
 
 
 def build_parser():
-    """The estimator's run inputs (memtune.run_inputs, so both helpers read a run the same
+    """The estimator's run inputs (memtune.commands.run_inputs, so both helpers read a run the same
     way) plus the planner's own options."""
     from memtune.cli import make_parser
-    from memtune.run_inputs import add_input_arguments
+    from memtune.commands.run_inputs import add_input_arguments
 
     parser = make_parser("plan_memory.py", DESCRIPTION, EPILOG)
     # Static text: --help must run without PyYAML, so it cannot read the size from gpus.yaml.
@@ -117,7 +118,7 @@ def build_parser():
 
 def _load(args):
     """(model, run, GPU memory bytes, notes) through the shared run-input loader."""
-    from memtune.run_inputs import load_model_and_run
+    from memtune.commands.run_inputs import load_model_and_run
 
     inputs = load_model_and_run(args)
     notes = list(inputs.notes)
@@ -131,7 +132,7 @@ def _load(args):
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.list_presets:
-        from memtune.run_inputs import print_presets
+        from memtune.commands.run_inputs import print_presets
 
         print_presets(args.json)
         return 0
@@ -139,8 +140,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise InputError(f"--top must be at least 1, got {args.top}")
     if args.gpus_per_node < 1:
         raise InputError(f"--gpus-per-node must be at least 1, got {args.gpus_per_node}")
-    from memtune import plan_report, planner
-    from memtune import run_spec as rs
+    from memtune.estimate import plan_report, planner
+    from memtune.spec import run_spec as rs
 
     model, run, gpu, notes = _load(args)
     rs.validate(model, run)
@@ -153,7 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if settings.limit_bytes <= 0:
         raise InputError(f"--headroom {args.headroom} leaves no memory of --gpu-memory {plan_report.gib(gpu)}")
-    from memtune import ladder
+    from memtune.estimate import ladder
 
     climbed = ladder.climb(model, run, settings)
     if args.sweep:

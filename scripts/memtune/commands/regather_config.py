@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from memtune.cli import EXIT_OK, InputError, Once, make_parser, print_json
+from memtune.cli import Once, make_parser, print_json
+from memtune.errors import EXIT_OK, InputError
 
 DESCRIPTION = """\
 Decide whether Megatron Bridge's LoRA option sequence_parallel_input_regather helps this run,
@@ -91,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise InputError(
             f"--target-modules {args.target_modules!r} names no module; e.g. --target-modules linear_qkv,linear_fc1"
         )
-    from memtune import run_view
+    from memtune.readers import run_view
 
     overrides = list(args.overrides)
     for option, path in OPTION_PATHS.items():
@@ -118,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         view.settings["sequence_parallel"] = run_view.Value(False, "command line", "--no-sequence-parallel", "cli")
     recipe_calls = []
     if args.recipe:
-        from memtune.regather import find_lora_calls
+        from memtune.estimate.regather import find_lora_calls
 
         recipe_calls = find_lora_calls(args.recipe)
         if not recipe_calls:
@@ -153,8 +154,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _apply_recipe_settings(view, path: str) -> None:
     """``cfg.model.tensor_model_parallel_size = 2`` in the recipe counts like a config key
     (options given to this helper still win)."""
-    from memtune import run_view
-    from memtune.regather import find_recipe_settings
+    from memtune.estimate.regather import find_recipe_settings
+    from memtune.readers import run_view
 
     specs = run_view.rules_data()["settings"]
     for dotted, value, line in find_recipe_settings(path):
@@ -180,11 +181,12 @@ def _lora_settings(view) -> dict[str, Any]:
 
 
 def build_report(view, preset: str | None, form: str, recipe_calls=()) -> dict[str, Any]:
-    from memtune import check_rules, regather
+    from memtune.check import check_rules
+    from memtune.estimate import regather
 
     model, model_notes = _model(view, preset)
     if model is not None and model.is_moe and not view.has("num_experts"):
-        from memtune import run_view
+        from memtune.readers import run_view
 
         view.settings["num_experts"] = run_view.Value(model.num_moe_experts, "model", "num_moe_experts", "derived")
     inp = check_rules.regather_inputs(view)
@@ -236,8 +238,8 @@ def build_report(view, preset: str | None, form: str, recipe_calls=()) -> dict[s
 
 def estimate_saving(view, model, model_notes, inp, decision) -> tuple[int | None, list[str], str | None]:
     """Bytes per GPU saved, from the estimator's activation model (None when no model)."""
-    from memtune import estimator, regather
-    from memtune.run_spec import RunSpec
+    from memtune.estimate import estimator, regather
+    from memtune.spec.run_spec import RunSpec
 
     assumptions = list(model_notes)
     if model is None:
@@ -289,11 +291,11 @@ def estimate_saving(view, model, model_notes, inp, decision) -> tuple[int | None
 def _model(view, preset):
     assumptions: list[str] = []
     if preset:
-        from memtune.presets import load_preset
+        from memtune.spec.presets import load_preset
 
         return load_preset(preset), assumptions
     if view.flags:
-        from memtune.megatron_args import specs_from_megatron_args
+        from memtune.readers.megatron_args import specs_from_megatron_args
 
         mapping = {
             f"--{name}": (flag.values[0] if len(flag.values) == 1 else (list(flag.values) or True))
@@ -309,7 +311,7 @@ def _model(view, preset):
         key[6:]: value for key, (value, _s, _t) in view.flat.items() if key.startswith("model.") and key.count(".") == 1
     }
     if all(section.get(k) is not None for k in ("num_layers", "hidden_size", "num_attention_heads")):
-        from memtune.bridge_config import model_from_bridge
+        from memtune.readers.bridge_config import model_from_bridge
 
         if section.get("vocab_size") is None and section.get("padded_vocab_size") is None:
             section["vocab_size"] = 32000

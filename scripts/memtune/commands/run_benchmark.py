@@ -13,8 +13,10 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
-from memtune import paths
-from memtune.cli import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, InputError, make_parser, writing
+from memtune.cli import make_parser
+from memtune.errors import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, InputError
+from memtune.files import paths
+from memtune.files.writing import writing
 
 DESCRIPTION = """\
 Measure what the skill changes in an agent's answers. Every case in evals/evals.json runs
