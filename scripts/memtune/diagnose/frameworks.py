@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from memtune.files.data_yaml import load_data_yaml
 from memtune.files.paths import DATA_DIR
@@ -42,7 +43,7 @@ class Framework:
     line_regex: re.Pattern[str] | None = None
     implied_by_kinds: frozenset[str] = frozenset()
 
-    def as_json(self, matched: list[str], reason: str) -> dict:
+    def as_json(self, matched: list[str], reason: str) -> dict[str, Any]:
         return {
             "name": self.name,
             "label": self.label,
@@ -102,7 +103,7 @@ class FrameworkSet:
         raise KeyError(name)
 
 
-def _advice(raw: dict) -> Advice:
+def _advice(raw: dict[str, Any]) -> Advice:
     return Advice(
         capacity=tuple(str(a) for a in raw.get("capacity") or ()),
         nccl=tuple(str(a) for a in raw.get("nccl") or ()),
@@ -111,7 +112,7 @@ def _advice(raw: dict) -> Advice:
     )
 
 
-def _framework(raw: dict) -> Framework:
+def _framework(raw: dict[str, Any]) -> Framework:
     regex = raw.get("line_regex")
     return Framework(
         name=raw.get("name"),

@@ -26,7 +26,7 @@ priced change saves memory, or as the finishing step when that is cheapest overa
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -170,7 +170,7 @@ def climb(
     params = table.raw.get("ladder", {})
     floor = float(params.get("cost_floor", 0.02))
     max_rungs = int(params.get("max_rungs", 12))
-    cache: dict = {}
+    cache: dict[tuple[RunSpec, bool], int] = {}
 
     def evaluator(run: RunSpec) -> pl.Evaluator:
         return pl.Evaluator(model, run, settings, table, estimator, cache=cache)
@@ -306,7 +306,7 @@ def _replay(
     base: RunSpec,
     settings: pl.PlanSettings,
     table: tc.CostTable,
-    evaluator,
+    evaluator: Callable[[RunSpec], pl.Evaluator],
     steps: list[pl.Evaluated],
     reasons: list[str],
 ) -> list[Rung]:
@@ -329,7 +329,7 @@ def _apply(
     model: ms.ModelSpec,
     base: RunSpec,
     settings: pl.PlanSettings,
-    evaluator,
+    evaluator: Callable[[RunSpec], pl.Evaluator],
     order: list[tuple[str, str, str, dict[str, Any]]],
 ) -> list[Rung] | None:
     rungs: list[Rung] = []

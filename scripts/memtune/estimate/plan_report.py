@@ -14,9 +14,13 @@ tests validate real output against it, so a field added here must be documented 
 from __future__ import annotations
 
 import textwrap
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memtune.estimate.planner import EXPANDABLE_ENV, GIB, Evaluated, Plan, exact_change, fragmentation_note
+from memtune.estimate.throughput_cost import Cost
+
+if TYPE_CHECKING:  # the ladder module builds on the planner; only its result type is needed here
+    from memtune.estimate.ladder import Ladder
 
 #: Text output wraps long lines (evidence, reasons, notes) at this width for people;
 #: the JSON keeps every string whole.
@@ -31,7 +35,7 @@ def pct(x: float | None) -> str:
     return "-" if x is None else f"{x * 100:+.1f}%"
 
 
-def _change(cost) -> float | None:
+def _change(cost: Cost | None) -> float | None:
     """The throughput change for the JSON row: None when the cost is unknown (no number
     from a measurement or an estimate), so no reader mistakes the placeholder for +0.0%."""
     if cost is None or not cost.known:
@@ -88,7 +92,7 @@ def blocked_by(plan: Plan, e: Evaluated) -> str:
     return f"{gib(over)} over the limit ({gib(plan.settings.limit_bytes)} = GPU memory minus headroom)"
 
 
-def ladder_json(ladder) -> dict[str, Any]:
+def ladder_json(ladder: Ladder) -> dict[str, Any]:
     """The cumulative ladder (memtune.estimate.ladder.Ladder) as a JSON object."""
     rungs = []
     for i, r in enumerate(ladder.rungs):
@@ -130,7 +134,9 @@ def ladder_json(ladder) -> dict[str, Any]:
     }
 
 
-def to_json(plan: Plan, top: int, input_notes: list[str] | tuple[str, ...] = (), ladder=None) -> dict[str, Any]:
+def to_json(
+    plan: Plan, top: int, input_notes: list[str] | tuple[str, ...] = (), ladder: Ladder | None = None
+) -> dict[str, Any]:
     s = plan.settings
     best = plan.best
     doc: dict[str, Any] = {
@@ -305,7 +311,7 @@ def ladder_text(lad: dict[str, Any]) -> list[str]:
     return lines
 
 
-def to_text(plan: Plan, top: int, input_notes: list[str] | tuple[str, ...] = (), ladder=None) -> str:
+def to_text(plan: Plan, top: int, input_notes: list[str] | tuple[str, ...] = (), ladder: Ladder | None = None) -> str:
     doc = to_json(plan, top, input_notes, ladder)
     s = plan.settings
     cur = doc["current"]

@@ -27,7 +27,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from memtune.estimate import throughput_cost as tc
 from memtune.estimate.estimator import estimate, regather_eligible
@@ -81,6 +81,8 @@ MEGATRON_FLAGS: Mapping[str, str] = {
 EXPANDABLE_ENV = "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
 #: CP chunks shorter than this many tokens per GPU are not worth their ring traffic.
 MIN_TOKENS_PER_CP_RANK = 1024
+# The sweep's stand-in "module set" of full recompute, next to the selective module sets.
+FULL_SET: frozenset[str] = frozenset({"*full*"})
 
 
 # ------------------------------------------------------------------ settings
@@ -240,11 +242,18 @@ def powers_of_two_upto(n: int) -> list[int]:
     return [1 << i for i in range(0, max(1, n).bit_length()) if (1 << i) <= n]
 
 
-def stage_split(model: ms.ModelSpec, pp: int) -> dict[str, int | None]:
+class StageSplit(TypedDict):
+    """The RunSpec fields of an uneven pipeline split (a TypedDict, so ``**split`` is checked)."""
+
+    num_layers_in_first_pipeline_stage: int | None
+    num_layers_in_last_pipeline_stage: int | None
+
+
+def stage_split(model: ms.ModelSpec, pp: int) -> StageSplit:
     """Pipeline split fields for ``pp`` stages: even when possible, else a smaller last
     (or first and last) stage, as the Megatron uneven-PP settings allow."""
     n = model.num_layers
-    none = {"num_layers_in_first_pipeline_stage": None, "num_layers_in_last_pipeline_stage": None}
+    none: StageSplit = {"num_layers_in_first_pipeline_stage": None, "num_layers_in_last_pipeline_stage": None}
     if pp == 1 or n % pp == 0:
         return none
     if pp >= 2:
@@ -520,7 +529,7 @@ def evidence_tier(cost: tc.Cost) -> int:
 
 def _split(
     evaluated: Iterable[Evaluated], settings: PlanSettings, cap_gain: bool = False
-) -> tuple[list, list, list, list]:
+) -> tuple[list[Evaluated], list[Evaluated], list[Evaluated], list[Evaluated]]:
     ranked, not_fitting, rejected, no_saving = [], [], [], []
     for e in evaluated:
         if e.rejected:
@@ -591,7 +600,7 @@ def sweep_layouts(model: ms.ModelSpec, base: RunSpec, settings: PlanSettings) ->
         for c in powers_of_two_upto(world)
         if c == 1 or (base.seq_length % (2 * c) == 0 and base.seq_length // c >= MIN_TOKENS_PER_CP_RANK)
     ]
-    eps = [e for e in divisors(model.num_moe_experts) if e <= world] if model.is_moe else [1]
+    eps = [e for e in divisors(model.num_moe_experts) if e <= world] if model.num_moe_experts else [1]
     mbss = [m for m in range(1, base.mbs + 1) if base.mbs % m == 0]
     for tp, cp in itertools.product(tps, cps):
         if world % (tp * cp):
@@ -731,7 +740,7 @@ def sweep(
     rc_sets = [
         frozenset(rc.get("recompute_modules", ()))
         if rc.get("recompute_granularity") == "selective"
-        else (frozenset({"*full*"}) if rc.get("recompute_granularity") == "full" else frozenset())
+        else (FULL_SET if rc.get("recompute_granularity") == "full" else frozenset())
         for rc in rcs
     ]
     selective = [i for i, rc in enumerate(rcs) if rc.get("recompute_granularity") == "selective"]
@@ -791,7 +800,7 @@ def sweep(
             cost_bounded = len(legal) - n
             break
         pairs = sorted((opt_time[o] * rc_factor[i], o, i) for o in range(len(opts)) for i in range(len(rcs)))
-        failed: list[tuple[int, frozenset]] = []
+        failed: list[tuple[int, frozenset[str]]] = []
         bounded: set[int] = set()
         dead = -1  # optimizer settings up to this index cannot fit with any recompute
         found = None
@@ -803,7 +812,7 @@ def sweep(
             if (
                 o in skip
                 or o <= dead
-                or any(o <= fo and (rc_sets[i] <= fs or fs == {"*full*"} == rc_sets[i]) for fo, fs in failed)
+                or any(o <= fo and (rc_sets[i] <= fs or fs == FULL_SET == rc_sets[i]) for fo, fs in failed)
             ):
                 continue
             run = layout.with_(**opts[o], **rcs[i])

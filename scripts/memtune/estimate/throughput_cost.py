@@ -23,7 +23,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from memtune.files.data_yaml import load_data_yaml
+from memtune.files.data_yaml import load_data_mapping
 from memtune.files.paths import DATA_DIR
 from memtune.spec import model_spec as ms
 from memtune.spec.run_spec import RunSpec
@@ -140,12 +140,16 @@ class CostTable:
         return float(self.raw["hardware"][name]["value"])
 
     def factor(self, name: str) -> Mapping[str, Any]:
-        return self.raw["factors"][name]
+        entry = self.raw["factors"][name]
+        if not isinstance(entry, Mapping):
+            raise ValueError(f"{COSTS_FILE.name}: factors.{name} is not a mapping")
+        return entry
 
 
 def run_from_mapping(values: Mapping[str, Any]) -> RunSpec:
     """A RunSpec from a YAML mapping of its field names (lists become tuples)."""
-    data = {key: tuple(value) if isinstance(value, list) else value for key, value in values.items()}
+    # values are YAML scalars, checked by RunSpec's own validation where it is used
+    data: dict[str, Any] = {key: tuple(value) if isinstance(value, list) else value for key, value in values.items()}
     return RunSpec(**data)
 
 
@@ -199,7 +203,7 @@ def build_table(raw: Mapping[str, Any]) -> CostTable:
 
 @lru_cache(maxsize=4)
 def load_costs(path: str | None = None) -> CostTable:
-    return build_table(load_data_yaml(Path(path) if path else COSTS_FILE))
+    return build_table(load_data_mapping(Path(path) if path else COSTS_FILE))
 
 
 # ------------------------------------------------------------------ the step-time model

@@ -24,9 +24,13 @@ import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memtune.errors import InputError
+
+if TYPE_CHECKING:  # cryptography comes with the optional signing extra: imported only where it is used
+    from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePrivateKey
+    from cryptography.hazmat.primitives.asymmetric.types import CertificatePublicKeyTypes
 
 PREDICATE_TYPE = "https://model_signing/signature/v1.0"
 # SHA-256 of this project's release root ("Skill Signing Root CA"). A copy of the code can be
@@ -193,7 +197,7 @@ def trust_anchor_info(path: Path) -> CertInfo:
     return cert_info(load_certificates(path, "trust anchor")[0])
 
 
-def _load_private_key(path: Path) -> Any:
+def _load_private_key(path: Path) -> EllipticCurvePrivateKey:
     from cryptography.exceptions import UnsupportedAlgorithm
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -235,7 +239,7 @@ def check_key_material(material: KeyMaterial, now: _dt.datetime | None = None) -
     for chain_file in material.chain:
         load_certificates(chain_file, "certificate chain")
 
-    def _spki(public_key: Any) -> bytes:
+    def _spki(public_key: CertificatePublicKeyTypes) -> bytes:
         return public_key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
 
     if _spki(key.public_key()) != _spki(cert.public_key()):
