@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from estimator_accuracy import bridge_cases  # noqa: E402
-from memtune.estimator import estimate, layer_activations  # noqa: E402
+from memtune.estimate.estimator import estimate, layer_activations  # noqa: E402
 
 GB = 1e9
 LLAMA_ROWS = (

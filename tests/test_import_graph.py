@@ -39,6 +39,7 @@ ARGPARSE_ALLOWED = frozenset(
         "benchmarks/check_env_speed.py",
         "benchmarks/diagnose_speed.py",
         "benchmarks/estimator_accuracy.py",
+        "benchmarks/seed_decomposition.py",
         "benchmarks/planner_speed.py",
         "benchmarks/tier3_eta.py",
     }

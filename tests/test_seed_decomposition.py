@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import seed_decomposition  # noqa: E402
-from memtune.estimator import estimate  # noqa: E402
+from memtune.estimate.estimator import estimate  # noqa: E402
 
 
 @pytest.fixture(scope="module")
