@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from types import SimpleNamespace
 from typing import Any
 
-from memtune.cli import EXIT_OK, InputError, Once, make_parser, print_json
+import click
+
+from memtune.cli import EXIT_OK, Command, InputError, invoke, option, print_json
+from memtune.commands.options import POSITIVE, json_option, overrides_argument
 
 DESCRIPTION = """\
 Decide whether Megatron Bridge's LoRA option sequence_parallel_input_regather helps this run,
@@ -39,50 +43,46 @@ OPTION_PATHS = {
 }
 
 
-def build_parser():
-    parser = make_parser("regather_config.py", DESCRIPTION, EPILOG)
-    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="Hydra-style overrides applied last")
-    parser.add_argument("--script", action="append", default=[], metavar="FILE", help="bash / sbatch launch script")
-    parser.add_argument("--config", action="append", default=[], metavar="FILE", help="Megatron Bridge YAML")
-    parser.add_argument("--env-file", action="append", default=[], metavar="FILE", help="KEY=VALUE lines")
-    parser.add_argument(
-        "--recipe",
-        action=Once,
-        metavar="FILE.py",
-        help="Python recipe that builds cfg.peft = LoRA(...): read, never run or edited; the answer prints your call with the change, its arguments kept",
-    )
-    parser.add_argument(
-        "--preset", action=Once, metavar="NAME", help="model preset for the memory estimate (e.g. qwen3-8b)"
-    )
-    parser.add_argument("--tp", type=int, help="tensor parallel size (overrides the config)")
-    parser.add_argument("--pp", type=int, help="pipeline parallel size")
-    parser.add_argument("--seq-length", type=int, help="sequence length")
-    parser.add_argument("--mbs", type=int, help="micro-batch size (default 1)")
-    parser.add_argument("--no-sequence-parallel", action="store_true", help="sequence parallelism is off")
-    parser.add_argument("--lora-dim", type=int, help="LoRA rank")
-    parser.add_argument("--lora-alpha", type=int, help="LoRA alpha")
-    parser.add_argument(
-        "--target-modules",
-        metavar="A,B",
-        help="LoRA target modules (default: linear_qkv,linear_proj,linear_fc1,linear_fc2)",
-    )
-    parser.add_argument(
-        "--form",
-        choices=("auto", "python", "yaml", "hydra"),
-        default="auto",
-        help="how to print the change (auto: like your config)",
-    )
-    parser.add_argument("--world-size", "--gpus", type=int, metavar="N", help="GPU count")
-    parser.add_argument("--json", action="store_true", help="print one JSON document")
-    return parser
+@click.command("regather-config", cls=Command, help=DESCRIPTION, epilog=EPILOG)
+@overrides_argument("[KEY=VALUE]...", "Hydra-style overrides applied last")
+@option("--script", multiple=True, metavar="FILE", help="bash / sbatch launch script")
+@option("--config", multiple=True, metavar="FILE", help="Megatron Bridge YAML")
+@option("--env-file", multiple=True, metavar="FILE", help="KEY=VALUE lines")
+@option(
+    "--recipe",
+    metavar="FILE.py",
+    help="Python recipe that builds cfg.peft = LoRA(...): read, never run or edited; the answer prints your call with the change, its arguments kept",
+)
+@option("--preset", metavar="NAME", help="model preset for the memory estimate (e.g. qwen3-8b)")
+@option("--tp", type=POSITIVE, help="tensor parallel size (overrides the config)")
+@option("--pp", type=POSITIVE, help="pipeline parallel size")
+@option("--seq-length", type=POSITIVE, help="sequence length")
+@option("--mbs", type=POSITIVE, help="micro-batch size (default 1)")
+@option("--no-sequence-parallel", is_flag=True, help="sequence parallelism is off")
+@option("--lora-dim", type=POSITIVE, help="LoRA rank")
+@option("--lora-alpha", type=int, help="LoRA alpha")
+@option(
+    "--target-modules",
+    metavar="A,B",
+    help="LoRA target modules (default: linear_qkv,linear_proj,linear_fc1,linear_fc2)",
+)
+@option(
+    "--form",
+    type=click.Choice(("auto", "python", "yaml", "hydra")),
+    default="auto",
+    help="how to print the change (auto: like your config)",
+)
+@option("--world-size", "--gpus", "world_size", type=POSITIVE, metavar="N", help="GPU count")
+@json_option()
+def command(**params: Any) -> int:
+    return _decide(SimpleNamespace(**params))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    for name in ("tp", "pp", "seq_length", "mbs", "lora_dim", "world_size"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            raise InputError(f"--{name.replace('_', '-')} {value} must be a positive integer")
+    return invoke(command, "regather_config.py", argv)
+
+
+def _decide(args: Any) -> int:
     if not (args.config or args.script or args.overrides or args.recipe or args.preset or args.env_file or args.tp):
         raise InputError(
             "nothing to decide on: give --preset NAME --tp N, --config FILE, --script FILE or --recipe FILE.py"
@@ -94,15 +94,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     from memtune import run_view
 
     overrides = list(args.overrides)
-    for option, path in OPTION_PATHS.items():
-        value = getattr(args, option)
+    for name, path in OPTION_PATHS.items():
+        value = getattr(args, name)
         if value is not None:
-            overrides.append(f"{path}=[{value}]" if option == "target_modules" else f"{path}={value}")
+            overrides.append(f"{path}=[{value}]" if name == "target_modules" else f"{path}={value}")
     view = run_view.build(
         run_view.Inputs(
-            env_files=args.env_file,
-            scripts=args.script,
-            configs=args.config,
+            env_files=list(args.env_file),
+            scripts=list(args.script),
+            configs=list(args.config),
             overrides=[o for o in overrides],
             world_size=args.world_size,
         )
@@ -143,7 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     report = build_report(
         view, args.preset, "python" if args.recipe and args.form == "auto" else args.form, recipe_calls
     )
-    if args.json:
+    if args.as_json:
         print_json(report)
     else:
         print(render_text(report))
