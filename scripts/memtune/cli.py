@@ -217,7 +217,7 @@ def _hint(param: click.Parameter | None) -> str:
     return (param.metavar or param.name or "").upper()
 
 
-def usage_line(exc: click.UsageError) -> str:
+def usage_line(exc: click.UsageError, prog: str = "") -> str:
     """click's usage error as one line: what is wrong, then where --help is."""
     if isinstance(exc, click.NoSuchOption):
         text = f"no such option: {exc.option_name}"
@@ -230,7 +230,7 @@ def usage_line(exc: click.UsageError) -> str:
         text = exc.format_message()
     text = " ".join(text.split()).rstrip(".")
     text = text[:1].lower() + text[1:]
-    where = exc.ctx.command_path if exc.ctx is not None else ""
+    where = exc.ctx.command_path if exc.ctx is not None else prog
     return f"{text} (see {where} --help)" if where else f"{text} (see --help)"
 
 
@@ -275,7 +275,7 @@ def run(main: Callable[[Sequence[str] | None], int], prog: str, argv: Sequence[s
         sys.stderr.write(f"{prog}: error: {' '.join(str(exc).splitlines())}\n")  # the contract is one line
         code = EXIT_USAGE
     except click.UsageError as exc:
-        sys.stderr.write(f"{prog}: error: {usage_line(exc)}\n")
+        sys.stderr.write(f"{prog}: error: {usage_line(exc, prog)}\n")
         code = EXIT_USAGE
     except click.ClickException as exc:  # any other error click reports (a bad file of click's own, ...)
         sys.stderr.write(f"{prog}: error: {' '.join(exc.format_message().split())}\n")

@@ -36,7 +36,13 @@ examples:
 rules: references/check-rules.md (MT001-MT024)"""
 
 
-@click.command("check-env", cls=Command, help=DESCRIPTION, epilog=EPILOG)
+@click.command(
+    "check-env",
+    cls=Command,
+    short_help="memory misconfiguration in a launch script, environment or config",
+    help=DESCRIPTION,
+    epilog=EPILOG,
+)
 @overrides_argument(
     "[KEY=VALUE]...", "Hydra-style overrides applied last (model.tensor_model_parallel_size=4, +x=1, ~x)"
 )

@@ -47,7 +47,13 @@ exit codes: 0 ran (findings or "no memory-related failure found"); 2 bad input
 (missing file, directory, binary file, unreadable .gz) with a one-line reason."""
 
 
-@click.command("diagnose", cls=Command, help=DESCRIPTION, epilog=EPILOG)
+@click.command(
+    "diagnose",
+    cls=Command,
+    short_help="which memory failure a log or error text shows, and what to do",
+    help=DESCRIPTION,
+    epilog=EPILOG,
+)
 @argument("inputs", nargs=-1, metavar="[FILE]...", help_text="log files (plain or .gz); - reads standard input")
 @json_option("print one JSON document: findings + summary (every field: references/json-output.md)")
 @option("--symptom", metavar="TEXT", help="look a symptom up in the Failure Diagnosis table (fuzzy, ranked)")

@@ -113,7 +113,13 @@ def render_text(model: Any, run: Any, est: Any, notes: list[str], gpu_memory: in
     return "\n".join(lines)
 
 
-@click.command("estimate-memory", cls=Command, help=DESCRIPTION, epilog=EPILOG)
+@click.command(
+    "estimate-memory",
+    cls=Command,
+    short_help="peak memory per GPU for each pipeline stage, and where it goes",
+    help=DESCRIPTION,
+    epilog=EPILOG,
+)
 @run_input_options()
 @json_option()
 def command(**params: Any) -> int:

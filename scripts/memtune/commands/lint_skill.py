@@ -35,7 +35,9 @@ examples:
 """
 
 
-@click.command("lint-skill", cls=Command, help=DESCRIPTION, epilog=EPILOG)
+@click.command(
+    "lint-skill", cls=Command, short_help="Tier-1 static validation of this package", help=DESCRIPTION, epilog=EPILOG
+)
 @argument(
     "root",
     required=False,

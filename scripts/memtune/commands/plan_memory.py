@@ -70,7 +70,13 @@ def default_gpu_memory() -> tuple[int, str]:
 _MEMORY_DEFAULT = f"; default when no size is given: the usable memory of --gpu {DEFAULT_GPU}"
 
 
-@click.command("plan-memory", cls=Command, help=DESCRIPTION, epilog=EPILOG)
+@click.command(
+    "plan-memory",
+    cls=Command,
+    short_help="which changes make the run fit at the lowest throughput cost",
+    help=DESCRIPTION,
+    epilog=EPILOG,
+)
 @run_input_options(memory_default=_MEMORY_DEFAULT)
 @json_option()
 @option(

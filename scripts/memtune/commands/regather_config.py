@@ -43,7 +43,13 @@ OPTION_PATHS = {
 }
 
 
-@click.command("regather-config", cls=Command, help=DESCRIPTION, epilog=EPILOG)
+@click.command(
+    "regather-config",
+    cls=Command,
+    short_help="whether LoRA sequence_parallel_input_regather applies, the change and the saving",
+    help=DESCRIPTION,
+    epilog=EPILOG,
+)
 @overrides_argument("[KEY=VALUE]...", "Hydra-style overrides applied last")
 @option("--script", multiple=True, metavar="FILE", help="bash / sbatch launch script")
 @option("--config", multiple=True, metavar="FILE", help="Megatron Bridge YAML")

@@ -78,7 +78,13 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:40] or "agent"
 
 
-@click.group("run-benchmark", cls=Group, help=DESCRIPTION, epilog=EPILOG)
+@click.group(
+    "run-benchmark",
+    cls=Group,
+    short_help="Tier-3 evals: an agent with and without the skill",
+    help=DESCRIPTION,
+    epilog=EPILOG,
+)
 @json_option("print a one-document JSON summary on stdout")
 @click.pass_context
 def command(ctx: click.Context, as_json: bool) -> None:

@@ -78,7 +78,13 @@ resolved. On failure, lists the changed, added and missing files.
 Exit 0 verified, 1 verification failed, 2 bad input."""
 
 
-@click.group("sign-skill", cls=Group, help=DESCRIPTION, epilog=EPILOG)
+@click.group(
+    "sign-skill",
+    cls=Group,
+    short_help="sign / verify skill.oms.sig over every shipped file",
+    help=DESCRIPTION,
+    epilog=EPILOG,
+)
 @click.pass_context
 def command(ctx: click.Context) -> None:
     if ctx.invoked_subcommand is None:
