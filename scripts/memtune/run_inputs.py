@@ -168,7 +168,7 @@ def load_model_and_run(args: Any) -> RunInputs:
     return RunInputs(model=model, run=run, notes=tuple(notes), gpu_memory_bytes=memory)
 
 
-def _load_source(args) -> tuple[Any, Any, list[str], dict[str, Any]]:
+def _load_source(args: Any) -> tuple[Any, Any, list[str], dict[str, Any]]:
     """(model, run, assumptions, extras) from the chosen source."""
     from memtune import presets
     from memtune.model_spec import ModelSpec
@@ -263,7 +263,7 @@ def _known_config_keys() -> frozenset[str]:
     return known_paths() | {f"model.{name}" for name in model_field_names()}
 
 
-def _apply_flags(args, run):
+def _apply_flags(args: Any, run: Any) -> Any:
     """The run with every plain flag that was given applied on top of the source."""
     changes: dict[str, Any] = {}
     for attr, field in _FLAG_FIELDS.items():

@@ -44,6 +44,11 @@ exit codes: 0 estimate printed (whether or not it fits), 2 bad input (one line n
 GIB = 1024**3
 
 
+def gib(value: float) -> str:
+    """A byte count as GiB in the table's 8-character column."""
+    return f"{value / GIB:8.2f}"
+
+
 def _bar(value: int, peak: int, width: int = 24) -> str:
     filled = int(round(width * value / peak)) if peak else 0
     return "#" * filled + "." * (width - filled)
@@ -52,7 +57,6 @@ def _bar(value: int, peak: int, width: int = 24) -> str:
 def render_text(model: Any, run: Any, est: Any, notes: list[str], gpu_memory: int | None) -> str:
     from memtune.model_spec import count_parameters
 
-    gib = lambda b: f"{b / GIB:8.2f}"  # noqa: E731
     lines = [
         f"Model {model.name}: {est.parameters_total / 1e9:.2f} B parameters"
         + (f" ({count_parameters(model).active / 1e9:.2f} B active)" if model.is_moe else "")

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -23,8 +23,15 @@ from memtune.cli import FC, Command, InputError, argument, option
 from memtune.run_inputs import GPU_NAMES_FOR_HELP, GivenSize, parse_memory
 from memtune.run_spec import FP8_RECIPES
 
+if TYPE_CHECKING:  # ParamType is generic in recent click, not in 8.1: subscript it for the checker only
+    _SizeBase = click.ParamType[GivenSize]
+    _HeadroomBase = click.ParamType["Headroom"]
+    _NameBase = click.ParamType[str]
+else:
+    _SizeBase = _HeadroomBase = _NameBase = click.ParamType
 
-class SizeType(click.ParamType):
+
+class SizeType(_SizeBase):
     """A memory size with its unit: ``80GiB``, ``81559MiB`` (what nvidia-smi prints), decimal
     ``80GB``; a bare number is GiB. The converted value keeps the text as given, because the
     marketing-size warning ("80GB is only 74.5 GiB") is about how the user wrote it."""
@@ -64,7 +71,7 @@ class Headroom:
         return self.size or 0
 
 
-class HeadroomType(click.ParamType):
+class HeadroomType(_HeadroomBase):
     """``10%`` (a percentage from 0 up to, not including, 100) or a size such as ``4GiB``."""
 
     name = "headroom"
@@ -92,7 +99,7 @@ class HeadroomType(click.ParamType):
             self.fail(f"{text!r}: expected a share like 10% or a size like 4GiB", param, ctx)
 
 
-class GpuNameType(click.ParamType):
+class GpuNameType(_NameBase):
     """A GPU model from data/gpus.yaml, by name or alias (``H100``, ``h100_sxm``, or the name
     nvidia-smi prints). The name is checked when parsed, so an unknown one is refused with the
     closest known ones (the GPU table's own message) before any input is read; the value stays

@@ -156,7 +156,7 @@ def _decide(args: Any) -> int:
     return EXIT_OK
 
 
-def _apply_recipe_settings(view, path: str) -> None:
+def _apply_recipe_settings(view: Any, path: str) -> None:
     """``cfg.model.tensor_model_parallel_size = 2`` in the recipe counts like a config key
     (options given to this helper still win)."""
     from memtune import run_view
@@ -176,7 +176,7 @@ def _apply_recipe_settings(view, path: str) -> None:
         view.flat.setdefault(dotted, (value, f"{path}:{line}", f"cfg.{dotted} = {value!r}"))
 
 
-def _lora_settings(view) -> dict[str, Any]:
+def _lora_settings(view: Any) -> dict[str, Any]:
     """The user's LoRA settings (YAML / overrides), to keep them in the printed change."""
     out: dict[str, Any] = {}
     for key, (value, _source, _text) in view.flat.items():
@@ -185,7 +185,7 @@ def _lora_settings(view) -> dict[str, Any]:
     return out
 
 
-def build_report(view, preset: str | None, form: str, recipe_calls=()) -> dict[str, Any]:
+def build_report(view: Any, preset: str | None, form: str, recipe_calls: Sequence[Any] = ()) -> dict[str, Any]:
     from memtune import check_rules, regather
 
     model, model_notes = _model(view, preset)
@@ -240,7 +240,9 @@ def build_report(view, preset: str | None, form: str, recipe_calls=()) -> dict[s
     }
 
 
-def estimate_saving(view, model, model_notes, inp, decision) -> tuple[int | None, list[str], str | None]:
+def estimate_saving(
+    view: Any, model: Any, model_notes: list[str], inp: Any, decision: Any
+) -> tuple[int | None, list[str], str | None]:
     """Bytes per GPU saved, from the estimator's activation model (None when no model)."""
     from memtune import estimator, regather
     from memtune.run_spec import RunSpec
@@ -292,7 +294,7 @@ def estimate_saving(view, model, model_notes, inp, decision) -> tuple[int | None
     return saving, assumptions, model.name
 
 
-def _model(view, preset):
+def _model(view: Any, preset: str | None) -> tuple[Any, list[str]]:
     assumptions: list[str] = []
     if preset:
         from memtune.presets import load_preset

@@ -205,13 +205,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     return invoke(command, "run_benchmark.py", argv)
 
 
-def _load(evals: Path):
+def _load(evals: Path) -> Any:
     from memtune.bench.dataset import load_dataset
 
     return load_dataset(evals, _schema_for(evals))
 
 
-def _security_rules(evals: Path):
+def _security_rules(evals: Path) -> tuple[Any, str]:
     from memtune.bench.dataset import read_json
     from memtune.bench.grading import load_security_rules
 
@@ -241,7 +241,7 @@ def cmd_validate(evals: Path, as_json: bool) -> int:
     return EXIT_OK
 
 
-def _reproduce_command(args, run_id: str) -> str:
+def _reproduce_command(args: Any, run_id: str) -> str:
     parts = [
         "python3 scripts/run_benchmark.py run",
         f"--agent {_quote(args.agent)}",
@@ -268,7 +268,7 @@ def _quote(text: str) -> str:
     return shlex.quote(text)
 
 
-def cmd_run(args, evals: Path, results_dir: Path) -> int:
+def cmd_run(args: Any, evals: Path, results_dir: Path) -> int:
     from memtune.bench.agents import AgentUnavailable, make_agent
     from memtune.bench.dataset import Dataset, read_json
     from memtune.bench.results import RunWriter, read_run
@@ -404,7 +404,7 @@ def cmd_run(args, evals: Path, results_dir: Path) -> int:
     return EXIT_OK
 
 
-def _pick_run(results_dir: Path, run_id: str | None):
+def _pick_run(results_dir: Path, run_id: str | None) -> Any:
     """The run the report is about: --run, else the latest run that is neither diagnostic
     nor a smoke run over a subset of the tasks."""
     from memtune.bench.report import is_diagnostic, is_smoke
@@ -422,7 +422,7 @@ def _pick_run(results_dir: Path, run_id: str | None):
     return (primary or runs)[-1]
 
 
-def cmd_report(args, results_dir: Path) -> int:
+def cmd_report(args: Any, results_dir: Path) -> int:
     from memtune.bench.report import render
     from memtune.bench.results import list_runs
 
@@ -451,7 +451,7 @@ def cmd_report(args, results_dir: Path) -> int:
     return EXIT_OK
 
 
-def cmd_regrade(args, evals: Path, results_dir: Path) -> int:
+def cmd_regrade(args: Any, evals: Path, results_dir: Path) -> int:
     from memtune.bench.grading import grade_answer
     from memtune.bench.results import rewrite
 
