@@ -125,7 +125,8 @@ class _Contract:
             if isinstance(param, click.Argument):
                 text = getattr(param, "help_text", None)
                 if text:
-                    arguments.append((param.make_metavar(ctx), text))
+                    # get_usage_pieces: make_metavar's signature changed in click 8.2
+                    arguments.append((" ".join(param.get_usage_pieces(ctx)), text))
                 continue
             record = param.get_help_record(ctx)
             if record is not None:
