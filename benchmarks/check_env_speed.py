@@ -74,7 +74,8 @@ def build_script(lines: int) -> str:
 @click.option("--repeat", type=click.IntRange(min=1), default=5, help="in-process runs (default 5)")
 def command(**params: Any) -> int:
     args = SimpleNamespace(**params)
-    from memtune import check_rules, run_view
+    from memtune.check import check_rules
+    from memtune.readers import run_view
 
     text = build_script(args.lines)
     with tempfile.TemporaryDirectory() as tmp:

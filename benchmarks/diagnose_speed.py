@@ -52,7 +52,7 @@ import click
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "scripts"))
 
-from memtune.oom_patterns import load_patterns  # noqa: E402
+from memtune.diagnose.patterns import load_patterns  # noqa: E402
 
 RANKS = 64
 BLOCK_LINES = 40_000

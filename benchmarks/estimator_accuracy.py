@@ -38,11 +38,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from memtune.estimator import estimate  # noqa: E402
-from memtune.megatron_args import specs_from_megatron_args  # noqa: E402
-from memtune.model_spec import ModelSpec  # noqa: E402
-from memtune.presets import load_preset  # noqa: E402
-from memtune.run_spec import RunSpec  # noqa: E402
+from memtune.estimate.estimator import estimate  # noqa: E402
+from memtune.readers.megatron_args import specs_from_megatron_args  # noqa: E402
+from memtune.spec.model_spec import ModelSpec  # noqa: E402
+from memtune.spec.presets import load_preset  # noqa: E402
+from memtune.spec.run_spec import RunSpec  # noqa: E402
 from reference_formula import inputs_from_specs, reference_total_bytes  # noqa: E402
 
 DATA = ROOT / "tests" / "data" / "estimator"

@@ -14,9 +14,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 
-from memtune.estimator import estimate  # noqa: E402
-from memtune.presets import load_preset  # noqa: E402
-from memtune.run_spec import RunSpec  # noqa: E402
+from memtune.estimate.estimator import estimate  # noqa: E402
+from memtune.spec.presets import load_preset  # noqa: E402
+from memtune.spec.run_spec import RunSpec  # noqa: E402
 
 CASES = {
     "llama3-70b TP4 PP4 VPP5 (32 GPUs)": (

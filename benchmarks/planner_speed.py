@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """How fast is the memory planner's full sweep? (whole sweep < 2 s, DeepSeek-V3 alone < 1 s)
 
-Runs ``memtune.planner.sweep`` - every parallel layout at the same GPU count x recompute
+Runs ``memtune.estimate.planner.sweep`` - every parallel layout at the same GPU count x recompute
 ladder x optimizer sharding - for Llama3-70B and DeepSeek-V3 on 1024 H100 80GB GPUs and
 prints, per model: the size of the configuration space (layouts x recompute x optimizer
 settings), how many layouts were checked, how many were illegal, how many legal ones were
@@ -23,10 +23,10 @@ import click
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 
-from memtune import planner as pl  # noqa: E402
-from memtune import presets  # noqa: E402
-from memtune import throughput_cost as tc  # noqa: E402
-from memtune.run_spec import RunSpec  # noqa: E402
+from memtune.estimate import planner as pl  # noqa: E402
+from memtune.estimate import throughput_cost as tc  # noqa: E402
+from memtune.spec import presets  # noqa: E402
+from memtune.spec.run_spec import RunSpec  # noqa: E402
 
 GPUS = 1024
 BUDGET_SECONDS = 2.0

@@ -463,7 +463,7 @@ def test_reader_hanging_up_is_not_a_traceback(args: tuple[str, ...]) -> None:
     ],
 )
 def test_malformed_alloc_conf_gets_a_fix_pytorch_accepts(value: str, capsys) -> None:
-    from memtune import alloc_conf
+    from memtune.readers import alloc_conf
 
     code, out, err = run_in_process(
         "check_env", ["--set", f"PYTORCH_CUDA_ALLOC_CONF={value}", "--torch-version", "2.8", "--json"], capsys
@@ -529,11 +529,12 @@ def test_full_disk_while_writing_a_file_names_the_file(tmp_path, capsys) -> None
     import errno
 
     from memtune import cli
+    from memtune.files.writing import writing
 
     target = tmp_path / "BENCHMARK.md"
 
     def main(argv):
-        with cli.writing(target):
+        with writing(target):
             raise OSError(errno.ENOSPC, "No space left on device")
 
     with pytest.raises(SystemExit) as stop:

@@ -7,7 +7,8 @@ import pytest
 
 from memtune import cli
 from memtune.commands.options import GPU, HEADROOM, SIZE, GpuNameType
-from memtune.run_inputs import GivenSize
+from memtune.commands.run_inputs import GivenSize
+from memtune.errors import EXIT_FINDINGS, EXIT_OK, InputError
 
 
 @click.command("toy", cls=cli.Command, help="A toy.\n\n  kept   as written", epilog="examples:\n  toy --n 1")
@@ -21,9 +22,9 @@ def toy(n: int | None, tag: tuple[str, ...], as_json: bool, boom: str | None) ->
     if boom == "pipe":
         raise BrokenPipeError
     if boom == "input":
-        raise cli.InputError("bad\ninput")
+        raise InputError("bad\ninput")
     print(n, list(tag), as_json)
-    return cli.EXIT_FINDINGS if n == 7 else cli.EXIT_OK
+    return EXIT_FINDINGS if n == 7 else EXIT_OK
 
 
 def run(argv: list[str], capsys) -> tuple[int, str, str]:
@@ -92,7 +93,7 @@ def test_headroom_type() -> None:
 
 def test_gpu_type_checks_the_name_and_keeps_it_as_written() -> None:
     assert GPU.convert(" h100 ", None, None) == "h100"
-    with pytest.raises(cli.InputError, match=r"--gpu 'Z80': unknown GPU.*give --gpu-memory"):
+    with pytest.raises(InputError, match=r"--gpu 'Z80': unknown GPU.*give --gpu-memory"):
         GPU.convert("Z80", None, None)
-    with pytest.raises(cli.InputError, match="leave --gpu out"):
+    with pytest.raises(InputError, match="leave --gpu out"):
         GpuNameType(fallback="or leave --gpu out").convert("Z80", None, None)

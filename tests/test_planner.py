@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from memtune import model_spec as ms
-from memtune import planner as pl
-from memtune import throughput_cost as tc
-from memtune.run_spec import RunSpec
+from memtune.estimate import planner as pl
+from memtune.estimate import throughput_cost as tc
+from memtune.spec import model_spec as ms
+from memtune.spec.run_spec import RunSpec
 from test_throughput_cost import llama8b, seed, table  # noqa: F401  (shared fixtures)
 
 GIB = pl.GIB
@@ -295,7 +295,7 @@ def test_sweep_ranks_assumed_gains_as_zero_but_shows_them(seed, table):
     for tier in (0, 1, 2):
         changes = [ranked_change(e) for e in plan.ranked if pl.evidence_tier(e.cost) == tier]
         assert all(a >= b - 1e-3 for a, b in zip(changes, changes[1:]))
-    from memtune import plan_report
+    from memtune.estimate import plan_report
 
     text = plan_report.to_text(plan, 60, [])
     assert f"{unsure[0].cost.change * 100:+.1f}%" in text  # the number is still shown

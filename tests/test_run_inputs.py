@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from memtune.cli import InputError
 from memtune.commands.options import parse_run_options
-from memtune.run_inputs import load_model_and_run, parse_memory
+from memtune.commands.run_inputs import load_model_and_run, parse_memory
+from memtune.errors import InputError
 
 
 def _parse(*argv: str):
@@ -107,7 +107,7 @@ def test_misspelt_override_is_refused_and_plus_keeps_it() -> None:
 def test_list_presets_json_is_one_document(capsys) -> None:
     import json
 
-    from memtune.run_inputs import print_presets
+    from memtune.commands.run_inputs import print_presets
 
     print_presets(as_json=True)
     doc = json.loads(capsys.readouterr().out)
@@ -128,7 +128,7 @@ def test_gpu_names_give_the_size_the_driver_reports():
 
 
 def test_every_gpu_in_the_table_has_a_source_and_a_size_below_its_label_plus_margin():
-    from memtune.gpus import _table, lookup_gpu
+    from memtune.spec.gpus import _table, lookup_gpu
 
     sized = [g for g in _table()[1] if g.usable_bytes is not None]
     assert len(sized) >= 15  # sizes are the point of the table; unsized entries are the exception
@@ -144,7 +144,7 @@ def test_a_gpu_without_a_recorded_size_asks_for_gpu_memory_instead_of_guessing()
     with pytest.raises(InputError, match=r"--gpu L40: its usable memory is not recorded.*--gpu-memory"):
         load_model_and_run(_parse("--preset", "llama3-8b", "--gpu", "L40"))
     # the same name is fine where only the compute capability matters (check_env)
-    from memtune.gpus import lookup_gpu
+    from memtune.spec.gpus import lookup_gpu
 
     assert lookup_gpu("L40").compute_capability == 8.9
 
@@ -185,8 +185,8 @@ def test_gpu_memory_help_teaches_units_and_the_gpu_names_it_lists_exist():
     import click
 
     from memtune.commands import estimate_memory
-    from memtune.gpus import lookup_gpu
-    from memtune.run_inputs import GPU_NAMES_FOR_HELP
+    from memtune.commands.run_inputs import GPU_NAMES_FOR_HELP
+    from memtune.spec.gpus import lookup_gpu
 
     with click.Context(estimate_memory.command, info_name="estimate_memory.py") as ctx:
         text = " ".join(estimate_memory.command.get_help(ctx).split())

@@ -41,7 +41,7 @@ def no_key_env(monkeypatch, pki):
 
 
 def fingerprint(cert: Path) -> str:
-    from memtune import signing
+    from memtune.release import signing
 
     return signing.trust_anchor_info(cert).sha256
 
@@ -300,7 +300,7 @@ def test_swapped_anchor_fails_against_the_pinned_release_root(capsys, package, p
 
 
 def signing_module():
-    from memtune import signing
+    from memtune.release import signing
 
     return signing
 

@@ -11,21 +11,12 @@ import errno
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from pathlib import Path
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TypeVar
 
 import click
 
-EXIT_OK = 0
-EXIT_FINDINGS = 1
-EXIT_USAGE = 2
-
-
-class InputError(Exception):
-    """Bad usage or bad input: the message is the one line the user sees."""
-
+from memtune.errors import EXIT_OK, EXIT_USAGE, InputError
 
 FC = TypeVar("FC", bound="Callable[..., Any] | click.Command")
 
@@ -238,22 +229,6 @@ def usage_line(exc: click.UsageError, prog: str = "") -> str:
 _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
-@contextmanager
-def writing(path: str | Path) -> Iterator[None]:
-    """Name ``path`` in any OSError raised while writing it.
-
-    ``write()`` on a full disk raises ENOSPC without a file name, so the user would read
-    "no space left" and not know which file is now missing or stale; the one-line error
-    of ``run`` then says which file could not be written.
-    """
-    try:
-        yield
-    except OSError as exc:
-        if getattr(exc, "filename", None):
-            raise
-        raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from None
-
-
 def print_json(document: Any) -> None:
     """Exactly one JSON document on stdout (the contract agents parse)."""
     json.dump(document, sys.stdout, indent=2, sort_keys=False, default=str)
@@ -304,7 +279,7 @@ def run(main: Callable[[Sequence[str] | None], int], prog: str, argv: Sequence[s
             sys.stderr.write(f"{prog}: error: {exc.strerror or exc}: {exc.filename}\n")
         code = EXIT_USAGE
     except UnicodeDecodeError as exc:
-        # a loader read a user's file as text without memtune.textfile: still one line, not a traceback
+        # a loader read a user's file as text without memtune.files.textfile: still one line, not a traceback
         sys.stderr.write(
             f"{prog}: error: an input file is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} "
             f"at offset {exc.start}); pass a text file saved as UTF-8\n"

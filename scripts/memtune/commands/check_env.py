@@ -8,8 +8,9 @@ from typing import Any
 
 import click
 
-from memtune.cli import EXIT_FINDINGS, EXIT_OK, Command, InputError, invoke, option, print_json
+from memtune.cli import Command, invoke, option, print_json
 from memtune.commands.options import POSITIVE, GpuNameType, json_option, overrides_argument
+from memtune.errors import EXIT_FINDINGS, EXIT_OK, InputError
 
 DESCRIPTION = """\
 Check a Megatron-LM / Megatron Bridge run for memory misconfiguration before it starts:
@@ -87,7 +88,8 @@ def _check(args: Any) -> int:
         raise InputError(
             "nothing to check: give --script FILE, --config FILE, --env-file FILE, --set NAME=VALUE, --env or overrides"
         )
-    from memtune import check_rules, run_view
+    from memtune.check import check_rules
+    from memtune.readers import run_view
 
     view = run_view.build(
         run_view.Inputs(

@@ -13,8 +13,9 @@ from typing import Any
 
 import click
 
-from memtune.cli import Command, InputError, argument, invoke, option, print_json
+from memtune.cli import Command, argument, invoke, option, print_json
 from memtune.commands.options import POSITIVE, json_option
+from memtune.errors import InputError
 
 DESCRIPTION = """\
 Find every memory-related failure in an error message or a (multi-GB, multi-rank, .gz)
@@ -79,12 +80,13 @@ def _diagnose(args: Any) -> int:
         raise InputError("use either log FILE(s) or --symptom, not both")
     torch_range = None
     if args.torch_version is not None:
-        from memtune import torch_era
+        from memtune.diagnose import torch_era
 
         torch_range = torch_era.exact(args.torch_version)
 
     if args.symptom is not None:
-        from memtune import diagnosis_table, oom_report
+        from memtune.diagnose import report as oom_report
+        from memtune.diagnose import table as diagnosis_table
 
         rows = diagnosis_table.load_rows()
         if not args.symptom.strip():
@@ -110,7 +112,7 @@ def _diagnose(args: Any) -> int:
             print(oom_report.render_symptom_matches(args.symptom, matches), end="")
         return 0
 
-    from memtune.diagnose_run import diagnose_sources
+    from memtune.diagnose.run import diagnose_sources
 
     if list(args.inputs).count("-") > 1:
         raise InputError("- (standard input) can be given only once")
@@ -119,7 +121,7 @@ def _diagnose(args: Any) -> int:
     if args.as_json:
         print_json(report)
     else:
-        from memtune import oom_report
+        from memtune.diagnose import report as oom_report
 
         print(oom_report.render_text(report), end="")
     return 0

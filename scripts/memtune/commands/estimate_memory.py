@@ -15,7 +15,7 @@ import click
 
 from memtune.cli import Command, invoke, print_json
 from memtune.commands.options import json_option, run_input_options
-from memtune.run_inputs import load_model_and_run, print_presets
+from memtune.commands.run_inputs import load_model_and_run, print_presets
 
 DESCRIPTION = """\
 Estimate peak GPU memory per pipeline stage of a Megatron-Core / Megatron Bridge training run:
@@ -55,7 +55,7 @@ def _bar(value: int, peak: int, width: int = 24) -> str:
 
 
 def render_text(model: Any, run: Any, est: Any, notes: list[str], gpu_memory: int | None) -> str:
-    from memtune.model_spec import count_parameters
+    from memtune.spec.model_spec import count_parameters
 
     lines = [
         f"Model {model.name}: {est.parameters_total / 1e9:.2f} B parameters"
@@ -138,7 +138,7 @@ def _estimate(args: Any) -> int:
     if args.list_presets:
         print_presets(args.as_json)
         return 0
-    from memtune.estimator import estimate
+    from memtune.estimate.estimator import estimate
 
     inputs = load_model_and_run(args)
     model, run, notes = inputs.model, inputs.run, list(inputs.notes)

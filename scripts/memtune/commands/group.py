@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import click
 
 from memtune import cli
-from memtune.cli import Group, InputError, invoke
+from memtune.cli import Group, invoke
 from memtune.commands import (
     check_env,
     diagnose,
@@ -23,6 +23,7 @@ from memtune.commands import (
     run_benchmark,
     sign_skill,
 )
+from memtune.errors import InputError
 
 DESCRIPTION = """\
 Fix and prevent GPU out-of-memory failures in Megatron Bridge / Megatron-Core training: every

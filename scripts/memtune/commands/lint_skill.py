@@ -8,9 +8,10 @@ from typing import Any
 
 import click
 
-from memtune import paths
-from memtune.cli import EXIT_FINDINGS, EXIT_OK, Command, InputError, argument, invoke, option, print_json
+from memtune.cli import Command, argument, invoke, option, print_json
 from memtune.commands.options import json_option
+from memtune.errors import EXIT_FINDINGS, EXIT_OK, InputError
+from memtune.files import paths
 
 DESCRIPTION = """\
 Tier-1 static validation of an Agent Skill package (this one by default).

@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from memtune.cli import FC, Command, InputError, argument, option
-from memtune.run_inputs import GPU_NAMES_FOR_HELP, GivenSize, parse_memory
-from memtune.run_spec import FP8_RECIPES
+from memtune.cli import FC, Command, argument, option
+from memtune.commands.run_inputs import GPU_NAMES_FOR_HELP, GivenSize, parse_memory
+from memtune.errors import InputError
+from memtune.spec.run_spec import FP8_RECIPES
 
 if TYPE_CHECKING:  # ParamType is generic in recent click, not in 8.1: subscript it for the checker only
     _SizeBase = click.ParamType[GivenSize]
@@ -118,7 +119,7 @@ class GpuNameType(_NameBase):
         text = str(value).strip()
         if not text:
             self.fail("needs a GPU name, e.g. H100-80GB", param, ctx)
-        from memtune.gpus import lookup_gpu  # PyYAML: only once a value is given
+        from memtune.spec.gpus import lookup_gpu  # PyYAML: only once a value is given
 
         flag = param.opts[0] if isinstance(param, click.Option) else "--gpu"
         if self.fallback is None:

@@ -8,8 +8,9 @@ from typing import Any
 
 import click
 
-from memtune.cli import Command, InputError, invoke, option, print_json
+from memtune.cli import Command, invoke, option, print_json
 from memtune.commands.options import HEADROOM, POSITIVE, json_option, run_input_options
+from memtune.errors import InputError
 
 PLANNER = "planner"
 
@@ -59,8 +60,8 @@ DEFAULT_GPU = "H100-80GB"
 
 def default_gpu_memory() -> tuple[int, str]:
     """(bytes, how to say it) for :data:`DEFAULT_GPU`, read from the one GPU table."""
-    from memtune.gpus import MIB, lookup_gpu, usable_memory
-    from memtune.plan_report import gib
+    from memtune.estimate.plan_report import gib
+    from memtune.spec.gpus import MIB, lookup_gpu, usable_memory
 
     usable = usable_memory(lookup_gpu(DEFAULT_GPU))
     return usable, f"{DEFAULT_GPU}: {usable // MIB}MiB = {gib(usable)}"
@@ -115,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _load(args: Any) -> tuple[Any, Any, int, list[str]]:
     """(model, run, GPU memory bytes, notes) through the shared run-input loader."""
-    from memtune.run_inputs import load_model_and_run
+    from memtune.commands.run_inputs import load_model_and_run
 
     inputs = load_model_and_run(args)
     notes = list(inputs.notes)
@@ -128,12 +129,12 @@ def _load(args: Any) -> tuple[Any, Any, int, list[str]]:
 
 def _plan(args: Any) -> int:
     if args.list_presets:
-        from memtune.run_inputs import print_presets
+        from memtune.commands.run_inputs import print_presets
 
         print_presets(args.as_json)
         return 0
-    from memtune import plan_report, planner
-    from memtune import run_spec as rs
+    from memtune.estimate import plan_report, planner
+    from memtune.spec import run_spec as rs
 
     model, run, gpu, notes = _load(args)
     rs.validate(model, run)
@@ -146,7 +147,7 @@ def _plan(args: Any) -> int:
     )
     if settings.limit_bytes <= 0:
         raise InputError(f"--headroom {args.headroom.text} leaves no memory of --gpu-memory {plan_report.gib(gpu)}")
-    from memtune import ladder
+    from memtune.estimate import ladder
 
     climbed = ladder.climb(model, run, settings)
     if args.sweep:

@@ -8,8 +8,9 @@ from typing import Any
 
 import click
 
-from memtune.cli import EXIT_OK, Command, InputError, invoke, option, print_json
+from memtune.cli import Command, invoke, option, print_json
 from memtune.commands.options import POSITIVE, json_option, overrides_argument
+from memtune.errors import EXIT_OK, InputError
 
 DESCRIPTION = """\
 Decide whether Megatron Bridge's LoRA option sequence_parallel_input_regather helps this run,
@@ -97,7 +98,7 @@ def _decide(args: Any) -> int:
         raise InputError(
             f"--target-modules {args.target_modules!r} names no module; e.g. --target-modules linear_qkv,linear_fc1"
         )
-    from memtune import run_view
+    from memtune.readers import run_view
 
     overrides = list(args.overrides)
     for name, path in OPTION_PATHS.items():
@@ -124,7 +125,7 @@ def _decide(args: Any) -> int:
         view.settings["sequence_parallel"] = run_view.Value(False, "command line", "--no-sequence-parallel", "cli")
     recipe_calls = []
     if args.recipe:
-        from memtune.regather import find_lora_calls
+        from memtune.estimate.regather import find_lora_calls
 
         recipe_calls = find_lora_calls(args.recipe)
         if not recipe_calls:
@@ -159,8 +160,8 @@ def _decide(args: Any) -> int:
 def _apply_recipe_settings(view: Any, path: str) -> None:
     """``cfg.model.tensor_model_parallel_size = 2`` in the recipe counts like a config key
     (options given to this helper still win)."""
-    from memtune import run_view
-    from memtune.regather import find_recipe_settings
+    from memtune.estimate.regather import find_recipe_settings
+    from memtune.readers import run_view
 
     specs = run_view.rules_data()["settings"]
     for dotted, value, line in find_recipe_settings(path):
@@ -186,11 +187,12 @@ def _lora_settings(view: Any) -> dict[str, Any]:
 
 
 def build_report(view: Any, preset: str | None, form: str, recipe_calls: Sequence[Any] = ()) -> dict[str, Any]:
-    from memtune import check_rules, regather
+    from memtune.check import check_rules
+    from memtune.estimate import regather
 
     model, model_notes = _model(view, preset)
     if model is not None and model.is_moe and not view.has("num_experts"):
-        from memtune import run_view
+        from memtune.readers import run_view
 
         view.settings["num_experts"] = run_view.Value(model.num_moe_experts, "model", "num_moe_experts", "derived")
     inp = check_rules.regather_inputs(view)
@@ -244,8 +246,8 @@ def estimate_saving(
     view: Any, model: Any, model_notes: list[str], inp: Any, decision: Any
 ) -> tuple[int | None, list[str], str | None]:
     """Bytes per GPU saved, from the estimator's activation model (None when no model)."""
-    from memtune import estimator, regather
-    from memtune.run_spec import RunSpec
+    from memtune.estimate import estimator, regather
+    from memtune.spec.run_spec import RunSpec
 
     assumptions = list(model_notes)
     if model is None:
@@ -297,11 +299,11 @@ def estimate_saving(
 def _model(view: Any, preset: str | None) -> tuple[Any, list[str]]:
     assumptions: list[str] = []
     if preset:
-        from memtune.presets import load_preset
+        from memtune.spec.presets import load_preset
 
         return load_preset(preset), assumptions
     if view.flags:
-        from memtune.megatron_args import specs_from_megatron_args
+        from memtune.readers.megatron_args import specs_from_megatron_args
 
         mapping = {
             f"--{name}": (flag.values[0] if len(flag.values) == 1 else (list(flag.values) or True))
@@ -317,7 +319,7 @@ def _model(view: Any, preset: str | None) -> tuple[Any, list[str]]:
         key[6:]: value for key, (value, _s, _t) in view.flat.items() if key.startswith("model.") and key.count(".") == 1
     }
     if all(section.get(k) is not None for k in ("num_layers", "hidden_size", "num_attention_heads")):
-        from memtune.bridge_config import model_from_bridge
+        from memtune.readers.bridge_config import model_from_bridge
 
         if section.get("vocab_size") is None and section.get("padded_vocab_size") is None:
             section["vocab_size"] = 32000

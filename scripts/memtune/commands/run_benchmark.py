@@ -17,9 +17,11 @@ from typing import Any
 
 import click
 
-from memtune import paths
-from memtune.cli import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, FC, Group, InputError, invoke, option, writing
+from memtune.cli import FC, Group, invoke, option
 from memtune.commands.options import POSITIVE, compose, json_option
+from memtune.errors import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, InputError
+from memtune.files import paths
+from memtune.files.writing import writing
 
 PATH = click.Path(path_type=Path)
 

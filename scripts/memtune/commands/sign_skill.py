@@ -12,10 +12,12 @@ from typing import Any
 
 import click
 
-from memtune import paths, shipped_files
-from memtune.cli import EXIT_FINDINGS, EXIT_OK, FC, Group, InputError, argument, invoke, option, print_json
+from memtune.cli import FC, Group, argument, invoke, option, print_json
 from memtune.commands.options import json_option
-from memtune.shipped_files import SIGNATURE_NAME
+from memtune.errors import EXIT_FINDINGS, EXIT_OK, InputError
+from memtune.files import paths
+from memtune.release import shipped_files
+from memtune.release.shipped_files import SIGNATURE_NAME
 
 DEFAULT_ROOT_CERT = paths.SKILL_ROOT / "signing" / "root-cert.pem"
 ENV_KEY = "MEMTUNE_SIGNING_KEY"
@@ -195,7 +197,7 @@ def _listed(items: Sequence[str]) -> str:
 
 
 def _key_material(args: Any, root: Path) -> Any:
-    from memtune.signing import KeyMaterial
+    from memtune.release.signing import KeyMaterial
 
     def pick(option: Path | None, env: str, flag: str, what: str) -> Path:
         value = option or (Path(os.environ[env]) if os.environ.get(env) else None)
@@ -222,7 +224,7 @@ def _key_material(args: Any, root: Path) -> Any:
 
 
 def _sign(args: Any, root: Path, notes: list[str]) -> int:
-    from memtune import signing
+    from memtune.release import signing
 
     material = _key_material(args, root)
     signer = signing.check_key_material(material)
@@ -293,13 +295,13 @@ def _sign(args: Any, root: Path, notes: list[str]) -> int:
 
 def _expected_anchor(args: Any) -> tuple[str, str]:
     """(fingerprint the anchor must have, where that expectation came from)."""
-    from memtune import signing
+    from memtune.release import signing
 
     if args.expect_fingerprint:
         return signing.normalize_fingerprint(args.expect_fingerprint, "--expect-fingerprint"), "--expect-fingerprint"
     if os.environ.get(ENV_EXPECT):
         return signing.normalize_fingerprint(os.environ[ENV_EXPECT], f"${ENV_EXPECT}"), f"${ENV_EXPECT}"
-    return signing.RELEASE_ROOT_SHA256, "the release root pinned in memtune/signing.py"
+    return signing.RELEASE_ROOT_SHA256, "the release root pinned in memtune/release/signing.py"
 
 
 def _not_covered_note(unsignable: Sequence[str]) -> str:
@@ -315,7 +317,7 @@ def _bytecode_failure(root: Path, use_git: bool) -> tuple[Any, list[str]]:
     developer caches (__pycache__, virtualenvs: never read by the helpers, never shipped),
     but tracked bytecode or a sourceless .pyc elsewhere fails.
     """
-    from memtune import signing
+    from memtune.release import signing
 
     notes: list[str] = []
     if use_git:
@@ -339,7 +341,7 @@ def _bytecode_failure(root: Path, use_git: bool) -> tuple[Any, list[str]]:
 
 
 def _verify(args: Any, root: Path, notes: list[str]) -> int:
-    from memtune import signing
+    from memtune.release import signing
 
     signature = (args.signature or root / SIGNATURE_NAME).absolute()
     expected, expected_from = _expected_anchor(args)

@@ -70,7 +70,7 @@ def _parse_header(header: str) -> tuple[Any, str, list[str]]:
             ) from None
     import yaml
 
-    from memtune import yaml_guard
+    from memtune.files import yaml_guard
 
     try:
         data = yaml_guard.safe_load(header)

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memtune import paths
-from memtune.data_yaml import load_data_yaml
-from memtune.shipped_files import EXCLUDED_DIR_NAMES
+from memtune.files import paths
+from memtune.files.data_yaml import load_data_yaml
+from memtune.release.shipped_files import EXCLUDED_DIR_NAMES
 
 LINT_DATA_DIR = paths.DATA_DIR / "lint"
 
