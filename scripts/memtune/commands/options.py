@@ -132,7 +132,19 @@ class GpuNameType(_NameBase):
 SIZE = SizeType()
 HEADROOM = HeadroomType()
 GPU = GpuNameType()
-POSITIVE = click.IntRange(min=1)
+
+
+class Count(click.IntRange):
+    """A whole number with a lower bound (``--tp 4``, ``--top 10``): shown as N in --help, and
+    a word where a number belongs is "not a valid integer" rather than click's "integer range"."""
+
+    name = "integer"
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return "N"
+
+
+POSITIVE = Count(min=1)
 
 SOURCE = "model / run source"
 PARALLEL = "parallelism and batch"
@@ -263,7 +275,7 @@ def memory_feature_options() -> Callable[[FC], FC]:
         ),
         option(
             "--cpu-offload-layers",
-            type=click.IntRange(min=0),
+            type=Count(min=0),
             metavar="N",
             help="CPU-offload activations of N layers",
             section=MEMORY,
