@@ -135,13 +135,21 @@ GPU = GpuNameType()
 
 
 class Count(click.IntRange):
-    """A whole number with a lower bound (``--tp 4``, ``--top 10``): shown as N in --help, and
-    a word where a number belongs is "not a valid integer" rather than click's "integer range"."""
+    """A whole number with a lower bound (``--tp 4``, ``--top 10``): shown as N in --help with
+    its range; the errors say what is wanted ("-1 must be a positive integer", "'lots' is not a
+    valid integer") rather than click's "not in the range x>=1" / "not a valid integer range"."""
 
     name = "integer"
 
     def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
         return "N"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = click.INT.convert(value, param, ctx)
+        if self.min is not None and number < self.min:
+            wanted = "a positive integer" if self.min == 1 else f"at least {self.min}"
+            self.fail(f"{number} must be {wanted}", param, ctx)
+        return number
 
 
 POSITIVE = Count(min=1)
