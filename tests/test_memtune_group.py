@@ -12,10 +12,12 @@ import click
 import pytest
 from click.testing import CliRunner
 
+import test_cli_bad_input as bad_input
 from memtune import cli
 from memtune.commands import group
 
 REPO = Path(__file__).resolve().parent.parent
+made = bad_input.made  # the fixture the bad-input rows expand against
 HELPERS = sorted(p.stem for p in (REPO / "scripts").glob("*.py"))
 
 
@@ -88,3 +90,20 @@ def test_console_script_is_declared_and_installed() -> None:
     assert len(json.loads(proc.stdout)["matches"]) == 1
     bad = subprocess.run([str(script), "--no-such-option"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--no-such-option" in bad.stderr
+
+
+@pytest.mark.parametrize("case", bad_input.ROWS)
+def test_bad_input_table_holds_through_the_group(case: bad_input.Row, made: Path, capsys) -> None:
+    """Every row of the bad-input table, run as `memtune <helper> ...`: the same one line
+    (prefixed memtune) with the same needles, the same exit code."""
+    argv = [case.helper.replace("_", "-"), *bad_input.expand(case.args, made)]
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stop:
+        cli.run(group.main, "memtune", argv)
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert stop.value.code == case.code, err
+    assert len(lines) == 1 and lines[0].startswith("memtune: error: "), err
+    for needle in case.needles:
+        assert needle.lower() in lines[0].lower(), f"{needle!r} not named in: {lines[0]}"
+    assert out.strip() == "" or "--json" in argv

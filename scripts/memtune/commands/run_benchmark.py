@@ -19,7 +19,7 @@ import click
 
 from memtune.cli import FC, Group, invoke, option
 from memtune.commands.options import POSITIVE, compose, json_option
-from memtune.errors import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, InputError
+from memtune.errors import EXIT_FINDINGS, EXIT_OK, InputError
 from memtune.files import paths
 from memtune.files.writing import writing
 
@@ -302,8 +302,7 @@ def cmd_run(args: Any, evals: Path, results_dir: Path) -> int:
         )
         agent.prepare()
     except AgentUnavailable as exc:
-        sys.stderr.write(f"run_benchmark.py: error: agent unavailable: {exc}\n")
-        return EXIT_USAGE
+        raise InputError(f"agent unavailable: {exc}") from None  # one line, exit 2, named by the runner
 
     run_id = args.run_id or f"{_slug(args.agent)}-a{args.attempts}-{dataset.sha256[:8]}"
     if args.agent == "local-gemma" and args.activation != "discover" and not args.run_id:
@@ -440,8 +439,9 @@ def cmd_report(args: Any, results_dir: Path) -> int:
     if args.check:
         current = output.read_text(encoding="utf-8") if output.is_file() else ""
         if current != text:
+            prog = click.get_current_context().find_root().info_name  # run_benchmark.py, or memtune
             sys.stderr.write(
-                f"run_benchmark.py: {_display(output)} is stale: regenerate with "
+                f"{prog}: {_display(output)} is stale: regenerate with "
                 f"python3 scripts/run_benchmark.py report --run {run.run_id}\n"
             )
             return EXIT_FINDINGS
