@@ -22,10 +22,11 @@ Usage:
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
+
+import click
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -126,13 +127,12 @@ def _fit(llama) -> dict[str, float]:
     return {"a_bytes_per_param": a, "b_bytes_per_shard_param": b, "predicted": pred}
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--json", action="store_true", help="print the decomposition as JSON")
-    args = parser.parse_args(argv)
+@click.command(help=(__doc__ or "").split("\n\n")[0])
+@click.option("--json", "as_json", is_flag=True, help="print the decomposition as JSON")
+def command(as_json: bool) -> int:
     llama, first, (lora_run, lora_measured, lora, lora_layer) = _rows()
     fit = _fit(llama)
-    if args.json:
+    if as_json:
         out = {
             "llama3_70b": {label: {"measured": m, **d} for label, _, m, d in llama},
             "llama3_70b_stage0": {label: d for (label, _, _, _), d in zip(llama, first, strict=True)},
@@ -211,5 +211,14 @@ def main(argv=None) -> int:
     return 0
 
 
+def main(argv: list[str] | None = None) -> int:
+    """Run :data:`command` under the helpers' runner: one-line usage errors, exit 2."""
+    from memtune.cli import invoke
+
+    return invoke(command, "seed_decomposition.py", argv)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from memtune.cli import run
+
+    run(main, "seed_decomposition.py")
