@@ -188,16 +188,13 @@ def test_every_gpu_name_check_env_knew_keeps_its_compute_capability(name, cc) ->
 )
 def test_one_gpu_table_for_every_helper(name, table_name, cc) -> None:
     """check_env and estimate/plan resolve a name to the same entry of gpus.yaml."""
-    from argparse import ArgumentParser
-
-    from memtune.commands.run_inputs import add_input_arguments, load_model_and_run
+    from memtune.commands.options import parse_run_options
+    from memtune.commands.run_inputs import load_model_and_run
     from memtune.spec.gpus import lookup_gpu
 
     assert lookup_gpu(name).name == table_name
     assert run_view.build(run_view.Inputs(env_values=["A=1"], gpu=name)).compute_capability == cc
-    parser = ArgumentParser()
-    add_input_arguments(parser)
-    inputs = load_model_and_run(parser.parse_args(["--preset", "llama3-8b", "--gpu", name]))
+    inputs = load_model_and_run(parse_run_options(["--preset", "llama3-8b", "--gpu", name]))
     assert inputs.gpu_memory_bytes == lookup_gpu(table_name).usable_bytes
     assert any(n.startswith(f"GPU {table_name}:") for n in inputs.notes)
 

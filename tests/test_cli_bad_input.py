@@ -105,9 +105,13 @@ ROWS = [
     row("estimate_memory", f"{LLAMA8B} --gbs 7 --mbs 2", "global_batch_size 7"),
     row("estimate_memory", f"{LLAMA8B} --gpu-memory 80XB", "--gpu-memory", "80XB"),
     row("estimate_memory", f"{LLAMA8B} --gpu-memory 80XB --json", "80XB"),
-    row("estimate_memory", f"{LLAMA8B} --gpu-memory -1GiB", "--gpu-memory=-1GiB"),
+    # click reads a value that starts with '-' as the option's value (argparse took it for an
+    # option and needed --gpu-memory=-1GiB), so the line now names the negative size itself
+    row("estimate_memory", f"{LLAMA8B} --gpu-memory -1GiB", "--gpu-memory", "-1GiB", "negative"),
     row("estimate_memory", f"{LLAMA8B} --gpu-memory=-1GiB", "--gpu-memory", "-1GiB"),
-    row("plan_memory", f"{LLAMA8B} --lora", "--lora was read as an abbreviation of --lora-dim"),
+    # click does not expand abbreviations (argparse read --lora as --lora-dim): an unknown option
+    # named with the one it resembles
+    row("plan_memory", f"{LLAMA8B} --lora", "no such option", "--lora", "did you mean --lora-dim"),
     row("estimate_memory", f"{LLAMA8B} --gpu-memory 0GB", "--gpu-memory", "0GB"),
     row("estimate_memory", f"{LLAMA8B} --first-stage-layers 40 --pp 2", "40"),
     row("estimate_memory", "--example a.b", "'a.b'", "=value"),
@@ -180,6 +184,11 @@ ROWS = [
     row("estimate_memory", "--megatron-args a.sh --megatron-args b.sh --json", "--megatron-args", "twice"),
     row("estimate_memory", "--config a.yaml --config b.yaml --preset llama3-8b", "--config", "twice"),
     row("plan_memory", "--preset llama3-8b --preset llama3-70b --gpus 8", "--preset", "twice"),
+    # every single-valued option, not only the sources: click would keep the last silently
+    row("estimate_memory", f"{LLAMA8B} --tp 2 --tp 4", "--tp", "twice", "'4'"),
+    row("plan_memory", "--preset llama3-8b --gpus 8 --world-size 16", "--gpus", "twice", "'16'"),
+    row("check_env", "--set A=1 --torch-version 2.4 --torch-version 2.8", "--torch-version", "twice"),
+    row("sign_skill", "verify --signature a.sig --signature b.sig", "--signature", "twice"),
     row("regather_config", "--preset qwen3-8b --preset llama3-8b --tp 2", "--preset", "twice"),
     row("regather_config", "--recipe a.py --recipe b.py --preset qwen3-8b --tp 2", "--recipe", "twice"),
     row("estimate_memory", f"--config {{tmp}}/missing.yaml {LLAMA8B}", "missing.yaml"),
@@ -207,7 +216,7 @@ ROWS = [
     # ---------------------------------------------------------------- plan_memory.py
     row("plan_memory", "--preset nope", "nope", "llama3-8b"),
     row("plan_memory", "--example --headroom 200%", "--headroom", "200%"),
-    row("plan_memory", "--example --headroom -5%", "--headroom=-5%"),
+    row("plan_memory", "--example --headroom -5%", "--headroom", "-5%"),  # click takes -5% as the value
     row("plan_memory", "--example --headroom abc", "--headroom", "abc"),
     row("plan_memory", "--example --headroom 100GiB", "--headroom", "100GiB"),
     row("plan_memory", "--example --top 0", "--top", "0"),

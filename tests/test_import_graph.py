@@ -25,24 +25,9 @@ LIBRARY_GROUPS = frozenset(
     {"spec", "readers", "estimate", "diagnose", "check", "release", "bench", "lint", "files", "errors"}
 )
 
-#: Files (relative to the repository) that may import argparse today. The click conversion
-#: removes it from the package; each file leaves this list as it is converted, until only
-#: the benchmarks (stand-alone scripts) are left.
-ARGPARSE_ALLOWED = frozenset(
-    {
-        "scripts/memtune/cli.py",
-        "scripts/memtune/commands/run_benchmark.py",
-        "scripts/memtune/commands/run_inputs.py",
-        "scripts/memtune/commands/sign_skill.py",
-        # a maintainer's generator run by path (python3 scripts/memtune/release/json_reference.py)
-        "scripts/memtune/release/json_reference.py",
-        "benchmarks/check_env_speed.py",
-        "benchmarks/diagnose_speed.py",
-        "benchmarks/estimator_accuracy.py",
-        "benchmarks/planner_speed.py",
-        "benchmarks/tier3_eta.py",
-    }
-)
+#: Files (relative to the repository) that may import argparse: none. Every helper, the
+#: JSON reference generator and the benchmarks parse their command line with click.
+ARGPARSE_ALLOWED: frozenset[str] = frozenset()
 
 
 def module_name(path: Path) -> str:

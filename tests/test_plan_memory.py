@@ -9,8 +9,6 @@ from itertools import pairwise
 
 import pytest
 
-from memtune.commands import plan_memory as cmd
-
 
 def run(*args: str) -> subprocess.CompletedProcess:
     from conftest import REPO_ROOT
@@ -112,8 +110,11 @@ def test_bad_input_is_one_line_and_exit_2(args, needle):
 
 
 def test_headroom_as_share_or_size():
-    assert cmd.parse_headroom("10%", 1000) == 100
-    assert cmd.parse_headroom("1KiB", 10**6) == 1024
+    from memtune.commands.options import HEADROOM
+
+    assert HEADROOM.convert("10%", None, None).bytes_of(1000) == 100
+    assert HEADROOM.convert("1KiB", None, None).bytes_of(10**6) == 1024
+    assert HEADROOM.convert("0%", None, None).bytes_of(10**6) == 0
 
 
 def test_run_inputs_are_the_estimators(tmp_path):

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from memtune.cli import make_parser
-from memtune.commands.run_inputs import add_input_arguments, load_model_and_run, parse_memory
+from memtune.commands.options import parse_run_options
+from memtune.commands.run_inputs import load_model_and_run, parse_memory
 from memtune.errors import InputError
 
 
 def _parse(*argv: str):
-    parser = make_parser("t", "t")
-    add_input_arguments(parser)
-    return parser.parse_args(argv)
+    return parse_run_options(list(argv))
 
 
 def test_preset_and_flags_build_the_run():
@@ -82,7 +80,11 @@ def test_fp8_flag_takes_megatron_recipe_names(text: str, fp8) -> None:
 
 
 def test_fp8_flag_refuses_other_names() -> None:
-    with pytest.raises(InputError, match="--fp8 'current'.*delayed, tensorwise, mxfp8, blockwise"):
+    import click
+
+    with pytest.raises(
+        click.BadParameter, match="'current' is not one of 'delayed', 'tensorwise', 'mxfp8', 'blockwise'"
+    ):
         _parse("--preset", "llama3-8b", "--fp8", "current")
 
 
@@ -180,11 +182,14 @@ def test_bare_number_note_reaches_estimate_json_warnings(capsys):
 
 
 def test_gpu_memory_help_teaches_units_and_the_gpu_names_it_lists_exist():
+    import click
+
     from memtune.commands import estimate_memory
     from memtune.commands.run_inputs import GPU_NAMES_FOR_HELP
     from memtune.spec.gpus import lookup_gpu
 
-    text = " ".join(estimate_memory.build_parser().format_help().split())
+    with click.Context(estimate_memory.command, info_name="estimate_memory.py") as ctx:
+        text = " ".join(estimate_memory.command.get_help(ctx).split())
     assert "a bare number (80) or G means GiB" in text and "81559MiB = 79.6 GiB" in text
     assert "GB = 10^9 bytes (80GB is only 74.5 GiB)" in text
     for name in GPU_NAMES_FOR_HELP:

@@ -13,20 +13,12 @@ Only the standard library and stdlib-only memtune modules are imported at top le
 
 from __future__ import annotations
 
-import argparse
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from memtune.cli import Once
 from memtune.errors import InputError
-from memtune.spec.run_spec import FP8_RECIPES
-
-if TYPE_CHECKING:  # imported lazily at run time (module doc)
-    from memtune.spec.model_spec import ModelSpec
-    from memtune.spec.run_spec import RunSpec
 
 GIB = 1024**3
 _UNITS = {
@@ -67,7 +59,7 @@ GPU_NAMES_FOR_HELP = (
     "MI300X",
 )
 
-#: Plain flag (argparse dest) -> RunSpec field it sets when given.
+#: Plain flag (option name) -> RunSpec field it sets when given.
 _FLAG_FIELDS = {
     "tp": "tp",
     "pp": "pp",
@@ -96,11 +88,20 @@ _FLAG_FIELDS = {
 
 
 @dataclass(frozen=True)
+class GivenSize:
+    """A size as the user wrote it (``80GB``) and the bytes it means: the text decides the
+    marketing-size warning, the bytes everything else."""
+
+    text: str
+    nbytes: int
+
+
+@dataclass(frozen=True)
 class RunInputs:
     """A loaded run: the model, the run after the plain flags, what was assumed, the GPU size."""
 
-    model: ModelSpec
-    run: RunSpec
+    model: Any  # memtune.spec.model_spec.ModelSpec (imported lazily)
+    run: Any  # memtune.spec.run_spec.RunSpec
     notes: tuple[str, ...]  # assumptions the loader made (shown with the result)
     gpu_memory_bytes: int | None  # --gpu-memory, else the config's/example's own value, else None
 
@@ -118,123 +119,6 @@ def parse_memory(text: str, allow_zero: bool = False) -> int:
     return int(value)
 
 
-def _positive(name: str) -> Callable[[str], int]:
-    def convert(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise InputError(f"{name} {text!r}: expected a positive integer") from None
-        if value <= 0:
-            raise InputError(f"{name} {value}: must be a positive integer")
-        return value
-
-    return convert
-
-
-def _fp8_recipe(text: str) -> str | None:
-    """A Megatron-Core fp8 recipe name, or 'none' (any case)."""
-    name = text.strip().lower()
-    if name not in (*FP8_RECIPES, "none"):
-        raise InputError(f"--fp8 {text!r}: unknown recipe; use one of {', '.join(FP8_RECIPES)} or none")
-    return name
-
-
-def add_input_arguments(parser: argparse.ArgumentParser, memory_default: str = "") -> None:
-    """Add the run-description flags (source, parallelism, memory features, --gpu-memory).
-
-    ``memory_default`` is appended to the --gpu-memory help by a helper that assumes a size
-    when none is given (plan_memory), so the help says what the assumption is.
-    """
-    src = parser.add_argument_group("model / run source")
-    src.add_argument("--preset", action=Once, help="model preset name (see --list-presets)")
-    src.add_argument("--list-presets", action="store_true", help="print the known presets and exit")
-    src.add_argument("--hf-config", action=Once, metavar="FILE", help="Hugging Face config.json")
-    src.add_argument(
-        "--megatron-args",
-        action=Once,
-        metavar="FILE",
-        help="Megatron-LM launch script, or YAML/JSON mapping {'--flag': value}",
-    )
-    src.add_argument("--config", action=Once, metavar="FILE", help="Megatron Bridge ConfigContainer YAML")
-    src.add_argument(
-        "--example", action="store_true", help="the seed's Llama3-70B SFT run (TP4/PP4/VPP5/DP2, 32 x H100 80GB)"
-    )
-    src.add_argument(
-        "overrides",
-        nargs="*",
-        metavar="key.path=value",
-        help="Hydra-style overrides for --config/--example (a.b=v, +a.b=v, ++a.b=v, ~a.b)",
-    )
-    par = parser.add_argument_group("parallelism and batch")
-    for flag, helptext in (
-        ("--tp", "tensor parallel"),
-        ("--pp", "pipeline parallel"),
-        ("--vpp", "virtual pipeline chunks per rank"),
-        ("--cp", "context parallel"),
-        ("--ep", "expert parallel"),
-        ("--etp", "expert tensor parallel"),
-        ("--mbs", "micro-batch size"),
-        ("--gbs", "global batch size"),
-        ("--seq-length", "sequence length"),
-    ):
-        par.add_argument(flag, type=_positive(flag), help=helptext)
-    par.add_argument("--gpus", "--world-size", dest="gpus", type=_positive("--gpus"), help="total GPUs")
-    par.add_argument(
-        "--first-stage-layers",
-        type=_positive("--first-stage-layers"),
-        metavar="N",
-        help="uneven PP: decoder layers on the first stage (num_layers_in_first_pipeline_stage)",
-    )
-    par.add_argument(
-        "--last-stage-layers",
-        type=_positive("--last-stage-layers"),
-        metavar="N",
-        help="uneven PP: decoder layers on the last stage (num_layers_in_last_pipeline_stage)",
-    )
-    par.add_argument("--sequence-parallel", dest="sp", action="store_true", default=None)
-    par.add_argument("--no-sequence-parallel", dest="sp", action="store_false")
-    mem = parser.add_argument_group("memory features")
-    mem.add_argument("--recompute", choices=("none", "selective", "full"), help="activation recompute granularity")
-    mem.add_argument(
-        "--recompute-modules", help="selective modules, comma separated (core_attn,mlp,layernorm,moe_act,moe,...)"
-    )
-    mem.add_argument("--recompute-method", choices=("uniform", "block"))
-    mem.add_argument("--recompute-num-layers", type=_positive("--recompute-num-layers"))
-    mem.add_argument("--dist-opt", dest="dist_opt", action="store_true", default=None, help="distributed optimizer")
-    mem.add_argument("--no-dist-opt", dest="dist_opt", action="store_false")
-    mem.add_argument("--fsdp", action="store_true", default=None, help="Megatron-FSDP (optim_grads_params)")
-    mem.add_argument("--precision", choices=("bf16", "fp16", "fp32"))
-    mem.add_argument(
-        "--fp8", metavar="RECIPE", type=_fp8_recipe, help=f"fp8 GEMMs ({', '.join(FP8_RECIPES)}) or 'none'"
-    )
-    mem.add_argument("--fp8-param-gather", action="store_true", default=None)
-    mem.add_argument("--grad-fp32", dest="grad_fp32", action="store_true", default=None, help="fp32 main grads")
-    mem.add_argument("--no-grad-fp32", dest="grad_fp32", action="store_false")
-    mem.add_argument("--attention-backend", choices=("auto", "flash", "fused", "unfused", "local"))
-    mem.add_argument("--cpu-offload-layers", type=int, metavar="N", help="CPU-offload activations of N layers")
-    mem.add_argument("--peft", choices=("none", "lora", "dora"))
-    mem.add_argument("--lora-dim", type=_positive("--lora-dim"))
-    mem.add_argument(
-        "--regather", dest="regather", action="store_true", default=None, help="LoRA sequence_parallel_input_regather"
-    )
-    mem.add_argument("--no-regather", dest="regather", action="store_false")
-    gpu = parser.add_argument_group("GPU")
-    gpu.add_argument(
-        "--gpu-memory",
-        metavar="SIZE",
-        help="usable GPU memory with its unit: MiB as nvidia-smi prints it (81559MiB), GiB (79.6GiB) "
-        "or GB = 10^9 bytes (80GB is only 74.5 GiB); a bare number (80) or G means GiB. "
-        "An H100 80GB has 81559MiB = 79.6 GiB: prefer --gpu H100-80GB" + memory_default,
-    )
-    gpu.add_argument(
-        "--gpu",
-        metavar="NAME",
-        help="GPU model, for its real usable memory: "
-        + ", ".join(GPU_NAMES_FOR_HELP)
-        + " (aliases such as H100, h100_sxm, 'NVIDIA H100 80GB HBM3' work; same names as check_env.py --gpu)",
-    )
-
-
 def print_presets(as_json: bool) -> None:
     """--list-presets: the names one a line, or with --json one document naming each
     preset's source."""
@@ -248,8 +132,9 @@ def print_presets(as_json: bool) -> None:
         print("\n".join(names))
 
 
-def load_model_and_run(args: argparse.Namespace) -> RunInputs:
-    """The model and run described by ``args`` (from :func:`add_input_arguments`).
+def load_model_and_run(args: Any) -> RunInputs:
+    """The model and run described by ``args`` (the options of memtune.commands.options;
+    ``args.gpu_memory`` is a :class:`GivenSize` or None).
 
     Raises InputError for conflicting or missing sources; does not validate the run's
     legality (callers decide whether an illegal run is an error or a finding).
@@ -266,12 +151,16 @@ def load_model_and_run(args: argparse.Namespace) -> RunInputs:
         usable = usable_memory(gpu)
         notes.append(f"GPU {gpu.name}: {usable / 2**30:.1f} GiB usable ({gpu.source})")
         return RunInputs(model=model, run=run, notes=tuple(notes), gpu_memory_bytes=usable)
-    memory_text = args.gpu_memory or extras.get("gpu_memory")
-    memory = parse_memory(str(memory_text)) if memory_text else None
-    if memory and args.gpu_memory:
+    given: GivenSize | None = args.gpu_memory
+    if given is not None:
+        memory: int | None = given.nbytes
+    else:
+        memory_text = extras.get("gpu_memory")
+        memory = parse_memory(str(memory_text)) if memory_text else None
+    if memory and given is not None:
         from memtune.spec.gpus import bare_number_note, marketing_size_warning
 
-        note = marketing_size_warning(str(args.gpu_memory), memory) or bare_number_note(str(args.gpu_memory), memory)
+        note = marketing_size_warning(given.text, memory) or bare_number_note(given.text, memory)
         if note and note.startswith("WARNING"):
             notes.insert(0, note)
         elif note:
@@ -279,9 +168,10 @@ def load_model_and_run(args: argparse.Namespace) -> RunInputs:
     return RunInputs(model=model, run=run, notes=tuple(notes), gpu_memory_bytes=memory)
 
 
-def _load_source(args: argparse.Namespace) -> tuple[ModelSpec, RunSpec, list[str], dict[str, Any]]:
+def _load_source(args: Any) -> tuple[Any, Any, list[str], dict[str, Any]]:
     """(model, run, assumptions, extras) from the chosen source."""
     from memtune.spec import presets
+    from memtune.spec.model_spec import ModelSpec
     from memtune.spec.run_spec import RunSpec
 
     sources = [n for n in ("hf_config", "megatron_args", "example") if getattr(args, n)]
@@ -373,7 +263,7 @@ def _known_config_keys() -> frozenset[str]:
     return known_paths() | {f"model.{name}" for name in model_field_names()}
 
 
-def _apply_flags(args: argparse.Namespace, run: RunSpec) -> RunSpec:
+def _apply_flags(args: Any, run: Any) -> Any:
     """The run with every plain flag that was given applied on top of the source."""
     changes: dict[str, Any] = {}
     for attr, field in _FLAG_FIELDS.items():

@@ -12,17 +12,18 @@ Run from the repository root::
     python3 scripts/memtune/release/json_reference.py          # rewrite references/json-output.md
     python3 scripts/memtune/release/json_reference.py --check  # exit 1 when the page is stale
 
-Only the standard library is used.
+Only the standard library and click are used.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import click
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[3]  # this file is scripts/memtune/release/json_reference.py
 SCHEMA_DIR = Path(__file__).resolve().parents[1] / "data" / "schemas" / "output"
@@ -184,17 +185,16 @@ def undocumented(schema: Mapping[str, Any], where: str = "") -> list[str]:
     return missing
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="json_reference.py", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 when references/json-output.md is stale")
-    args = parser.parse_args(argv)
+@click.command(help=(__doc__ or "").split("\n\n")[0])
+@click.option("--check", is_flag=True, help="exit 1 when references/json-output.md is stale")
+def command(check: bool) -> int:
     try:
         text = render(load_schemas())
     except (OSError, json.JSONDecodeError) as exc:
         print(f"json_reference.py: cannot read the output schemas in {SCHEMA_DIR}: {exc}", file=sys.stderr)
         return 2
     current = PAGE.read_text(encoding="utf-8") if PAGE.exists() else ""
-    if args.check:
+    if check:
         if current != text:
             print(f"{PAGE} is stale: run python3 scripts/memtune/release/json_reference.py", file=sys.stderr)
             return 1
@@ -203,6 +203,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         PAGE.write_text(text, encoding="utf-8")
         print(f"wrote {PAGE}")
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run :func:`command`; a usage error is one line and exit 2, like the helpers'."""
+    try:
+        code = command.main(args=argv, prog_name="json_reference.py", standalone_mode=False)
+    except click.UsageError as exc:
+        print(f"json_reference.py: error: {' '.join(exc.format_message().split())} (see --help)", file=sys.stderr)
+        return 2
+    return int(code or 0)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ def split_program_args(
 
     A flag takes the following words as its values until the next ``-``-word or override;
     ``valueless`` names switches that never take a value (``use-nccl-ub`` ...), so a word
-    after them is not swallowed. The last occurrence of a flag wins, as in argparse.
+    after them is not swallowed. The last occurrence of a flag wins, as in Megatron-LM's own command-line parser.
     """
     flags: dict[str, Flag] = {}
     overrides: list[Override] = []
