@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from memtune import checkout_leftovers as lo
+from memtune.release import checkout_leftovers as lo
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -100,6 +100,8 @@ def test_every_gitignore_pattern_of_the_repository_is_a_known_leftover():
         "build/": "build/lib/x.py",
         ".pytest_cache/": ".pytest_cache/v/x",
         ".hypothesis/": ".hypothesis/examples/x",
+        ".mypy_cache/": ".mypy_cache/3.10/x.json",
+        ".ruff_cache/": ".ruff_cache/0.17.6/x",
         "/evals/results/*.tmp": "evals/results/a.tmp",
         "/benchmarks/out/": "benchmarks/out/a.log",
     }
@@ -109,7 +111,9 @@ def test_every_gitignore_pattern_of_the_repository_is_a_known_leftover():
         if line.strip() and not line.startswith("#")
     ]
     unknown = [p for p in patterns if p not in samples]
-    assert not unknown, f"new .gitignore pattern(s) {unknown}: add them to memtune/checkout_leftovers.py and here"
+    assert not unknown, (
+        f"new .gitignore pattern(s) {unknown}: add them to memtune/release/checkout_leftovers.py and here"
+    )
     for pattern, sample in samples.items():
         if sample is not None:
             assert lo.split_leftovers([sample]).leftover_files == (sample,), pattern
