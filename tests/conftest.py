@@ -21,3 +21,15 @@ def repo_root() -> Path:
 @pytest.fixture
 def data_dir() -> Path:
     return DATA_DIR
+
+
+@pytest.fixture
+def invoke():
+    """Run a helper in-process: ``invoke("diagnose", "--symptom", "oom") -> Result``.
+
+    The one place that knows how a command is called without a subprocess (the body
+    lives in helper_cli.invoke, which module-level helpers import directly).
+    """
+    from helper_cli import invoke as run_in_process
+
+    return run_in_process
