@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from memtune import cli
+import helper_cli
 from memtune.commands import sign_skill
 from signing_pki import export_tracked, git_commit_all, make_pki
 
@@ -47,10 +47,8 @@ def fingerprint(cert: Path) -> str:
 
 
 def invoke(capsys, *argv: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as stop:
-        cli.run(sign_skill.main, "sign_skill.py", list(argv))
-    out, err = capsys.readouterr()
-    return stop.value.code, out, err
+    result = helper_cli.invoke("sign_skill", *argv)
+    return result.exit_code, result.stdout, result.stderr
 
 
 def key_args(pki, key=None, cert=None) -> list[str]:
