@@ -11,13 +11,16 @@ usage: python3 benchmarks/check_env_speed.py [--lines 5000] [--repeat 5]
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import click
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "scripts"))
@@ -66,12 +69,13 @@ def build_script(lines: int) -> str:
     return "\n".join(out[:lines]) + "\n"
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--lines", type=int, default=5000)
-    parser.add_argument("--repeat", type=int, default=5)
-    args = parser.parse_args()
-    from memtune import check_rules, run_view
+@click.command(help=(__doc__ or "").splitlines()[0])
+@click.option("--lines", type=click.IntRange(min=1), default=5000, help="launch-script lines (default 5000)")
+@click.option("--repeat", type=click.IntRange(min=1), default=5, help="in-process runs (default 5)")
+def command(**params: Any) -> int:
+    args = SimpleNamespace(**params)
+    from memtune.check import check_rules
+    from memtune.readers import run_view
 
     text = build_script(args.lines)
     with tempfile.TemporaryDirectory() as tmp:
@@ -107,5 +111,14 @@ def main() -> int:
     return 0
 
 
+def main(argv: list[str] | None = None) -> int:
+    """Run :data:`command` under the helpers' runner: one-line usage errors, exit 2."""
+    from memtune.cli import invoke
+
+    return invoke(command, "check_env_speed.py", argv)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from memtune.cli import run
+
+    run(main, "check_env_speed.py")

@@ -35,7 +35,6 @@ is always removed.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
@@ -45,11 +44,15 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import click
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "scripts"))
 
-from memtune.oom_patterns import load_patterns  # noqa: E402
+from memtune.diagnose.patterns import load_patterns  # noqa: E402
 
 RANKS = 64
 BLOCK_LINES = 40_000
@@ -161,7 +164,7 @@ def generate(path: Path, size: int, seed: int = 7, dense: bool = False) -> int:
     n_blocks = max(1, size // len(blocks[0]) + 1)
     # distinct blocks, so that no failure overwrites another in a small log
     where = (
-        dict(zip(rng.sample(range(n_blocks), len(failures)), failures))
+        dict(zip(rng.sample(range(n_blocks), len(failures)), failures, strict=True))
         if n_blocks >= len(failures)
         else {0: b"".join(failures)}
     )
@@ -233,19 +236,26 @@ def measure(log: Path, pattern: str, repeat: int, env: dict[str, str]) -> dict:
     return {"runs": runs, "report": report, "grep_count": grep_count, "size": log.stat().st_size}
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--size-gib", type=float, default=1.0, help="size of each log in GiB (default 1)")
-    ap.add_argument("--repeat", type=int, default=3, help="runs per tool and log; best and median reported (default 3)")
-    ap.add_argument(
-        "--prefilter",
-        choices=("auto", "grep", "python"),
-        default="auto",
-        help="diagnose.py's prefilter (MEMTUNE_PREFILTER): auto = GNU grep when present, python = the fallback",
-    )
-    ap.add_argument("--generate-only", metavar="PATH", help=argparse.SUPPRESS)
-    ap.add_argument("--dense", action="store_true", help=argparse.SUPPRESS)
-    args = ap.parse_args()
+@click.command(help=(__doc__ or "").split("\n\n")[0])
+@click.option(
+    "--size-gib", type=click.FloatRange(min=0, min_open=True), default=1.0, help="size of each log in GiB (default 1)"
+)
+@click.option(
+    "--repeat",
+    type=click.IntRange(min=1),
+    default=3,
+    help="runs per tool and log; best and median reported (default 3)",
+)
+@click.option(
+    "--prefilter",
+    type=click.Choice(("auto", "grep", "python")),
+    default="auto",
+    help="diagnose.py's prefilter (MEMTUNE_PREFILTER): auto = GNU grep when present, python = the fallback",
+)
+@click.option("--generate-only", metavar="PATH", hidden=True)
+@click.option("--dense", is_flag=True, hidden=True)
+def command(**params: Any) -> int:
+    args = SimpleNamespace(**params)
     if args.generate_only:
         print(generate(Path(args.generate_only), int(args.size_gib * (1 << 30)), dense=args.dense))
         return 0
@@ -329,5 +339,14 @@ def main() -> int:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def main(argv: list[str] | None = None) -> int:
+    """Run :data:`command` under the helpers' runner: one-line usage errors, exit 2."""
+    from memtune.cli import invoke
+
+    return invoke(command, "diagnose_speed.py", argv)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from memtune.cli import run
+
+    run(main, "diagnose_speed.py")

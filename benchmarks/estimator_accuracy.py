@@ -23,23 +23,26 @@ coverage, median and P90 absolute error for both models. Usage:
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import statistics
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import click
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from memtune.estimator import estimate  # noqa: E402
-from memtune.megatron_args import specs_from_megatron_args  # noqa: E402
-from memtune.model_spec import ModelSpec  # noqa: E402
-from memtune.presets import load_preset  # noqa: E402
-from memtune.run_spec import RunSpec  # noqa: E402
+from memtune.estimate.estimator import estimate  # noqa: E402
+from memtune.readers.megatron_args import specs_from_megatron_args  # noqa: E402
+from memtune.spec.model_spec import ModelSpec  # noqa: E402
+from memtune.spec.presets import load_preset  # noqa: E402
+from memtune.spec.run_spec import RunSpec  # noqa: E402
 from reference_formula import inputs_from_specs, reference_total_bytes  # noqa: E402
 
 DATA = ROOT / "tests" / "data" / "estimator"
@@ -214,10 +217,10 @@ def bridge_cases():
             )
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--json", action="store_true", help="print the rows and summary as JSON")
-    args = parser.parse_args(argv)
+@click.command(help=(__doc__ or "").split("\n\n")[0])
+@click.option("--json", "as_json", is_flag=True, help="print the rows and summary as JSON")
+def command(**params: Any) -> int:
+    args = SimpleNamespace(**params)
     rows = []
     started = time.perf_counter()
     for name, group, model, run, measured, compare in [*golden_cases(), *bridge_cases(), *large_model_cases()]:
@@ -263,7 +266,7 @@ def main(argv=None) -> int:
         "seconds": elapsed,
         "by_group": {g: {"ours": summary("ours_err", g), "reference": summary("ref_err", g)} for g in groups},
     }
-    if args.json:
+    if args.as_json:
         json.dump(result, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
@@ -299,5 +302,14 @@ def main(argv=None) -> int:
     return 0
 
 
+def main(argv: list[str] | None = None) -> int:
+    """Run :data:`command` under the helpers' runner: one-line usage errors, exit 2."""
+    from memtune.cli import invoke
+
+    return invoke(command, "estimator_accuracy.py", argv)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from memtune.cli import run
+
+    run(main, "estimator_accuracy.py")

@@ -8,15 +8,16 @@ Prints the best-of-5 mean time per call for a few representative runs. Usage:
 
 from __future__ import annotations
 
+import functools
 import sys
 import timeit
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 
-from memtune.estimator import estimate  # noqa: E402
-from memtune.presets import load_preset  # noqa: E402
-from memtune.run_spec import RunSpec  # noqa: E402
+from memtune.estimate.estimator import estimate  # noqa: E402
+from memtune.spec.presets import load_preset  # noqa: E402
+from memtune.spec.run_spec import RunSpec  # noqa: E402
 
 CASES = {
     "llama3-70b TP4 PP4 VPP5 (32 GPUs)": (
@@ -62,7 +63,7 @@ def main() -> int:
     for label, (preset, run) in CASES.items():
         model = load_preset(preset)
         number = 500
-        best = min(timeit.repeat(lambda: estimate(model, run), number=number, repeat=5)) / number
+        best = min(timeit.repeat(functools.partial(estimate, model, run), number=number, repeat=5)) / number
         print(f"{label:<40} {best * 1e3:7.3f} ms per estimate ({1 / best:,.0f} per second)")
     return 0
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """How fast is the memory planner's full sweep? (whole sweep < 2 s, DeepSeek-V3 alone < 1 s)
 
-Runs ``memtune.planner.sweep`` - every parallel layout at the same GPU count x recompute
+Runs ``memtune.estimate.planner.sweep`` - every parallel layout at the same GPU count x recompute
 ladder x optimizer sharding - for Llama3-70B and DeepSeek-V3 on 1024 H100 80GB GPUs and
 prints, per model: the size of the configuration space (layouts x recompute x optimizer
 settings), how many layouts were checked, how many were illegal, how many legal ones were
@@ -13,17 +13,20 @@ process's own work. Run: python3 benchmarks/planner_speed.py [--repeat N]
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import click
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 
-from memtune import planner as pl  # noqa: E402
-from memtune import presets  # noqa: E402
-from memtune import throughput_cost as tc  # noqa: E402
-from memtune.run_spec import RunSpec  # noqa: E402
+from memtune.estimate import planner as pl  # noqa: E402
+from memtune.estimate import throughput_cost as tc  # noqa: E402
+from memtune.spec import presets  # noqa: E402
+from memtune.spec.run_spec import RunSpec  # noqa: E402
 
 GPUS = 1024
 BUDGET_SECONDS = 2.0
@@ -74,10 +77,12 @@ def run_case(name: str, table: tc.CostTable, settings: pl.PlanSettings) -> tuple
     return result, time.perf_counter() - wall0, time.process_time() - cpu0
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=3, help="runs per model; the fastest is reported (default 3)")
-    args = parser.parse_args()
+@click.command(help=(__doc__ or "").splitlines()[0])
+@click.option(
+    "--repeat", type=click.IntRange(min=1), default=3, help="runs per model; the fastest is reported (default 3)"
+)
+def command(**params: Any) -> int:
+    args = SimpleNamespace(**params)
     table = tc.load_costs()  # parsed and calibrated once, as the CLI does
     settings = pl.PlanSettings(gpu_memory_bytes=80 * pl.GIB, headroom_bytes=8 * pl.GIB)
     print(f"planner sweep on {GPUS} GPUs, 80 GiB each, 8 GiB headroom (best of {args.repeat})")
@@ -114,5 +119,14 @@ def main() -> int:
     return 0
 
 
+def main(argv: list[str] | None = None) -> int:
+    """Run :data:`command` under the helpers' runner: one-line usage errors, exit 2."""
+    from memtune.cli import invoke
+
+    return invoke(command, "planner_speed.py", argv)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from memtune.cli import run
+
+    run(main, "planner_speed.py")

@@ -13,11 +13,14 @@ usage: python3 benchmarks/tier3_eta.py RUN.jsonl [--attempts 3] [--cases 32]
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import click
 
 
 def clock(seconds: float) -> str:
@@ -25,12 +28,14 @@ def clock(seconds: float) -> str:
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m{seconds % 60:02d}s"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("run", type=Path, help="a run file (JSONL: header line, then one line per attempt)")
-    parser.add_argument("--attempts", type=int, default=3, help="attempts per case and condition in the full run")
-    parser.add_argument("--cases", type=int, default=32, help="cases in the full dataset (default 32)")
-    args = parser.parse_args(argv)
+@click.command(help=(__doc__ or "").splitlines()[0])
+@click.argument("run", type=click.Path(path_type=Path))
+@click.option(
+    "--attempts", type=click.IntRange(min=1), default=3, help="attempts per case and condition in the full run"
+)
+@click.option("--cases", type=click.IntRange(min=1), default=32, help="cases in the full dataset (default 32)")
+def command(**params: Any) -> int:
+    args = SimpleNamespace(**params)
     try:
         lines = [json.loads(x) for x in args.run.read_text(encoding="utf-8").splitlines() if x.strip()]
     except (OSError, ValueError) as exc:
@@ -75,6 +80,15 @@ def main(argv: list[str] | None = None) -> int:
         f"{clock(statistics.mean(rest) * total + seconds[results.index(first)])}"
     )
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run :data:`command`; a usage error is one line and exit 2."""
+    try:
+        return int(command.main(args=argv, prog_name="tier3_eta.py", standalone_mode=False) or 0)
+    except click.UsageError as exc:
+        sys.stderr.write(f"tier3_eta.py: error: {' '.join(exc.format_message().split())} (see --help)\n")
+        return 2
 
 
 if __name__ == "__main__":

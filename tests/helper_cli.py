@@ -6,22 +6,23 @@ call the command's ``main(argv)`` in this process through ``invoke``. A subproce
 (``run_helper``) is kept for what only a real process shows: the entry point's bootstrap
 (missing packages, bytecode prefix), closed standard streams, a reader that hangs up.
 
-``invoke`` mirrors ``click.testing.CliRunner.invoke``: its result has the same
-``exit_code`` / ``stdout`` / ``stderr`` fields, so when the commands move to click only the
-body of ``invoke`` changes, not the tests that call it.
+``invoke`` runs the command inside ``click.testing.CliRunner``'s isolation (captured byte
+streams, a per-call environment) but through ``memtune.cli.run``, the wrapper the entry
+point uses, so the one-line usage errors and exit codes are the ones a user sees; its result
+has CliRunner's ``exit_code`` / ``stdout`` / ``stderr`` fields.
 """
 
 from __future__ import annotations
 
 import importlib
 import io
-import os
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from click.testing import CliRunner
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -47,30 +48,6 @@ class Result:
         return self.exit_code
 
 
-@contextmanager
-def _environment(env: Mapping[str, str | None]) -> Iterator[None]:
-    """Set (or, for None, remove) variables for the duration of one call, then restore."""
-    saved = {name: os.environ.get(name) for name in env}
-    try:
-        for name, value in env.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
-def _text_stream(data: bytes = b"") -> io.TextIOWrapper:
-    # A real text stream over bytes, like a pipe: `.buffer` works (diagnose reads stdin as bytes).
-    return io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", newline=None, write_through=True)
-
-
 def invoke(
     helper: str,
     *args: str,
@@ -89,27 +66,24 @@ def invoke(
 
     main = importlib.import_module(f"memtune.commands.{helper}").main
     data = stdin.encode("utf-8") if isinstance(stdin, str) else (stdin or b"")
-    out, err, inp = _text_stream(), _text_stream(), _text_stream(data)
-    saved = sys.stdin, sys.stdout, sys.stderr
     code: int | str | None = 0
-    with _environment({"COLUMNS": "80", **(env or {})}):
-        sys.stdin, sys.stdout, sys.stderr = inp, out, err
+    # CliRunner.isolation swaps in byte-backed standard streams (``.buffer`` works, as on a
+    # pipe), applies ``env`` for this call only and wraps help at 80 columns.
+    with CliRunner().isolation(input=data, env={"COLUMNS": "80", **(env or {})}) as streams:
+        out, err = streams[0], streams[1]
         try:
             cli.run(main, f"{helper}.py", list(args))
         except SystemExit as stop:
             code = stop.code
         finally:
-            sys.stdin, sys.stdout, sys.stderr = saved
+            sys.stdout.flush()
+            sys.stderr.flush()
     if code is None:
         code = 0
     elif isinstance(code, str):  # sys.exit("message"): printed to stderr, exit 1
-        err.write(code + "\n")
-        code = 1
-    return Result(code, _read(out), _read(err))
+        return Result(1, _text(out), _text(err) + code + "\n")
+    return Result(code, _text(out), _text(err))
 
 
-def _read(stream: io.TextIOWrapper) -> str:
-    stream.flush()
-    raw = stream.buffer
-    assert isinstance(raw, io.BytesIO)
-    return raw.getvalue().decode("utf-8", errors="replace")
+def _text(stream: io.BytesIO) -> str:
+    return stream.getvalue().decode("utf-8", errors="replace")

@@ -160,7 +160,7 @@ def export_tracked(repo: Path, dest_parent: Path) -> Path:
     """Copy the repository's git-tracked files (work-tree contents) into
     ``dest_parent/<skill name>``: what `npx skills add` of the pushed repo would copy.
 
-    Independent of memtune.shipped_files on purpose, so the tests do not grade the code
+    Independent of memtune.release.shipped_files on purpose, so the tests do not grade the code
     under test with itself. Outside a git checkout (tests run from an installed copy) the
     whole folder minus caches is copied instead.
     """

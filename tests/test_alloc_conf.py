@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from memtune import alloc_conf as ac
-from memtune.cli import InputError
+from memtune.errors import InputError
+from memtune.readers import alloc_conf as ac
 
 V20, V21, V25, V28, V29, V211 = (2, 0), (2, 1), (2, 5), (2, 8), (2, 9, 1), (2, 11)
 

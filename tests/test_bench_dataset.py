@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 
 from memtune.bench.dataset import load_dataset
-from memtune.cli import InputError
+from memtune.errors import InputError
 
 REPO = Path(__file__).resolve().parent.parent
 EVALS = REPO / "evals" / "evals.json"

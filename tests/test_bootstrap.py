@@ -38,12 +38,58 @@ def test_help_runs(name: str) -> None:
     assert "usage:" in result.stdout
 
 
+def _only_click(folder: Path, version: str | None = None) -> Path:
+    """A folder to put on PYTHONPATH under ``python -S`` holding click and nothing else
+    (with its metadata, or with metadata claiming ``version``)."""
+    import click
+
+    folder.mkdir(exist_ok=True)
+    (folder / "click").symlink_to(Path(click.__file__).parent)
+    if version is None:
+        real = next(Path(click.__file__).parent.parent.glob("click-*.dist-info"))
+        (folder / real.name).symlink_to(real)
+    else:
+        info = folder / f"click-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: click\nVersion: {version}\n")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def click_only(tmp_path_factory) -> Path:
+    return _only_click(tmp_path_factory.mktemp("click-only"))
+
+
 @pytest.mark.parametrize("name", HELPERS)
-def test_help_runs_without_site_packages(name: str) -> None:
-    """-S drops site-packages: --help must not need any third-party library."""
+def test_help_runs_with_click_alone(name: str, click_only: Path, monkeypatch) -> None:
+    """-S drops site-packages: --help must need click and no other third-party library."""
+    monkeypatch.setenv("PYTHONPATH", str(click_only))
     result = run_helper(name, "--help", python=[sys.executable, "-S"])
     assert result.returncode == 0, result.stderr
-    assert "usage:" in result.stdout
+    assert "usage:" in result.stdout and "examples:" in result.stdout
+
+
+def test_help_without_click_names_it() -> None:
+    result = run_helper("diagnose", "--help", python=[sys.executable, "-S"])
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert "click (import click)" in lines[0] and "pip install click" in lines[0]
+
+
+def test_too_old_click_is_one_line_with_the_fix(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("PYTHONPATH", str(_only_click(tmp_path / "old", version="8.0.4")))
+    result = run_helper("estimate_memory", "--help", python=[sys.executable, "-S"])
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert "click 8.0.4 is too old" in lines[0] and "pip install 'click>=8.1'" in lines[0]
+    assert result.stdout == ""
+
+
+def test_version_tuple_reads_leading_numbers() -> None:
+    assert bootstrap.version_tuple("8.1.7") == (8, 1, 7)
+    assert bootstrap.version_tuple("8.2.0rc1") == (8, 2, 0)
+    assert bootstrap.version_tuple("8.10") > bootstrap.version_tuple("8.9.9")
+    assert bootstrap.version_tuple("8.0.4") < bootstrap.MIN_CLICK <= bootstrap.version_tuple("8.1")
 
 
 @pytest.mark.parametrize("name", HELPERS)

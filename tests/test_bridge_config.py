@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from memtune.bridge_config import load_bridge_yaml, specs_from_bridge
-from memtune.cli import InputError
-from memtune.overrides import apply_overrides
-from memtune.paths import DATA_DIR
-from memtune.presets import load_preset
+from memtune.errors import InputError
+from memtune.files.paths import DATA_DIR
+from memtune.readers.bridge_config import load_bridge_yaml, specs_from_bridge
+from memtune.spec.overrides import apply_overrides
+from memtune.spec.presets import load_preset
 
 EXAMPLE = DATA_DIR / "examples" / "llama3-70b-sft-32gpu.yaml"
 

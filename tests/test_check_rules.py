@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from helper_cli import invoke
-from memtune import check_rules, run_view
+from memtune.check import check_rules
+from memtune.readers import run_view
 
 DATA = Path(__file__).resolve().parent / "data" / "check_env"
 
@@ -85,7 +86,7 @@ def test_clean_inputs_have_no_error_or_warning(files: tuple[str, ...]) -> None:
 
 
 def test_mt022_mt023_use_run_specs_arithmetic_and_need_their_inputs(tmp_path: Path) -> None:
-    from memtune.run_spec import expert_parallel_problem, model_parallel_problem
+    from memtune.spec.run_spec import expert_parallel_problem, model_parallel_problem
 
     mt022 = next(f for f in check("mt022_world_not_divisible.sh") if f.rule == "MT022")
     assert mt022.message.startswith(model_parallel_problem(24, 4, 4, 1) + " (")
@@ -187,16 +188,13 @@ def test_every_gpu_name_check_env_knew_keeps_its_compute_capability(name, cc) ->
 )
 def test_one_gpu_table_for_every_helper(name, table_name, cc) -> None:
     """check_env and estimate/plan resolve a name to the same entry of gpus.yaml."""
-    from argparse import ArgumentParser
-
-    from memtune.gpus import lookup_gpu
-    from memtune.run_inputs import add_input_arguments, load_model_and_run
+    from memtune.commands.options import parse_run_options
+    from memtune.commands.run_inputs import load_model_and_run
+    from memtune.spec.gpus import lookup_gpu
 
     assert lookup_gpu(name).name == table_name
     assert run_view.build(run_view.Inputs(env_values=["A=1"], gpu=name)).compute_capability == cc
-    parser = ArgumentParser()
-    add_input_arguments(parser)
-    inputs = load_model_and_run(parser.parse_args(["--preset", "llama3-8b", "--gpu", name]))
+    inputs = load_model_and_run(parse_run_options(["--preset", "llama3-8b", "--gpu", name]))
     assert inputs.gpu_memory_bytes == lookup_gpu(table_name).usable_bytes
     assert any(n.startswith(f"GPU {table_name}:") for n in inputs.notes)
 
@@ -353,7 +351,7 @@ def test_cli_set_checks_a_single_value() -> None:
 )
 def test_suggested_allocator_strings_are_accepted_and_clean(fixture: str, version: str | None) -> None:
     """The value a fix tells the user to export passes PyTorch and triggers no allocator rule again."""
-    from memtune import alloc_conf as ac
+    from memtune.readers import alloc_conf as ac
 
     findings = check(fixture, torch_version=version)
     fixes = [f.fix for f in findings if f.fix.startswith("export PYTORCH_CUDA_ALLOC_CONF=")]

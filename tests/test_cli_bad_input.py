@@ -103,9 +103,13 @@ ROWS = [
     row("estimate_memory", f"{LLAMA8B} --gbs 7 --mbs 2", "global_batch_size 7"),
     row("estimate_memory", f"{LLAMA8B} --gpu-memory 80XB", "--gpu-memory", "80XB"),
     row("estimate_memory", f"{LLAMA8B} --gpu-memory 80XB --json", "80XB"),
-    row("estimate_memory", f"{LLAMA8B} --gpu-memory -1GiB", "--gpu-memory=-1GiB"),
+    # click reads a value that starts with '-' as the option's value (argparse took it for an
+    # option and needed --gpu-memory=-1GiB), so the line now names the negative size itself
+    row("estimate_memory", f"{LLAMA8B} --gpu-memory -1GiB", "--gpu-memory", "-1GiB", "negative"),
     row("estimate_memory", f"{LLAMA8B} --gpu-memory=-1GiB", "--gpu-memory", "-1GiB"),
-    row("plan_memory", f"{LLAMA8B} --lora", "--lora was read as an abbreviation of --lora-dim"),
+    # click does not expand abbreviations (argparse read --lora as --lora-dim): an unknown option
+    # named with the one it resembles
+    row("plan_memory", f"{LLAMA8B} --lora", "no such option", "--lora", "did you mean --lora-dim"),
     row("estimate_memory", f"{LLAMA8B} --gpu-memory 0GB", "--gpu-memory", "0GB"),
     row("estimate_memory", f"{LLAMA8B} --first-stage-layers 40 --pp 2", "40"),
     row("estimate_memory", "--example a.b", "'a.b'", "=value"),
@@ -178,6 +182,11 @@ ROWS = [
     row("estimate_memory", "--megatron-args a.sh --megatron-args b.sh --json", "--megatron-args", "twice"),
     row("estimate_memory", "--config a.yaml --config b.yaml --preset llama3-8b", "--config", "twice"),
     row("plan_memory", "--preset llama3-8b --preset llama3-70b --gpus 8", "--preset", "twice"),
+    # every single-valued option, not only the sources: click would keep the last silently
+    row("estimate_memory", f"{LLAMA8B} --tp 2 --tp 4", "--tp", "twice", "'4'"),
+    row("plan_memory", "--preset llama3-8b --gpus 8 --world-size 16", "--gpus", "twice", "'16'"),
+    row("check_env", "--set A=1 --torch-version 2.4 --torch-version 2.8", "--torch-version", "twice"),
+    row("sign_skill", "verify --signature a.sig --signature b.sig", "--signature", "twice"),
     row("regather_config", "--preset qwen3-8b --preset llama3-8b --tp 2", "--preset", "twice"),
     row("regather_config", "--recipe a.py --recipe b.py --preset qwen3-8b --tp 2", "--recipe", "twice"),
     row("estimate_memory", f"--config {{tmp}}/missing.yaml {LLAMA8B}", "missing.yaml"),
@@ -205,7 +214,7 @@ ROWS = [
     # ---------------------------------------------------------------- plan_memory.py
     row("plan_memory", "--preset nope", "nope", "llama3-8b"),
     row("plan_memory", "--example --headroom 200%", "--headroom", "200%"),
-    row("plan_memory", "--example --headroom -5%", "--headroom=-5%"),
+    row("plan_memory", "--example --headroom -5%", "--headroom", "-5%"),  # click takes -5% as the value
     row("plan_memory", "--example --headroom abc", "--headroom", "abc"),
     row("plan_memory", "--example --headroom 100GiB", "--headroom", "100GiB"),
     row("plan_memory", "--example --top 0", "--top", "0"),
@@ -404,10 +413,8 @@ def test_closed_stdin_is_one_line_exit_2() -> None:
     # `diagnose.py -` started with no standard input at all (`<&-`, some agent sandboxes)
     proc = subprocess.run(
         _entry("diagnose") + ["-"],
-        capture_output=False,
+        capture_output=True,
         stdin=None,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
         text=True,
         timeout=60,
         preexec_fn=lambda: __import__("os").close(0),
@@ -449,7 +456,7 @@ def test_reader_hanging_up_is_not_a_traceback(args: tuple[str, ...]) -> None:
     ],
 )
 def test_malformed_alloc_conf_gets_a_fix_pytorch_accepts(value: str, capsys) -> None:
-    from memtune import alloc_conf
+    from memtune.readers import alloc_conf
 
     code, out, err = run_in_process(
         "check_env", ["--set", f"PYTORCH_CUDA_ALLOC_CONF={value}", "--torch-version", "2.8", "--json"], capsys
@@ -515,11 +522,12 @@ def test_full_disk_while_writing_a_file_names_the_file(tmp_path, capsys) -> None
     import errno
 
     from memtune import cli
+    from memtune.files.writing import writing
 
     target = tmp_path / "BENCHMARK.md"
 
     def main(argv):
-        with cli.writing(target):
+        with writing(target):
             raise OSError(errno.ENOSPC, "No space left on device")
 
     with pytest.raises(SystemExit) as stop:

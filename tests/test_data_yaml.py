@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from memtune.data_yaml import load_data_yaml
-from memtune.paths import DATA_DIR
+from memtune.files.data_yaml import load_data_yaml
+from memtune.files.paths import DATA_DIR
 
 SHIPPED = sorted(p for p in DATA_DIR.rglob("*.yaml") if "presets" not in p.parts and "examples" not in p.parts)
 

@@ -20,10 +20,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from memtune import oom_parse
-from memtune.log_reader import strip_prefixes
-from memtune.oom_patterns import load_patterns
-from memtune.oom_scan import numbered, scan_lines
+from memtune.diagnose import parse as oom_parse
+from memtune.diagnose.log_reader import strip_prefixes
+from memtune.diagnose.patterns import load_patterns
+from memtune.diagnose.scan import numbered, scan_lines
 
 PATTERNS = load_patterns()
 LINE_BYTES = 64 << 10
@@ -99,7 +99,7 @@ def test_the_reported_line_is_still_diagnosed() -> None:
 
 
 def test_an_overlong_line_is_cut_around_its_trigger_not_at_its_start() -> None:
-    from memtune.oom_scan import MAX_LINE_CHARS
+    from memtune.diagnose.scan import MAX_LINE_CHARS
 
     line = (
         "x" * (4 * MAX_LINE_CHARS)

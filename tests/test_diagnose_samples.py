@@ -1,7 +1,7 @@
 """Every real error text in tests/data/oom-samples: kind, location and every number, exactly.
 
 The expected byte counts are written the way the message prints them ("13.38 GiB") and
-converted here with exact fractions, independently of memtune.oom_parse.  The first line
+converted here with exact fractions, independently of memtune.diagnose.parse.  The first line
 of each sample is `# source: URL` metadata, not log text, so it is left out and the line
 numbers below are those of the file.
 """
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from memtune.oom_patterns import load_patterns
-from memtune.oom_scan import numbered, scan_lines
+from memtune.diagnose.patterns import load_patterns
+from memtune.diagnose.scan import numbered, scan_lines
 
 SAMPLES = Path(__file__).resolve().parent / "data" / "oom-samples"
 UNITS = {"bytes": 0, "KiB": 1, "MiB": 2, "GiB": 3}
@@ -589,9 +589,9 @@ def test_numberless_title_above_the_full_message_is_an_echo() -> None:
 
 
 def test_numberless_message_of_another_rank_is_kept() -> None:
-    from memtune.oom_report import drop_numberless_echoes
-    from memtune.oom_scan import Finding
-    from memtune.torch_era import TorchRange
+    from memtune.diagnose.report import drop_numberless_echoes
+    from memtune.diagnose.scan import Finding
+    from memtune.diagnose.torch_era import TorchRange
 
     keys = ("requested_bytes", "total_bytes", "free_bytes", "allocated_bytes", "reserved_unallocated_bytes")
     none = dict.fromkeys(keys)
@@ -665,9 +665,9 @@ CAPACITY_KNOB = {
 
 def report_for(name: str, torch_version=None) -> dict:
     """The full report (framework, release, advice) of one sample, its source line left out."""
-    from memtune.diagnosis_table import load_rows
-    from memtune.oom_report import build_report
-    from memtune.oom_scan import Scanner
+    from memtune.diagnose.report import build_report
+    from memtune.diagnose.scan import Scanner
+    from memtune.diagnose.table import load_rows
 
     lines = (SAMPLES / name).read_text(encoding="utf-8").splitlines()
     scanner = Scanner(load_patterns(), name)

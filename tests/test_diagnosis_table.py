@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from memtune.diagnosis_table import COLUMNS, TableError, load_rows, lookup_symptom, row_for_kind, rows_matching
-from memtune.oom_patterns import load_patterns
-from memtune.paths import SKILL_MD
+from memtune.diagnose.patterns import load_patterns
+from memtune.diagnose.table import COLUMNS, TableError, load_rows, lookup_symptom, row_for_kind, rows_matching
+from memtune.files.paths import SKILL_MD
 
 PATTERNS = load_patterns()
 

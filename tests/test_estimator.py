@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from helper_cli import invoke
-from memtune.cli import InputError
-from memtune.estimator import estimate, in_flight_layer_microbatches, layer_activations, regather_saving_bytes
-from memtune.model_spec import ModelSpec
-from memtune.presets import load_preset
-from memtune.run_spec import RunSpec, violations
+from memtune.errors import InputError
+from memtune.estimate.estimator import estimate, in_flight_layer_microbatches, layer_activations, regather_saving_bytes
+from memtune.spec.model_spec import ModelSpec
+from memtune.spec.presets import load_preset
+from memtune.spec.run_spec import RunSpec, violations
 
 ROOT = Path(__file__).resolve().parent.parent
 LLAMA70 = load_preset("llama3-70b")
@@ -300,7 +300,7 @@ def test_fp8_weight_cache_skips_vocab_layers_and_covers_cuda_graphed_weights():
     # 2 B (row- and column-wise) per TE GEMM weight; the embedding (stage 0) and output layer
     # (last stage) run in bf16
     vocab = LLAMA70.padded_vocab_size(4) * LLAMA70.hidden_size / 4
-    for p, c in zip(plain, cached):
+    for p, c in zip(plain, cached, strict=True):
         vocab_here = vocab if c.stage in (0, 3) else 0
         assert c.weights - p.weights == pytest.approx(2 * (c.params - vocab_here), rel=1e-6)
     # Megatron-Core's TE graph helper sets kwargs['fp8_weight_caching'] = True for every
@@ -347,7 +347,7 @@ def test_mtp_stage_builds_its_own_embedding():
     extra = with_mtp.last_stage.params - without.last_stage.params
     mtp_layer = with_mtp.last_stage.params - extra
     vocab_shard = DSV3.padded_vocab_size(2) * DSV3.hidden_size / 2
-    from memtune.estimator import mtp_stage_embedding
+    from memtune.estimate.estimator import mtp_stage_embedding
 
     assert mtp_stage_embedding(DSV3, run, 3) == vocab_shard
     assert (
@@ -360,7 +360,7 @@ def test_mtp_stage_builds_its_own_embedding():
 
 
 def test_interleaved_replay_matches_the_closed_form_for_equal_chunks():
-    from memtune.estimator import interleaved_peak_layer_sets
+    from memtune.estimate.estimator import interleaved_peak_layer_sets
 
     for pp, v, m in [(4, 5, 8), (4, 2, 16), (8, 5, 32), (4, 10, 8), (2, 2, 4)]:
         run = RunSpec(world_size=pp, pp=pp, vpp=v, mbs=1, gbs=m)
@@ -377,8 +377,8 @@ def test_vpp_with_embedding_and_loss_in_the_split_builds_megatrons_layout():
     """Megatron-LM golden gpt3_mcore_te_tp1_pp4_vp2_account_for_embedding_loss_in_pipeline_split
     (6 layers, PP 4, VPP 2): 8 virtual layers, one per chunk; the first chunk of stage 0 and
     the last chunk of stage 3 build none. Held out: measured 2,841,169,408 B on the last rank."""
-    from memtune.megatron_args import specs_from_megatron_args
-    from memtune.run_spec import stage_chunk_layers, stage_layer_counts
+    from memtune.readers.megatron_args import specs_from_megatron_args
+    from memtune.spec.run_spec import stage_chunk_layers, stage_layer_counts
 
     case = _large_case("gpt3_mcore_te_tp1_pp4_vp2_account_for_embedding")
     model, run, _ = specs_from_megatron_args(case["megatron_args"], world_size=case["world_size"])
@@ -432,7 +432,7 @@ def test_hybrid_mamba_runs_against_megatron_goldens(name, measured):
     """Held-out Megatron-LM hybrid goldens (H100, 8 GPUs, mem-max-allocated-bytes on the last
     rank): Mamba layers from MambaMixer's parameters and mamba_ssm's saved tensors, '|' pipeline
     segments as Megatron places them. Nothing here was fitted to these numbers."""
-    from memtune.megatron_args import specs_from_megatron_args
+    from memtune.readers.megatron_args import specs_from_megatron_args
 
     case = _large_case(name)
     assert case["peak_allocated_bytes"] == measured
@@ -445,7 +445,7 @@ def test_hybrid_mamba_runs_against_megatron_goldens(name, measured):
 
 
 def test_mamba_layer_parameters_follow_mamba_mixer():
-    from memtune.model_spec import ModelSpec, count_parameters, mamba_layer_params
+    from memtune.spec.model_spec import ModelSpec, count_parameters, mamba_layer_params
 
     m = ModelSpec(
         num_layers=2,
@@ -536,8 +536,8 @@ def test_latent_moe_sizes_experts_and_their_tokens_in_the_latent_width():
     tests/functional_tests/test_cases/nemotron/nemotron3_super_release_gb200) with
     --moe-latent-size 1024 give the published 120B total / 12B active
     (NVIDIA-Nemotron-3-Super-120B-A12B); read as hidden-wide experts they would give ~458B."""
-    from memtune.megatron_args import specs_from_megatron_args
-    from memtune.model_spec import count_parameters
+    from memtune.readers.megatron_args import specs_from_megatron_args
+    from memtune.spec.model_spec import count_parameters
 
     cases = json.loads((ROOT / "tests" / "data" / "estimator" / "megatron-lm-large-models.json").read_text())
     args = next(c["megatron_args"] for c in cases if c["case"].startswith("nemotron3_super_release"))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from memtune.frameworks import FrameworkHits, load_frameworks
-from memtune.oom_patterns import load_patterns
+from memtune.diagnose.frameworks import FrameworkHits, load_frameworks
+from memtune.diagnose.patterns import load_patterns
 
 FW = load_frameworks()
 
@@ -70,7 +70,7 @@ def test_every_signal_line_reaches_the_scanner() -> None:
 
 
 def test_redundant_literals_are_dropped_from_the_prefilter() -> None:
-    from memtune.oom_patterns import minimal_triggers
+    from memtune.diagnose.patterns import minimal_triggers
 
     assert minimal_triggers((b"OOM", b"Got an OOM, unloading", b"vllm", b"vllm", b"x")) == (b"OOM", b"vllm", b"x")
     triggers = load_patterns().triggers

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from memtune import grep_prefilter
-from memtune.cli import InputError
-from memtune.diagnose_run import scan_source, source_lines
-from memtune.log_reader import Source, TextStream
-from memtune.oom_patterns import load_patterns
+from memtune.diagnose import grep_prefilter
+from memtune.diagnose.log_reader import Source, TextStream
+from memtune.diagnose.patterns import load_patterns
+from memtune.diagnose.run import scan_source, source_lines
+from memtune.errors import InputError
 
 SAMPLES = Path(__file__).resolve().parent / "data" / "oom-samples"
 REPO = Path(__file__).resolve().parent.parent
@@ -130,10 +130,10 @@ def test_same_candidate_lines_including_the_windows(tmp_path: Path) -> None:
 
 @needs_grep
 def test_enormous_line_is_cut_the_same_way(tmp_path: Path, monkeypatch) -> None:
-    import memtune.diagnose_run as dr
+    import memtune.diagnose.run as dr
 
     monkeypatch.setattr(dr, "MAX_CARRY", 4096)
-    monkeypatch.setattr("memtune.log_reader.MAX_CARRY", 4096)
+    monkeypatch.setattr("memtune.diagnose.log_reader.MAX_CARRY", 4096)
     log = tmp_path / "big.log"
     # the second failure sits beyond cuda-runtime-oom's fold_lines, so it stays its own finding
     log.write_bytes(
@@ -194,11 +194,11 @@ def test_output_read_in_small_blocks_and_giant_lines_give_the_same_findings(tmp_
     A line longer than the reader's limit is cut at different places by the two readers, so
     two identical giant lines may fold into one finding on one path and not the other; what
     must agree is every failure and how often it happened."""
-    import memtune.diagnose_run as dr
+    import memtune.diagnose.run as dr
 
     monkeypatch.setattr(grep_prefilter, "OUTPUT_CHUNK", 97)
     monkeypatch.setattr(dr, "MAX_CARRY", 4096)
-    monkeypatch.setattr("memtune.log_reader.MAX_CARRY", 4096)
+    monkeypatch.setattr("memtune.diagnose.log_reader.MAX_CARRY", 4096)
     giant = b"y" * 9000 + b" [rank3]: RuntimeError: CUDA error: out of memory " + b"z" * 9000
     data = _generated(2)[:20000] + b"\n" + giant + b"\n" + _generated(3)[:20000] + b"\n" + giant + b"\n"
     log = tmp_path / "mixed.log"

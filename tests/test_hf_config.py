@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from memtune.cli import InputError
-from memtune.hf_config import load_hf_config, model_from_hf
-from memtune.model_spec import count_parameters
+from memtune.errors import InputError
+from memtune.readers.hf_config import load_hf_config, model_from_hf
+from memtune.spec.model_spec import count_parameters
 
 QWEN3_MOE = {
     "model_type": "qwen3_moe",

@@ -16,8 +16,8 @@ import yaml
 
 import attack_inputs as attack
 from bounded_run import run_bounded
-from memtune import yaml_guard
-from memtune.regather import SourceSegments, find_lora_calls, find_recipe_settings
+from memtune.estimate.regather import SourceSegments, find_lora_calls, find_recipe_settings
+from memtune.files import yaml_guard
 
 TIMEOUT = 60  # a hang shows up as a failure, not a stuck suite
 

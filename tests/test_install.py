@@ -35,7 +35,7 @@ def run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
 
 def expecting(pki) -> dict[str, str]:
     """The environment that names the throwaway root as the expected trust anchor."""
-    from memtune import signing
+    from memtune.release import signing
 
     return {**os.environ, "MEMTUNE_EXPECT_ROOT_SHA256": signing.trust_anchor_info(pki.root_cert).sha256}
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from memtune import launch_script as ls
+from memtune.readers.launch.args import parse_override, split_program_args
+from memtune.readers.launch.commands import parse_text
+from memtune.readers.launch.script import LaunchScript, Word
 
 
-def parse(text: str) -> ls.LaunchScript:
-    return ls.parse_text(text, "job.sh")
+def parse(text: str) -> LaunchScript:
+    return parse_text(text, "job.sh")
 
 
 def test_export_prefix_and_shell_assignments() -> None:
@@ -46,7 +48,7 @@ def test_quoting_and_continuations_keep_physical_lines() -> None:
     )
     command = script.training_command()
     assert command is not None and command.launcher == ("srun",) and command.program == "pretrain_gpt.py"
-    flags, _ = ls.split_program_args(command.program_args, frozenset({"use-nccl-ub"}))
+    flags, _ = split_program_args(command.program_args, frozenset({"use-nccl-ub"}))
     assert flags["tensor-model-parallel-size"].values == ("4",) and flags["tensor-model-parallel-size"].line == 5
     assert flags["save"].values == ("/ckpt/my run",) and flags["save"].line == 6
     assert flags["recompute-modules"].values == ("core_attn", "mlp")
@@ -64,7 +66,7 @@ def test_arrays_and_unquoted_variables_expand_with_definition_lines() -> None:
         "torchrun --nproc_per_node 8 --nnodes 2 pretrain_gpt.py ${GPT_ARGS[@]} $EXTRA --bf16\n"
     )
     command = script.training_command()
-    flags, _ = ls.split_program_args(command.program_args, frozenset({"bf16"}))
+    flags, _ = split_program_args(command.program_args, frozenset({"bf16"}))
     assert flags["num-layers"].values == ("96",) and flags["num-layers"].line == 2
     assert flags["hidden-size"].line == 3
     assert flags["global-batch-size"].values == ("1536",) and flags["global-batch-size"].line == 5
@@ -80,7 +82,7 @@ def test_torchrun_module_and_python_m_distributed_run() -> None:
     first, second = script.python_commands
     assert first.launcher == ("python -m torch.distributed.run",) and first.program == "-m megatron.bridge.run"
     assert first.launcher_options["torchrun.nproc_per_node"] == "4"
-    _, overrides = ls.split_program_args(second.program_args)
+    _, overrides = split_program_args(second.program_args)
     keys = [(o.prefix, o.key, o.value) for o in overrides]
     assert ("", "model.tensor_model_parallel_size", "2") in keys
     assert ("", "model.virtual_pipeline_model_parallel_size", "2") in keys
@@ -118,7 +120,7 @@ def test_sbatch_directives_and_default_expansion() -> None:
         "python train.py --seq-length ${SEQ:-8192} --micro-batch-size $UNKNOWN\n"
     )
     assert script.sbatch["nodes"] == ("4", 2) and script.sbatch["gpus-per-node"] == ("8", 3)
-    flags, _ = ls.split_program_args(script.training_command().program_args)
+    flags, _ = split_program_args(script.training_command().program_args)
     assert flags["seq-length"].values == ("8192",)
     assert flags["micro-batch-size"].values == ("$UNKNOWN",)  # unknown variables stay literal
 
@@ -127,20 +129,20 @@ def test_operators_and_redirections_split_commands() -> None:
     script = parse("cd /work && python a.py --x 1 > log.txt 2>&1 | tee out; python b.py --y=2 &\n")
     programs = [c.program for c in script.python_commands]
     assert programs == ["a.py", "b.py"]
-    flags, _ = ls.split_program_args(script.python_commands[0].program_args)
+    flags, _ = split_program_args(script.python_commands[0].program_args)
     assert flags["x"].values == ("1",)
 
 
 def test_negative_numbers_are_values_not_flags() -> None:
-    flags, _ = ls.split_program_args([ls.Word(t, 1) for t in ["--adam-eps", "-1e-8", "--lr", "-3"]])
+    flags, _ = split_program_args([Word(t, 1) for t in ["--adam-eps", "-1e-8", "--lr", "-3"]])
     assert flags["adam-eps"].values == ("-1e-8",) and flags["lr"].values == ("-3",)
 
 
 def test_parse_override_forms() -> None:
-    assert ls.parse_override("model.x=1").key == "model.x"
-    assert ls.parse_override("~model.x").value is None
-    assert ls.parse_override("model.x") is None  # no '=' and no '~': not an override
-    assert ls.parse_override("--flag=1") is None
+    assert parse_override("model.x=1").key == "model.x"
+    assert parse_override("~model.x").value is None
+    assert parse_override("model.x") is None  # no '=' and no '~': not an override
+    assert parse_override("--flag=1") is None
 
 
 def test_branches_with_known_conditions_are_followed() -> None:
@@ -160,7 +162,7 @@ def test_branches_with_known_conditions_are_followed() -> None:
         "fi\n"
         "python train.py ${EXTRA[@]}\n"
     )
-    flags, _ = ls.split_program_args(script.training_command().program_args, frozenset({"mock-data"}))
+    flags, _ = split_program_args(script.training_command().program_args, frozenset({"mock-data"}))
     assert set(flags) == {"mock-data"} and flags["mock-data"].line == 7
     assert any(s.name == "PYTORCH_CUDA_ALLOC_CONF" for s in script.env)
 
@@ -175,7 +177,7 @@ def test_array_append_and_unquoted_element_splitting_keep_lines() -> None:
         'ARGS+=("--fp8-format hybrid")\n'
         "python train.py ${ARGS[@]}\n"
     )
-    flags, _ = ls.split_program_args(script.training_command().program_args, frozenset({"use-distributed-optimizer"}))
+    flags, _ = split_program_args(script.training_command().program_args, frozenset({"use-distributed-optimizer"}))
     assert flags["micro-batch-size"].line == 2
     assert flags["use-distributed-optimizer"].line == 4  # where DDP is defined
     assert flags["fp8-format"].values == ("hybrid",) and flags["fp8-format"].line == 6
@@ -183,6 +185,6 @@ def test_array_append_and_unquoted_element_splitting_keep_lines() -> None:
 
 def test_arithmetic_expansion() -> None:
     script = parse("N=16\nM=$(($N-1))\nW=$(( N * 8 / 3 ))\nBAD=$((N / 0))\npython t.py --a $M --b $W --c $BAD\n")
-    flags, _ = ls.split_program_args(script.training_command().program_args)
+    flags, _ = split_program_args(script.training_command().program_args)
     assert flags["a"].values == ("15",) and flags["b"].values == ("42",)
     assert flags["c"].values == ("$((N / 0))",)  # left literal when it cannot be evaluated

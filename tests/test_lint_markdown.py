@@ -49,5 +49,5 @@ def test_table_cells_and_section() -> None:
 
 
 def test_links_include_images_and_reference_definitions() -> None:
-    found = [(l.target, l.kind, l.line) for l in markdown.links(markdown.tokens(DOC))]
+    found = [(link.target, link.kind, link.line) for link in markdown.links(markdown.tokens(DOC))]
     assert found == [("other.md#top", "link", 15), ("pic.png", "image", 15), ("refs/thing.md", "link", 15)]

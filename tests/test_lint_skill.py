@@ -220,6 +220,14 @@ def test_version_bumped_in_one_place_only_is_a_warning(pkg: Path) -> None:
     ]
 
 
+def test_odd_pyproject_shapes_are_not_a_crash_nor_a_version(pkg: Path) -> None:
+    # found by mypy: `.get("project", {}).get("version")` raised AttributeError on `project = 1`
+    (pkg / "pyproject.toml").write_text('project = 1\n[tool.x]\nversion = "9.9"\n', encoding="utf-8")
+    assert messages(run(pkg), "meta/version-mismatch") == []
+    (pkg / "pyproject.toml").write_text("[project]\nversion = 2\n", encoding="utf-8")
+    assert messages(run(pkg), "meta/version-mismatch") == []
+
+
 def test_unsafe_code_added_to_a_helper_is_caught(pkg: Path) -> None:
     target = pkg / "scripts" / "memtune" / "commands" / "plan_memory.py"
     with open(target, "a", encoding="utf-8") as handle:

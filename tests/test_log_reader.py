@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memtune.cli import InputError
-from memtune.log_reader import Source, candidate_lines, find_hits, read_chunks, strip_prefixes
-from memtune.oom_patterns import load_patterns
-from memtune.oom_scan import numbered, scan_lines
+from memtune.diagnose.log_reader import Source, candidate_lines, find_hits, read_chunks, strip_prefixes
+from memtune.diagnose.patterns import load_patterns
+from memtune.diagnose.scan import numbered, scan_lines
+from memtune.errors import InputError
 
 SAMPLES = Path(__file__).resolve().parent / "data" / "oom-samples"
 
@@ -112,7 +112,7 @@ CORPUS = _corpus()
 
 
 def _stream(data: bytes, size: int):
-    from memtune.oom_scan import Scanner
+    from memtune.diagnose.scan import Scanner
 
     pats = load_patterns()
     sc = Scanner(pats, "x")
@@ -206,7 +206,7 @@ def test_streaming_memory_does_not_grow_with_input_size() -> None:
 
 
 def test_enormous_line_without_newline_is_cut_not_buffered(monkeypatch) -> None:
-    import memtune.log_reader as lr
+    import memtune.diagnose.log_reader as lr
 
     monkeypatch.setattr(lr, "MAX_CARRY", 100)
     pats = load_patterns()

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from memtune.cli import InputError
-from memtune.megatron_args import (
+from memtune.errors import InputError
+from memtune.readers.megatron_args import (
     load_megatron_args,
     parse_launch_text,
     parse_layer_pattern,
@@ -124,7 +124,7 @@ def test_random_flag_values_never_crash():
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from memtune.estimator import estimate
+    from memtune.estimate.estimator import estimate
 
     values = st.one_of(
         st.none(),
@@ -233,7 +233,7 @@ def test_hybrid_pattern_gives_layers_kinds_and_the_pipeline_split():
         {**flags, "--hybrid-layer-pattern": "M-M*|M-M-|M*|M-", "--pipeline-model-parallel-size": 2}
     )
     assert model.num_layers == 12 and run.stage_layers == (6, 6) and run.vpp == 2
-    from memtune.model_spec import hybrid_stage_kinds
+    from memtune.spec.model_spec import hybrid_stage_kinds
 
     assert hybrid_stage_kinds(model.hybrid_layer_pattern, (6, 6)) == ("M-M*M*", "M-M-M-")
     with pytest.raises(InputError, match="not modelled"):
@@ -245,7 +245,7 @@ def test_hybrid_pattern_gives_layers_kinds_and_the_pipeline_split():
 
 
 def test_world_size_from_the_launcher_or_a_loud_warning():
-    from memtune.megatron_args import launch_world_size
+    from memtune.readers.megatron_args import launch_world_size
 
     assert launch_world_size(LAUNCH)[0] == 32  # #SBATCH --nodes=4 x torchrun --nproc-per-node 8
     resolved = "GPUS_PER_NODE=8\nNNODES=${NNODES:-2}\ntorchrun --nproc_per_node $GPUS_PER_NODE --nnodes $NNODES train.py --num-layers 2\n"

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from memtune.hf_config import model_from_hf
-from memtune.model_spec import ModelSpec, count_parameters, model_from_mapping, total_parameters
+from memtune.readers.hf_config import model_from_hf
+from memtune.spec.model_spec import ModelSpec, count_parameters, model_from_mapping, total_parameters
 
 MODELS = json.loads(
     (__import__("pathlib").Path(__file__).parent / "data" / "estimator" / "model-params.json").read_text()
@@ -61,7 +61,7 @@ def test_model_from_mapping_names_missing_and_unknown_fields():
 
 
 def test_hybrid_stage_kinds_follow_pipes_or_fall_back_to_contiguous_runs():
-    from memtune.model_spec import hybrid_stage_kinds
+    from memtune.spec.model_spec import hybrid_stage_kinds
 
     # '|' segments: segment i on stage i mod PP (Megatron's hybrid layer allocation)
     assert hybrid_stage_kinds("M-M*|M-M-|M*|M-", (6, 6)) == ("M-M*M*", "M-M-M-")

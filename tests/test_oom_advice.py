@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from memtune import oom_advice, torch_era
-from memtune.frameworks import load_frameworks
-from memtune.oom_evidence import load_evidence
-from memtune.oom_patterns import load_patterns
-from memtune.oom_scan import numbered, scan_lines
-from memtune.torch_era import TorchRange
+from memtune.diagnose import advice as oom_advice
+from memtune.diagnose import torch_era
+from memtune.diagnose.evidence import load_evidence
+from memtune.diagnose.frameworks import load_frameworks
+from memtune.diagnose.patterns import load_patterns
+from memtune.diagnose.scan import numbered, scan_lines
+from memtune.diagnose.torch_era import TorchRange
 
 EV = load_evidence()
 FW = load_frameworks()

@@ -11,10 +11,10 @@ import re
 
 import pytest
 
-from memtune.frameworks import load_frameworks
-from memtune.oom_evidence import load_evidence
-from memtune.oom_patterns import load_patterns
-from memtune.oom_scan import numbered, scan_lines
+from memtune.diagnose.evidence import load_evidence
+from memtune.diagnose.frameworks import load_frameworks
+from memtune.diagnose.patterns import load_patterns
+from memtune.diagnose.scan import numbered, scan_lines
 
 P = load_patterns()
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memtune.oom_parse import (
+from memtune.diagnose.parse import (
     AllocatorNumbers,
     classify,
     format_bytes,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from memtune.oom_patterns import ALLOCATOR_KINDS, PatternError, load_patterns
+from memtune.diagnose.patterns import ALLOCATOR_KINDS, PatternError, load_patterns
 
 DESIGN_KINDS = {
     "fragmentation",

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from memtune.oom_patterns import load_patterns
-from memtune.oom_rejoin import glue, join
-from memtune.oom_scan import numbered, scan_lines
+from memtune.diagnose.patterns import load_patterns
+from memtune.diagnose.rejoin import glue, join
+from memtune.diagnose.scan import numbered, scan_lines
 
 PATTERNS = load_patterns()
 GiB = 1 << 30
@@ -21,7 +21,7 @@ MiB = 1 << 20
 
 
 def gib(x: str) -> int:
-    from memtune.oom_parse import size_to_bytes
+    from memtune.diagnose.parse import size_to_bytes
 
     return size_to_bytes(x, "GiB")
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from memtune.diagnosis_table import load_rows
-from memtune.oom_patterns import load_patterns
-from memtune.oom_report import NO_FINDING, build_report, order_findings, render_text, summarize
-from memtune.oom_scan import Finding, empty_numbers
+from memtune.diagnose.patterns import load_patterns
+from memtune.diagnose.report import NO_FINDING, build_report, order_findings, render_text, summarize
+from memtune.diagnose.scan import Finding, empty_numbers
+from memtune.diagnose.table import load_rows
 
 PATTERNS = load_patterns()
 MiB = 1 << 20

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from memtune.log_reader import strip_prefixes
-from memtune.oom_patterns import ALLOCATOR_KINDS, load_patterns
-from memtune.oom_scan import numbered, scan_lines
+from memtune.diagnose.log_reader import strip_prefixes
+from memtune.diagnose.patterns import ALLOCATOR_KINDS, load_patterns
+from memtune.diagnose.scan import numbered, scan_lines
 
 GiB = 1 << 30
 MiB = 1 << 20

@@ -16,7 +16,7 @@ import pytest
 
 from conftest import REPO_ROOT
 from helper_cli import invoke
-from memtune import json_reference as ref
+from memtune.release import json_reference as ref
 
 SCHEMAS = REPO_ROOT / "scripts" / "memtune" / "data" / "schemas" / "output"
 CHECK_ENV_DATA = REPO_ROOT / "tests" / "data" / "check_env"
@@ -266,7 +266,7 @@ def test_an_undocumented_field_or_a_percent_fails_validation():
 def test_reference_page_is_generated_from_the_schemas():
     page = (REPO_ROOT / "references" / "json-output.md").read_text(encoding="utf-8")
     assert page == ref.render(ref.load_schemas()), (
-        "references/json-output.md is stale: run python3 scripts/memtune/json_reference.py"
+        "references/json-output.md is stale: run python3 scripts/memtune/release/json_reference.py"
     )
 
 

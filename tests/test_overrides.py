@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from memtune.cli import InputError
-from memtune.overrides import apply_overrides, is_override, parse_override
+from memtune.errors import InputError
+from memtune.spec.overrides import apply_overrides, is_override, parse_override
 
 BASE = {
     "model": {"tensor_model_parallel_size": 4, "recompute_modules": ["core_attn"]},
@@ -69,7 +69,7 @@ def test_random_overrides_never_crash():
 
 
 def test_known_keys_turn_typos_into_errors_but_not_new_keys():
-    from memtune.overrides import refuse_misspelt
+    from memtune.spec.overrides import refuse_misspelt
 
     known = {"model.tensor_model_parallel_size", "train.global_batch_size"}
     with pytest.raises(InputError, match="did you mean model.tensor_model_parallel_size"):

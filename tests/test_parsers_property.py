@@ -14,10 +14,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memtune import alloc_conf as ac
-from memtune import cli, run_view
-from memtune import launch_script as ls
+from memtune import cli
 from memtune.commands import check_env, regather_config
+from memtune.readers import alloc_conf as ac
+from memtune.readers import run_view
+from memtune.readers.launch.args import parse_override, split_program_args
+from memtune.readers.launch.commands import parse_text
 
 SHELL_PIECES = [
     "export ",
@@ -154,9 +156,9 @@ def test_alloc_conf_never_raises(text: str, version) -> None:
 @fast
 @given(shell_text)
 def test_launch_script_never_raises(text: str) -> None:
-    script = ls.parse_text(text, "x.sh")
+    script = parse_text(text, "x.sh")
     for command in script.commands:
-        ls.split_program_args(command.program_args, frozenset({"use-nccl-ub"}))
+        split_program_args(command.program_args, frozenset({"use-nccl-ub"}))
         script.env_for(command)
     assert all(setting.line >= 1 for setting in script.env)
 
@@ -164,7 +166,7 @@ def test_launch_script_never_raises(text: str) -> None:
 @fast
 @given(st.one_of(st.text(max_size=60), st.lists(st.sampled_from(SHELL_PIECES + ALLOC_PIECES), max_size=8).map("".join)))
 def test_override_parsers_never_raise(text: str) -> None:
-    override = ls.parse_override(text)
+    override = parse_override(text)
     if override is not None:
         run_view.hydra_value(override.value)
     run_view.hydra_value(text)

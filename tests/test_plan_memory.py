@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 
 import pytest
 
 from helper_cli import Result, invoke
-from memtune.commands import plan_memory as cmd
 
 
 def run(*args: str) -> Result:
@@ -103,8 +103,11 @@ def test_bad_input_is_one_line_and_exit_2(args, needle):
 
 
 def test_headroom_as_share_or_size():
-    assert cmd.parse_headroom("10%", 1000) == 100
-    assert cmd.parse_headroom("1KiB", 10**6) == 1024
+    from memtune.commands.options import HEADROOM
+
+    assert HEADROOM.convert("10%", None, None).bytes_of(1000) == 100
+    assert HEADROOM.convert("1KiB", None, None).bytes_of(10**6) == 1024
+    assert HEADROOM.convert("0%", None, None).bytes_of(10**6) == 0
 
 
 def test_run_inputs_are_the_estimators(tmp_path):
@@ -221,7 +224,7 @@ def test_sweep_mode_ranks_combinations_with_evidence():
         else r["throughput_change_modelled"]
         for r in rows
     ]
-    assert all(a >= b - 1e-3 for a, b in zip(changes, changes[1:]))
+    assert all(a >= b - 1e-3 for a, b in pairwise(changes))
     # rows whose cost has an unmodelled part say so instead of showing a number
     assert all((r["throughput_change"] is None) == (r["evidence_kind"] == "unknown") for r in rows)
 

@@ -2,15 +2,29 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
 
-from memtune import model_spec as ms
-from memtune import planner as pl
-from memtune import throughput_cost as tc
-from memtune.run_spec import RunSpec
-from test_throughput_cost import llama8b, seed, table  # noqa: F401  (shared fixtures)
+from memtune.estimate import planner as pl
+from memtune.estimate import throughput_cost as tc
+from memtune.spec import model_spec as ms
+from memtune.spec.run_spec import RunSpec
+from test_throughput_cost import llama8b
 
 GIB = pl.GIB
+
+
+# Defined here rather than imported from test_throughput_cost: an imported fixture is shadowed by
+# every test parameter of the same name (ruff F811).
+@pytest.fixture(scope="module")
+def table() -> tc.CostTable:
+    return tc.load_costs()
+
+
+@pytest.fixture(scope="module")
+def seed(table: tc.CostTable) -> tuple[ms.ModelSpec, RunSpec]:
+    return tc.anchor_workload(table.raw, "llama3_70b_sft_32xh100")
 
 
 def settings(**kw) -> pl.PlanSettings:
@@ -85,7 +99,7 @@ def test_every_ranked_row_fits_and_lowers_memory(seed_plan):
         assert e.candidate.expandable or e.peak_bytes < seed_plan.baseline.peak_bytes
     for tier in (0, 1, 2):  # priced, then assumed, then unknown; each cheapest first
         costs = [min(0.0, e.cost.change) for e in seed_plan.ranked if pl.evidence_tier(e.cost) == tier]
-        assert all(a >= b - 1e-3 for a, b in zip(costs, costs[1:]))  # ranked to 0.1%
+        assert all(a >= b - 1e-3 for a, b in pairwise(costs))  # ranked to 0.1%
     tiers = [pl.evidence_tier(e.cost) for e in seed_plan.ranked]
     assert tiers == sorted(tiers)
     assert seed_plan.ranked[-1].candidate.run.use_megatron_fsdp  # no price at all: last, with its reason
@@ -294,8 +308,8 @@ def test_sweep_ranks_assumed_gains_as_zero_but_shows_them(seed, table):
         assert all(position[id(o)] < position[id(e)] for o in above)
     for tier in (0, 1, 2):
         changes = [ranked_change(e) for e in plan.ranked if pl.evidence_tier(e.cost) == tier]
-        assert all(a >= b - 1e-3 for a, b in zip(changes, changes[1:]))
-    from memtune import plan_report
+        assert all(a >= b - 1e-3 for a, b in pairwise(changes))
+    from memtune.estimate import plan_report
 
     text = plan_report.to_text(plan, 60, [])
     assert f"{unsure[0].cost.change * 100:+.1f}%" in text  # the number is still shown
@@ -319,7 +333,7 @@ def test_sweep_counts_what_it_decides_and_ranks_cheapest_first(table):
     assert result.fitting
     for tier in (0, 1, 2):  # priced rows first, then assumed, then unknown; each cheapest first
         costs = [ranked_change(e) for e in result.fitting if pl.evidence_tier(e.cost) == tier]
-        assert all(a >= b - 1e-3 for a, b in zip(costs, costs[1:]))  # ranked to 0.1%
+        assert all(a >= b - 1e-3 for a, b in pairwise(costs))  # ranked to 0.1%
     tiers = [pl.evidence_tier(e.cost) for e in result.fitting]
     assert tiers == sorted(tiers)
     assert all(e.cost.evidence for e in result.fitting)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from memtune.cli import InputError
-from memtune.model_spec import count_parameters
-from memtune.presets import load_preset, preset_names, preset_source
+from memtune.errors import InputError
+from memtune.spec.model_spec import count_parameters
+from memtune.spec.presets import load_preset, preset_names, preset_source
 
 REQUIRED = [
     "llama3-8b",
@@ -56,7 +56,7 @@ def test_unknown_preset_lists_known_ones():
 def test_hybrid_preset_and_hf_config_agree():
     """Nemotron-H 8B: the preset and the HF config.json fields give the same model; its size
     is in the 8B class the model card states (24 Mamba-2, 4 attention, 24 MLP layers)."""
-    from memtune.hf_config import model_from_hf
+    from memtune.readers.hf_config import model_from_hf
 
     preset = load_preset("nemotron-h-8b")
     hf = model_from_hf(

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from helper_cli import invoke
-from memtune import regather
-from memtune.estimator import regather_saving_bytes
-from memtune.presets import load_preset
-from memtune.run_spec import RunSpec
+from memtune.estimate import regather
+from memtune.estimate.estimator import regather_saving_bytes
+from memtune.spec.presets import load_preset
+from memtune.spec.run_spec import RunSpec
 
 DATA = Path(__file__).resolve().parent / "data" / "check_env"
 

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from memtune.cli import InputError, make_parser
-from memtune.run_inputs import add_input_arguments, load_model_and_run, parse_memory
+from memtune.commands.options import parse_run_options
+from memtune.commands.run_inputs import load_model_and_run, parse_memory
+from memtune.errors import InputError
 
 
 def _parse(*argv: str):
-    parser = make_parser("t", "t")
-    add_input_arguments(parser)
-    return parser.parse_args(argv)
+    return parse_run_options(list(argv))
 
 
 def test_preset_and_flags_build_the_run():
@@ -81,7 +80,11 @@ def test_fp8_flag_takes_megatron_recipe_names(text: str, fp8) -> None:
 
 
 def test_fp8_flag_refuses_other_names() -> None:
-    with pytest.raises(InputError, match="--fp8 'current'.*delayed, tensorwise, mxfp8, blockwise"):
+    import click
+
+    with pytest.raises(
+        click.BadParameter, match="'current' is not one of 'delayed', 'tensorwise', 'mxfp8', 'blockwise'"
+    ):
         _parse("--preset", "llama3-8b", "--fp8", "current")
 
 
@@ -104,7 +107,7 @@ def test_misspelt_override_is_refused_and_plus_keeps_it() -> None:
 def test_list_presets_json_is_one_document(capsys) -> None:
     import json
 
-    from memtune.run_inputs import print_presets
+    from memtune.commands.run_inputs import print_presets
 
     print_presets(as_json=True)
     doc = json.loads(capsys.readouterr().out)
@@ -125,7 +128,7 @@ def test_gpu_names_give_the_size_the_driver_reports():
 
 
 def test_every_gpu_in_the_table_has_a_source_and_a_size_below_its_label_plus_margin():
-    from memtune.gpus import _table, lookup_gpu
+    from memtune.spec.gpus import _table, lookup_gpu
 
     sized = [g for g in _table()[1] if g.usable_bytes is not None]
     assert len(sized) >= 15  # sizes are the point of the table; unsized entries are the exception
@@ -141,7 +144,7 @@ def test_a_gpu_without_a_recorded_size_asks_for_gpu_memory_instead_of_guessing()
     with pytest.raises(InputError, match=r"--gpu L40: its usable memory is not recorded.*--gpu-memory"):
         load_model_and_run(_parse("--preset", "llama3-8b", "--gpu", "L40"))
     # the same name is fine where only the compute capability matters (check_env)
-    from memtune.gpus import lookup_gpu
+    from memtune.spec.gpus import lookup_gpu
 
     assert lookup_gpu("L40").compute_capability == 8.9
 
@@ -179,11 +182,14 @@ def test_bare_number_note_reaches_estimate_json_warnings(capsys):
 
 
 def test_gpu_memory_help_teaches_units_and_the_gpu_names_it_lists_exist():
-    from memtune.commands import estimate_memory
-    from memtune.gpus import lookup_gpu
-    from memtune.run_inputs import GPU_NAMES_FOR_HELP
+    import click
 
-    text = " ".join(estimate_memory.build_parser().format_help().split())
+    from memtune.commands import estimate_memory
+    from memtune.commands.run_inputs import GPU_NAMES_FOR_HELP
+    from memtune.spec.gpus import lookup_gpu
+
+    with click.Context(estimate_memory.command, info_name="estimate_memory.py") as ctx:
+        text = " ".join(estimate_memory.command.get_help(ctx).split())
     assert "a bare number (80) or G means GiB" in text and "81559MiB = 79.6 GiB" in text
     assert "GB = 10^9 bytes (80GB is only 74.5 GiB)" in text
     for name in GPU_NAMES_FOR_HELP:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from memtune.presets import load_preset
-from memtune.run_spec import FP8_RECIPES, RunSpec, violations
+from memtune.spec.presets import load_preset
+from memtune.spec.run_spec import FP8_RECIPES, RunSpec, violations
 
 LLAMA8 = load_preset("llama3-8b")  # 32 layers
 RUN = RunSpec(world_size=8, tp=2, mbs=1, gbs=32, sequence_parallel=True)

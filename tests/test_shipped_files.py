@@ -1,4 +1,4 @@
-"""memtune.shipped_files: the signed set is what `npx skills add` ships."""
+"""memtune.release.shipped_files: the signed set is what `npx skills add` ships."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from memtune import shipped_files
-from memtune.cli import InputError
+from memtune.errors import InputError
+from memtune.release import shipped_files
 from signing_pki import git_commit_all
 
 

@@ -41,7 +41,7 @@ def no_key_env(monkeypatch, pki):
 
 
 def fingerprint(cert: Path) -> str:
-    from memtune import signing
+    from memtune.release import signing
 
     return signing.trust_anchor_info(cert).sha256
 
@@ -315,7 +315,7 @@ def test_swapped_anchor_fails_against_the_pinned_release_root(capsys, package, p
 
 
 def signing_module():
-    from memtune import signing
+    from memtune.release import signing
 
     return signing
 
@@ -388,7 +388,7 @@ def test_verify_lists_content_the_signature_does_not_cover(capsys, package, pki)
     (package / ".gitattributes").write_text("* text=auto\n")
     assert sign(capsys, package, pki)[0] == 0
     code, out, _ = verify(capsys, package, pki)
-    line = next(l for l in out.splitlines() if "present, not covered by the signature" in l)
+    line = next(row for row in out.splitlines() if "present, not covered by the signature" in row)
     assert code == 0
     for item in (".github/workflows/ci.yml", ".gitattributes", ".gitignore", "file modes"):
         assert item in line

@@ -1,4 +1,4 @@
-"""memtune.signing with the real model-signing library and a throwaway PKI.
+"""memtune.release.signing with the real model-signing library and a throwaway PKI.
 
 Tamper tests change one byte / add / delete a shipped file or swap the trust anchor and
 require both a failed verification and a drift report naming the file. Cross-compat tests
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from memtune import shipped_files, signing
-from memtune.cli import InputError
+from memtune.errors import InputError
+from memtune.release import shipped_files, signing
 from signing_pki import export_tracked, make_pki
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from memtune.cli import InputError
-from memtune.textfile import read_text, yaml_syntax_error
+from memtune.errors import InputError
+from memtune.files.textfile import read_text, yaml_syntax_error
 
 
 def test_yaml_syntax_error_names_file_line_and_problem(tmp_path) -> None:

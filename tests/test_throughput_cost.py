@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from memtune import model_spec as ms
-from memtune import throughput_cost as tc
+from memtune.estimate import throughput_cost as tc
+from memtune.spec import model_spec as ms
 
 KINDS = {"measured", "calibrated", "first-principles", "assumption"}
 
@@ -186,7 +186,7 @@ def test_lora_step_is_two_forwards_so_recompute_costs_half_as_much_again(table):
 
 # ------------------------------------------------------------- MoE: all-to-all volume, topology, honest gains
 def qwen3_30b_a3b() -> ms.ModelSpec:
-    from memtune import presets
+    from memtune.spec import presets
 
     return presets.load_preset("qwen3-30b-a3b")
 
@@ -219,7 +219,7 @@ def test_ep_traffic_leaving_the_node_is_split_by_peers_per_node(table):
 def test_deepseek_v3_cross_node_all_to_all_matches_the_published_order_of_magnitude(table):
     """DeepSeek-V3 (arXiv:2412.19437, 3.2.1): cross-node EP 64 puts communication and computation
     at about 1:1 before overlap. The un-overlapped term must be within 2x of that."""
-    from memtune import presets
+    from memtune.spec import presets
 
     m = presets.load_preset("deepseek-v3")
     run = tc.RunSpec(
@@ -258,7 +258,7 @@ def test_etp_2_to_1_on_qwen3_30b_a3b_is_not_a_confident_win(table):
 
 def test_spreading_experts_still_has_a_priced_cost(table):
     """Only gains are unconfirmed: the cost of EP all-to-all stays first-principles."""
-    from memtune import presets
+    from memtune.spec import presets
 
     m = presets.load_preset("mixtral-8x7b")
     base = tc.RunSpec(world_size=64, tp=2, pp=4, mbs=1, gbs=256, seq_length=4096, sequence_parallel=True)
@@ -279,7 +279,7 @@ def test_thinner_stages_than_any_published_pipeline_are_an_assumption(table):
     """Calibrated on the seed's PP 8 (10 layers per stage, 2 per virtual chunk); the thinnest
     published pipeline found is Llama 3 405B at PP 16 (~7.9 per stage). PP 8->16 on 405B stays
     priced; PP 8->64 (2 per stage) is labelled an assumption with the reason."""
-    from memtune import presets
+    from memtune.spec import presets
 
     m = presets.load_preset("llama3.1-405b")
     base = tc.RunSpec(

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from memtune import torch_era
-from memtune.cli import InputError
-from memtune.oom_evidence import load_evidence
+from memtune.diagnose import torch_era
+from memtune.diagnose.evidence import load_evidence
+from memtune.errors import InputError
 
 EV = load_evidence()
 
@@ -99,7 +99,7 @@ def test_rename_of_the_variable_from_2_9() -> None:
     ],
 )
 def test_release_read_from_a_pasted_environment(line: str, version) -> None:
-    from memtune.oom_patterns import load_patterns
+    from memtune.diagnose.patterns import load_patterns
 
     pats = load_patterns()
     assert pats.has_trigger(line) or version is None

@@ -8,7 +8,9 @@ ImportError traceback from deep inside a module.
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import importlib.util
+import itertools
 import os
 import sys
 from collections.abc import Iterable
@@ -16,6 +18,7 @@ from pathlib import Path
 
 # import name -> PyPI distribution name
 PIP_NAMES: dict[str, str] = {
+    "click": "click",
     "yaml": "pyyaml",
     "markdown_it": "markdown-it-py",
     "jsonschema": "jsonschema",
@@ -25,6 +28,10 @@ PIP_NAMES: dict[str, str] = {
 }
 
 MIN_PYTHON = (3, 10)
+
+#: Every helper parses its command line with click, --help included, so click is checked on
+#: every start; 8.1 is the oldest release whose API the helpers use (pyproject.toml agrees).
+MIN_CLICK = (8, 1)
 
 
 def bytecode_outside(skill_root: Path, prefix: str | None = None) -> bool:
@@ -58,19 +65,54 @@ def install_hint(modules: Iterable[str]) -> str:
     return f"{sys.executable} -m pip install {packages}"
 
 
+def version_tuple(text: str) -> tuple[int, ...]:
+    """'8.1.7' -> (8, 1, 7); the leading numbers only ('8.2.0rc1' -> (8, 2, 0))."""
+    numbers = []
+    for part in text.split("."):
+        digits = "".join(itertools.takewhile(str.isdigit, part))
+        if not digits:
+            break
+        numbers.append(int(digits))
+        if len(digits) != len(part):
+            break
+    return tuple(numbers)
+
+
+def too_old_click() -> str | None:
+    """The installed click's version when it is older than :data:`MIN_CLICK`, else None.
+
+    Read from the distribution's metadata, so that nothing of click is imported (or
+    compiled) before the check; a click without metadata (vendored on sys.path) is trusted.
+    """
+    try:
+        found = importlib.metadata.version("click")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    return found if version_tuple(found) < MIN_CLICK else None
+
+
 def launch(module: str, prog: str, requires: Iterable[str] = ()) -> None:
     """Check the interpreter and dependencies, then run ``module.main`` via cli.run."""
     if sys.version_info < MIN_PYTHON:
         need = ".".join(map(str, MIN_PYTHON))
         sys.stderr.write(f"{prog}: error: needs Python >= {need}, this is {sys.version.split()[0]}\n")
         raise SystemExit(2)
-    # --help must teach even in a bare interpreter: command modules import their
-    # third-party libraries only after argument parsing, so help needs none of them.
+    # --help must teach with click alone: command modules import their other third-party
+    # libraries only after argument parsing, so help needs none of them.
+    # click parses every command line, --help included, so it is always required.
     asks_help = any(arg in ("-h", "--help") for arg in sys.argv[1:])
-    absent = [] if asks_help else missing_modules(requires)
+    absent = missing_modules(["click"] if asks_help else ["click", *requires])
     if absent:
         names = ", ".join(f"{PIP_NAMES.get(m, m)} (import {m})" for m in absent)
         sys.stderr.write(f"{prog}: error: missing Python package(s): {names}; install with: {install_hint(absent)}\n")
+        raise SystemExit(2)
+    old = too_old_click()
+    if old is not None:
+        need = ".".join(map(str, MIN_CLICK))
+        sys.stderr.write(
+            f"{prog}: error: click {old} is too old, the helpers need click >= {need}; install with: "
+            f"{sys.executable} -m pip install 'click>={need}'\n"
+        )
         raise SystemExit(2)
     skill_root = Path(__file__).resolve().parent.parent.parent
     if not bytecode_outside(skill_root):

@@ -7,104 +7,226 @@ fix, never as a traceback.
 
 from __future__ import annotations
 
-import argparse
 import errno
 import json
 import os
-import re
 import sys
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from pathlib import Path
-from typing import Any, NoReturn
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn, TypeVar
 
-EXIT_OK = 0
-EXIT_FINDINGS = 1
-EXIT_USAGE = 2
+import click
 
+from memtune.errors import EXIT_OK, EXIT_USAGE, InputError
 
-class InputError(Exception):
-    """Bad usage or bad input: the message is the one line the user sees."""
+FC = TypeVar("FC", bound="Callable[..., Any] | click.Command")
 
 
-class ArgumentParser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line and exit code 2 (argparse prints the
-    whole usage block first, which buries the actual problem)."""
+class Option(click.Option):
+    """An option that refuses to be given twice and knows its --help section.
 
-    _argv: Sequence[str] = ()
+    click keeps the last of two ``--preset`` values without a word, and the answer would then
+    be about a run the user did not describe; every single-valued option of these helpers is
+    therefore collected as a list by the parser and refused when it holds more than one value.
+    Flags (``--json --json``) and repeatable options (``multiple=True``) are not affected.
+    """
 
-    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
-        self._argv = list(sys.argv[1:] if args is None else args)  # kept for error()'s hint
-        return super().parse_known_args(args, namespace)
+    def __init__(self, *args: Any, section: str | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.section = section
 
-    def error(self, message: str) -> NoReturn:
-        match = re.fullmatch(r"argument ((?:-[\w-]+/?)+): expected one argument", message)
-        if match:
-            # `--gpu-memory -1GiB`: argparse reads a value that starts with '-' as an option
-            names = match.group(1).split("/")
-            argv = list(self._argv)
-            given = next((i for i, word in enumerate(argv) if word in names), None)
-            after = argv[given + 1] if given is not None and given + 1 < len(argv) else ""
-            if after.startswith("-") and after.split("=")[0] not in self._option_string_actions:
-                message += f"; a value that starts with '-' must be attached: {argv[given]}={argv[given + 1]}"
-            short = next(
-                (
-                    w
-                    for w in argv
-                    if given is None
-                    and w.startswith("--")
-                    and "=" not in w
-                    and any(n.startswith(w) and n != w for n in names)
-                ),
-                None,
-            )
-            if short:
-                # argparse takes `--lora` as an abbreviation of `--lora-dim`: say so, or the
-                # user hunts for a value they never meant to give
-                message += f"; {short} was read as an abbreviation of {names[-1]}; spell options out in full"
-        sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
-        raise SystemExit(EXIT_USAGE)
+    def _once(self) -> bool:
+        return not (self.multiple or self.count or self.is_flag) and self.nargs == 1
+
+    def add_to_parser(self, parser: Any, ctx: click.Context) -> None:
+        super().add_to_parser(parser, ctx)
+        if not self._once():
+            return
+        # The parser keeps one entry per spelling; asking it to append instead of store lets
+        # handle_parse_result see every value the user gave (--gpus 8 --world-size 16 too).
+        for table in (getattr(parser, "_long_opt", {}), getattr(parser, "_short_opt", {})):
+            for name in self.opts + self.secondary_opts:
+                entry = table.get(name)
+                if entry is not None and getattr(entry, "action", None) == "store":
+                    entry.action = "append"
+
+    def handle_parse_result(self, ctx: click.Context, opts: Any, args: list[str]) -> tuple[Any, list[str]]:
+        given = opts.get(self.name) if self.name else None
+        if self._once() and isinstance(given, list):
+            if len(given) > 1:
+                raise InputError(f"{self.opts[0]} given twice ({given[0]!r}, then {given[1]!r}); give it once")
+            opts = {**opts, self.name: given[0]}
+        return super().handle_parse_result(ctx, opts, args)
 
 
-class Once(argparse.Action):
-    """``action=Once`` for an option that names one thing (--preset, --config FILE): given
-    twice, argparse would silently keep the last, and the answer would be about a run the
-    user did not describe, so the second is a one-line usage error instead."""
+def option(*names: str, **kwargs: Any) -> Callable[[FC], FC]:
+    """``click.option`` with :class:`Option` (given-twice check, --help sections)."""
+    return click.option(*names, cls=Option, **kwargs)
 
-    def __call__(self, parser, namespace, values, option_string=None):
-        before = getattr(namespace, self.dest, None)
-        if before is not None:
-            raise InputError(f"{option_string} given twice ({before!r}, then {values!r}); give it once")
-        setattr(namespace, self.dest, values)
+
+CONTEXT_SETTINGS: dict[str, Any] = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+class _Interrupted(Exception):
+    """Ctrl-C carried past click, which would print a blank line and raise Abort."""
+
+
+class _PipeClosed(Exception):
+    """A BrokenPipeError carried past click's own handler, which would exit 1 for it."""
+
+
+class _Contract:
+    """What every helper command shares beyond click.
+
+    --help as these helpers have always printed it: ``usage:`` in lower case, the
+    description and the examples verbatim (their line breaks are the layout), and the
+    options under the section headings the shared decorators give them. And the exit
+    contract: a closed pipe and Ctrl-C reach :func:`run` unchanged instead of being turned
+    into click's exit 1 / "Aborted!".
+    """
+
+    help: str | None
+    epilog: str | None
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)  # type: ignore[misc]
+        except BrokenPipeError as exc:
+            raise _PipeClosed() from exc
+        except KeyboardInterrupt as exc:
+            raise _Interrupted() from exc
+
+    def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        pieces = self.collect_usage_pieces(ctx)  # type: ignore[attr-defined]
+        formatter.write_usage(ctx.command_path, " ".join(pieces), prefix="usage: ")
+
+    def format_help_text(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        if self.help:
+            formatter.write_paragraph()
+            formatter.write(self.help.rstrip("\n") + "\n")
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        if self.epilog:
+            formatter.write_paragraph()
+            formatter.write(self.epilog.rstrip("\n") + "\n")
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        sections: dict[str, list[tuple[str, str]]] = {}
+        arguments: list[tuple[str, str]] = []
+        for param in self.get_params(ctx):  # type: ignore[attr-defined]
+            if isinstance(param, click.Argument):
+                text = getattr(param, "help_text", None)
+                if text:
+                    # get_usage_pieces: make_metavar's signature changed in click 8.2
+                    arguments.append((" ".join(param.get_usage_pieces(ctx)), text))
+                continue
+            record = param.get_help_record(ctx)
+            if record is not None:
+                sections.setdefault(getattr(param, "section", None) or "options", []).append(record)
+        if arguments:
+            with formatter.section("positional arguments"):
+                formatter.write_dl(arguments)
+        general = sections.pop("options", [])  # the helper's own options (and -h) after the shared groups
+        for title, records in [*sections.items(), ("options", general)]:
+            if not records:
+                continue
+            with formatter.section(title):
+                formatter.write_dl(records)
+        if isinstance(self, click.Group):
+            rows = []
+            for name in self.list_commands(ctx):
+                sub = self.get_command(ctx, name)
+                if sub is not None and not sub.hidden:
+                    rows.append((name, sub.get_short_help_str(limit=formatter.width)))
+            if rows:
+                with formatter.section("commands"):
+                    formatter.write_dl(rows)
+
+    def format_arguments(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """Arguments are listed by format_options (click >= 8.5 would list them twice)."""
+
+
+class Command(_Contract, click.Command):
+    """A helper's click command: the shared help layout and context settings."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("context_settings", CONTEXT_SETTINGS)
+        super().__init__(*args, **kwargs)
+
+
+class Group(_Contract, click.Group):
+    """A helper with subcommands (sign_skill.py, run_benchmark.py, memtune).
+
+    Runs its own callback when no subcommand is given, so that the helper can say which
+    ones exist in one line instead of click's help page or "Missing command"."""
+
+    command_class = Command
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("context_settings", CONTEXT_SETTINGS)
+        kwargs.setdefault("invoke_without_command", True)
+        kwargs.setdefault("no_args_is_help", False)
+        super().__init__(*args, **kwargs)
+
+
+class Argument(click.Argument):
+    """A positional argument with a line of --help (click's own has none before 8.5)."""
+
+    def __init__(self, *args: Any, help_text: str | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.help_text = help_text
+
+
+def argument(*names: str, help_text: str | None = None, **kwargs: Any) -> Callable[[FC], FC]:
+    return click.argument(*names, cls=Argument, help_text=help_text, **kwargs)
+
+
+def invoke(command: click.Command, prog: str, argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv`` with ``command`` and run it; the exit code it returns.
+
+    click runs with ``standalone_mode=False`` so that every error comes back here as an
+    exception and :func:`run` prints it as the one-line contract, never click's usage block.
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        result = command.main(args=args, prog_name=prog, standalone_mode=False)
+    except _PipeClosed:
+        raise BrokenPipeError() from None
+    except _Interrupted:
+        raise KeyboardInterrupt() from None
+    if result is None:
+        return EXIT_OK
+    if isinstance(result, bool) or not isinstance(result, int):
+        raise TypeError(f"{prog}: a command returned {result!r}, not an exit code")
+    return result
+
+
+def _hint(param: click.Parameter | None) -> str:
+    if param is None:
+        return ""
+    if isinstance(param, click.Option):
+        longs = [o for o in param.opts if o.startswith("--")]
+        return (longs or param.opts)[0]
+    return (param.metavar or param.name or "").upper()
+
+
+def usage_line(exc: click.UsageError, prog: str = "") -> str:
+    """click's usage error as one line: what is wrong, then where --help is."""
+    if isinstance(exc, click.NoSuchOption):
+        text = f"no such option: {exc.option_name}"
+        if exc.possibilities:
+            text += f" (did you mean {' or '.join(sorted(exc.possibilities))}?)"
+    elif isinstance(exc, click.BadParameter) and not isinstance(exc, click.MissingParameter):
+        hint = exc.param_hint if isinstance(exc.param_hint, str) else _hint(exc.param)
+        text = f"{hint}: {exc.message}" if hint else exc.message
+    else:
+        text = exc.format_message()
+    text = " ".join(text.split()).rstrip(".")
+    text = text[:1].lower() + text[1:]
+    where = exc.ctx.command_path if exc.ctx is not None else prog
+    return f"{text} (see {where} --help)" if where else f"{text} (see --help)"
 
 
 _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
-
-
-@contextmanager
-def writing(path: str | Path) -> Iterator[None]:
-    """Name ``path`` in any OSError raised while writing it.
-
-    ``write()`` on a full disk raises ENOSPC without a file name, so the user would read
-    "no space left" and not know which file is now missing or stale; the one-line error
-    of ``run`` then says which file could not be written.
-    """
-    try:
-        yield
-    except OSError as exc:
-        if getattr(exc, "filename", None):
-            raise
-        raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from None
-
-
-def make_parser(prog: str, description: str, epilog: str | None = None) -> ArgumentParser:
-    """A parser whose --help keeps the description's and examples' line breaks."""
-    return ArgumentParser(
-        prog=prog,
-        description=description,
-        epilog=epilog,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
 
 
 def print_json(document: Any) -> None:
@@ -127,6 +249,12 @@ def run(main: Callable[[Sequence[str] | None], int], prog: str, argv: Sequence[s
         sys.stdout.flush()  # a full disk or a closed pipe shows up here, not in a traceback at exit
     except InputError as exc:
         sys.stderr.write(f"{prog}: error: {' '.join(str(exc).splitlines())}\n")  # the contract is one line
+        code = EXIT_USAGE
+    except click.UsageError as exc:
+        sys.stderr.write(f"{prog}: error: {usage_line(exc, prog)}\n")
+        code = EXIT_USAGE
+    except click.ClickException as exc:  # any other error click reports (a bad file of click's own, ...)
+        sys.stderr.write(f"{prog}: error: {' '.join(exc.format_message().split())}\n")
         code = EXIT_USAGE
     except BrokenPipeError:
         # `helper | head` closed the pipe: not an error worth a traceback.
@@ -151,13 +279,13 @@ def run(main: Callable[[Sequence[str] | None], int], prog: str, argv: Sequence[s
             sys.stderr.write(f"{prog}: error: {exc.strerror or exc}: {exc.filename}\n")
         code = EXIT_USAGE
     except UnicodeDecodeError as exc:
-        # a loader read a user's file as text without memtune.textfile: still one line, not a traceback
+        # a loader read a user's file as text without memtune.files.textfile: still one line, not a traceback
         sys.stderr.write(
             f"{prog}: error: an input file is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} "
             f"at offset {exc.start}); pass a text file saved as UTF-8\n"
         )
         code = EXIT_USAGE
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, click.Abort):
         sys.stderr.write(f"{prog}: interrupted\n")
         code = 130
     raise SystemExit(code)

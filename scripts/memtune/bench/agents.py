@@ -299,7 +299,12 @@ def parse_claude_stream(stdout: str, skill_name: str | None) -> AgentResult:
                 tool, args = item.get("name"), item.get("input") or {}
                 if tool == "Bash" and args.get("command"):
                     result.commands.append(str(args["command"]))
-                    call = {"command": str(args["command"]), "exit_code": None, "failed": None, "output_chars": 0}
+                    call: dict[str, Any] = {
+                        "command": str(args["command"]),
+                        "exit_code": None,
+                        "failed": None,
+                        "output_chars": 0,
+                    }
                     calls.append(call)
                     bash_calls[str(item.get("id", len(calls)))] = call
                 if tool == "Skill":
@@ -309,10 +314,10 @@ def parse_claude_stream(stdout: str, skill_name: str | None) -> AgentResult:
         elif kind == "user" and isinstance(content, list):
             for item in content:
                 if isinstance(item, dict) and item.get("type") == "tool_result":
-                    call = bash_calls.get(str(item.get("tool_use_id")))
-                    if call is not None:
-                        call["failed"] = bool(item.get("is_error"))
-                        call["output_chars"] = len(_text_of(item.get("content")))
+                    answered = bash_calls.get(str(item.get("tool_use_id")))
+                    if answered is not None:
+                        answered["failed"] = bool(item.get("is_error"))
+                        answered["output_chars"] = len(_text_of(item.get("content")))
         elif kind == "result":
             result.answer = str(event.get("result", "") or "")
             usage = event.get("usage") or {}
@@ -571,6 +576,8 @@ class LocalAgent(Agent):
     def answer_prompt(self, task: Task, body: str | None) -> str:
         parts = []
         if body:
+            if task.skill is None:
+                raise ValueError(f"case {task.case.id}: a skill body was given in the {task.condition} condition")
             parts.append(f"Reference notes (skill {task.skill.name}):\n\n{body.strip()}\n\n---\n")
         parts.append(
             "An expert in NVIDIA Megatron and PyTorch GPU training answers a user's question "

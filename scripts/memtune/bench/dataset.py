@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memtune.cli import InputError
+from memtune.errors import InputError
 
 
 @dataclass(frozen=True)

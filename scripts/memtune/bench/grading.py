@@ -155,7 +155,9 @@ def size_matches(spec: Mapping[str, Any], text: str) -> str | None:
     relative = float(spec.get("rel_tolerance", 0.02))
     min_digits = int(spec.get("min_digits", 2))
     for written, candidates, allowance in extract_sizes(text):
-        if significant_digits(_SIZE.match(written).group(1)) < min_digits:
+        number = _SIZE.match(written)
+        assert number is not None, written  # ``written`` is a whole _SIZE match, so it matches again
+        if significant_digits(number.group(1)) < min_digits:
             continue
         allowed = max(relative * target, min(allowance, 0.05 * target))
         if any(abs(c - target) <= allowed for c in candidates):

@@ -74,9 +74,13 @@ FINAL_TURN = (
 
 
 class Turn(Protocol):
-    text: str
-    tokens_in: int
-    tokens_out: int
+    # read-only members, so that a frozen dataclass (Reply) is a Turn
+    @property
+    def text(self) -> str: ...
+    @property
+    def tokens_in(self) -> int: ...
+    @property
+    def tokens_out(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -116,7 +120,7 @@ def catalog_lines(entries: Sequence[Mapping[str, str]]) -> str:
 
 def offered_catalog(task: Task, decoys: Sequence[Mapping[str, str]]) -> list[Mapping[str, str]]:
     """The decoys, plus this skill in the with-skill condition only."""
-    entries = [dict(d) for d in decoys]
+    entries: list[Mapping[str, str]] = [dict(d) for d in decoys]
     if task.skill is not None:
         entries.append({"name": task.skill.name, "description": task.skill.description})
     return entries
@@ -154,7 +158,7 @@ def run_loop(model: ChatModel, task: Task, decoys: Sequence[Mapping[str, str]], 
             break
         if action.kind == "load":
             state.loads.append(action.text)
-            ours = task.skill is not None and action.text == task.skill.name
+            skill = task.skill if task.skill is not None and action.text == task.skill.name else None
             if action.text not in names:
                 feedback = f"There is no installed skill named {action.text!r}. Installed: {', '.join(sorted(names))}."
             elif action.text == state.loaded or action.text in state.loads[:-1]:
@@ -162,9 +166,9 @@ def run_loop(model: ChatModel, task: Task, decoys: Sequence[Mapping[str, str]], 
                     f"Skill {action.text} is already loaded; do not load it again. "
                     "Run a command or give your final answer."
                 )
-            elif ours:
+            elif skill is not None:  # ours
                 state.loaded = action.text
-                system += LOADED.format(name=action.text, body=task.skill.body.strip())
+                system += LOADED.format(name=action.text, body=skill.body.strip())
                 # the body is now in the (cacheable) system message: the load turn
                 # itself adds nothing the model needs to see again
                 continue

@@ -93,7 +93,7 @@ def _stamp(path: Path) -> Path:
 
 def _stamp_matches(path: Path, pin: ModelPin) -> bool:
     try:
-        doc = json.loads(_stamp(path).read_text(encoding="utf-8"))
+        doc: object = json.loads(_stamp(path).read_text(encoding="utf-8"))
         st = path.stat()
     except (OSError, ValueError):
         return False

@@ -262,7 +262,8 @@ def _num(x: float, digits: int = 1) -> str:
 def is_diagnostic(run: RunFile) -> bool:
     """A run whose skill activation was forced measures the body alone, not the skill as
     agents meet it: it is reported beside the main run, never as the main run."""
-    return run.header.get("agent_settings", {}).get("activation") == "always"
+    settings = run.header.get("agent_settings")
+    return isinstance(settings, dict) and settings.get("activation") == "always"
 
 
 def results_table(an: Analysis, results: Mapping[str, DimensionResult]) -> list[str]:

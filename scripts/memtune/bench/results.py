@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memtune.cli import InputError
+from memtune.errors import InputError
 
 Key = tuple[str, str, int]
 

@@ -15,7 +15,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from memtune.cli import InputError
+from memtune.errors import InputError
 
 
 @dataclass(frozen=True)

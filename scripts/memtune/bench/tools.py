@@ -27,6 +27,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 HELPERS = ("diagnose", "estimate_memory", "plan_memory", "check_env", "regather_config")
 _FENCE = re.compile(r"```[ \t]*(load|run)\b[ \t]*(.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE)
@@ -74,7 +75,7 @@ class ToolCall:
     refused: str | None = None
     helper: str | None = None
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         # the helpers exit 1 for "ran fine, found problems" (check_env, diagnose): only a
         # refusal, a timeout or exit code >= 2 (bad usage or input) is a failed run
         return {

@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from types import SimpleNamespace
+from typing import Any
 
-from memtune.cli import EXIT_FINDINGS, EXIT_OK, InputError, make_parser, print_json
+import click
+
+from memtune.cli import Command, invoke, option, print_json
+from memtune.commands.options import POSITIVE, GpuNameType, json_option, overrides_argument
+from memtune.errors import EXIT_FINDINGS, EXIT_OK, InputError
 
 DESCRIPTION = """\
 Check a Megatron-LM / Megatron Bridge run for memory misconfiguration before it starts:
@@ -31,69 +37,68 @@ examples:
 rules: references/check-rules.md (MT001-MT024)"""
 
 
-def build_parser():
-    parser = make_parser("check_env.py", DESCRIPTION, EPILOG)
-    parser.add_argument(
-        "overrides",
-        nargs="*",
-        metavar="KEY=VALUE",
-        help="Hydra-style overrides applied last (model.tensor_model_parallel_size=4, +x=1, ~x)",
-    )
-    parser.add_argument("--env", action="store_true", help="include this process's environment")
-    parser.add_argument("--env-file", action="append", default=[], metavar="FILE", help="KEY=VALUE lines (repeatable)")
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        dest="env_values",
-        help="an environment variable as the job will see it (repeatable), e.g. --set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
-    )
-    parser.add_argument(
-        "--script", action="append", default=[], metavar="FILE", help="bash / sbatch launch script (repeatable)"
-    )
-    parser.add_argument(
-        "--config",
-        action="append",
-        default=[],
-        metavar="FILE",
-        help="Megatron Bridge ConfigContainer YAML or Megatron-LM model_config.yaml (repeatable)",
-    )
-    parser.add_argument(
-        "--torch-version", metavar="X.Y[.Z]", help="PyTorch release the job runs (unknown: strictest verdict)"
-    )
-    parser.add_argument(
-        "--megatron-core-version", metavar="X.Y", help="Megatron-Core release (unknown: conservative checks)"
-    )
-    parser.add_argument(
-        "--gpu",
-        metavar="NAME",
-        help="GPU model, e.g. H100, B200, MI300X or the name nvidia-smi prints; the same names as "
-        "estimate_memory.py --gpu (data/gpus.yaml). NCCL_GRAPH_REGISTER matters before Blackwell",
-    )
-    parser.add_argument("--world-size", "--gpus", type=int, metavar="N", help="GPU count, when the script does not say")
-    parser.add_argument("--json", action="store_true", help="print one JSON document")
-    return parser
+@click.command(
+    "check-env",
+    cls=Command,
+    short_help="memory misconfiguration in a launch script, environment or config",
+    help=DESCRIPTION,
+    epilog=EPILOG,
+)
+@overrides_argument(
+    "[KEY=VALUE]...", "Hydra-style overrides applied last (model.tensor_model_parallel_size=4, +x=1, ~x)"
+)
+@option("--env", is_flag=True, help="include this process's environment")
+@option("--env-file", multiple=True, metavar="FILE", help="KEY=VALUE lines (repeatable)")
+@option(
+    "--set",
+    "env_values",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="an environment variable as the job will see it (repeatable), e.g. --set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+)
+@option("--script", multiple=True, metavar="FILE", help="bash / sbatch launch script (repeatable)")
+@option(
+    "--config",
+    multiple=True,
+    metavar="FILE",
+    help="Megatron Bridge ConfigContainer YAML or Megatron-LM model_config.yaml (repeatable)",
+)
+@option("--torch-version", metavar="X.Y[.Z]", help="PyTorch release the job runs (unknown: strictest verdict)")
+@option("--megatron-core-version", metavar="X.Y", help="Megatron-Core release (unknown: conservative checks)")
+@option(
+    "--gpu",
+    type=GpuNameType(fallback="or leave --gpu out: MT003 then assumes a GPU before Blackwell"),
+    help="GPU model, e.g. H100, B200, MI300X or the name nvidia-smi prints; the same names as "
+    "estimate_memory.py --gpu (data/gpus.yaml). NCCL_GRAPH_REGISTER matters before Blackwell",
+)
+@option(
+    "--world-size", "--gpus", "world_size", type=POSITIVE, metavar="N", help="GPU count, when the script does not say"
+)
+@json_option()
+def command(**params: Any) -> int:
+    return _check(SimpleNamespace(**params))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    return invoke(command, "check_env.py", argv)
+
+
+def _check(args: Any) -> int:
     if not (args.env or args.env_file or args.env_values or args.script or args.config or args.overrides):
         raise InputError(
             "nothing to check: give --script FILE, --config FILE, --env-file FILE, --set NAME=VALUE, --env or overrides"
         )
-    if args.world_size is not None and args.world_size < 1:
-        raise InputError(f"--world-size {args.world_size} must be a positive GPU count")
-    from memtune import check_rules, run_view
+    from memtune.check import check_rules
+    from memtune.readers import run_view
 
     view = run_view.build(
         run_view.Inputs(
             use_env=args.env,
-            env_files=args.env_file,
-            env_values=args.env_values,
-            scripts=args.script,
-            configs=args.config,
-            overrides=args.overrides,
+            env_files=list(args.env_file),
+            env_values=list(args.env_values),
+            scripts=list(args.script),
+            configs=list(args.config),
+            overrides=list(args.overrides),
             torch_version=args.torch_version,
             mcore_version=args.megatron_core_version,
             world_size=args.world_size,
@@ -102,14 +107,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     findings = check_rules.run_all(view)
     errors = sum(1 for f in findings if f.severity == "error")
-    if args.json:
+    if args.as_json:
         print_json({"findings": [f.to_json() for f in findings]})
     else:
         print(render_text(findings, view))
     return EXIT_FINDINGS if errors else EXIT_OK
 
 
-def render_text(findings, view) -> str:
+def render_text(findings: Any, view: Any) -> str:
     lines: list[str] = []
     if view.command is not None and view.script is not None:
         lines.append(

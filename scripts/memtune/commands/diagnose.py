@@ -8,8 +8,14 @@ imported after the arguments are parsed.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from types import SimpleNamespace
+from typing import Any
 
-from memtune.cli import InputError, make_parser, print_json
+import click
+
+from memtune.cli import Command, argument, invoke, option, print_json
+from memtune.commands.options import POSITIVE, json_option
+from memtune.errors import InputError
 
 DESCRIPTION = """\
 Find every memory-related failure in an error message or a (multi-GB, multi-rank, .gz)
@@ -42,46 +48,51 @@ exit codes: 0 ran (findings or "no memory-related failure found"); 2 bad input
 (missing file, directory, binary file, unreadable .gz) with a one-line reason."""
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = make_parser("diagnose.py", DESCRIPTION, EPILOG)
-    parser.add_argument("inputs", nargs="*", metavar="FILE", help="log files (plain or .gz); - reads standard input")
-    parser.add_argument(
-        "--json",
-        action="store_true",
-        help="print one JSON document: findings + summary (every field: references/json-output.md)",
-    )
-    parser.add_argument(
-        "--symptom", metavar="TEXT", help="look a symptom up in the Failure Diagnosis table (fuzzy, ranked)"
-    )
-    parser.add_argument("--limit", type=int, default=3, metavar="N", help="rows to show for --symptom (default 3)")
-    parser.add_argument(
-        "--torch-version",
-        metavar="X.Y[.Z]",
-        help="the PyTorch that printed the log; overrides the release inferred from the message wording "
-        "(decides whether expandable_segments is offered)",
-    )
-    args = parser.parse_args(argv)
+@click.command(
+    "diagnose",
+    cls=Command,
+    short_help="which memory failure a log or error text shows, and what to do",
+    help=DESCRIPTION,
+    epilog=EPILOG,
+)
+@argument("inputs", nargs=-1, metavar="[FILE]...", help_text="log files (plain or .gz); - reads standard input")
+@json_option("print one JSON document: findings + summary (every field: references/json-output.md)")
+@option("--symptom", metavar="TEXT", help="look a symptom up in the Failure Diagnosis table (fuzzy, ranked)")
+@option("--limit", type=POSITIVE, default=3, metavar="N", help="rows to show for --symptom (default 3)")
+@option(
+    "--torch-version",
+    metavar="X.Y[.Z]",
+    help="the PyTorch that printed the log; overrides the release inferred from the message wording "
+    "(decides whether expandable_segments is offered)",
+)
+def command(**params: Any) -> int:
+    return _diagnose(SimpleNamespace(**params))
 
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return invoke(command, "diagnose.py", argv)
+
+
+def _diagnose(args: Any) -> int:
     if args.symptom is None and not args.inputs:
         raise InputError('give a log FILE (or - for standard input), or --symptom "TEXT"; see --help')
     if args.symptom is not None and args.inputs:
         raise InputError("use either log FILE(s) or --symptom, not both")
-    if args.limit < 1:
-        raise InputError(f"--limit must be at least 1, got {args.limit}")
     torch_range = None
     if args.torch_version is not None:
-        from memtune import torch_era
+        from memtune.diagnose import torch_era
 
         torch_range = torch_era.exact(args.torch_version)
 
     if args.symptom is not None:
-        from memtune import diagnosis_table, oom_report
+        from memtune.diagnose import report as oom_report
+        from memtune.diagnose import table as diagnosis_table
 
         rows = diagnosis_table.load_rows()
         if not args.symptom.strip():
             raise InputError('--symptom needs some text, e.g. --symptom "OOM on one rank only"')
         matches = diagnosis_table.lookup_symptom(rows, args.symptom, limit=args.limit)
-        if args.json:
+        if args.as_json:
             print_json(
                 {
                     "query": args.symptom,
@@ -101,16 +112,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(oom_report.render_symptom_matches(args.symptom, matches), end="")
         return 0
 
-    from memtune.diagnose_run import diagnose_sources
+    from memtune.diagnose.run import diagnose_sources
 
-    if args.inputs.count("-") > 1:
+    if list(args.inputs).count("-") > 1:
         raise InputError("- (standard input) can be given only once")
     # SKILL.md's table is parsed while the log is read
-    report = diagnose_sources(args.inputs, torch_version=torch_range)
-    if args.json:
+    report = diagnose_sources(list(args.inputs), torch_version=torch_range)
+    if args.as_json:
         print_json(report)
     else:
-        from memtune import oom_report
+        from memtune.diagnose import report as oom_report
 
         print(oom_report.render_text(report), end="")
     return 0

@@ -8,9 +8,14 @@ and prints the per-pipeline-stage estimate (text table with bars, or --json).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from types import SimpleNamespace
+from typing import Any
 
-from memtune.cli import make_parser, print_json
-from memtune.run_inputs import add_input_arguments, load_model_and_run, print_presets
+import click
+
+from memtune.cli import Command, invoke, print_json
+from memtune.commands.options import json_option, run_input_options
+from memtune.commands.run_inputs import load_model_and_run, print_presets
 
 DESCRIPTION = """\
 Estimate peak GPU memory per pipeline stage of a Megatron-Core / Megatron Bridge training run:
@@ -39,12 +44,9 @@ exit codes: 0 estimate printed (whether or not it fits), 2 bad input (one line n
 GIB = 1024**3
 
 
-def build_parser():
-    p = make_parser("estimate_memory.py", DESCRIPTION, EPILOG)
-    add_input_arguments(p)
-    out = p.add_argument_group("output")
-    out.add_argument("--json", action="store_true", help="print one JSON document")
-    return p
+def gib(value: float) -> str:
+    """A byte count as GiB in the table's 8-character column."""
+    return f"{value / GIB:8.2f}"
 
 
 def _bar(value: int, peak: int, width: int = 24) -> str:
@@ -52,10 +54,9 @@ def _bar(value: int, peak: int, width: int = 24) -> str:
     return "#" * filled + "." * (width - filled)
 
 
-def render_text(model, run, est, notes: list[str], gpu_memory: int | None) -> str:
-    from memtune.model_spec import count_parameters
+def render_text(model: Any, run: Any, est: Any, notes: list[str], gpu_memory: int | None) -> str:
+    from memtune.spec.model_spec import count_parameters
 
-    gib = lambda b: f"{b / GIB:8.2f}"  # noqa: E731
     lines = [
         f"Model {model.name}: {est.parameters_total / 1e9:.2f} B parameters"
         + (f" ({count_parameters(model).active / 1e9:.2f} B active)" if model.is_moe else "")
@@ -116,13 +117,28 @@ def render_text(model, run, est, notes: list[str], gpu_memory: int | None) -> st
     return "\n".join(lines)
 
 
+@click.command(
+    "estimate-memory",
+    cls=Command,
+    short_help="peak memory per GPU for each pipeline stage, and where it goes",
+    help=DESCRIPTION,
+    epilog=EPILOG,
+)
+@run_input_options()
+@json_option()
+def command(**params: Any) -> int:
+    return _estimate(SimpleNamespace(**params))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    return invoke(command, "estimate_memory.py", argv)
+
+
+def _estimate(args: Any) -> int:
     if args.list_presets:
-        print_presets(args.json)
+        print_presets(args.as_json)
         return 0
-    from memtune.estimator import estimate
+    from memtune.estimate.estimator import estimate
 
     inputs = load_model_and_run(args)
     model, run, notes = inputs.model, inputs.run, list(inputs.notes)
@@ -143,7 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     est = estimate(model, run)
     gpu_memory = inputs.gpu_memory_bytes
     warnings = [n for n in notes if n.startswith("WARNING")]
-    if args.json:
+    if args.as_json:
         doc = est.to_json()
         doc["assumptions"] = [*notes, *doc["assumptions"]]
         doc["warnings"] = warnings

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from memtune import paths
-from memtune.cli import EXIT_FINDINGS, EXIT_OK, InputError, make_parser, print_json
+import click
+
+from memtune.cli import Command, argument, invoke, option, print_json
+from memtune.commands.options import json_option
+from memtune.errors import EXIT_FINDINGS, EXIT_OK, InputError
+from memtune.files import paths
 
 DESCRIPTION = """\
 Tier-1 static validation of an Agent Skill package (this one by default).
@@ -31,43 +36,43 @@ examples:
 """
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = make_parser("lint_skill.py", DESCRIPTION, EPILOG)
-    parser.add_argument(
-        "root",
-        nargs="?",
-        default=str(paths.SKILL_ROOT),
-        help="package folder to lint (default: the package this script belongs to)",
-    )
-    parser.add_argument("--json", action="store_true", help="print one JSON document")
-    parser.add_argument("-v", "--verbose", action="store_true", help="also print info findings")
-    parser.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
-    parser.add_argument(
-        "--strict-dirname",
-        action="store_true",
-        help="require the folder name to equal the skill name (for installed copies)",
-    )
-    parser.add_argument("--no-skills-ref", action="store_true", help="skip the skills-ref reference validator")
-    args = parser.parse_args(argv)
-
-    root = Path(args.root).expanduser()
-    if not root.is_dir():
-        raise InputError(f"{root}: not a directory; pass the skill package folder (the one holding SKILL.md)")
+@click.command(
+    "lint-skill", cls=Command, short_help="Tier-1 static validation of this package", help=DESCRIPTION, epilog=EPILOG
+)
+@argument(
+    "root",
+    required=False,
+    default=str(paths.SKILL_ROOT),
+    help_text="package folder to lint (default: the package this script belongs to)",
+)
+@json_option()
+@option("-v", "--verbose", is_flag=True, help="also print info findings")
+@option("--strict", is_flag=True, help="exit 1 on warnings too")
+@option("--strict-dirname", is_flag=True, help="require the folder name to equal the skill name (for installed copies)")
+@option("--no-skills-ref", is_flag=True, help="skip the skills-ref reference validator")
+def command(root: str, as_json: bool, verbose: bool, strict: bool, strict_dirname: bool, no_skills_ref: bool) -> int:
+    folder = Path(root).expanduser()
+    if not folder.is_dir():
+        raise InputError(f"{folder}: not a directory; pass the skill package folder (the one holding SKILL.md)")
 
     from memtune.lint.findings import counts
     from memtune.lint.runner import Options, lint
 
-    report = lint(root, Options(run_skills_ref=not args.no_skills_ref, strict_dirname=args.strict_dirname))
+    report = lint(folder, Options(run_skills_ref=not no_skills_ref, strict_dirname=strict_dirname))
     tally = counts(report.findings)
-    if args.json:
+    if as_json:
         print_json(report.as_dict())
     else:
-        _print_text(report, args.verbose, tally)
-    failed = tally["errors"] > 0 or (args.strict and tally["warnings"] > 0)
+        _print_text(report, verbose, tally)
+    failed = tally["errors"] > 0 or (strict and tally["warnings"] > 0)
     return EXIT_FINDINGS if failed else EXIT_OK
 
 
-def _print_text(report, verbose: bool, tally: dict[str, int]) -> None:
+def main(argv: Sequence[str] | None = None) -> int:
+    return invoke(command, "lint_skill.py", argv)
+
+
+def _print_text(report: Any, verbose: bool, tally: dict[str, int]) -> None:
     for finding in report.findings:
         if finding.severity == "info" and not verbose:
             continue

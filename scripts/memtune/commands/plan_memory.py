@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from types import SimpleNamespace
+from typing import Any
 
-from memtune.cli import InputError, print_json
+import click
+
+from memtune.cli import Command, invoke, option, print_json
+from memtune.commands.options import HEADROOM, POSITIVE, json_option, run_input_options
+from memtune.errors import InputError
+
+PLANNER = "planner"
 
 DESCRIPTION = """\
 This run does not fit (or barely fits): which changes make it fit at the lowest throughput cost?
@@ -52,72 +60,63 @@ DEFAULT_GPU = "H100-80GB"
 
 def default_gpu_memory() -> tuple[int, str]:
     """(bytes, how to say it) for :data:`DEFAULT_GPU`, read from the one GPU table."""
-    from memtune.gpus import MIB, lookup_gpu, usable_memory
-    from memtune.plan_report import gib
+    from memtune.estimate.plan_report import gib
+    from memtune.spec.gpus import MIB, lookup_gpu, usable_memory
 
     usable = usable_memory(lookup_gpu(DEFAULT_GPU))
     return usable, f"{DEFAULT_GPU}: {usable // MIB}MiB = {gib(usable)}"
 
 
-def parse_headroom(text: str, gpu_bytes: int) -> int:
-    """'10%' of the GPU memory, or an absolute size such as '4GiB'."""
-    from memtune.run_inputs import parse_memory
-
-    t = str(text).strip()
-    if t.endswith("%"):
-        try:
-            share = float(t[:-1])
-        except ValueError:
-            raise InputError(f"--headroom {text!r} is not a percentage; use e.g. 10% or 4GiB") from None
-        if not 0 <= share < 100:
-            raise InputError(f"--headroom {text!r} must be between 0% and 100%")
-        return int(gpu_bytes * share / 100)
-    try:
-        return parse_memory(t, allow_zero=True)
-    except InputError:
-        raise InputError(f"--headroom {text!r}: expected a share like 10% or a size like 4GiB") from None
+#: Static text: --help must run without PyYAML, so it cannot read the size from gpus.yaml.
+_MEMORY_DEFAULT = f"; default when no size is given: the usable memory of --gpu {DEFAULT_GPU}"
 
 
-def build_parser():
-    """The estimator's run inputs (memtune.run_inputs, so both helpers read a run the same
+@click.command(
+    "plan-memory",
+    cls=Command,
+    short_help="which changes make the run fit at the lowest throughput cost",
+    help=DESCRIPTION,
+    epilog=EPILOG,
+)
+@run_input_options(memory_default=_MEMORY_DEFAULT)
+@json_option()
+@option(
+    "--headroom",
+    type=HEADROOM,
+    default="10%",
+    help="memory to keep free per GPU: a share of --gpu-memory (default 10%) or a size (4GiB)",
+    section=PLANNER,
+)
+@option("--top", type=POSITIVE, default=10, metavar="N", help="show the N best rows (default 10)", section=PLANNER)
+@option(
+    "--expandable-segments",
+    type=click.Choice(("on", "off", "unknown")),
+    default="unknown",
+    help="is PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True already set? (default unknown: offered)",
+    section=PLANNER,
+)
+@option(
+    "--gpus-per-node",
+    type=POSITIVE,
+    default=8,
+    metavar="N",
+    help="GPUs per NVLink domain; TP beyond it is rejected (default 8)",
+    section=PLANNER,
+)
+@option("--sweep", is_flag=True, help="rank every combination, not one change at a time", section=PLANNER)
+def command(**params: Any) -> int:
+    """The estimator's run inputs (the shared options, so both helpers read a run the same
     way) plus the planner's own options."""
-    from memtune.cli import make_parser
-    from memtune.run_inputs import add_input_arguments
-
-    parser = make_parser("plan_memory.py", DESCRIPTION, EPILOG)
-    # Static text: --help must run without PyYAML, so it cannot read the size from gpus.yaml.
-    add_input_arguments(
-        parser, memory_default=f"; default when no size is given: the usable memory of --gpu {DEFAULT_GPU}"
-    )
-    parser.add_argument_group("output").add_argument("--json", action="store_true", help="print one JSON document")
-    plan = parser.add_argument_group("planner")
-    plan.add_argument(
-        "--headroom",
-        default="10%",
-        metavar="SIZE|PCT",
-        help="memory to keep free per GPU: a share of --gpu-memory (default 10%%) or a size (4GiB)",
-    )
-    plan.add_argument("--top", type=int, default=10, metavar="N", help="show the N best rows (default 10)")
-    plan.add_argument(
-        "--expandable-segments",
-        choices=("on", "off", "unknown"),
-        default="unknown",
-        help="is PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True already set? (default unknown: offered)",
-    )
-    plan.add_argument(
-        "--gpus-per-node",
-        type=int,
-        default=8,
-        metavar="N",
-        help="GPUs per NVLink domain; TP beyond it is rejected (default 8)",
-    )
-    plan.add_argument("--sweep", action="store_true", help="rank every combination, not one change at a time")
-    return parser
+    return _plan(SimpleNamespace(**params))
 
 
-def _load(args):
+def main(argv: Sequence[str] | None = None) -> int:
+    return invoke(command, "plan_memory.py", argv)
+
+
+def _load(args: Any) -> tuple[Any, Any, int, list[str]]:
     """(model, run, GPU memory bytes, notes) through the shared run-input loader."""
-    from memtune.run_inputs import load_model_and_run
+    from memtune.commands.run_inputs import load_model_and_run
 
     inputs = load_model_and_run(args)
     notes = list(inputs.notes)
@@ -128,39 +127,34 @@ def _load(args):
     return inputs.model, inputs.run, memory, notes
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def _plan(args: Any) -> int:
     if args.list_presets:
-        from memtune.run_inputs import print_presets
+        from memtune.commands.run_inputs import print_presets
 
-        print_presets(args.json)
+        print_presets(args.as_json)
         return 0
-    if args.top < 1:
-        raise InputError(f"--top must be at least 1, got {args.top}")
-    if args.gpus_per_node < 1:
-        raise InputError(f"--gpus-per-node must be at least 1, got {args.gpus_per_node}")
-    from memtune import plan_report, planner
-    from memtune import run_spec as rs
+    from memtune.estimate import plan_report, planner
+    from memtune.spec import run_spec as rs
 
     model, run, gpu, notes = _load(args)
     rs.validate(model, run)
     expandable = {"on": True, "off": False, "unknown": None}[args.expandable_segments]
     settings = planner.PlanSettings(
         gpu_memory_bytes=gpu,
-        headroom_bytes=parse_headroom(args.headroom, gpu),
+        headroom_bytes=args.headroom.bytes_of(gpu),
         expandable_segments=expandable,
         gpus_per_node=args.gpus_per_node,
     )
     if settings.limit_bytes <= 0:
-        raise InputError(f"--headroom {args.headroom} leaves no memory of --gpu-memory {plan_report.gib(gpu)}")
-    from memtune import ladder
+        raise InputError(f"--headroom {args.headroom.text} leaves no memory of --gpu-memory {plan_report.gib(gpu)}")
+    from memtune.estimate import ladder
 
     climbed = ladder.climb(model, run, settings)
     if args.sweep:
         result = planner.plan_sweep(model, run, settings)
     else:
         result = planner.plan(model, run, settings)
-    if args.json:
+    if args.as_json:
         print_json(plan_report.to_json(result, args.top, notes, climbed))
     else:
         print(plan_report.to_text(result, args.top, notes, climbed))

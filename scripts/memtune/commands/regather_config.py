@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from types import SimpleNamespace
 from typing import Any
 
-from memtune.cli import EXIT_OK, InputError, Once, make_parser, print_json
+import click
+
+from memtune.cli import Command, invoke, option, print_json
+from memtune.commands.options import POSITIVE, json_option, overrides_argument
+from memtune.errors import EXIT_OK, InputError
 
 DESCRIPTION = """\
 Decide whether Megatron Bridge's LoRA option sequence_parallel_input_regather helps this run,
@@ -39,50 +44,52 @@ OPTION_PATHS = {
 }
 
 
-def build_parser():
-    parser = make_parser("regather_config.py", DESCRIPTION, EPILOG)
-    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="Hydra-style overrides applied last")
-    parser.add_argument("--script", action="append", default=[], metavar="FILE", help="bash / sbatch launch script")
-    parser.add_argument("--config", action="append", default=[], metavar="FILE", help="Megatron Bridge YAML")
-    parser.add_argument("--env-file", action="append", default=[], metavar="FILE", help="KEY=VALUE lines")
-    parser.add_argument(
-        "--recipe",
-        action=Once,
-        metavar="FILE.py",
-        help="Python recipe that builds cfg.peft = LoRA(...): read, never run or edited; the answer prints your call with the change, its arguments kept",
-    )
-    parser.add_argument(
-        "--preset", action=Once, metavar="NAME", help="model preset for the memory estimate (e.g. qwen3-8b)"
-    )
-    parser.add_argument("--tp", type=int, help="tensor parallel size (overrides the config)")
-    parser.add_argument("--pp", type=int, help="pipeline parallel size")
-    parser.add_argument("--seq-length", type=int, help="sequence length")
-    parser.add_argument("--mbs", type=int, help="micro-batch size (default 1)")
-    parser.add_argument("--no-sequence-parallel", action="store_true", help="sequence parallelism is off")
-    parser.add_argument("--lora-dim", type=int, help="LoRA rank")
-    parser.add_argument("--lora-alpha", type=int, help="LoRA alpha")
-    parser.add_argument(
-        "--target-modules",
-        metavar="A,B",
-        help="LoRA target modules (default: linear_qkv,linear_proj,linear_fc1,linear_fc2)",
-    )
-    parser.add_argument(
-        "--form",
-        choices=("auto", "python", "yaml", "hydra"),
-        default="auto",
-        help="how to print the change (auto: like your config)",
-    )
-    parser.add_argument("--world-size", "--gpus", type=int, metavar="N", help="GPU count")
-    parser.add_argument("--json", action="store_true", help="print one JSON document")
-    return parser
+@click.command(
+    "regather-config",
+    cls=Command,
+    short_help="whether LoRA sequence_parallel_input_regather applies, the change and the saving",
+    help=DESCRIPTION,
+    epilog=EPILOG,
+)
+@overrides_argument("[KEY=VALUE]...", "Hydra-style overrides applied last")
+@option("--script", multiple=True, metavar="FILE", help="bash / sbatch launch script")
+@option("--config", multiple=True, metavar="FILE", help="Megatron Bridge YAML")
+@option("--env-file", multiple=True, metavar="FILE", help="KEY=VALUE lines")
+@option(
+    "--recipe",
+    metavar="FILE.py",
+    help="Python recipe that builds cfg.peft = LoRA(...): read, never run or edited; the answer prints your call with the change, its arguments kept",
+)
+@option("--preset", metavar="NAME", help="model preset for the memory estimate (e.g. qwen3-8b)")
+@option("--tp", type=POSITIVE, help="tensor parallel size (overrides the config)")
+@option("--pp", type=POSITIVE, help="pipeline parallel size")
+@option("--seq-length", type=POSITIVE, help="sequence length")
+@option("--mbs", type=POSITIVE, help="micro-batch size (default 1)")
+@option("--no-sequence-parallel", is_flag=True, help="sequence parallelism is off")
+@option("--lora-dim", type=POSITIVE, help="LoRA rank")
+@option("--lora-alpha", type=int, help="LoRA alpha")
+@option(
+    "--target-modules",
+    metavar="A,B",
+    help="LoRA target modules (default: linear_qkv,linear_proj,linear_fc1,linear_fc2)",
+)
+@option(
+    "--form",
+    type=click.Choice(("auto", "python", "yaml", "hydra")),
+    default="auto",
+    help="how to print the change (auto: like your config)",
+)
+@option("--world-size", "--gpus", "world_size", type=POSITIVE, metavar="N", help="GPU count")
+@json_option()
+def command(**params: Any) -> int:
+    return _decide(SimpleNamespace(**params))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    for name in ("tp", "pp", "seq_length", "mbs", "lora_dim", "world_size"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            raise InputError(f"--{name.replace('_', '-')} {value} must be a positive integer")
+    return invoke(command, "regather_config.py", argv)
+
+
+def _decide(args: Any) -> int:
     if not (args.config or args.script or args.overrides or args.recipe or args.preset or args.env_file or args.tp):
         raise InputError(
             "nothing to decide on: give --preset NAME --tp N, --config FILE, --script FILE or --recipe FILE.py"
@@ -91,18 +98,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise InputError(
             f"--target-modules {args.target_modules!r} names no module; e.g. --target-modules linear_qkv,linear_fc1"
         )
-    from memtune import run_view
+    from memtune.readers import run_view
 
     overrides = list(args.overrides)
-    for option, path in OPTION_PATHS.items():
-        value = getattr(args, option)
+    for name, path in OPTION_PATHS.items():
+        value = getattr(args, name)
         if value is not None:
-            overrides.append(f"{path}=[{value}]" if option == "target_modules" else f"{path}={value}")
+            overrides.append(f"{path}=[{value}]" if name == "target_modules" else f"{path}={value}")
     view = run_view.build(
         run_view.Inputs(
-            env_files=args.env_file,
-            scripts=args.script,
-            configs=args.config,
+            env_files=list(args.env_file),
+            scripts=list(args.script),
+            configs=list(args.config),
             overrides=[o for o in overrides],
             world_size=args.world_size,
         )
@@ -118,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         view.settings["sequence_parallel"] = run_view.Value(False, "command line", "--no-sequence-parallel", "cli")
     recipe_calls = []
     if args.recipe:
-        from memtune.regather import find_lora_calls
+        from memtune.estimate.regather import find_lora_calls
 
         recipe_calls = find_lora_calls(args.recipe)
         if not recipe_calls:
@@ -143,18 +150,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     report = build_report(
         view, args.preset, "python" if args.recipe and args.form == "auto" else args.form, recipe_calls
     )
-    if args.json:
+    if args.as_json:
         print_json(report)
     else:
         print(render_text(report))
     return EXIT_OK
 
 
-def _apply_recipe_settings(view, path: str) -> None:
+def _apply_recipe_settings(view: Any, path: str) -> None:
     """``cfg.model.tensor_model_parallel_size = 2`` in the recipe counts like a config key
     (options given to this helper still win)."""
-    from memtune import run_view
-    from memtune.regather import find_recipe_settings
+    from memtune.estimate.regather import find_recipe_settings
+    from memtune.readers import run_view
 
     specs = run_view.rules_data()["settings"]
     for dotted, value, line in find_recipe_settings(path):
@@ -170,7 +177,7 @@ def _apply_recipe_settings(view, path: str) -> None:
         view.flat.setdefault(dotted, (value, f"{path}:{line}", f"cfg.{dotted} = {value!r}"))
 
 
-def _lora_settings(view) -> dict[str, Any]:
+def _lora_settings(view: Any) -> dict[str, Any]:
     """The user's LoRA settings (YAML / overrides), to keep them in the printed change."""
     out: dict[str, Any] = {}
     for key, (value, _source, _text) in view.flat.items():
@@ -179,12 +186,13 @@ def _lora_settings(view) -> dict[str, Any]:
     return out
 
 
-def build_report(view, preset: str | None, form: str, recipe_calls=()) -> dict[str, Any]:
-    from memtune import check_rules, regather
+def build_report(view: Any, preset: str | None, form: str, recipe_calls: Sequence[Any] = ()) -> dict[str, Any]:
+    from memtune.check import check_rules
+    from memtune.estimate import regather
 
     model, model_notes = _model(view, preset)
     if model is not None and model.is_moe and not view.has("num_experts"):
-        from memtune import run_view
+        from memtune.readers import run_view
 
         view.settings["num_experts"] = run_view.Value(model.num_moe_experts, "model", "num_moe_experts", "derived")
     inp = check_rules.regather_inputs(view)
@@ -234,10 +242,12 @@ def build_report(view, preset: str | None, form: str, recipe_calls=()) -> dict[s
     }
 
 
-def estimate_saving(view, model, model_notes, inp, decision) -> tuple[int | None, list[str], str | None]:
+def estimate_saving(
+    view: Any, model: Any, model_notes: list[str], inp: Any, decision: Any
+) -> tuple[int | None, list[str], str | None]:
     """Bytes per GPU saved, from the estimator's activation model (None when no model)."""
-    from memtune import estimator, regather
-    from memtune.run_spec import RunSpec
+    from memtune.estimate import estimator, regather
+    from memtune.spec.run_spec import RunSpec
 
     assumptions = list(model_notes)
     if model is None:
@@ -286,14 +296,14 @@ def estimate_saving(view, model, model_notes, inp, decision) -> tuple[int | None
     return saving, assumptions, model.name
 
 
-def _model(view, preset):
+def _model(view: Any, preset: str | None) -> tuple[Any, list[str]]:
     assumptions: list[str] = []
     if preset:
-        from memtune.presets import load_preset
+        from memtune.spec.presets import load_preset
 
         return load_preset(preset), assumptions
     if view.flags:
-        from memtune.megatron_args import specs_from_megatron_args
+        from memtune.readers.megatron_args import specs_from_megatron_args
 
         mapping = {
             f"--{name}": (flag.values[0] if len(flag.values) == 1 else (list(flag.values) or True))
@@ -309,7 +319,7 @@ def _model(view, preset):
         key[6:]: value for key, (value, _s, _t) in view.flat.items() if key.startswith("model.") and key.count(".") == 1
     }
     if all(section.get(k) is not None for k in ("num_layers", "hidden_size", "num_attention_heads")):
-        from memtune.bridge_config import model_from_bridge
+        from memtune.readers.bridge_config import model_from_bridge
 
         if section.get("vocab_size") is None and section.get("padded_vocab_size") is None:
             section["vocab_size"] = 32000

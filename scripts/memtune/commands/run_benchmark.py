@@ -12,9 +12,18 @@ import sys
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
-from memtune import paths
-from memtune.cli import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, InputError, make_parser, writing
+import click
+
+from memtune.cli import FC, Group, invoke, option
+from memtune.commands.options import POSITIVE, compose, json_option
+from memtune.errors import EXIT_FINDINGS, EXIT_OK, InputError
+from memtune.files import paths
+from memtune.files.writing import writing
+
+PATH = click.Path(path_type=Path)
 
 DESCRIPTION = """\
 Measure what the skill changes in an agent's answers. Every case in evals/evals.json runs
@@ -71,115 +80,140 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:40] or "agent"
 
 
-def build_parser():
-    parser = make_parser("run_benchmark.py", DESCRIPTION, EPILOG)
-    parser.add_argument("--json", action="store_true", help="print a one-document JSON summary on stdout")
-    sub = parser.add_subparsers(dest="command", metavar="{run,report,regrade,validate}")
-
-    def common(p):
-        p.add_argument("--evals", type=Path, default=None, help="dataset (default: evals/evals.json)")
-        p.add_argument("--results-dir", type=Path, default=None, help="raw results folder (default: evals/results)")
-        p.add_argument("--json", action="store_true", default=argparse_suppress(), help="one JSON document on stdout")
-
-    run = sub.add_parser(
-        "run",
-        help="run the cases with and without the skill (resumable)",
-        description="Run every case with and without the skill; resumes an existing run file.",
-    )
-    common(run)
-    run.add_argument("--agent", required=True, help="local | claude-code | codex | command:PROGRAM ARGS")
-    run.add_argument("--attempts", type=int, default=3, help="attempts per case and condition (default 3)")
-    run.add_argument("--workers", type=int, default=1, help="parallel tasks (default 1)")
-    run.add_argument("--run-id", help="name of the run file (default: <agent>-a<attempts>-<dataset digest>)")
-    run.add_argument("--fresh", action="store_true", help="discard an existing run file with this id and start over")
-    run.add_argument("--cases", help="comma-separated case ids to run (a smoke run; default all)")
-    run.add_argument("--judge", help='program grading expected_behavior: JSON on stdin, {"score": 0..1} on stdout')
-    run.add_argument("--model", type=Path, help="local agent: a GGUF file (default: assemble the PyPI model package)")
-    run.add_argument(
-        "--max-tokens",
-        type=int,
-        default=None,
-        help="local agents: tokens generated per turn (default 384 for local, 160 for local-gemma)",
-    )
-    run.add_argument(
-        "--max-turns",
-        type=int,
-        default=6,
-        help="local agent: model replies per task, loads and commands included (default 6)",
-    )
-    run.add_argument(
-        "--activation",
-        choices=("discover", "always"),
-        default="discover",
-        help="local-gemma agent: 'discover' (the model picks a skill from the frontmatter list; default) "
-        "or 'always' (the body is loaded for every with-skill task: a diagnostic run)",
-    )
-    run.add_argument(
-        "--threads",
-        type=int,
-        default=None,
-        help="local agents: llama.cpp threads (default 2 for local, 1 per worker for local-gemma)",
-    )
-    run.add_argument(
-        "--timeout", type=float, default=900.0, help="seconds per task for CLI/command agents (default 900)"
-    )
-    run.add_argument("--skill-dir", type=Path, default=None, help="the skill under test (default: this package)")
-    run.add_argument("--keep-workdirs", action="store_true", help="keep each task's project directory for inspection")
-
-    rep = sub.add_parser(
-        "report",
-        help="write BENCHMARK.md from the raw results",
-        description="Write BENCHMARK.md from one run file (default: the latest).",
-    )
-    common(rep)
-    rep.add_argument("--run", help="run id (file name without .jsonl); default: the latest run")
-    rep.add_argument(
-        "--output", type=Path, default=None, help="default: BENCHMARK.md at the skill root; '-' for stdout"
-    )
-    rep.add_argument("--check", action="store_true", help="do not write; exit 1 if the output file differs")
-
-    reg = sub.add_parser(
-        "regrade",
-        help="re-grade stored answers with the current checks",
-        description="Re-grade a run's stored answers with the current evals.json checks.",
-    )
-    common(reg)
-    reg.add_argument("--run", help="run id; default: the latest run")
-
-    val = sub.add_parser("validate", help="validate evals.json against evals.schema.json")
-    common(val)
-    return parser
+@click.group(
+    "run-benchmark",
+    cls=Group,
+    short_help="Tier-3 evals: an agent with and without the skill",
+    help=DESCRIPTION,
+    epilog=EPILOG,
+)
+@json_option("print a one-document JSON summary on stdout")
+@click.pass_context
+def command(ctx: click.Context, as_json: bool) -> None:
+    if ctx.invoked_subcommand is None:
+        raise InputError("choose a command: run, report, regrade or validate (see --help)")
+    ctx.obj = as_json  # --json before the command counts as well as after it
 
 
-def argparse_suppress():
-    import argparse
+def _common(func: FC) -> FC:
+    """--evals, --results-dir and --json, which every command takes."""
+    return compose(
+        option("--evals", type=PATH, default=None, help="dataset (default: evals/evals.json)"),
+        option("--results-dir", type=PATH, default=None, help="raw results folder (default: evals/results)"),
+        json_option("one JSON document on stdout"),
+    )(func)
 
-    return argparse.SUPPRESS
 
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command is None:
-        parser.error("choose a command: run, report, regrade or validate")
+def _args(params: dict[str, Any]) -> tuple[SimpleNamespace, Path, Path]:
+    """The parsed options (``as_json`` also set by the group's --json), the dataset and the results folder."""
+    ctx = click.get_current_context()
+    args = SimpleNamespace(**params)
+    args.as_json = bool(args.as_json or (ctx.parent is not None and ctx.parent.obj))
     evals = (args.evals or _default_evals()).resolve()
     results_dir = (args.results_dir or evals.parent / "results").resolve()
-    if args.command == "validate":
-        return cmd_validate(evals, args.json)
-    if args.command == "run":
-        return cmd_run(args, evals, results_dir)
-    if args.command == "report":
-        return cmd_report(args, results_dir)
+    return args, evals, results_dir
+
+
+@command.command(
+    "run",
+    help="Run every case with and without the skill; resumes an existing run file.",
+    short_help="run the cases with and without the skill (resumable)",
+)
+@_common
+@option("--agent", required=True, help="local | claude-code | codex | command:PROGRAM ARGS")
+@option("--attempts", type=POSITIVE, default=3, help="attempts per case and condition (default 3)")
+@option("--workers", type=POSITIVE, default=1, help="parallel tasks (default 1)")
+@option("--run-id", help="name of the run file (default: <agent>-a<attempts>-<dataset digest>)")
+@option("--fresh", is_flag=True, help="discard an existing run file with this id and start over")
+@option("--cases", help="comma-separated case ids to run (a smoke run; default all)")
+@option("--judge", help='program grading expected_behavior: JSON on stdin, {"score": 0..1} on stdout')
+@option("--model", type=PATH, help="local agent: a GGUF file (default: assemble the PyPI model package)")
+@option(
+    "--max-tokens",
+    type=POSITIVE,
+    default=None,
+    help="local agents: tokens generated per turn (default 384 for local, 160 for local-gemma)",
+)
+@option(
+    "--max-turns",
+    type=POSITIVE,
+    default=6,
+    help="local agent: model replies per task, loads and commands included (default 6)",
+)
+@option(
+    "--activation",
+    type=click.Choice(("discover", "always")),
+    default="discover",
+    help="local-gemma agent: 'discover' (the model picks a skill from the frontmatter list; default) "
+    "or 'always' (the body is loaded for every with-skill task: a diagnostic run)",
+)
+@option(
+    "--threads",
+    type=POSITIVE,
+    default=None,
+    help="local agents: llama.cpp threads (default 2 for local, 1 per worker for local-gemma)",
+)
+@option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=900.0,
+    help="seconds per task for CLI/command agents (default 900)",
+)
+@option("--skill-dir", type=PATH, default=None, help="the skill under test (default: this package)")
+@option("--keep-workdirs", is_flag=True, help="keep each task's project directory for inspection")
+def run_command(**params: Any) -> int:
+    args, evals, results_dir = _args(params)
+    return cmd_run(args, evals, results_dir)
+
+
+@command.command(
+    "report",
+    help="Write BENCHMARK.md from one run file (default: the latest).",
+    short_help="write BENCHMARK.md from the raw results",
+)
+@_common
+@option("--run", help="run id (file name without .jsonl); default: the latest run")
+@option("--output", type=PATH, default=None, help="default: BENCHMARK.md at the skill root; '-' for stdout")
+@option("--check", is_flag=True, help="do not write; exit 1 if the output file differs")
+def report_command(**params: Any) -> int:
+    args, _evals, results_dir = _args(params)
+    return cmd_report(args, results_dir)
+
+
+@command.command(
+    "regrade",
+    help="Re-grade a run's stored answers with the current evals.json checks.",
+    short_help="re-grade stored answers with the current checks",
+)
+@_common
+@option("--run", help="run id; default: the latest run")
+def regrade_command(**params: Any) -> int:
+    args, evals, results_dir = _args(params)
     return cmd_regrade(args, evals, results_dir)
 
 
-def _load(evals: Path):
+@command.command(
+    "validate",
+    help="Validate evals.json against evals.schema.json.",
+    short_help="validate evals.json against evals.schema.json",
+)
+@_common
+def validate_command(**params: Any) -> int:
+    args, evals, _results_dir = _args(params)
+    return cmd_validate(evals, args.as_json)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return invoke(command, "run_benchmark.py", argv)
+
+
+def _load(evals: Path) -> Any:
     from memtune.bench.dataset import load_dataset
 
     return load_dataset(evals, _schema_for(evals))
 
 
-def _security_rules(evals: Path):
+def _security_rules(evals: Path) -> tuple[Any, str]:
     from memtune.bench.dataset import read_json
     from memtune.bench.grading import load_security_rules
 
@@ -209,7 +243,7 @@ def cmd_validate(evals: Path, as_json: bool) -> int:
     return EXIT_OK
 
 
-def _reproduce_command(args, run_id: str) -> str:
+def _reproduce_command(args: Any, run_id: str) -> str:
     parts = [
         "python3 scripts/run_benchmark.py run",
         f"--agent {_quote(args.agent)}",
@@ -236,15 +270,13 @@ def _quote(text: str) -> str:
     return shlex.quote(text)
 
 
-def cmd_run(args, evals: Path, results_dir: Path) -> int:
+def cmd_run(args: Any, evals: Path, results_dir: Path) -> int:
     from memtune.bench.agents import AgentUnavailable, make_agent
     from memtune.bench.dataset import Dataset, read_json
     from memtune.bench.results import RunWriter, read_run
     from memtune.bench.runner import Progress, Runner, plan_jobs
     from memtune.bench.skill import load_skill
 
-    if args.attempts < 1 or args.workers < 1:
-        raise InputError("--attempts and --workers must be at least 1")
     dataset = _load(evals)
     if args.cases:
         wanted = [c.strip() for c in args.cases.split(",") if c.strip()]
@@ -270,8 +302,7 @@ def cmd_run(args, evals: Path, results_dir: Path) -> int:
         )
         agent.prepare()
     except AgentUnavailable as exc:
-        sys.stderr.write(f"run_benchmark.py: error: agent unavailable: {exc}\n")
-        return EXIT_USAGE
+        raise InputError(f"agent unavailable: {exc}") from None  # one line, exit 2, named by the runner
 
     run_id = args.run_id or f"{_slug(args.agent)}-a{args.attempts}-{dataset.sha256[:8]}"
     if args.agent == "local-gemma" and args.activation != "discover" and not args.run_id:
@@ -362,7 +393,7 @@ def cmd_run(args, evals: Path, results_dir: Path) -> int:
     )
     errors = runner.run(jobs)
     summary = {"run_id": run_id, "results": _display(path), "ran": len(jobs), "total": total, "agent_errors": errors}
-    if args.json:
+    if args.as_json:
         from memtune.cli import print_json
 
         print_json(summary)
@@ -374,7 +405,7 @@ def cmd_run(args, evals: Path, results_dir: Path) -> int:
     return EXIT_OK
 
 
-def _pick_run(results_dir: Path, run_id: str | None):
+def _pick_run(results_dir: Path, run_id: str | None) -> Any:
     """The run the report is about: --run, else the latest run that is neither diagnostic
     nor a smoke run over a subset of the tasks."""
     from memtune.bench.report import is_diagnostic, is_smoke
@@ -392,7 +423,7 @@ def _pick_run(results_dir: Path, run_id: str | None):
     return (primary or runs)[-1]
 
 
-def cmd_report(args, results_dir: Path) -> int:
+def cmd_report(args: Any, results_dir: Path) -> int:
     from memtune.bench.report import render
     from memtune.bench.results import list_runs
 
@@ -408,8 +439,9 @@ def cmd_report(args, results_dir: Path) -> int:
     if args.check:
         current = output.read_text(encoding="utf-8") if output.is_file() else ""
         if current != text:
+            prog = click.get_current_context().find_root().info_name  # run_benchmark.py, or memtune
             sys.stderr.write(
-                f"run_benchmark.py: {_display(output)} is stale: regenerate with "
+                f"{prog}: {_display(output)} is stale: regenerate with "
                 f"python3 scripts/run_benchmark.py report --run {run.run_id}\n"
             )
             return EXIT_FINDINGS
@@ -421,7 +453,7 @@ def cmd_report(args, results_dir: Path) -> int:
     return EXIT_OK
 
 
-def cmd_regrade(args, evals: Path, results_dir: Path) -> int:
+def cmd_regrade(args: Any, evals: Path, results_dir: Path) -> int:
     from memtune.bench.grading import grade_answer
     from memtune.bench.results import rewrite
 

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
-from memtune import paths, shipped_files
-from memtune.cli import EXIT_FINDINGS, EXIT_OK, InputError, make_parser, print_json
-from memtune.shipped_files import SIGNATURE_NAME
+import click
+
+from memtune.cli import FC, Group, argument, invoke, option, print_json
+from memtune.commands.options import json_option
+from memtune.errors import EXIT_FINDINGS, EXIT_OK, InputError
+from memtune.files import paths
+from memtune.release import shipped_files
+from memtune.release.shipped_files import SIGNATURE_NAME
 
 DEFAULT_ROOT_CERT = paths.SKILL_ROOT / "signing" / "root-cert.pem"
 ENV_KEY = "MEMTUNE_SIGNING_KEY"
@@ -60,95 +65,103 @@ examples:
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = make_parser("sign_skill.py", DESCRIPTION, EPILOG)
-    # Not required=True: argparse would then report a missing subcommand before an unknown
-    # option, hiding the option the user mistyped.
-    sub = parser.add_subparsers(dest="command", metavar="{sign,verify}")
-    common = {"formatter_class": argparse.RawDescriptionHelpFormatter}
+PATH = click.Path(path_type=Path)
 
-    sign = sub.add_parser(
-        "sign",
-        help="write skill.oms.sig for a package tree",
-        epilog=EPILOG,
-        **common,
-        description="Sign the files the package ships (git-tracked files of a clean work tree, or every file of a\n"
-        "plain folder) with the release key. Nothing is written unless the key material is valid (matching\n"
-        "key, current code-signing certificate) and the new signature verifies against --root-cert.\n"
-        "Exit 0 signed, 2 bad input.",
-    )
-    sign.add_argument(
-        "directory", nargs="?", type=Path, default=paths.SKILL_ROOT, help="package root (default: this package)"
-    )
-    sign.add_argument(
-        "--private-key", type=Path, help=f"leaf private key, PEM (or ${ENV_KEY}); must be outside the package"
-    )
-    sign.add_argument("--signing-cert", type=Path, help=f"leaf code-signing certificate, PEM (or ${ENV_CERT})")
-    sign.add_argument(
-        "--cert-chain",
-        type=Path,
-        action="append",
-        help=f"intermediate + root certificates, PEM; repeatable (or ${ENV_CHAIN}, {os.pathsep}-separated)",
-    )
-    sign.add_argument(
-        "--signature", type=Path, help=f"where to write the signature (default: DIRECTORY/{SIGNATURE_NAME})"
-    )
-    sign.add_argument(
-        "--root-cert",
-        type=Path,
-        default=DEFAULT_ROOT_CERT,
-        help="trust anchor the new signature must verify against (default: signing/root-cert.pem)",
-    )
-    sign.add_argument(
-        "--allow-dirty",
-        action="store_true",
-        help="sign a git work tree with uncommitted changes (the signature then matches no commit)",
-    )
-    sign.add_argument("--json", action="store_true", help="print one JSON document")
+_SIGN_HELP = """\
+Sign the files the package ships (git-tracked files of a clean work tree, or every file of a
+plain folder) with the release key. Nothing is written unless the key material is valid (matching
+key, current code-signing certificate) and the new signature verifies against --root-cert.
+Exit 0 signed, 2 bad input."""
 
-    verify = sub.add_parser(
-        "verify",
-        help="strictly verify a package tree against skill.oms.sig",
-        epilog=EPILOG,
-        **common,
-        description="Strictly verify a package tree (a git checkout: its tracked files; any other folder, such as an\n"
-        "installed copy: every file) against skill.oms.sig and the trust anchor. A symlinked DIRECTORY is\n"
-        "resolved. On failure, lists the changed, added and missing files.\n"
-        "Exit 0 verified, 1 verification failed, 2 bad input.",
+_VERIFY_HELP = """\
+Strictly verify a package tree (a git checkout: its tracked files; any other folder, such as an
+installed copy: every file) against skill.oms.sig and the trust anchor. A symlinked DIRECTORY is
+resolved. On failure, lists the changed, added and missing files.
+Exit 0 verified, 1 verification failed, 2 bad input."""
+
+
+@click.group(
+    "sign-skill",
+    cls=Group,
+    short_help="sign / verify skill.oms.sig over every shipped file",
+    help=DESCRIPTION,
+    epilog=EPILOG,
+)
+@click.pass_context
+def command(ctx: click.Context) -> None:
+    if ctx.invoked_subcommand is None:
+        raise InputError("choose a subcommand: sign or verify (see --help)")
+
+
+def _directory() -> Callable[[FC], FC]:
+    return argument(
+        "directory",
+        required=False,
+        type=PATH,
+        default=paths.SKILL_ROOT,
+        help_text="package root (default: this package)",
     )
-    verify.add_argument(
-        "directory", nargs="?", type=Path, default=paths.SKILL_ROOT, help="package root (default: this package)"
-    )
-    verify.add_argument("--signature", type=Path, help=f"signature file (default: DIRECTORY/{SIGNATURE_NAME})")
-    verify.add_argument(
-        "--root-cert",
-        type=Path,
-        default=DEFAULT_ROOT_CERT,
-        help="trust anchor, PEM (default: signing/root-cert.pem of this package)",
-    )
-    verify.add_argument(
-        "--expect-fingerprint",
-        metavar="SHA256",
-        help=f"SHA-256 fingerprint the trust anchor must have, obtained outside this package (or ${ENV_EXPECT}; default: the release root pinned in the code)",
-    )
-    verify.add_argument(
-        "--all-files",
-        action="store_true",
-        help="in a git work tree, check every file (as a local `npx skills add DIR` would ship) instead of the tracked ones",
-    )
-    verify.add_argument("--json", action="store_true", help="print one JSON document")
-    return parser
+
+
+@command.command("sign", help=_SIGN_HELP, epilog=EPILOG, short_help="write skill.oms.sig for a package tree")
+@_directory()
+@option("--private-key", type=PATH, help=f"leaf private key, PEM (or ${ENV_KEY}); must be outside the package")
+@option("--signing-cert", type=PATH, help=f"leaf code-signing certificate, PEM (or ${ENV_CERT})")
+@option(
+    "--cert-chain",
+    type=PATH,
+    multiple=True,
+    help=f"intermediate + root certificates, PEM; repeatable (or ${ENV_CHAIN}, {os.pathsep}-separated)",
+)
+@option("--signature", type=PATH, help=f"where to write the signature (default: DIRECTORY/{SIGNATURE_NAME})")
+@option(
+    "--root-cert",
+    type=PATH,
+    default=DEFAULT_ROOT_CERT,
+    help="trust anchor the new signature must verify against (default: signing/root-cert.pem)",
+)
+@option(
+    "--allow-dirty",
+    is_flag=True,
+    help="sign a git work tree with uncommitted changes (the signature then matches no commit)",
+)
+@json_option()
+def sign_command(**params: Any) -> int:
+    args = SimpleNamespace(**params)
+    root, notes = _resolve_root(args.directory)
+    return _sign(args, root, notes)
+
+
+@command.command(
+    "verify", help=_VERIFY_HELP, epilog=EPILOG, short_help="strictly verify a package tree against skill.oms.sig"
+)
+@_directory()
+@option("--signature", type=PATH, help=f"signature file (default: DIRECTORY/{SIGNATURE_NAME})")
+@option(
+    "--root-cert",
+    type=PATH,
+    default=DEFAULT_ROOT_CERT,
+    help="trust anchor, PEM (default: signing/root-cert.pem of this package)",
+)
+@option(
+    "--expect-fingerprint",
+    metavar="SHA256",
+    help=f"SHA-256 fingerprint the trust anchor must have, obtained outside this package (or ${ENV_EXPECT}; default: the release root pinned in the code)",
+)
+@option(
+    "--all-files",
+    is_flag=True,
+    help="in a git work tree, check every file (as a local `npx skills add DIR` would ship) instead of the tracked ones",
+)
+@json_option()
+def verify_command(**params: Any) -> int:
+    args = SimpleNamespace(**params)
+    root, notes = _resolve_root(args.directory)
+    return _verify(args, root, notes)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command is None:
-        parser.error("choose a subcommand: sign or verify")
-    root, notes = _resolve_root(args.directory)
-    if args.command == "sign":
-        return _sign(args, root, notes)
-    return _verify(args, root, notes)
+    return invoke(command, "sign_skill.py", argv)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -183,8 +196,8 @@ def _listed(items: Sequence[str]) -> str:
     return shown + (f", … ({len(items) - MAX_LISTED} more)" if len(items) > MAX_LISTED else "")
 
 
-def _key_material(args: argparse.Namespace, root: Path) -> Any:
-    from memtune.signing import KeyMaterial
+def _key_material(args: Any, root: Path) -> Any:
+    from memtune.release.signing import KeyMaterial
 
     def pick(option: Path | None, env: str, flag: str, what: str) -> Path:
         value = option or (Path(os.environ[env]) if os.environ.get(env) else None)
@@ -210,8 +223,8 @@ def _key_material(args: argparse.Namespace, root: Path) -> Any:
 # --------------------------------------------------------------------------- sign
 
 
-def _sign(args: argparse.Namespace, root: Path, notes: list[str]) -> int:
-    from memtune import signing
+def _sign(args: Any, root: Path, notes: list[str]) -> int:
+    from memtune.release import signing
 
     material = _key_material(args, root)
     signer = signing.check_key_material(material)
@@ -265,7 +278,7 @@ def _sign(args: argparse.Namespace, root: Path, notes: list[str]) -> int:
         "trust_anchor": {"path": str(args.root_cert), **anchor.as_dict()},
         "notes": notes,
     }
-    if args.json:
+    if args.as_json:
         print_json(result)
     else:
         where = f" (commit {commit})" if commit else ""
@@ -280,15 +293,15 @@ def _sign(args: argparse.Namespace, root: Path, notes: list[str]) -> int:
 # --------------------------------------------------------------------------- verify
 
 
-def _expected_anchor(args: argparse.Namespace) -> tuple[str, str]:
+def _expected_anchor(args: Any) -> tuple[str, str]:
     """(fingerprint the anchor must have, where that expectation came from)."""
-    from memtune import signing
+    from memtune.release import signing
 
     if args.expect_fingerprint:
         return signing.normalize_fingerprint(args.expect_fingerprint, "--expect-fingerprint"), "--expect-fingerprint"
     if os.environ.get(ENV_EXPECT):
         return signing.normalize_fingerprint(os.environ[ENV_EXPECT], f"${ENV_EXPECT}"), f"${ENV_EXPECT}"
-    return signing.RELEASE_ROOT_SHA256, "the release root pinned in memtune/signing.py"
+    return signing.RELEASE_ROOT_SHA256, "the release root pinned in memtune/release/signing.py"
 
 
 def _not_covered_note(unsignable: Sequence[str]) -> str:
@@ -304,7 +317,7 @@ def _bytecode_failure(root: Path, use_git: bool) -> tuple[Any, list[str]]:
     developer caches (__pycache__, virtualenvs: never read by the helpers, never shipped),
     but tracked bytecode or a sourceless .pyc elsewhere fails.
     """
-    from memtune import signing
+    from memtune.release import signing
 
     notes: list[str] = []
     if use_git:
@@ -327,8 +340,8 @@ def _bytecode_failure(root: Path, use_git: bool) -> tuple[Any, list[str]]:
     return failure, notes
 
 
-def _verify(args: argparse.Namespace, root: Path, notes: list[str]) -> int:
-    from memtune import signing
+def _verify(args: Any, root: Path, notes: list[str]) -> int:
+    from memtune.release import signing
 
     signature = (args.signature or root / SIGNATURE_NAME).absolute()
     expected, expected_from = _expected_anchor(args)
@@ -389,7 +402,7 @@ def _verify(args: argparse.Namespace, root: Path, notes: list[str]) -> int:
         "not_covered": [*shipped.unsignable, NOT_COVERED_ALWAYS],
         "notes": notes,
     }
-    if args.json:
+    if args.as_json:
         print_json(result)
     else:
         _print_verify(result, outcome)

@@ -86,7 +86,7 @@ def check_card_yaml(package: Package, rules: dict[str, Any]) -> list[Finding]:
     text = package.read_text(name)
     if text is None:
         return [error("card/card-yaml-missing", f"{name} is missing", "add the technique card", name)]
-    from memtune import yaml_guard
+    from memtune.files import yaml_guard
 
     try:
         card = yaml_guard.safe_load(text)

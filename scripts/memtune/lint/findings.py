@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 ERROR = "error"
 WARNING = "warning"
@@ -33,7 +34,7 @@ class Finding:
         if self.severity not in SEVERITIES:
             raise ValueError(f"unknown severity {self.severity!r}")
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def location(self) -> str:
@@ -62,6 +63,6 @@ def counts(findings: Iterable[Finding]) -> dict[str, int]:
     return {"errors": tally[ERROR], "warnings": tally[WARNING], "info": tally[INFO]}
 
 
-def sort_key(finding: Finding) -> tuple:
+def sort_key(finding: Finding) -> tuple[int, str, int, str]:
     """Errors first, then warnings, then info; within a severity, by file and line."""
     return (SEVERITIES.index(finding.severity), finding.file, finding.line or 0, finding.rule)

@@ -70,7 +70,7 @@ def _parse_header(header: str) -> tuple[Any, str, list[str]]:
             ) from None
     import yaml
 
-    from memtune import yaml_guard
+    from memtune.files import yaml_guard
 
     try:
         data = yaml_guard.safe_load(header)
@@ -89,9 +89,9 @@ def _one_line(exc: Exception) -> str:
 def _mark_line(exc: Exception) -> int | None:
     """Line of a YAML error inside SKILL.md (the header starts on line 2)."""
     for attr in ("problem_mark", "context_mark"):
-        mark = getattr(exc, attr, None)
-        if mark is not None and getattr(mark, "line", None) is not None:
-            return mark.line + 2
+        line = getattr(getattr(exc, attr, None), "line", None)
+        if isinstance(line, int):
+            return line + 2
     return None
 
 

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memtune import paths
-from memtune.data_yaml import load_data_yaml
-from memtune.shipped_files import EXCLUDED_DIR_NAMES
+from memtune.files import paths
+from memtune.files.data_yaml import load_data_mapping
+from memtune.release.shipped_files import EXCLUDED_DIR_NAMES
 
 LINT_DATA_DIR = paths.DATA_DIR / "lint"
 
@@ -38,7 +38,7 @@ def load_rules(name: str) -> dict[str, Any]:
     The tables come from the linter's own install, not from the package being linted,
     so a broken copy cannot weaken the rules it is checked against.
     """
-    return load_data_yaml(LINT_DATA_DIR / f"{name}.yaml")
+    return load_data_mapping(LINT_DATA_DIR / f"{name}.yaml")
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from memtune.lint import cards, frontmatter, links, reference_validator, security, skill_body, versions
 from memtune.lint.findings import Finding, counts, error, info, sort_key
@@ -23,7 +24,7 @@ class Report:
     files_scanned: int
     file_list_method: str
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "root": str(self.root),
             "summary": {

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from memtune.lint.findings import Finding, error
 
 
-def load_schema(path: Path, rule: str, label: str) -> tuple[dict | None, list[Finding]]:
+def load_schema(path: Path, rule: str, label: str) -> tuple[dict[str, Any] | None, list[Finding]]:
     """The schema, or None plus the finding that says why it cannot be used."""
     from jsonschema import Draft202012Validator
     from jsonschema.exceptions import SchemaError
@@ -24,10 +25,12 @@ def load_schema(path: Path, rule: str, label: str) -> tuple[dict | None, list[Fi
         Draft202012Validator.check_schema(schema)
     except SchemaError as exc:
         return None, [error(rule, f"schema {label} is not a valid JSON Schema: {exc.message}", "fix the schema", label)]
+    if not isinstance(schema, dict):  # `true`/`false` are valid schemas, but not ones ours can be
+        return None, [error(rule, f"schema {label} is not a JSON object", "write the schema as an object", label)]
     return schema, []
 
 
-def violations(instance: Any, schema: dict, rule: str, label: str) -> list[Finding]:
+def violations(instance: Any, schema: Mapping[str, Any], rule: str, label: str) -> list[Finding]:
     """One error per schema violation, located by its JSON path inside the document."""
     from jsonschema import Draft202012Validator
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
 from typing import Any
 
 from memtune.lint.cards import normalize_heading
@@ -50,15 +51,19 @@ def check(version: Any, package: Package, rules: dict[str, Any], card_rules: dic
 def _pyproject_version(text: str | None) -> str | None:
     if text is None:
         return None
-    try:
-        import tomllib
-    except ImportError:  # Python 3.10: a [project] version line is enough to compare
+    if sys.version_info < (3, 11):  # no tomllib: a [project] version line is enough to compare
         match = re.search(r'(?ms)^\[project\].*?^version\s*=\s*"([^"]+)"', text)
         return match.group(1) if match else None
-    try:
-        return tomllib.loads(text).get("project", {}).get("version")
-    except tomllib.TOMLDecodeError:
-        return None
+    else:
+        import tomllib
+
+        try:
+            project = tomllib.loads(text).get("project")
+        except tomllib.TOMLDecodeError:
+            return None
+        # the linted package's pyproject may say anything: `project = 1` must not crash the lint
+        version = project.get("version") if isinstance(project, dict) else None
+        return version if isinstance(version, str) else None
 
 
 def _dunder_version(text: str | None) -> str | None:
@@ -85,7 +90,7 @@ def _section_after(text: str, wanted: str) -> str | None:
         if match and normalize_heading(match.group(2)).startswith(wanted):
             rest = []
             for following in lines[index + 1 :]:
-                if re.match(r"^#{1,%d}\s" % len(match.group(1)), following):
+                if re.match(rf"^#{{1,{len(match.group(1))}}}\s", following):
                     break
                 rest.append(following)
             return "\n".join(rest)

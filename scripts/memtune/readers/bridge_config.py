@@ -1,0 +1,368 @@
+"""Megatron Bridge ConfigContainer YAML -> ModelSpec and RunSpec.
+
+A Bridge run config has sections ``model`` (the GPTModelProvider / TransformerConfig:
+architecture *and* model parallelism, recompute, offloading, fp8), ``train``
+(micro/global batch), ``optimizer`` (OptimizerConfig), ``ddp``
+(DistributedDataParallelConfig), ``mixed_precision`` (a recipe name such as
+``bf16_mixed`` or a mapping), ``peft`` (LoRA settings) and ``dataset`` (``seq_length``).
+Field names are Megatron Bridge's own. Anything architectural the YAML leaves out can come
+from a ``base`` ModelSpec (a preset or an HF config).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import fields as dc_fields
+from pathlib import Path
+from typing import Any, overload
+
+from memtune.errors import InputError
+from memtune.files.textfile import read_text, yaml_syntax_error
+from memtune.spec.model_spec import ModelSpec, coerce_model_values, model_field_names
+from memtune.spec.run_spec import LORA_DEFAULT_TARGETS, RunSpec, normalize_dtype
+
+SECTIONS = ("model", "train", "optimizer", "ddp", "mixed_precision", "peft", "dataset", "checkpoint", "logger")
+
+# Bridge / TransformerConfig name -> ModelSpec name, where they differ.
+_MODEL_ALIASES = {
+    "moe_layer_freq": "moe_layer_pattern",
+    # Megatron Bridge's MambaModelProvider (Nemotron-H) names
+    "hybrid_override_pattern": "hybrid_layer_pattern",
+    "share_embeddings_and_output_weights": None,  # handled below (inverse)
+}
+
+# Mixed-precision recipe names -> (params dtype, fp8 recipe, grad_reduce_in_fp32, fp8_param_gather),
+# as Megatron Bridge's recipe functions set them (src/megatron/bridge/training/mixed_precision.py):
+# the BF16 FP8 recipes start from ``bf16_mixed()`` (grad_reduce_in_fp32=True); the delayed,
+# current-scaling and MXFP8 recipes set ``fp8_param_gather = True`` (FP8 primary weights), the
+# subchannel (blockwise) one ``False``.
+_MP_RECIPES = {
+    "bf16_mixed": ("bf16", None, True, False),
+    "fp16_mixed": ("fp16", None, False, False),
+    "bf16_with_fp8_delayed_scaling_mixed": ("bf16", "delayed", True, True),
+    "bf16_with_fp8_current_scaling_mixed": ("bf16", "tensorwise", True, True),
+    "bf16_with_mxfp8_mixed": ("bf16", "mxfp8", True, True),
+    "bf16_with_fp8_subchannel_scaling_mixed": ("bf16", "blockwise", True, False),
+}
+
+
+def load_bridge_yaml(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    text = read_text(p, "a Megatron Bridge YAML config")
+    import yaml  # lazy: --help must work without PyYAML
+
+    from memtune.files import yaml_guard
+
+    try:
+        data = yaml_guard.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise yaml_syntax_error(p, exc) from None
+    except yaml_guard.YamlLimitError as exc:
+        raise InputError(f"{p}: the YAML {exc}: not a Megatron Bridge config; pass the real config") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise InputError(f"{p}: expected a mapping with sections like model:, train:, optimizer:, ddp:")
+    return data
+
+
+def _section(cfg: Mapping[str, Any], name: str) -> dict[str, Any]:
+    value = cfg.get(name)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        if name in ("mixed_precision", "peft"):
+            return {"_name": value}
+        raise InputError(f"config section {name!r} must be a mapping, got {type(value).__name__}")
+    return dict(value)
+
+
+# The field readers return the default's type: with a non-None default the result is never None.
+@overload
+def _int_field(section: Mapping[str, Any], key: str, where: str, default: int) -> int: ...
+@overload
+def _int_field(section: Mapping[str, Any], key: str, where: str, default: int | None = None) -> int | None: ...
+def _int_field(section: Mapping[str, Any], key: str, where: str, default: int | None = None) -> int | None:
+    value = section.get(key, default)
+    if value is None:
+        return default
+    where = f"{where}.{key}" if where else key
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise InputError(f"{where}: expected an integer, got {value!r}")
+    if isinstance(value, float) and not value.is_integer():  # also inf and NaN
+        # int() would truncate 4096.5 to 4096 (another run) or raise on inf / NaN
+        raise InputError(f"{where}: expected an integer, got {value!r}")
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise InputError(f"{where}: expected an integer, got {value!r}") from None
+    return number
+
+
+def _modules(value: Any, where: str = "value") -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return tuple(v for v in value.replace("[", " ").replace("]", " ").replace(",", " ").split() if v)
+    if isinstance(value, (list, tuple)):
+        return tuple(str(v) for v in value)
+    raise InputError(f"{where}: expected a list of module names, got {value!r}")
+
+
+def _float_field(section: Mapping[str, Any], key: str, where: str, default: float) -> float:
+    value = section.get(key, default)
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        raise InputError(f"{where}.{key}: expected a number, got {value!r}")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise InputError(f"{where}.{key}: expected a number, got {value!r}") from None
+
+
+def _bool_field(section: Mapping[str, Any], key: str, where: str, default: bool = False) -> bool:
+    value = section.get(key, default)
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in ("true", "false", "yes", "no", "1", "0"):
+        return value.strip().lower() in ("true", "yes", "1")
+    raise InputError(f"{where}.{key}: expected true or false, got {value!r}")
+
+
+@overload
+def _str_field(section: Mapping[str, Any], key: str, where: str, default: str) -> str: ...
+@overload
+def _str_field(section: Mapping[str, Any], key: str, where: str, default: str | None) -> str | None: ...
+def _str_field(section: Mapping[str, Any], key: str, where: str, default: str | None) -> str | None:
+    value = section.get(key, default)
+    if value is None:
+        return default
+    if isinstance(value, (dict, list, tuple)):
+        raise InputError(f"{where}.{key}: expected a name, got {value!r}")
+    return str(value)
+
+
+def model_from_bridge(model: Mapping[str, Any], base: ModelSpec | None = None) -> ModelSpec:
+    """Architecture from the ``model`` section (on top of ``base`` when given)."""
+    known = set(model_field_names())
+    values: dict[str, Any] = {}
+    if base is not None:
+        values.update({f.name: getattr(base, f.name) for f in dc_fields(base) if f.name != "extra"})
+    for key, value in model.items():
+        target = _MODEL_ALIASES.get(key, key)
+        if target in known and value is not None:
+            values[target] = value
+    if "share_embeddings_and_output_weights" in model and model["share_embeddings_and_output_weights"] is not None:
+        values["untie_embeddings_and_output_weights"] = not _bool_field(
+            model, "share_embeddings_and_output_weights", "model"
+        )
+    if "padded_vocab_size" in model and "vocab_size" not in values:
+        values["vocab_size"] = model["padded_vocab_size"]
+    act = str(model.get("activation_func", "")).lower()
+    if "squared_relu" in act or "relu2" in act:
+        values["gated_linear_unit"] = False
+        values["activation"] = "squared_relu"
+    missing = [k for k in ("num_layers", "hidden_size", "num_attention_heads", "vocab_size") if values.get(k) is None]
+    if missing:
+        raise InputError(
+            f"config model section is missing {', '.join('model.' + m for m in missing)} "
+            "(add them, or pass --preset / --hf-config for the architecture)"
+        )
+    try:
+        values = coerce_model_values({k: v for k, v in values.items() if k != "moe_layer_pattern"}, "model") | {
+            "moe_layer_pattern": values.get("moe_layer_pattern")
+        }
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    pattern = values.get("moe_layer_pattern")
+    if pattern is not None:
+        from memtune.readers.megatron_args import parse_layer_pattern
+
+        values["moe_layer_pattern"] = parse_layer_pattern(pattern, values["num_layers"])
+    return ModelSpec(**values)
+
+
+def _precision_over_ddp(
+    mp: Mapping[str, Any],
+    ddp: Mapping[str, Any],
+    model_s: Mapping[str, Any],
+    recipe_grad_fp32: bool,
+    recipe_param_gather: bool,
+) -> tuple[bool, bool]:
+    """(grad_reduce_in_fp32, fp8_param_gather) as the run will use them.
+
+    Megatron Bridge applies the mixed-precision config last: ``runtime_config_update`` calls
+    ``cfg.mixed_precision.setup(cfg.model, cfg.optimizer, cfg.ddp)`` (training/config.py), and
+    ``update_config_with_precision_overrides`` copies every MixedPrecisionConfig field the target
+    also has onto it (training/mixed_precision.py). So when a ``mixed_precision`` section exists,
+    its value - the field written there, else the named recipe's, else the dataclass default
+    (``grad_reduce_in_fp32 = True``, ``fp8_param_gather = False``; ``fp8_param`` is kept in sync
+    with it) - replaces whatever ``ddp`` says. Only without one do the DDP fields stand.
+    """
+    if mp:
+        grad = _bool_field(mp, "grad_reduce_in_fp32", "mixed_precision", recipe_grad_fp32)
+        key = "fp8_param_gather" if "fp8_param_gather" in mp else "fp8_param"
+        gather = _bool_field(mp, key, "mixed_precision", recipe_param_gather)
+        return grad, bool(gather)
+    grad = _bool_field(ddp, "grad_reduce_in_fp32", "ddp", recipe_grad_fp32)
+    gather = any(_bool_field(sec, "fp8_param_gather", name, False) for sec, name in ((model_s, "model"), (ddp, "ddp")))
+    return grad, gather
+
+
+def specs_from_bridge(
+    cfg: Mapping[str, Any], world_size: int | None = None, base: ModelSpec | None = None
+) -> tuple[ModelSpec, RunSpec, list[str]]:
+    """(ModelSpec, RunSpec, assumptions) from a ConfigContainer mapping."""
+    assumptions: list[str] = []
+    unknown = [k for k in cfg if k not in SECTIONS and not str(k).startswith("_")]
+    model_s = _section(cfg, "model")
+    if not model_s and base is None and unknown:
+        raise InputError(f"config has no model section (top-level keys: {', '.join(map(str, unknown[:6]))})")
+    train = _section(cfg, "train")
+    optim = _section(cfg, "optimizer")
+    ddp = _section(cfg, "ddp")
+    mp = _section(cfg, "mixed_precision")
+    peft = _section(cfg, "peft")
+    dataset = _section(cfg, "dataset")
+    comm = _section(cfg, "comm_overlap")
+    model = model_from_bridge(model_s, base)
+
+    tp = _int_field(model_s, "tensor_model_parallel_size", "model", 1)
+    pp = _int_field(model_s, "pipeline_model_parallel_size", "model", 1)
+    cp = _int_field(model_s, "context_parallel_size", "model", 1)
+    if world_size is None:
+        world_size = tp * pp * cp
+        assumptions.append(f"GPU count not given: assumed {world_size} (one data-parallel replica); pass --gpus")
+
+    params_dtype, fp8, grad_fp32, recipe_param_gather = "bf16", None, True, False
+    if "_name" in mp:
+        name = str(mp["_name"])
+        if name not in _MP_RECIPES:
+            raise InputError(f"mixed_precision {name!r} unknown; known: {', '.join(_MP_RECIPES)}")
+        params_dtype, fp8, grad_fp32, recipe_param_gather = _MP_RECIPES[name]
+    else:
+        if mp.get("fp16") or model_s.get("fp16"):
+            params_dtype = "fp16"
+        elif mp.get("bf16") is False and model_s.get("bf16") is False:
+            params_dtype = "fp32"
+        if mp.get("fp8") or model_s.get("fp8"):
+            fp8 = str(mp.get("fp8_recipe") or model_s.get("fp8_recipe") or "delayed")
+    grad_fp32, param_gather = _precision_over_ddp(mp, ddp, model_s, grad_fp32, recipe_param_gather)
+
+    peft_kind = None
+    lora_dim, regather = 32, False
+    targets: tuple[str, ...] = LORA_DEFAULT_TARGETS
+    if peft:
+        target = str(peft.get("_target_", peft.get("_name", "lora"))).lower()
+        peft_kind = "dora" if "dora" in target else "lora"
+        lora_dim = _int_field(peft, "dim", "peft", 32)
+        targets = _modules(peft.get("target_modules"), "peft.target_modules") or LORA_DEFAULT_TARGETS
+        regather = _bool_field(peft, "sequence_parallel_input_regather", "peft", False)
+
+    seq_where, seq = "seq_length", None  # where it was found, so a bad value is named by its key
+    for where, section, key in (
+        ("model", model_s, "seq_length"),
+        ("dataset", dataset, "seq_length"),
+        ("dataset", dataset, "sequence_length"),
+    ):
+        if section.get(key):
+            seq_where, seq = f"{where}.{key}", section[key]
+            break
+    if seq is None:
+        seq = 4096
+        assumptions.append("seq_length not given: assumed 4096")
+    if train.get("micro_batch_size") is None:
+        # Activations scale with it: say so rather than assume silently (PEFT tables often omit it).
+        assumptions.append("train.micro_batch_size not given: assumed 1 (activations scale with it); pass --mbs")
+    cuda_graph: tuple[str, ...] = ()
+    if model_s.get("enable_cuda_graph") or (model_s.get("cuda_graph_impl") not in (None, "none")):
+        cuda_graph = _modules(model_s.get("cuda_graph_scope"), "model.cuda_graph_scope") or ("full",)
+    vpp = model_s.get("virtual_pipeline_model_parallel_size")
+    stage_layers = None
+    layout = model_s.get("pipeline_model_parallel_layout")
+    if isinstance(layout, str) and layout:
+        from memtune.readers.megatron_args import parse_pipeline_layout
+
+        stage_layers, vpp = parse_pipeline_layout(layout, pp)
+    run = RunSpec(
+        world_size=int(world_size),
+        tp=tp,
+        pp=pp,
+        vpp=_int_field(
+            {"model.virtual_pipeline_model_parallel_size": vpp}, "model.virtual_pipeline_model_parallel_size", ""
+        ),
+        cp=cp,
+        ep=_int_field(model_s, "expert_model_parallel_size", "model", 1),
+        etp=_int_field(model_s, "expert_tensor_parallel_size", "model"),
+        mbs=_int_field(train, "micro_batch_size", "train", 1),
+        gbs=_int_field(train, "global_batch_size", "train"),
+        seq_length=_int_field({seq_where: seq}, seq_where, "", 4096),  # seq is set by now: the 4096 is never used
+        sequence_parallel=_bool_field(model_s, "sequence_parallel", "model", False),
+        params_dtype=params_dtype,
+        fp8=fp8,
+        fp8_param_gather=param_gather,
+        grad_reduce_in_fp32=grad_fp32,
+        optimizer=_str_field(optim, "optimizer", "optimizer", "adam"),
+        use_distributed_optimizer=_bool_field(
+            ddp, "use_distributed_optimizer", "ddp", _bool_field(optim, "use_distributed_optimizer", "optimizer")
+        ),
+        num_distributed_optimizer_instances=_int_field(ddp, "num_distributed_optimizer_instances", "ddp", 1),
+        use_precision_aware_optimizer=_bool_field(optim, "use_precision_aware_optimizer", "optimizer", False),
+        main_params_dtype=normalize_dtype(optim.get("main_params_dtype", "fp32")),
+        exp_avg_dtype=normalize_dtype(optim.get("exp_avg_dtype", "fp32")),
+        exp_avg_sq_dtype=normalize_dtype(optim.get("exp_avg_sq_dtype", "fp32")),
+        optimizer_cpu_offload=_bool_field(optim, "optimizer_cpu_offload", "optimizer", False),
+        optimizer_offload_fraction=_float_field(optim, "optimizer_offload_fraction", "optimizer", 1.0),
+        use_megatron_fsdp=_bool_field(ddp, "use_megatron_fsdp", "ddp", False),
+        data_parallel_sharding_strategy=_str_field(ddp, "data_parallel_sharding_strategy", "ddp", "optim_grads_params"),
+        overlap_grad_reduce=_bool_field(ddp, "overlap_grad_reduce", "ddp", False),
+        overlap_param_gather=_bool_field(ddp, "overlap_param_gather", "ddp", False),
+        recompute_granularity=_str_field(model_s, "recompute_granularity", "model", None),
+        recompute_method=_str_field(model_s, "recompute_method", "model", None),
+        recompute_num_layers=_int_field(model_s, "recompute_num_layers", "model"),
+        recompute_modules=_modules(model_s.get("recompute_modules"), "model.recompute_modules") or ("core_attn",),
+        attention_backend=(_str_field(model_s, "attention_backend", "model", "auto") or "auto").split(".")[-1],
+        attention_dropout=_float_field(model_s, "attention_dropout", "model", 0.0),
+        hidden_dropout=_float_field(model_s, "hidden_dropout", "model", 0.0),
+        # Megatron Bridge's GPTModelProvider (and MambaModelProvider) default to the fused loss.
+        cross_entropy_loss_fusion=_bool_field(model_s, "cross_entropy_loss_fusion", "model", True),
+        # CommOverlapConfig copies these onto the model config (comm_overlap.py); either may carry them.
+        defer_embedding_wgrad_compute=_bool_field(
+            comm,
+            "defer_embedding_wgrad_compute",
+            "comm_overlap",
+            _bool_field(model_s, "defer_embedding_wgrad_compute", "model", False),
+        ),
+        wgrad_deferral_limit=_int_field(
+            comm, "wgrad_deferral_limit", "comm_overlap", _int_field(model_s, "wgrad_deferral_limit", "model", 0)
+        ),
+        moe_token_dispatcher_type=_str_field(model_s, "moe_token_dispatcher_type", "model", "alltoall"),
+        moe_expert_capacity_factor=_float_field(model_s, "moe_expert_capacity_factor", "model", 0.0) or None,
+        moe_pad_expert_input_to_capacity=_bool_field(model_s, "moe_pad_expert_input_to_capacity", "model", False),
+        moe_router_dtype=_str_field(model_s, "moe_router_dtype", "model", None),
+        cpu_offloading=_bool_field(model_s, "cpu_offloading", "model", False),
+        cpu_offloading_num_layers=_int_field(model_s, "cpu_offloading_num_layers", "model", 0),
+        cpu_offloading_activations=_bool_field(model_s, "cpu_offloading_activations", "model", True),
+        cpu_offloading_weights=_bool_field(model_s, "cpu_offloading_weights", "model", False),
+        num_layers_in_first_pipeline_stage=_int_field(model_s, "num_layers_in_first_pipeline_stage", "model"),
+        num_layers_in_last_pipeline_stage=_int_field(model_s, "num_layers_in_last_pipeline_stage", "model"),
+        account_for_embedding_in_pipeline_split=_bool_field(
+            model_s, "account_for_embedding_in_pipeline_split", "model", False
+        ),
+        account_for_loss_in_pipeline_split=_bool_field(model_s, "account_for_loss_in_pipeline_split", "model", False),
+        stage_layers=stage_layers,
+        microbatch_group_size_per_vp_stage=_int_field(model_s, "microbatch_group_size_per_vp_stage", "model"),
+        peft=peft_kind,
+        lora_dim=lora_dim,
+        lora_target_modules=targets,
+        sequence_parallel_input_regather=regather,
+        cuda_graph_scope=cuda_graph,
+        cuda_graph_warmup_steps=_int_field(model_s, "cuda_graph_warmup_steps", "model", 3),
+        use_nccl_ub=_bool_field(ddp, "nccl_ub", "ddp", False),
+    )
+    return model, run, assumptions

@@ -1,0 +1,405 @@
+"""Read a bash / sbatch launch script the way bash would, without running it.
+
+What we need from a launch script is small but must be exact about *where* each thing
+comes from (a finding has to point at the line to change): the environment the training
+process will see (``export`` lines, ``VAR=... cmd`` prefixes, ``env VAR=...``), and the
+training command itself (behind ``srun`` / ``torchrun`` / ``python -m
+torch.distributed.run`` / ``python`` / ``bash -c "..."``) with its Megatron-LM flags and
+Megatron Bridge Hydra overrides. Every value keeps the line it came from.
+
+Deliberately not a full shell: no execution, no globbing, command substitution is kept
+as literal text. ``$VAR`` / ``${VAR}`` / ``${VAR:-default}`` are expanded from assignments
+seen earlier in the script (so ``--tensor-model-parallel-size $TP`` resolves), unknown
+variables stay literal. Heredoc bodies are skipped. Linear time in the script length,
+and the text that expansion may produce is bounded (memtune.readers.launch.budget).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from memtune.errors import InputError
+from memtune.readers.launch.budget import _Budget
+from memtune.readers.launch.expansion import _ASSIGN, _expand_markers, _remember, _split_assignment
+from memtune.readers.launch.lexer import _IDENT, _Lexer
+from memtune.readers.launch.script import Command, EnvSetting, LaunchScript, Word
+
+_PY = re.compile(r"^(?:.*/)?(?:python(?:\d+(?:\.\d+)*)?|pypy3?)$")
+
+
+_KEYWORDS_DROP = {"then", "do", "while", "until", "!", "time", "exec", "nohup", "command", "builtin"}
+
+
+_KEYWORDS_END = {"done", "esac", "}", "{"}
+
+
+# Wrappers whose own options come before the real program.
+_WRAPPERS = {
+    "srun",
+    "mpirun",
+    "mpiexec",
+    "salloc",
+    "numactl",
+    "taskset",
+    "nsys",
+    "ncu",
+    "uv",
+    "poetry",
+    "pdm",
+    "conda",
+    "micromamba",
+    "apptainer",
+    "singularity",
+    "enroot",
+    "docker",
+    "timeout",
+    "stdbuf",
+    "env",
+    "xargs",
+    "bash",
+    "sh",
+    "accelerate",
+    "deepspeed",
+    "ddp",
+    "nemo",
+    "sudo",
+    "exec",
+}
+
+
+_TORCHRUN_MODULES = {"torch.distributed.run", "torch.distributed.launch"}
+
+
+def _split_launcher(words: Sequence[Word]) -> tuple[tuple[str, ...], str | None, tuple[Word, ...], dict[str, str]]:
+    """Find the python program behind srun/torchrun/... ; (launchers, program, args, options)."""
+    launchers: list[str] = []
+    options: dict[str, str] = {}
+    i = 0
+    n = len(words)
+    while i < n:
+        word = words[i].text
+        base = os.path.basename(word)
+        if base in ("torchrun",):
+            launchers.append("torchrun")
+            i += 1
+            i = _skip_torchrun_options(words, i, options)
+            if i < n and words[i].text == "-m" and i + 1 < n:
+                return tuple(launchers), "-m " + words[i + 1].text, tuple(words[i + 2 :]), options
+            if i < n:
+                return tuple(launchers), words[i].text, tuple(words[i + 1 :]), options
+            return tuple(launchers), None, (), options
+        if _PY.match(base):
+            j = i + 1
+            while j < n and words[j].text.startswith("-") and words[j].text != "-m":
+                if words[j].text in ("-X", "-W"):
+                    j += 1
+                j += 1
+            if j < n and words[j].text == "-m" and j + 1 < n:
+                module = words[j + 1].text
+                if module in _TORCHRUN_MODULES:
+                    launchers.append("python -m " + module)
+                    k = _skip_torchrun_options(words, j + 2, options)
+                    if k < n and words[k].text == "-m" and k + 1 < n:
+                        return tuple(launchers), "-m " + words[k + 1].text, tuple(words[k + 2 :]), options
+                    if k < n:
+                        return tuple(launchers), words[k].text, tuple(words[k + 1 :]), options
+                    return tuple(launchers), None, (), options
+                return tuple(launchers), "-m " + module, tuple(words[j + 2 :]), options
+            if j < n and words[j].text == "-c":
+                return tuple(launchers), None, (), options
+            if j < n:
+                return tuple(launchers), words[j].text, tuple(words[j + 1 :]), options
+            return tuple(launchers), None, (), options
+        if base in ("srun", "mpirun", "mpiexec"):
+            launchers.append(base)
+            i += 1
+            while i < n and words[i].text.startswith("-"):
+                key, eq, value = words[i].text.lstrip("-").partition("=")
+                if eq:
+                    options[f"{base}.{key}"] = value
+                elif i + 1 < n and not words[i + 1].text.startswith("-") and not _looks_like_program(words[i + 1].text):
+                    options[f"{base}.{key}"] = words[i + 1].text
+                    i += 1
+                i += 1
+            continue
+        i += 1
+    return tuple(launchers), None, (), options
+
+
+def _looks_like_program(text: str) -> bool:
+    base = os.path.basename(text)
+    return (
+        bool(_PY.match(base))
+        or base in ("torchrun", "bash", "sh", "uv", "nsys", "numactl", "env")
+        or text.endswith((".py", ".sh"))
+    )
+
+
+def _skip_torchrun_options(words: Sequence[Word], i: int, options: dict[str, str]) -> int:
+    n = len(words)
+    valueless = {"standalone", "no-python", "no_python", "module", "run-path", "run_path", "tee", "r"}
+    while i < n and words[i].text.startswith("-") and words[i].text != "-m":
+        key, eq, value = words[i].text.lstrip("-").partition("=")
+        if eq:
+            options[f"torchrun.{key.replace('-', '_')}"] = value
+        elif key not in valueless and i + 1 < n and not words[i + 1].text.startswith("-"):
+            if words[i + 1].text.endswith(".py"):
+                pass
+            else:
+                options[f"torchrun.{key.replace('-', '_')}"] = words[i + 1].text
+                i += 1
+        i += 1
+    return i
+
+
+def parse_text(
+    text: str,
+    path: str = "",
+    first_line: int = 1,
+    variables: Mapping[str, str] | None = None,
+    variable_lines: Mapping[str, int] | None = None,
+    budget: _Budget | None = None,
+) -> LaunchScript:
+    """Parse launch-script ``text``; ``path`` is used in sources (``file:line``).
+
+    Raises ExpansionTooLarge when expanding variables would outgrow MAX_EXPANSION_CHARS.
+    """
+    budget = budget or _Budget(path)
+    env: list[EnvSetting] = []
+    commands: list[Command] = []
+    notes: list[str] = []
+    known: dict[str, str] = dict(variables or {})
+    known_lines: dict[str, Any] = dict(variable_lines or {})  # name -> line, or [(array part, line), ...]
+    branches = _Branches()
+    lexer = _Lexer(text, first_line, budget)
+    auto_export = False
+    sbatch: dict[str, tuple[str, int]] = {}
+    while True:
+        item = lexer.next_command(known)
+        if item is None:
+            break
+        words, sep = item
+        if any("\0" in w.text for w in words):
+            words = _expand_markers(words, known, known_lines, budget)
+        words = branches.step(words, sep)
+        if not branches.active:
+            continue
+        while words and words[0].text in _KEYWORDS_DROP and not words[0].quoted:
+            words = words[1:]
+        if not words or (words[0].text in _KEYWORDS_END and not words[0].quoted):
+            continue
+        # leading NAME=value words
+        prefixes: list[Word] = []
+        while words and _ASSIGN.match(words[0].text) and not words[0].text.startswith(("'", '"')):
+            prefixes.append(words[0])
+            words = words[1:]
+        if not words:
+            for word in prefixes:
+                name, value = _split_assignment(word.text, known)
+                _remember(known, known_lines, name, value, word)
+                env.append(EnvSetting(name, value, word.line, "export" if auto_export else "shell", file=path))
+            continue
+        head = words[0].text
+        if head in ("export", "declare", "typeset", "local", "readonly") and not words[0].quoted:
+            exporting = head == "export"
+            args = list(words[1:])
+            flags = [w.text for w in args if w.text.startswith("-")]
+            if head != "export" and any("x" in f for f in flags):
+                exporting = True
+            if head == "export" and "-n" in flags:
+                exporting = False
+            for word in args:
+                if word.text.startswith("-"):
+                    continue
+                if _ASSIGN.match(word.text):
+                    name, value = _split_assignment(word.text, known)
+                    _remember(known, known_lines, name, value, word)
+                    env.append(
+                        EnvSetting(name, value, word.line, "export" if exporting or auto_export else "shell", file=path)
+                    )
+                elif _IDENT.fullmatch(word.text) and exporting:
+                    env.append(EnvSetting(word.text, None, word.line, "export", file=path))
+            continue
+        if head == "unset" and not words[0].quoted:
+            for word in words[1:]:
+                if _IDENT.fullmatch(word.text):
+                    known.pop(word.text, None)
+                    env.append(EnvSetting(word.text, None, word.line, "unset", file=path))
+            continue
+        if head == "set" and len(words) > 1:
+            for word in words[1:]:
+                if word.text.startswith("-") and "a" in word.text and not word.text.startswith("--"):
+                    auto_export = True
+                elif word.text.startswith("+") and "a" in word.text:
+                    auto_export = False
+            continue
+        if head in ("source", ".") and len(words) > 1:
+            notes.append(f"{path or 'script'}:{words[0].line}: sources {words[1].text}; its settings are not followed")
+            continue
+        # `env A=B cmd`
+        if head == "env" or head.endswith("/env"):
+            rest = list(words[1:])
+            while rest and (rest[0].text.startswith("-") or _ASSIGN.match(rest[0].text)):
+                if _ASSIGN.match(rest[0].text):
+                    prefixes.append(rest[0])
+                rest = rest[1:]
+            words = rest
+            if not words:
+                continue
+        command_line = words[0].line
+        prefix_settings = []
+        for word in prefixes:
+            name, value = _split_assignment(word.text, known)
+            prefix_settings.append(EnvSetting(name, value, word.line, "prefix", command_line=command_line, file=path))
+        env.extend(prefix_settings)
+        # bash -c "..." / sh -c "...": parse the inner script too
+        inner = _inner_script(words)
+        if inner is not None:
+            sub = parse_text(inner.text, path, inner.line, known, known_lines, budget)
+            for setting in sub.env:
+                env.append(setting)
+                if setting.value is not None:
+                    known[setting.name] = setting.value
+            for cmd in sub.commands:
+                commands.append(
+                    Command(
+                        cmd.words,
+                        tuple(prefix_settings) + cmd.env_prefix,
+                        cmd.launcher,
+                        cmd.program,
+                        cmd.program_args,
+                        cmd.launcher_options,
+                    )
+                )
+            notes.extend(sub.notes)
+            continue
+        launchers, program, program_args, options = _split_launcher(words)
+        commands.append(Command(tuple(words), tuple(prefix_settings), launchers, program, program_args, options))
+    sbatch.update(lexer.sbatch)
+    return LaunchScript(path, tuple(env), tuple(commands), sbatch, tuple(notes), lexer.unclosed)
+
+
+class _Branches:
+    """if / elif / else / fi with simple test conditions evaluated when every operand is known.
+
+    A branch whose condition is known false is skipped; an unknown condition keeps every
+    branch (the conservative reading: settings from all of them are seen).
+    """
+
+    def __init__(self) -> None:
+        self.frames: list[list[Any]] = []  # [this branch: True/False/None, some branch taken: True/False/None]
+
+    @property
+    def active(self) -> bool:
+        return all(frame[0] is not False for frame in self.frames)
+
+    def step(self, words: list[Word], sep: str) -> list[Word]:
+        """Consume leading if/elif/else/fi words; return what is left to run."""
+        while words and not words[0].quoted and words[0].text in ("if", "elif", "else", "fi", "then"):
+            head = words[0].text
+            if head == "then":
+                words = words[1:]
+                continue
+            if head == "if":
+                cond = _test(words[1:], sep) if self.active else False
+                self.frames.append([cond, cond])
+                return []
+            if head == "fi":
+                if self.frames:
+                    self.frames.pop()
+                words = words[1:]
+                continue
+            if not self.frames:
+                words = words[1:]
+                continue
+            frame = self.frames[-1]
+            taken = frame[1]
+            if head == "elif":
+                cond = _test(words[1:], sep)
+                branch = (
+                    False if taken is True else (cond if taken is False else (None if cond is not False else False))
+                )
+                frame[0] = branch
+                frame[1] = True if branch is True else (None if branch is None or taken is None else taken)
+                return []
+            # else
+            frame[0] = False if taken is True else (True if taken is False else None)
+            frame[1] = True if frame[0] is True else taken
+            words = words[1:]
+        return words
+
+
+def _test(words: Sequence[Word], sep: str) -> bool | None:
+    """``[[ a == b ]]`` / ``[ a = b ]`` / ``test -z a`` ... when every operand is known."""
+    if sep in ("&&", "||", "|"):
+        return None  # compound condition: not evaluated
+    texts = [w.text for w in words]
+    negate = bool(texts) and texts[0] == "!"
+    if negate:
+        texts = texts[1:]
+    if texts[:1] == ["[["] and texts[-1:] == ["]]"] or texts[:1] == ["["] and texts[-1:] == ["]"]:
+        inner = texts[1:-1]
+    elif texts[:1] == ["test"]:
+        inner = texts[1:]
+    else:
+        return None
+    if any("$" in t or "`" in t or "\0" in t for t in inner):
+        return None
+    result: bool | None = None
+    if len(inner) == 3 and inner[1] in ("==", "=", "!="):
+        if any(ch in inner[2] for ch in "*?[") and inner[1] != "=":
+            return None  # glob pattern
+        result = (inner[0] == inner[2]) != (inner[1] == "!=")
+    elif len(inner) == 2 and inner[0] in ("-z", "-n"):
+        result = (inner[1] == "") == (inner[0] == "-z")
+    elif len(inner) == 3 and inner[1] in ("-eq", "-ne", "-lt", "-gt", "-le", "-ge"):
+        try:
+            a, b = int(inner[0]), int(inner[2])
+        except ValueError:
+            return None
+        result = {"-eq": a == b, "-ne": a != b, "-lt": a < b, "-gt": a > b, "-le": a <= b, "-ge": a >= b}[inner[1]]
+    if result is None:
+        return None
+    return result != negate
+
+
+def _inner_script(words: Sequence[Word]) -> Word | None:
+    for idx, word in enumerate(words[:-1]):
+        if (
+            os.path.basename(word.text) in ("bash", "sh", "zsh")
+            and idx + 2 < len(words)
+            and words[idx + 1].text in ("-c", "-lc", "-xc", "-ec", "-exc")
+        ):
+            return words[idx + 2]
+    return None
+
+
+def parse_file(path: str) -> LaunchScript:
+    """A launch script from disk; a binary file is bad input (a stray Latin-1 byte is not)."""
+    from memtune.files.textfile import read_text
+
+    text = read_text(path, "a bash / sbatch launch script", strict=False)
+    script = parse_text(text, path)
+    crlf = text.find("\r\n")
+    if crlf >= 0:
+        # The reader drops the CR so the rest of the check still works; bash does not, and
+        # the check rules report what that does to the run (MT024).
+        script = replace(script, crlf_line=text.count("\n", 0, crlf) + 1)
+    if script.unclosed_quote is not None:
+        # bash itself stops with "unexpected EOF while looking for matching quote"; checking
+        # the rest of the file as one long word would only produce nonsense findings
+        quote, line = script.unclosed_quote
+        raise InputError(
+            f"{path}:{line}: the {quote} quote opened on this line is never closed "
+            "(bash: unexpected EOF while looking for matching quote); close it"
+        )
+    return script
+
+
+def iter_words(script: LaunchScript) -> Iterator[Word]:
+    for command in script.commands:
+        yield from command.words

@@ -1,0 +1,93 @@
+"""Variable bookkeeping between commands: assignments and the words arrays expand to.
+
+The lexer leaves a ``\0NAME\0`` marker where bash would split a value into several
+words (arrays, unquoted values with spaces); here such markers become the words of the
+definition, each keeping the definition's line (that is the line a user edits).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from memtune.readers.launch.budget import _LEX_COST, _WORD_COST, _Budget
+from memtune.readers.launch.lexer import _Lexer
+from memtune.readers.launch.script import Word
+
+_ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\+?)=")
+
+
+def _remember(known: dict[str, str], lines: dict[str, Any], name: str, value: str, word: Word) -> None:
+    """Record an assignment; for ``arr+=( ... )`` keep each part with its own line."""
+    appended = "+=" in word.text.split("=", 1)[0] + "=" and isinstance(lines.get(name), list) and value.startswith("(")
+    own = word.text.split("=", 1)[1] if "=" in word.text else ""
+    if appended and own.startswith("("):
+        lines[name] = list(lines[name]) + [(own[1:-1] if own.endswith(")") else own[1:], word.line)]
+    elif value.startswith("(") and value.endswith(")"):
+        lines[name] = [(value[1:-1], word.line)]
+    else:
+        lines[name] = word.line
+    known[name] = value
+
+
+def _expand_markers(
+    words: Sequence[Word], known: Mapping[str, str], lines: Mapping[str, Any], budget: _Budget, depth: int = 0
+) -> list[Word]:
+    """Replace ``\0NAME\0`` markers: a whole-word marker becomes the definition's words.
+
+    ``\0~NAME\0`` (unquoted ``${A[@]}``) also splits each element at whitespace, as bash
+    does. Markers inside the definition are expanded in turn (depth-limited: no cycles).
+    """
+    out: list[Word] = []
+    for word in words:
+        if "\0" not in word.text:
+            out.append(word)
+            continue
+        parts = word.text.split("\0")
+        if len(parts) == 3 and parts[0] == "" and parts[2] == "" and parts[1].lstrip("~") in known:
+            split = parts[1].startswith("~")
+            name = parts[1].lstrip("~")
+            if depth >= 8:
+                continue
+            value = known[name]
+            where = lines.get(name, word.line)
+            if isinstance(where, list):
+                parts_with_lines = where
+            else:
+                body = value[1:-1] if value.startswith("(") and value.endswith(")") else value
+                parts_with_lines = [(body, where)]
+            inner: list[Word] = []
+            for body, first_line in parts_with_lines:
+                budget.spend(len(body) + _LEX_COST, name, word.line)  # re-lexing is work even for a short body
+                lexer = _Lexer(body, first_line, budget)
+                while True:
+                    item = lexer.next_command(known)
+                    if item is None:
+                        break
+                    inner.extend(item[0])
+            for element in _expand_markers(inner, known, lines, budget, depth + 1):
+                budget.spend(len(element.text) + _WORD_COST, name, word.line)
+                if split and element.quoted and any(ch.isspace() for ch in element.text):
+                    out.extend(Word(piece, element.line, True) for piece in element.text.split())
+                else:
+                    out.append(element)
+            continue
+        text = "".join(known.get(part.lstrip("~"), part) if idx % 2 else part for idx, part in enumerate(parts))
+        budget.spend(len(text), parts[1].lstrip("~") if len(parts) > 1 else "", word.line)
+        out.append(Word(text, word.line, word.quoted))
+    return out
+
+
+def _split_assignment(text: str, known: Mapping[str, str]) -> tuple[str, str]:
+    match = _ASSIGN.match(text)
+    assert match is not None
+    name, append = match.group(1), match.group(2)
+    value = text[match.end() :]
+    if append:
+        old = known.get(name, "")
+        if old.startswith("(") and old.endswith(")") and value.startswith("("):
+            value = old[:-1] + "\n" + value[1:]  # arr+=( ... ): one longer array
+        else:
+            value = old + value
+    return name, value

@@ -1,0 +1,140 @@
+"""What a parsed launch script is: words, environment settings, commands, flags, overrides.
+
+Plain frozen records with the line each value came from (a finding has to point at the
+line to change); the lexer and the command reader build them, the check rules read them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Word:
+    """One shell word after quote removal; ``quoted`` when any part of it was quoted."""
+
+    text: str
+    line: int
+    quoted: bool = False
+
+
+@dataclass(frozen=True)
+class EnvSetting:
+    """An environment variable the script sets (or unsets), where, and how."""
+
+    name: str
+    value: str | None  # None: unset
+    line: int
+    how: str  # "export" | "prefix" | "shell" (not exported) | "unset"
+    command_line: int | None = None  # for "prefix": the command it applies to
+    file: str = ""
+
+    @property
+    def exported(self) -> bool:
+        return self.how in ("export", "prefix")
+
+    @property
+    def source(self) -> str:
+        return f"{self.file}:{self.line}" if self.file else f"line {self.line}"
+
+
+@dataclass(frozen=True)
+class Flag:
+    """A ``--flag`` of the training program with its values (``()`` for a bare switch)."""
+
+    name: str  # without the leading dashes, as written (e.g. "use-nccl-ub")
+    values: tuple[str, ...]
+    line: int
+
+    @property
+    def value(self) -> str | None:
+        return " ".join(self.values) if self.values else None
+
+
+@dataclass(frozen=True)
+class Override:
+    """A Hydra-style override ``[+|++|~]key[=value]`` (or a Bridge shortcut like ``-tp 4``)."""
+
+    key: str
+    value: str | None
+    line: int
+    prefix: str = ""  # "", "+", "++", "~"
+    text: str = ""  # as written
+
+
+@dataclass(frozen=True)
+class Command:
+    words: tuple[Word, ...]
+    env_prefix: tuple[EnvSetting, ...] = ()
+    launcher: tuple[str, ...] = ()  # e.g. ("srun", "torchrun")
+    program: str | None = None  # script path or "-m module"
+    program_args: tuple[Word, ...] = ()
+    launcher_options: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def line(self) -> int:
+        return self.words[0].line if self.words else 0
+
+    @property
+    def is_python(self) -> bool:
+        return self.program is not None
+
+
+@dataclass(frozen=True)
+class LaunchScript:
+    path: str
+    env: tuple[EnvSetting, ...]
+    commands: tuple[Command, ...]
+    sbatch: Mapping[str, tuple[str, int]]
+    notes: tuple[str, ...] = ()
+    unclosed_quote: tuple[str, int] | None = None  # (quote, line): the rest of the file was read as one word
+    crlf_line: int | None = None  # first line ending in CR LF: bash keeps the CR in every word there
+
+    @property
+    def python_commands(self) -> tuple[Command, ...]:
+        return tuple(c for c in self.commands if c.is_python)
+
+    def training_command(self) -> Command | None:
+        """The command that most looks like the training run (most flags/overrides)."""
+        best, score = None, -1
+        for cmd in self.python_commands:
+            value = len(cmd.program_args) + (100 if cmd.launcher else 0)
+            if value > score:
+                best, score = cmd, value
+        return best
+
+    def env_for(self, command: Command | None) -> dict[str, EnvSetting]:
+        """Exported variables in effect when ``command`` starts (its own prefixes win)."""
+        limit = command.line if command is not None else 1 << 62
+        state: dict[str, EnvSetting] = {}
+        shell: dict[str, EnvSetting] = {}
+        for setting in self.env:
+            if setting.how == "prefix":
+                continue
+            if setting.line > limit:
+                break
+            if setting.how == "unset":
+                state.pop(setting.name, None)
+                shell.pop(setting.name, None)
+            elif setting.how == "shell":
+                if setting.name in state:  # assigning an exported variable keeps it exported
+                    state[setting.name] = EnvSetting(
+                        setting.name, setting.value, setting.line, "export", file=setting.file
+                    )
+                else:
+                    shell[setting.name] = setting
+            else:
+                if setting.value is None and setting.name in shell:  # `export NAME` after NAME=...
+                    prior = shell[setting.name]
+                    setting = EnvSetting(setting.name, prior.value, prior.line, "export", file=setting.file)
+                if setting.value is not None:
+                    state[setting.name] = setting
+        if command is not None:
+            for prefix in command.env_prefix:
+                state[prefix.name] = prefix
+        return state
+
+    def later_settings(self, command: Command, name: str) -> list[EnvSetting]:
+        """Assignments of ``name`` that come after ``command`` (too late to affect it)."""
+        return [s for s in self.env if s.name == name and s.how != "prefix" and s.line > command.line]

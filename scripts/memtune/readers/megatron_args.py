@@ -1,0 +1,615 @@
+"""Megatron-LM command-line flags: read them from a launch script or a mapping, and turn
+them into a ModelSpec and RunSpec.
+
+Two input shapes are accepted, because that is how Megatron flags live in practice:
+
+* launch text (bash / sbatch / torchrun lines, ``\\`` line continuations, comments,
+  ``--flag value``, ``--flag=value``, bare boolean ``--flag``, multi-token values,
+  ``$VAR`` from earlier assignments) - read with check_env's shell reader
+  (:mod:`memtune.readers.launch`), so the estimator and the checker agree on a script;
+* a mapping ``{"--flag": value}`` (YAML or JSON), e.g. the ``MODEL_ARGS`` section of
+  Megatron-LM's functional-test ``model_config.yaml``.
+
+Defaults follow Megatron-LM's ``arguments.py`` (dropout 0.1, LayerNorm, learned absolute
+positions, tied embeddings, biases on, GPT-2 BPE vocabulary when only a vocab file is
+given); each default used is reported as an assumption. Everything here imports only the
+standard library (PyYAML lazily, for mapping files).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, overload
+
+from memtune.errors import InputError
+
+if TYPE_CHECKING:  # imported lazily at run time (module doc)
+    from memtune.spec.model_spec import ModelSpec
+    from memtune.spec.run_spec import RunSpec
+
+GPT2_VOCAB_SIZE = 50257  # GPT2BPETokenizer (Megatron-LM's default tokenizer type)
+
+
+def normalize_flag(flag: str) -> str:
+    """'--tensor-model-parallel-size' -> 'tensor_model_parallel_size'."""
+    return flag.lstrip("-").replace("-", "_").strip()
+
+
+def _scalar(token: str) -> Any:
+    low = token.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    try:
+        return int(token)
+    except ValueError:
+        pass
+    try:
+        return float(token)
+    except ValueError:
+        return token
+
+
+def _flag_value(values: tuple[str, ...]) -> Any:
+    """Flag words -> True (a switch), one scalar, or a list of scalars."""
+    if not values:
+        return True
+    scalars = [_scalar(v) for v in values]
+    return scalars[0] if len(scalars) == 1 else scalars
+
+
+def parse_launch_text(text: str, source: str = "<text>") -> dict[str, Any]:
+    """Every ``--flag`` of a launch script's Python command(s), later commands winning.
+
+    The script is read by check_env's shell reader (:mod:`memtune.readers.launch`: line
+    continuations, comments, ``$VAR`` / ``${VAR:-x}`` expansion from earlier assignments,
+    ``srun`` / ``torchrun`` / ``python -m`` launchers), so both helpers see the same flags in
+    the same script. A file that is only a list of flags (no command) is read as one.
+    """
+    from memtune.readers.launch.args import split_program_args
+    from memtune.readers.launch.commands import parse_text
+
+    script = parse_text(text, source)
+    commands = script.python_commands or script.commands
+    flags: dict[str, Any] = {}
+    for command in commands:
+        words = command.program_args if command.is_python else command.words
+        parsed, _ = split_program_args(words)
+        for name, flag in parsed.items():
+            flags["--" + name] = _flag_value(flag.values)
+    return flags
+
+
+def launch_world_size(text: str, source: str = "<text>") -> tuple[int | None, str | None]:
+    """(GPU count, note) from the training command's launcher (torchrun --nproc_per_node x
+    --nnodes, srun / #SBATCH nodes and tasks per node), or (None, a loud warning) when the
+    count is built from variables the job only knows at run time ($NNODES, $GPUS_PER_NODE)."""
+    from memtune.readers.launch.commands import parse_text
+
+    script = parse_text(text, source)
+    command = script.training_command()
+    if command is None:
+        return None, None
+    opts = dict(command.launcher_options)
+    per_node = (
+        opts.get("torchrun.nproc_per_node")
+        or opts.get("torchrun.nproc-per-node")
+        or opts.get("srun.ntasks-per-node")
+        or (script.sbatch.get("ntasks-per-node") or script.sbatch.get("gpus-per-node") or (None, 0))[0]
+    )
+    nodes = (
+        opts.get("torchrun.nnodes")
+        or opts.get("srun.nodes")
+        or opts.get("srun.N")
+        or (script.sbatch.get("nodes") or script.sbatch.get("N") or (None, 0))[0]
+    )
+    if per_node is None and nodes is None:
+        return None, None
+    words = {"GPUs per node": per_node, "nodes": nodes}
+    unresolved = [f"{k} {v}" for k, v in words.items() if v is not None and "$" in str(v)]
+    if unresolved:
+        return None, (
+            f"WARNING: world size unresolved: the launcher takes {' and '.join(unresolved)} from the "
+            f"environment at run time (line {command.line}); pass --gpus N - without it the "
+            "estimate assumes one data-parallel replica, which overstates sharded optimizer memory"
+        )
+    try:
+        gpn = int(str(per_node or 1).split(":")[-1])
+        n = int(str(nodes or 1).split(":")[-1])
+    except ValueError:
+        return None, f"WARNING: world size unreadable from the launcher ({per_node!r} x {nodes!r}); pass --gpus N"
+    return gpn * n, f"world size {gpn * n} = {gpn} GPUs per node x {n} node(s) from the launcher (line {command.line})"
+
+
+def _mapping_flags(data: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Find a {'--flag': value} mapping at the top level or under MODEL_ARGS."""
+    if "MODEL_ARGS" in data and isinstance(data["MODEL_ARGS"], Mapping):
+        data = data["MODEL_ARGS"]
+    if data and all(isinstance(k, str) and k.startswith("-") for k in data):
+        return dict(data)
+    return None
+
+
+def load_megatron_args(path: str | Path) -> dict[str, Any]:
+    """Read flags from a launch script, or a YAML/JSON mapping of flags."""
+    from memtune.files.textfile import read_text
+
+    p = Path(path)
+    text = read_text(p, "a launch script or a YAML/JSON mapping of Megatron flags", strict=False)
+    stripped = text.lstrip()
+    if p.suffix.lower() in (".json", ".yaml", ".yml") or stripped.startswith("{"):
+        data: Any
+        try:
+            if stripped.startswith("{"):
+                data = json.loads(text)
+            else:
+                from memtune.files import yaml_guard  # lazy: --help must work without PyYAML
+
+                data = yaml_guard.safe_load(text)
+        except RecursionError:
+            raise InputError(f"{p}: JSON nested too deeply to be a mapping of Megatron flags") from None
+        except Exception as exc:  # noqa: BLE001 - any parse failure is bad input
+            raise InputError(f"{p}: not valid YAML/JSON: {str(exc).splitlines()[0]}") from None
+        if isinstance(data, Mapping):
+            flags = _mapping_flags(data)
+            if flags is not None:
+                return flags
+        raise InputError(f"{p}: expected a mapping of Megatron flags like {{'--num-layers': 32}} (or MODEL_ARGS: ...)")
+    flags = parse_launch_text(text, str(p))
+    if not flags:
+        raise InputError(f"{p}: no --flags found; pass a launch script or a YAML/JSON mapping of flags")
+    return flags
+
+
+# ---------------------------------------------------------------------- to specs
+def parse_layer_pattern(value: Any, num_layers: int) -> tuple[int, ...] | None:
+    """--moe-layer-freq: an int N (every N-th layer is MoE), a list, or '([0]*3+[1]*12)'."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise InputError(f"--moe-layer-freq: expected an integer or a pattern, got {value!r}")
+    if isinstance(value, int):
+        if value <= 0:
+            raise InputError(f"--moe-layer-freq must be positive, got {value}")
+        return tuple(1 if i % value == 0 else 0 for i in range(num_layers))
+    if isinstance(value, (list, tuple)):
+        if not all(str(x).strip() in ("0", "1") for x in value):
+            raise InputError(f"--moe-layer-freq: a list must hold 0/1 flags, got {value!r}")
+        if len(value) != num_layers:
+            raise InputError(f"--moe-layer-freq pattern has {len(value)} entries but --num-layers is {num_layers}")
+        return tuple(int(str(x).strip()) for x in value)
+    text = str(value).replace(" ", "")
+    if text.isdigit():
+        return parse_layer_pattern(int(text), num_layers)
+    text = text.strip("()")
+    out: list[int] = []
+    for part in text.split("+"):
+        m = re.fullmatch(r"\[([0-9,]*)\](?:\*(\d+))?", part)
+        if not m:
+            raise InputError(f"--moe-layer-freq: cannot read pattern {value!r}; use e.g. '([0]*3+[1]*12)'")
+        items = [int(x) for x in m.group(1).split(",") if x]
+        out.extend(items * int(m.group(2) or 1))
+    if len(out) != num_layers:
+        raise InputError(f"--moe-layer-freq pattern has {len(out)} entries but --num-layers is {num_layers}")
+    return tuple(out)
+
+
+def parse_pipeline_layout(layout: str, pp: int) -> tuple[tuple[int, ...], int]:
+    """--pipeline-model-parallel-layout 'Et*3|(tt|)*6L' -> (decoder layers per stage, vpp)."""
+    text = str(layout).replace(" ", "").replace('"', "").replace("'", "")
+    # expand '(x)*n' then 't*n'
+    for _ in range(10):
+        new = re.sub(r"\(([^()]*)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), text)
+        if new == text:
+            break
+        text = new
+    text = re.sub(r"([A-Za-z])\*(\d+)", lambda m: m.group(1) * int(m.group(2)), text)
+    chunks = text.split("|")
+    if len(chunks) % pp:
+        raise InputError(f"--pipeline-model-parallel-layout has {len(chunks)} stages, not a multiple of PP {pp}")
+    vpp = len(chunks) // pp
+    per_stage = [0] * pp
+    for i, chunk in enumerate(chunks):
+        per_stage[i % pp] += chunk.count("t")
+    return tuple(per_stage), vpp
+
+
+def hybrid_pipeline_split(pattern: str, pp: int) -> tuple[tuple[int, ...], int]:
+    """'M-M*|M-M-|...' -> (layers per PP stage, VPP chunks): in a hybrid pattern '|' ends a
+    pipeline segment, and segment i runs on stage i mod PP (Megatron's hybrid layer
+    allocation), so segments / PP is the number of virtual stages."""
+    segments = str(pattern).split("/")[0].split("|")
+    if len(segments) % pp:
+        raise InputError(f"hybrid layer pattern has {len(segments)} pipeline segments, not a multiple of PP {pp}")
+    per_stage = [0] * pp
+    for i, segment in enumerate(segments):
+        per_stage[i % pp] += len(segment.strip())
+    return tuple(per_stage), len(segments) // pp
+
+
+def _flag(args: Mapping[str, Any], name: str, default: Any = None) -> Any:
+    value = args.get(name, default)
+    if isinstance(value, str) and value.startswith("${"):
+        return default
+    return value
+
+
+# The typed readers return the default's type: with an int/str/float default the value can
+# never be None, which is what lets the callers below build specs without None checks.
+@overload
+def _int(args: Mapping[str, Any], name: str, default: int) -> int: ...
+@overload
+def _int(args: Mapping[str, Any], name: str, default: int | None = None) -> int | None: ...
+def _int(args: Mapping[str, Any], name: str, default: int | None = None) -> int | None:
+    value = _flag(args, name, default)
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise InputError(f"--{name.replace('_', '-')}: expected an integer, got a bare flag")
+    try:
+        number = int(value)
+        if isinstance(value, float) and number != value:
+            raise ValueError
+        return number
+    except (TypeError, ValueError, OverflowError):
+        raise InputError(f"--{name.replace('_', '-')}: expected an integer, got {value!r}") from None
+
+
+@overload
+def _float(args: Mapping[str, Any], name: str, default: float) -> float: ...
+@overload
+def _float(args: Mapping[str, Any], name: str, default: float | None) -> float | None: ...
+def _float(args: Mapping[str, Any], name: str, default: float | None) -> float | None:
+    value = _flag(args, name, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or isinstance(value, (list, tuple)):
+        raise InputError(f"--{name.replace('_', '-')}: expected a number, got {value!r}")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise InputError(f"--{name.replace('_', '-')}: expected a number, got {value!r}") from None
+
+
+@overload
+def _str(args: Mapping[str, Any], name: str, default: str) -> str: ...
+@overload
+def _str(args: Mapping[str, Any], name: str, default: str | None) -> str | None: ...
+def _str(args: Mapping[str, Any], name: str, default: str | None) -> str | None:
+    value = _flag(args, name, default)
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)):
+        raise InputError(f"--{name.replace('_', '-')}: expected one value, got {len(value)}")
+    return str(value)
+
+
+def _required_int(args: Mapping[str, Any], name: str) -> int:
+    value = _int(args, name)
+    if value is None:
+        raise InputError(f"Megatron args are missing --{name.replace('_', '-')}")
+    return value
+
+
+def _bool(args: Mapping[str, Any], name: str, default: bool = False) -> bool:
+    value = _flag(args, name, None)
+    if value is None:
+        return default
+    if isinstance(value, str):
+        return value.strip().lower() not in ("false", "0", "no", "")
+    return bool(value)
+
+
+def _list(value: Any) -> tuple[str, ...]:
+    if value is None or value is True:
+        return ()
+    if isinstance(value, (list, tuple)):
+        return tuple(str(v).strip("[],") for v in value if str(v).strip("[],"))
+    return tuple(x for x in re.split(r"[\s,\[\]]+", str(value)) if x)
+
+
+def vocab_from_tokenizer(a: Mapping[str, Any]) -> tuple[int, str]:
+    """(vocabulary size, the assumption to print) when --vocab-size is absent.
+
+    Megatron reads the size from the tokenizer file at start-up, which we never open: a
+    known tokenizer file name or type (``data/tokenizers.yaml``) gives its real size, any
+    other tokenizer a stated assumption - never an error, because the vocabulary only moves
+    the embedding/output matrices and the logits, and a launch script rarely spells it out.
+    """
+    tokenizer = str(a.get("tokenizer_type", "GPT2BPETokenizer"))
+    if tokenizer.startswith("$"):
+        default = int(_tokenizer_table()["types"]["SentencePieceTokenizer"]["vocab_size"])
+        return default, (
+            f"vocabulary ASSUMED {default}: --tokenizer-type is the unresolved {tokenizer}; "
+            "pass --vocab-size for the real one"
+        )
+    if tokenizer == "GPT2BPETokenizer":
+        return GPT2_VOCAB_SIZE, f"vocabulary {GPT2_VOCAB_SIZE} (GPT-2 BPE, Megatron's default tokenizer)"
+    table = _tokenizer_table()
+    # The file name is enough, even behind an unresolved ${DATA_PATH}/ prefix.
+    model_file = str(a.get("tokenizer_model", "") or "").lower().rsplit("/", 1)[-1]
+    if model_file.startswith("$"):
+        model_file = ""
+    for key, entry in table.get("models", {}).items():
+        if model_file and key.lower() in model_file:
+            return int(entry["vocab_size"]), (
+                f"vocabulary {entry['vocab_size']} for tokenizer model {model_file} "
+                f"({entry['source']}); pass --vocab-size if yours differs"
+            )
+    entry = table.get("types", {}).get(tokenizer)
+    if entry is not None:
+        kind = "ASSUMED" if entry.get("assumed") else "known"
+        return int(entry["vocab_size"]), (
+            f"vocabulary {entry['vocab_size']} {kind} for --tokenizer-type {tokenizer} ({entry['source']})"
+        )
+    default = int(table["types"]["SentencePieceTokenizer"]["vocab_size"])
+    return default, (
+        f"vocabulary ASSUMED {default} for --tokenizer-type {tokenizer} (size unknown without the "
+        "tokenizer file); pass --vocab-size for the real one"
+    )
+
+
+@lru_cache(maxsize=1)
+def _tokenizer_table() -> dict[str, Any]:
+    from memtune.files.data_yaml import load_data_yaml
+    from memtune.files.paths import DATA_DIR
+
+    return load_data_yaml(DATA_DIR / "tokenizers.yaml") or {}
+
+
+def _largest_batch(a: Mapping[str, Any]) -> int | None:
+    """The largest global batch a run reaches: --global-batch-size, or the last (largest)
+    entry of a --step-batch-size-schedule such as '0:384 200B:768 400B:1152'."""
+    gbs = _int(a, "global_batch_size")
+    schedule = _flag(a, "step_batch_size_schedule")
+    if gbs is None and schedule not in (None, True):
+        items = schedule if isinstance(schedule, (list, tuple)) else str(schedule).split()
+        sizes = [int(str(x).rsplit(":", 1)[-1]) for x in items if str(x).rsplit(":", 1)[-1].isdigit()]
+        if sizes:
+            return max(sizes)
+    return gbs
+
+
+def specs_from_megatron_args(
+    flags: Mapping[str, Any], world_size: int | None = None
+) -> tuple[ModelSpec, RunSpec, list[str]]:
+    """(ModelSpec, RunSpec, assumptions) from Megatron-LM flags (either key spelling)."""
+    from memtune.spec.model_spec import ModelSpec
+    from memtune.spec.run_spec import RunSpec, normalize_dtype
+
+    a = _ReadFlags({normalize_flag(k): v for k, v in flags.items()})
+    assumptions: list[str] = []
+    pattern = a.get("hybrid_layer_pattern") or a.get("hybrid_override_pattern")
+    if pattern is not None and (not isinstance(pattern, str) or pattern.startswith("$")):
+        raise InputError(
+            f"Megatron args: hybrid layer pattern {pattern!r} is not a literal pattern; give it as e.g. M-M-M*-M-"
+        )
+    if pattern is None and (_bool(a, "is_hybrid_model") or _flag(a, "hybrid_attention_ratio") is not None):
+        raise InputError(
+            "Megatron args: a hybrid Mamba model without --hybrid-layer-pattern "
+            "(--hybrid-override-pattern); give the pattern (one symbol per layer: M * - E)"
+        )
+    if pattern is not None:
+        from memtune.spec.model_spec import hybrid_symbols
+
+        try:
+            symbols = hybrid_symbols(pattern)
+        except ValueError as exc:
+            raise InputError(f"Megatron args: {exc}") from None
+        if _flag(a, "num_layers") is None:
+            a["num_layers"] = len(symbols)
+    missing = [
+        f"--{k.replace('_', '-')}" for k in ("num_layers", "hidden_size", "num_attention_heads") if _flag(a, k) is None
+    ]
+    if missing:
+        raise InputError(f"Megatron args are missing {', '.join(missing)}")
+    layers = _required_int(a, "num_layers")
+    hidden = _required_int(a, "hidden_size")
+    heads = _required_int(a, "num_attention_heads")
+    swiglu = _bool(a, "swiglu")
+    ffn = _int(a, "ffn_hidden_size")
+    if ffn is None:
+        ffn = int(4 * hidden * 2 / 3 / 64) * 64 if swiglu else 4 * hidden
+    vocab = _int(a, "vocab_size")
+    if vocab is None:
+        vocab, note = vocab_from_tokenizer(a)
+        assumptions.append(note)
+    gqa = _bool(a, "group_query_attention")
+    groups = _int(a, "num_query_groups") if gqa else None
+    experts = _int(a, "num_experts")
+    mla = _bool(a, "multi_latent_attention")
+    mtp = _int(a, "mtp_num_layers", 0) or 0
+    model = ModelSpec(
+        name=str(_flag(a, "model_name", "megatron-args")),
+        num_layers=layers,
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        vocab_size=vocab,
+        ffn_hidden_size=ffn,
+        num_query_groups=groups,
+        kv_channels=_int(a, "kv_channels"),
+        gated_linear_unit=swiglu,
+        activation="swiglu" if swiglu else ("squared_relu" if _bool(a, "squared_relu") else "gelu"),
+        normalization=_str(a, "normalization", "LayerNorm"),
+        add_bias_linear=not _bool(a, "disable_bias_linear"),
+        add_qkv_bias=_bool(a, "add_qkv_bias"),
+        qk_layernorm=_bool(a, "qk_layernorm"),
+        untie_embeddings_and_output_weights=_bool(a, "untie_embeddings_and_output_weights"),
+        position_embedding_type=_str(a, "position_embedding_type", "learned_absolute"),
+        max_position_embeddings=_int(a, "max_position_embeddings", _int(a, "seq_length", 4096)) or 4096,
+        make_vocab_size_divisible_by=_int(a, "make_vocab_size_divisible_by", 128) or 128,
+        num_moe_experts=experts,
+        moe_router_topk=_int(a, "moe_router_topk", 2) or 2,
+        moe_ffn_hidden_size=_int(a, "moe_ffn_hidden_size"),
+        moe_shared_expert_intermediate_size=_int(a, "moe_shared_expert_intermediate_size"),
+        moe_latent_size=_int(a, "moe_latent_size"),
+        moe_layer_pattern=parse_layer_pattern(_flag(a, "moe_layer_freq"), layers) if experts else None,
+        moe_router_enable_expert_bias=_bool(a, "moe_router_enable_expert_bias"),
+        multi_latent_attention=mla,
+        q_lora_rank=_int(a, "q_lora_rank"),
+        kv_lora_rank=_int(a, "kv_lora_rank", 512) or 512,
+        qk_head_dim=_int(a, "qk_head_dim", 128) or 128,
+        qk_pos_emb_head_dim=_int(a, "qk_pos_emb_head_dim", 64) or 64,
+        v_head_dim=_int(a, "v_head_dim", 128) or 128,
+        mtp_num_layers=mtp,
+        hybrid_layer_pattern=str(pattern).split("/")[0] if pattern is not None else None,
+        mamba_state_dim=_int(a, "mamba_state_dim", 128) or 128,
+        mamba_head_dim=_int(a, "mamba_head_dim", 64) or 64,
+        mamba_num_groups=_int(a, "mamba_num_groups", 8) or 8,
+        mamba_num_heads=_int(a, "mamba_num_heads"),
+    )
+    tp = _int(a, "tensor_model_parallel_size", 1) or 1
+    pp = _int(a, "pipeline_model_parallel_size", 1) or 1
+    vpp = _int(a, "num_virtual_stages_per_pipeline_rank")
+    per_vstage = _int(a, "num_layers_per_virtual_pipeline_stage")
+    if vpp is None and per_vstage:
+        # Megatron counts the embedding / loss as a layer each when they are accounted for
+        # in the pipeline split (transformer_block.get_num_layers_to_build).
+        virtual = (
+            layers
+            + int(_bool(a, "account_for_embedding_in_pipeline_split"))
+            + int(_bool(a, "account_for_loss_in_pipeline_split"))
+        )
+        vpp = max(1, virtual // pp // per_vstage)
+    stage_layers = None
+    layout = _flag(a, "pipeline_model_parallel_layout")
+    if layout:
+        stage_layers, vpp = parse_pipeline_layout(str(layout), pp)
+    elif model.hybrid_layer_pattern and "|" in model.hybrid_layer_pattern:
+        stage_layers, vpp = hybrid_pipeline_split(model.hybrid_layer_pattern, pp)
+    if world_size is None:
+        world_size = _int(a, "world_size")
+    if world_size is None:
+        world_size = tp * pp * (_int(a, "context_parallel_size", 1) or 1)
+        assumptions.append(f"world size not given: assumed {world_size} (one data-parallel replica)")
+    fp16 = _bool(a, "fp16")
+    bf16 = _bool(a, "bf16")
+    params_dtype = "fp16" if fp16 else ("bf16" if bf16 else "fp32")
+    recompute_modules = _list(_flag(a, "recompute_modules")) or ("core_attn",)
+    cuda_graph: tuple[str, ...] = ()
+    if _flag(a, "cuda_graph_impl") not in (None, "none") or _bool(a, "enable_cuda_graph"):
+        cuda_graph = _list(_flag(a, "cuda_graph_scope")) or _list(_flag(a, "cuda_graph_modules")) or ("full",)
+    offload_modules = _list(_flag(a, "offload_modules")) if _bool(a, "fine_grained_activation_offloading") else ()
+    run = RunSpec(
+        world_size=world_size,
+        tp=tp,
+        pp=pp,
+        vpp=vpp,
+        cp=_int(a, "context_parallel_size", 1) or 1,
+        ep=_int(a, "expert_model_parallel_size", 1) or 1,
+        etp=_int(a, "expert_tensor_parallel_size"),
+        mbs=_int(a, "micro_batch_size", 1) or 1,
+        gbs=_largest_batch(a),
+        seq_length=_int(a, "seq_length", 4096) or 4096,
+        sequence_parallel=_bool(a, "sequence_parallel"),
+        params_dtype=params_dtype,
+        fp8=_str(a, "fp8_recipe", "delayed") if _flag(a, "fp8_format") else None,
+        fp8_param_gather=_bool(a, "fp8_param_gather"),
+        # Megatron-LM forces fp32 gradient accumulation/all-reduce with bf16.
+        # (unless --grad-reduce-in-bf16 keeps the gradient buffer in bf16).
+        grad_reduce_in_fp32=(bf16 and not _bool(a, "grad_reduce_in_bf16"))
+        or _bool(a, "accumulate_allreduce_grads_in_fp32"),
+        optimizer=_str(a, "optimizer", "adam"),
+        use_distributed_optimizer=_bool(a, "use_distributed_optimizer"),
+        num_distributed_optimizer_instances=_int(a, "num_distributed_optimizer_instances", 1) or 1,
+        use_precision_aware_optimizer=_bool(a, "use_precision_aware_optimizer"),
+        main_params_dtype=normalize_dtype(_flag(a, "main_params_dtype", "fp32")),
+        exp_avg_dtype=normalize_dtype(_flag(a, "exp_avg_dtype", "fp32")),
+        exp_avg_sq_dtype=normalize_dtype(_flag(a, "exp_avg_sq_dtype", "fp32")),
+        optimizer_cpu_offload=_bool(a, "optimizer_cpu_offload"),
+        optimizer_offload_fraction=_float(a, "optimizer_offload_fraction", 1.0),
+        use_megatron_fsdp=_bool(a, "use_megatron_fsdp"),
+        data_parallel_sharding_strategy=_str(a, "data_parallel_sharding_strategy", "optim_grads_params"),
+        overlap_grad_reduce=_bool(a, "overlap_grad_reduce"),
+        overlap_param_gather=_bool(a, "overlap_param_gather"),
+        # --recompute-activations is Megatron's older spelling of selective (core-attention) recompute.
+        recompute_granularity=_str(
+            a, "recompute_granularity", "selective" if _bool(a, "recompute_activations") else None
+        ),
+        recompute_method=_str(a, "recompute_method", None),
+        recompute_num_layers=_int(a, "recompute_num_layers"),
+        recompute_modules=recompute_modules,
+        attention_backend=_str(a, "attention_backend", "auto"),
+        attention_dropout=_float(a, "attention_dropout", 0.1),
+        hidden_dropout=_float(a, "hidden_dropout", 0.1),
+        transformer_impl=_str(a, "transformer_impl", "transformer_engine"),
+        cross_entropy_loss_fusion=_bool(a, "cross_entropy_loss_fusion"),
+        defer_embedding_wgrad_compute=_bool(a, "defer_embedding_wgrad_compute"),
+        wgrad_deferral_limit=_int(a, "wgrad_deferral_limit", 0) or 0,
+        moe_token_dispatcher_type=_str(a, "moe_token_dispatcher_type", "allgather"),
+        moe_expert_capacity_factor=_float(a, "moe_expert_capacity_factor", None),
+        moe_pad_expert_input_to_capacity=_bool(a, "moe_pad_expert_input_to_capacity"),
+        moe_router_dtype=_str(a, "moe_router_dtype", None),
+        cpu_offloading=_bool(a, "cpu_offloading"),
+        cpu_offloading_num_layers=_int(a, "cpu_offloading_num_layers", 0) or 0,
+        fine_grained_offload_modules=offload_modules,
+        num_layers_in_first_pipeline_stage=_int(a, "decoder_first_pipeline_num_layers"),
+        num_layers_in_last_pipeline_stage=_int(a, "decoder_last_pipeline_num_layers"),
+        account_for_embedding_in_pipeline_split=_bool(a, "account_for_embedding_in_pipeline_split"),
+        account_for_loss_in_pipeline_split=_bool(a, "account_for_loss_in_pipeline_split"),
+        stage_layers=stage_layers,
+        microbatch_group_size_per_vp_stage=_int(a, "microbatch_group_size_per_virtual_pipeline_stage"),
+        cuda_graph_scope=cuda_graph,
+        cuda_graph_warmup_steps=_int(a, "cuda_graph_warmup_steps", 3),
+        use_nccl_ub=_bool(a, "use_nccl_ub"),
+    )
+    if "attention_dropout" not in a or "hidden_dropout" not in a:
+        assumptions.append("dropout defaults 0.1 (Megatron-LM) where not given")
+    if _bool(a, "recompute_activations") and _flag(a, "recompute_granularity") is None:
+        assumptions.append("--recompute-activations = selective recompute of core attention (Megatron-LM)")
+    if _int(a, "global_batch_size") is None and run.gbs is not None:
+        assumptions.append(f"global batch {run.gbs}: the largest step of --step-batch-size-schedule")
+    if _flag(a, "rampup_batch_size") is not None:
+        assumptions.append(
+            f"--rampup-batch-size: the batch ramps up to --global-batch-size {run.gbs}; "
+            "the estimate is for that final (largest) batch"
+        )
+    if _bool(a, "use_legacy_models"):
+        assumptions.append(
+            "WARNING: --use-legacy-models builds Megatron-LM's legacy GPT model, not Megatron-Core; "
+            "the estimate is for the Megatron-Core model with the same flags"
+        )
+    ignored = ignored_flags(a)
+    if ignored:
+        assumptions.append(
+            "ignored flags (not modelled; check they do not change memory): "
+            + ", ".join("--" + f.replace("_", "-") for f in ignored)
+        )
+    return model, run, assumptions
+
+
+class _ReadFlags(dict[str, Any]):
+    """A flag mapping that remembers which flags were looked up, so the flags the estimator
+    never read can be listed instead of silently dropped."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.read: set[str] = set()
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        self.read.add(key)
+        return super().get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        self.read.add(str(key))
+        return super().__contains__(key)
+
+
+def ignored_flags(a: Mapping[str, Any]) -> list[str]:
+    """Flags given but neither read by the estimator nor known to leave memory unchanged."""
+    prefixes, names = _no_memory_flags()
+    read: set[str] = getattr(a, "read", set())
+    return sorted(k for k in a if k not in read and k not in names and not k.startswith(prefixes))
+
+
+@lru_cache(maxsize=1)
+def _no_memory_flags() -> tuple[tuple[str, ...], frozenset[str]]:
+    """(prefixes, names) of flags known to leave GPU memory unchanged (data/megatron_flags.yaml)."""
+    from memtune.files.data_yaml import load_data_yaml
+    from memtune.files.paths import DATA_DIR
+
+    table = load_data_yaml(DATA_DIR / "megatron_flags.yaml") or {}
+    return tuple(table.get("prefixes", ())), frozenset(table.get("names", ()))

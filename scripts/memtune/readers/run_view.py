@@ -1,0 +1,527 @@
+"""One view of a training run assembled from every input check_env / regather_config get.
+
+The same knob can be written in many places: a Megatron-LM flag in the launch script, a
+key in a Megatron Bridge YAML, a Hydra override on the command line, a Bridge shortcut
+(``-tp 4``). Rules should not care which; they ask the view for ``tp`` or ``nccl_ub``
+and get the value *and where it came from* (``file:line``), because a finding is only
+useful when it points at the line to change.
+
+Precedence, lowest first: Bridge YAML (``--config``), the training command in the
+launch script (flags, overrides), the overrides given to the helper itself.
+The environment is: this process (``--env``), then ``--env-file`` files, then what the
+launch script exports before its training command (its ``VAR=... cmd`` prefixes last).
+
+Note for folding: the YAML-with-line-numbers loader and the Hydra value parser here are
+deliberately small; they can be replaced by the estimator's ``bridge_config`` /
+``overrides`` modules once those keep source lines.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from memtune.errors import InputError
+from memtune.files.data_yaml import load_data_mapping
+from memtune.files.paths import DATA_DIR
+from memtune.files.textfile import one_line, yaml_syntax_error
+from memtune.readers.launch.args import parse_override, split_program_args
+from memtune.readers.launch.commands import parse_file
+from memtune.readers.launch.script import Command, Flag, LaunchScript, Override
+from memtune.spec.overrides import refuse_misspelt
+
+ALLOC_VARS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
+
+
+@dataclass(frozen=True)
+class Value:
+    """A setting's value with its provenance."""
+
+    value: Any
+    source: str  # "file:line" or a description ("--override", "environment")
+    text: str  # how it was written, e.g. "--use-nccl-ub" or "ddp.nccl_ub: true"
+    origin: str  # flag | config | override | cli | derived
+
+
+@dataclass(frozen=True)
+class EnvValue:
+    name: str
+    value: str
+    source: str
+    line: int | None = None
+    file: str | None = None
+
+
+@dataclass
+class RunView:
+    env: dict[str, EnvValue] = field(default_factory=dict)
+    env_given: bool = False  # any of --env / --env-file / --script was given
+    settings: dict[str, Value] = field(default_factory=dict)
+    script: LaunchScript | None = None
+    command: Command | None = None  # the training command
+    config_path: str | None = None
+    config_form: str | None = None  # "yaml" | "hydra" | "megatron" | None
+    torch_version: tuple[int, ...] | None = None
+    torch_version_text: str | None = None
+    mcore_version: tuple[int, ...] | None = None
+    compute_capability: float | None = None
+    gpu: str | None = None
+    notes: list[str] = field(default_factory=list)
+    unresolved: dict[str, Value] = field(default_factory=dict)  # e.g. "$TP" left literal
+    flat: dict[str, tuple[Any, str, str]] = field(default_factory=dict)  # config key -> (value, source, text)
+    flags: dict[str, Flag] = field(default_factory=dict)  # training command's Megatron-LM flags
+    crlf_scripts: list[tuple[LaunchScript, Command | None]] = field(default_factory=list)  # CR LF line endings
+
+    def get(self, name: str, default: Any = None) -> Any:
+        item = self.settings.get(name)
+        return default if item is None else item.value
+
+    def where(self, name: str) -> str:
+        item = self.settings.get(name)
+        return item.source if item else "default"
+
+    def text(self, name: str) -> str:
+        item = self.settings.get(name)
+        return item.text if item else name
+
+    def has(self, name: str) -> bool:
+        return name in self.settings
+
+
+@lru_cache(maxsize=1)
+def rules_data() -> Mapping[str, Any]:
+    return load_data_mapping(DATA_DIR / "check_rules.yaml")
+
+
+def switches() -> frozenset[str]:
+    data = rules_data()
+    names = set(data.get("switches", []))
+    for spec in data["settings"].values():
+        if spec.get("switch"):
+            names.update(spec.get("flags", []))
+    return frozenset(names)
+
+
+# ------------------------------------------------------------------ value parsing
+
+
+def hydra_value(text: str | None) -> Any:
+    """Hydra override value -> Python (YAML scalars / flow lists), via memtune.spec.overrides."""
+    from memtune.spec.overrides import parse_value
+
+    return None if text is None else parse_value(text)
+
+
+def coerce(value: Any, kind: str) -> tuple[Any, bool]:
+    """Convert to the setting's type; (value, ok). Unresolved shell text is not ok."""
+    if value is None:
+        return None, True
+    try:
+        if kind == "int":
+            if isinstance(value, bool):
+                return int(value), True
+            if isinstance(value, float) and not value.is_integer():
+                return value, False  # 2.5 layers is a typo, not 2; inf / NaN are not sizes
+            if isinstance(value, (int, float)):
+                return int(value), True
+            return int(str(value).strip()), True
+        if kind == "bool":
+            if isinstance(value, bool):
+                return value, True
+            low = str(value).strip().lower()
+            if low in ("true", "1", "yes", "on"):
+                return True, True
+            if low in ("false", "0", "no", "off", "none", "null"):
+                return False, True
+            return value, False
+        if kind == "list":
+            if isinstance(value, (list, tuple)):
+                return [str(v) for v in value], True
+            text = str(value).strip()
+            if text.startswith("["):
+                parsed = hydra_value(text)
+                if isinstance(parsed, list):
+                    return [str(v) for v in parsed], True
+            return [part for part in re.split(r"[\s,\[\]]+", text) if part], True
+        return (value if not isinstance(value, str) else value.strip()), True
+    except (TypeError, ValueError):
+        return value, False
+
+
+# ------------------------------------------------------------------ YAML with lines
+
+
+def load_yaml_lines(path: str) -> dict[str, tuple[Any, int]]:
+    """Flatten a YAML mapping to ``{"a.b.c": (value, line)}`` (1-based lines).
+
+    Uses yaml.compose so every key keeps its line; only safe constructors are used.
+    """
+    import yaml  # lazy
+
+    from memtune.files import yaml_guard
+    from memtune.files.textfile import read_text
+
+    text = read_text(path, "a Megatron Bridge YAML config")
+    try:
+        node = yaml_guard.compose(text)
+    except yaml.YAMLError as exc:
+        raise yaml_syntax_error(path, exc) from None
+    except yaml_guard.YamlLimitError as exc:
+        raise InputError(f"{path}: the YAML {exc}: not a Megatron Bridge config; pass the real config") from None
+    if node is None:
+        return {}
+    if not isinstance(node, yaml.MappingNode):
+        raise InputError(f"{path}: top level is not a mapping; give a Megatron Bridge ConfigContainer YAML")
+    constructor = yaml.constructor.SafeConstructor()
+    out: dict[str, tuple[Any, int]] = {}
+
+    def walk(current: Any, prefix: str) -> None:
+        for key_node, value_node in current.value:
+            try:
+                key = str(constructor.construct_object(key_node, deep=True))
+            except yaml.YAMLError:
+                key = str(key_node.value)
+            dotted = f"{prefix}.{key}" if prefix else key
+            line = key_node.start_mark.line + 1
+            if isinstance(value_node, yaml.MappingNode):
+                try:
+                    out[dotted] = (constructor.construct_object(value_node, deep=True), line)
+                except yaml.YAMLError:
+                    out[dotted] = ({}, line)
+                walk(value_node, dotted)
+            else:
+                try:
+                    out[dotted] = (constructor.construct_object(value_node, deep=True), line)
+                except yaml.YAMLError as exc:
+                    problem = one_line(getattr(exc, "problem", None) or exc, 120)
+                    raise InputError(f"{path}:{line}: value of {dotted} cannot be read ({problem}); fix it") from None
+
+    try:
+        walk(node, "")
+    except RecursionError:
+        raise InputError(f"{path}: YAML nested too deeply to be a Megatron Bridge config") from None
+    return out
+
+
+# ------------------------------------------------------------------ env files
+
+
+def read_env_file(path: str) -> list[EnvValue]:
+    """KEY=VALUE lines (``export`` allowed, ``#`` comments, optional quotes)."""
+    from memtune.files.textfile import read_text
+
+    out: list[EnvValue] = []
+    text = read_text(path, "a KEY=VALUE env file", strict=False).replace("\r\n", "\n")
+    for number, raw in enumerate(text.split("\n"), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("export "):
+            line = line[len("export ") :].strip()
+        name, eq, value = line.partition("=")
+        name = name.strip()
+        if not eq or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise InputError(
+                f"{path}:{number}: expected KEY=VALUE, got {raw.strip()[:60]!r}; fix the line or remove it"
+            )
+        value = value.strip()
+        if value[:1] in ("'", '"') and value.count(value[0]) < 2:
+            raise InputError(
+                f"{path}:{number}: {name}= opens a {value[0]} quote that the line does not close; close it"
+            )
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        out.append(EnvValue(name, value, f"{path}:{number}", number, path))
+    return out
+
+
+# ------------------------------------------------------------------ assembling
+
+
+@dataclass(frozen=True)
+class Inputs:
+    use_env: bool = False
+    env_files: Sequence[str] = ()
+    env_values: Sequence[str] = ()  # NAME=VALUE given on the command line (--set)
+    scripts: Sequence[str] = ()
+    configs: Sequence[str] = ()
+    overrides: Sequence[str] = ()
+    torch_version: str | None = None
+    mcore_version: str | None = None
+    world_size: int | None = None
+    gpu: str | None = None  # e.g. H100, B200 (compute capability decides MT003)
+    environ: Mapping[str, str] | None = None  # for tests: stands in for os.environ
+
+
+def build(inputs: Inputs) -> RunView:
+    from memtune.readers.alloc_conf import parse_version
+
+    view = RunView()
+    view.torch_version_text = inputs.torch_version
+    view.torch_version = parse_version(inputs.torch_version, "--torch-version")
+    view.mcore_version = parse_version(inputs.mcore_version, "--megatron-core-version")
+    if inputs.gpu:
+        from memtune.spec.gpus import lookup_gpu  # the one GPU table, shared with estimate/plan
+
+        view.gpu = inputs.gpu
+        view.compute_capability = lookup_gpu(
+            inputs.gpu, fallback="or leave --gpu out: MT003 then assumes a GPU before Blackwell"
+        ).compute_capability
+    spec = rules_data()["settings"]
+
+    # --- environment -------------------------------------------------------------
+    if inputs.use_env:
+        view.env_given = True
+        environ = inputs.environ if inputs.environ is not None else os.environ
+        for name, value in environ.items():
+            view.env[name] = EnvValue(name, value, "environment (--env)")
+    for path in inputs.env_files:
+        view.env_given = True
+        for item in read_env_file(path):
+            view.env[item.name] = item
+    for text in inputs.env_values:
+        name, eq, value = text.partition("=")
+        if not eq or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise InputError(
+                f"--set {text!r}: expected NAME=VALUE, e.g. --set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+            )
+        view.env_given = True
+        view.env[name] = EnvValue(name, value, f"--set {name}")
+
+    # --- Bridge YAML -----------------------------------------------------------------
+    flat: dict[str, tuple[Any, str, str]] = {}
+    flag_values: dict[str, Flag] = {}
+    flag_file: dict[str, str] = {}
+    for path in inputs.configs:
+        view.config_path = path
+        view.config_form = "yaml"
+        loaded = load_yaml_lines(path)
+        for section in CONFIG_SECTIONS:
+            value, line = loaded.get(section, (None, 0))
+            if value is not None and not isinstance(value, dict):
+                raise InputError(
+                    f"{path}:{line}: section {section}: must be a mapping (key: value lines), got {_short(value)}"
+                )
+        for key, (value, line) in loaded.items():
+            if key.startswith("ENV_VARS.") and key.count(".") == 1 and not isinstance(value, (dict, list)):
+                # Megatron-LM functional-test configs carry the job environment
+                name = key.split(".", 1)[1]
+                text = (
+                    "" if value is None else (("True" if value else "False") if isinstance(value, bool) else str(value))
+                )
+                view.env[name] = EnvValue(name, text, f"{path}:{line}", line, path)
+                view.env_given = True
+                continue
+            last = key.rsplit(".", 1)[-1] if not key.startswith("--") else key
+            if last.startswith("--") and len(last) > 2:
+                # Megatron-LM functional-test style: MODEL_ARGS: {--num-layers: 32, --use-nccl-ub: true}
+                if value is not False:
+                    flag_values[last[2:]] = _yaml_flag(last[2:], value, line)
+                    flag_file[last[2:]] = path
+                view.config_form = "megatron"
+                continue
+            flat[key] = (value, f"{path}:{line}", f"{key}: {_short(value)}")
+
+    # --- launch scripts ----------------------------------------------------------------
+    script_overrides: list[Override] = []
+    for path in inputs.scripts:
+        view.env_given = True
+        script = parse_file(path)
+        view.script = script
+        view.notes.extend(script.notes)
+        command = script.training_command()
+        view.command = command
+        if script.crlf_line is not None:
+            view.crlf_scripts.append((script, command))
+        for name, setting in script.env_for(command).items():
+            view.env[name] = EnvValue(name, setting.value or "", setting.source, setting.line, setting.file)
+        if command is not None:
+            flags, overrides = split_program_args(command.program_args, switches())
+            flag_values.update(flags)
+            flag_file.update({name: path for name in flags})
+            script_overrides.extend(overrides)
+            if overrides and view.config_form is None:
+                view.config_form = "hydra"
+            elif flags and view.config_form is None:
+                view.config_form = "megatron"
+            config_flag = flags.get("config-file") or flags.get("config_file") or flags.get("config")
+            if config_flag and config_flag.value and not inputs.configs:
+                candidate = config_flag.value
+                if not os.path.isabs(candidate):
+                    candidate = os.path.join(os.path.dirname(os.path.abspath(path)), candidate)
+                if os.path.isfile(candidate):
+                    view.config_path = candidate
+                    for key, (value, line) in load_yaml_lines(candidate).items():
+                        flat.setdefault(key, (value, f"{candidate}:{line}", f"{key}: {_short(value)}"))
+                else:
+                    view.notes.append(
+                        f"{path}:{config_flag.line}: config file {config_flag.value} not found here; pass it with --config"
+                    )
+        _sbatch_world(view, script, command)
+
+    script_path = view.script.path if view.script else "script"
+    for override in script_overrides:
+        _apply_override(flat, override, f"{script_path}:{override.line}")
+    for text in inputs.overrides:
+        given = parse_override(text)
+        if given is None:
+            raise InputError(
+                f"override {text!r} is not KEY=VALUE, +KEY=VALUE, ++KEY=VALUE or ~KEY; e.g. model.tensor_model_parallel_size=4"
+            )
+        if given.prefix == "" and given.key not in flat:
+            # a plain override misspelling a key the rules read would be ignored: refuse it
+            refuse_misspelt(given.text or given.key, given.key, known_paths())
+        _apply_override(flat, given, "command line")
+        if view.config_form is None:
+            view.config_form = "hydra"
+
+    view.flat = flat
+    view.flags = flag_values
+    # --- canonical settings ------------------------------------------------------------
+    for name, setting_spec in spec.items():
+        kind = setting_spec.get("type", "str")
+        found: Value | None = None
+        for path_key in setting_spec.get("paths", []):
+            if path_key in flat:
+                raw, source, text = flat[path_key]
+                if path_key in ("peft", "peft._target_"):
+                    raw = _peft_kind(raw)
+                    if raw is None:
+                        continue
+                origin = "config" if text.startswith(f"{path_key}: ") else "override"
+                found = Value(raw, source, text, origin)
+        for flag_name in setting_spec.get("flags", []):
+            if flag_name in flag_values:
+                flag = flag_values[flag_name]
+                raw = True if setting_spec.get("switch") else flag.value
+                if name in ("peft",):
+                    raw = _peft_kind(flag.value)
+                text = f"--{flag_name}" + (f" {flag.value}" if flag.value and not setting_spec.get("switch") else "")
+                source = f"{flag_file.get(flag_name, view.script.path if view.script else 'line')}:{flag.line}"
+                found = Value(raw, source, text, "flag")
+        if found is None:
+            continue
+        converted, ok = coerce(found.value, kind)
+        if not ok:
+            if not _shell_expansion(found.value):
+                # a literal that is no number / switch: Megatron and Bridge would refuse it, and
+                # skipping it silently would let every rule that needs it pass
+                raise InputError(f"{found.source}: {found.text}: expected {KIND_WORDS.get(kind, kind)}; fix the value")
+            view.unresolved[name] = found  # "$TP", "$(nproc)": only known when the job runs
+            continue
+        least = setting_spec.get("min")
+        if least is not None and isinstance(converted, int) and converted < least:
+            raise InputError(f"{found.source}: {found.text}: must be at least {least}; fix the value")
+        view.settings[name] = Value(converted, found.source, found.text, found.origin)
+
+    # Megatron-LM spells VPP as layers per virtual stage
+    if "vpp" not in view.settings and "layers_per_virtual_stage" in view.settings:
+        per = view.get("layers_per_virtual_stage")
+        layers, pp = view.get("num_layers"), view.get("pp", 1)
+        if isinstance(per, int) and per > 0 and isinstance(layers, int) and pp:
+            per_item = view.settings["layers_per_virtual_stage"]
+            view.settings["vpp"] = Value((layers // pp) // per, per_item.source, per_item.text, "derived")
+    if "recompute_granularity" not in view.settings and view.get("recompute_activations"):
+        switch = view.settings["recompute_activations"]
+        view.settings["recompute_granularity"] = Value("selective", switch.source, switch.text, "derived")
+    if inputs.world_size is not None:
+        view.settings["world_size"] = Value(
+            inputs.world_size, "command line", f"--world-size {inputs.world_size}", "cli"
+        )
+    return view
+
+
+KIND_WORDS = {"int": "a whole number", "bool": "true or false"}
+# ConfigContainer sections whose keys the rules read (peft may be a scheme name: "peft: lora")
+CONFIG_SECTIONS = ("model", "train", "ddp", "optimizer", "dataset")
+
+
+def _shell_expansion(value: Any) -> bool:
+    """Text the shell fills in at run time (``$TP``, ``${A:-4}``, ``$(nproc)``, backticks)."""
+    return isinstance(value, str) and ("$" in value or "`" in value)
+
+
+def known_paths() -> frozenset[str]:
+    """Every Bridge config key (``model.tensor_model_parallel_size``) a check reads."""
+    return frozenset(path for setting in rules_data()["settings"].values() for path in setting.get("paths", []))
+
+
+def _yaml_flag(name: str, value: Any, line: int) -> Flag:
+    if value is True or value is None:
+        values: tuple[str, ...] = ()
+    elif isinstance(value, (list, tuple)):
+        values = tuple(str(v) for v in value)
+    else:
+        values = (str(value),)
+    return Flag(name, values, line)
+
+
+def _short(value: Any) -> str:
+    text = repr(value) if not isinstance(value, str) else value
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _peft_kind(value: Any) -> str | None:
+    """'lora' / 'dora' from a peft mapping, _target_ or a scheme name."""
+    if value is None:
+        return None
+    if isinstance(value, Mapping):
+        target = str(value.get("_target_", ""))
+        if target:
+            return _peft_kind(target)
+        return "lora" if "dim" in value or "target_modules" in value else None
+    text = str(value).strip().lower()
+    if text in ("", "none", "null", "false"):
+        return None
+    if text.endswith("dora") or text == "dora":
+        return "dora"
+    if "lora" in text:
+        return "lora"
+    return text
+
+
+def _apply_override(flat: dict[str, tuple[Any, str, str]], override: Override, source: str) -> None:
+    if override.prefix == "~":
+        for key in [k for k in flat if k == override.key or k.startswith(override.key + ".")]:
+            del flat[key]
+        return
+    value = hydra_value(override.value)
+    flat[override.key] = (value, source, override.text or f"{override.key}={override.value}")
+
+
+def _sbatch_world(view: RunView, script: LaunchScript, command: Command | None) -> None:
+    """GPU count from torchrun / srun / #SBATCH, when the script says."""
+    if "world_size" in view.settings:
+        return
+    opts = dict(command.launcher_options) if command else {}
+    nproc = opts.get("torchrun.nproc_per_node")
+    nnodes = opts.get("torchrun.nnodes")
+    sb = script.sbatch
+    nodes = opts.get("srun.nodes") or opts.get("srun.N") or (sb.get("nodes") or sb.get("N") or (None, 0))[0]
+    per_node = (
+        nproc
+        or opts.get("srun.ntasks-per-node")
+        or (sb.get("ntasks-per-node") or sb.get("gpus-per-node") or (None, 0))[0]
+    )
+    if nnodes and ":" in str(nnodes):
+        nnodes = str(nnodes).split(":")[-1]
+    try:
+        if per_node is None:
+            return
+        total = int(str(per_node).split(":")[-1]) * int(nnodes or nodes or 1)
+    except ValueError:
+        return
+    line = command.line if command else 0
+    view.settings["world_size"] = Value(total, f"{script.path}:{line}", "launcher GPU count", "derived")
+
+
+def alloc_env(view: RunView) -> dict[str, EnvValue]:
+    return {name: view.env[name] for name in ALLOC_VARS if name in view.env}
+
+
+def iter_rule_codes() -> Iterable[str]:
+    return list(rules_data()["rules"])

@@ -1,0 +1,1 @@
+"""What ships and how it is vouched for: shipped-file lists, signing, the generated JSON reference page."""

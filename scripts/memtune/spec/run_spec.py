@@ -1,0 +1,389 @@
+"""How a training run is configured: parallelism, batch, precision, recompute, PEFT, offload.
+
+:class:`RunSpec` is frozen and uses Megatron-Core / Megatron Bridge names where one exists,
+so the loaders (Megatron-LM flags, Bridge YAML, Hydra overrides, CLI flags) only translate
+spellings. :func:`violations` lists every impossible combination as one-line messages that
+the planner can show as "rejected because ..."; :func:`validate` raises the first one as an
+``InputError`` (exit 2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import cached_property
+from typing import Any
+
+from memtune.errors import InputError
+from memtune.spec.model_spec import ModelSpec
+
+RECOMPUTE_MODULES = ("core_attn", "mlp", "layernorm", "moe_act", "moe", "shared_experts", "mla_up_proj")
+DEFAULT_RECOMPUTE_MODULES = ("core_attn",)
+LORA_DEFAULT_TARGETS = ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")
+#: Megatron-Core's Fp8Recipe names (megatron/core/enums.py), which Megatron Bridge's
+#: mixed-precision recipes map to; any other name is refused at start-up.
+FP8_RECIPES = ("delayed", "tensorwise", "mxfp8", "blockwise")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One training run. ``world_size`` is the GPU count; data parallelism is derived."""
+
+    world_size: int = 1
+    tp: int = 1
+    pp: int = 1
+    vpp: int | None = None  # virtual pipeline chunks per rank (None or 1 = not interleaved)
+    cp: int = 1
+    ep: int = 1
+    etp: int | None = None  # expert tensor parallel; None = same as tp
+    mbs: int = 1
+    gbs: int | None = None  # None = one micro-batch per DP rank
+    seq_length: int = 4096
+    sequence_parallel: bool = False
+    # --- precision ------------------------------------------------------------------
+    params_dtype: str = "bf16"  # bf16 | fp16 | fp32
+    fp8: str | None = None  # fp8 recipe name (delayed, tensorwise, mxfp8, blockwise) or None
+    fp8_param_gather: bool = False  # weights kept in fp8 (no bf16 copy)
+    grad_reduce_in_fp32: bool = True  # main grads fp32 (Megatron-LM default with bf16)
+    # --- optimizer / data parallel -------------------------------------------------
+    optimizer: str = "adam"  # adam | sgd | muon
+    use_distributed_optimizer: bool = False
+    num_distributed_optimizer_instances: int = 1
+    use_precision_aware_optimizer: bool = False
+    main_params_dtype: str = "fp32"
+    exp_avg_dtype: str = "fp32"
+    exp_avg_sq_dtype: str = "fp32"
+    optimizer_cpu_offload: bool = False
+    optimizer_offload_fraction: float = 1.0
+    use_megatron_fsdp: bool = False
+    data_parallel_sharding_strategy: str = "optim_grads_params"  # Megatron-FSDP
+    overlap_grad_reduce: bool = False
+    overlap_param_gather: bool = False
+    # --- activations ----------------------------------------------------------------
+    recompute_granularity: str | None = None  # None | selective | full
+    recompute_method: str | None = None  # uniform | block (full only)
+    recompute_num_layers: int | None = None
+    recompute_modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES
+    attention_backend: str = "auto"  # auto | flash | fused | unfused | local
+    attention_dropout: float = 0.0
+    hidden_dropout: float = 0.0
+    transformer_impl: str = "transformer_engine"  # transformer_engine | local
+    cross_entropy_loss_fusion: bool = False
+    defer_embedding_wgrad_compute: bool = False  # keep output-layer inputs/grads for a late wgrad
+    wgrad_deferral_limit: int = 0  # 0 = defer for every micro-batch of the step
+    moe_token_dispatcher_type: str = "alltoall"
+    moe_expert_capacity_factor: float | None = None
+    moe_pad_expert_input_to_capacity: bool = False  # every expert gets exactly its capacity (padding)
+    moe_router_dtype: str | None = None  # router GEMM output dtype (fp32/fp64); None = the input's (bf16)
+    cpu_offloading: bool = False
+    cpu_offloading_num_layers: int = 0
+    cpu_offloading_activations: bool = True
+    cpu_offloading_weights: bool = False
+    fine_grained_offload_modules: tuple[str, ...] = ()
+    # --- pipeline layout -----------------------------------------------------------
+    num_layers_in_first_pipeline_stage: int | None = None
+    num_layers_in_last_pipeline_stage: int | None = None
+    account_for_embedding_in_pipeline_split: bool = False
+    account_for_loss_in_pipeline_split: bool = False
+    stage_layers: tuple[int, ...] | None = None  # explicit decoder layers per PP stage (layout)
+    microbatch_group_size_per_vp_stage: int | None = None
+    # --- PEFT -----------------------------------------------------------------------
+    peft: str | None = None  # None | lora | dora
+    lora_dim: int = 32
+    lora_target_modules: tuple[str, ...] = LORA_DEFAULT_TARGETS
+    sequence_parallel_input_regather: bool = False
+    # --- misc ------------------------------------------------------------------------
+    cuda_graph_scope: tuple[str, ...] = ()  # non-empty = CUDA graphs captured for these
+    cuda_graph_warmup_steps: int = 3  # training steps before capture (Megatron default 3)
+    use_nccl_ub: bool = False
+
+    # ------------------------------------------------------------ derived quantities
+    @cached_property
+    def model_parallel(self) -> int:
+        return self.tp * self.pp * self.cp
+
+    @cached_property
+    def dp(self) -> int:
+        return max(1, self.world_size // max(1, self.model_parallel))
+
+    @cached_property
+    def expert_tp(self) -> int:
+        return self.etp if self.etp else self.tp
+
+    @cached_property
+    def expert_dp(self) -> int:
+        """Data-parallel replicas of each expert: GPUs per PP stage / (EP x ETP)."""
+        per_stage = max(1, self.world_size // max(1, self.pp))
+        return max(1, per_stage // max(1, self.ep * self.expert_tp))
+
+    @cached_property
+    def vpp_chunks(self) -> int:
+        return self.vpp if self.vpp and self.vpp > 1 else 1
+
+    @cached_property
+    def global_batch(self) -> int:
+        return self.gbs if self.gbs else self.mbs * self.dp
+
+    @cached_property
+    def num_microbatches(self) -> int:
+        """Micro-batches per DP rank per step (gradient-accumulation steps)."""
+        return max(1, self.global_batch // max(1, self.mbs * self.dp))
+
+    @property
+    def recompute(self) -> str:
+        """Human label, e.g. 'selective [core_attn]', 'full uniform x1', 'none'."""
+        if self.recompute_granularity == "selective":
+            return f"selective [{', '.join(self.recompute_modules)}]"
+        if self.recompute_granularity == "full":
+            return f"full {self.recompute_method or 'uniform'} x{self.recompute_num_layers or 1}"
+        return "none"
+
+    def with_(self, **changes: Any) -> RunSpec:
+        return replace(self, **changes)
+
+
+def normalize_dtype(value: Any) -> str:
+    """'torch.bfloat16' / 'bfloat16' / 'bf16' -> 'bf16' (fp32, fp16, fp8 likewise)."""
+    text = str(value).replace("torch.", "").lower()
+    return {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "uint8": "fp8"}.get(text, text)
+
+
+def stage_layer_counts(model: ModelSpec, run: RunSpec) -> tuple[int, ...]:
+    """Decoder layers on each pipeline stage, first to last (uneven PP honoured).
+
+    Megatron splits evenly unless first/last stage counts are given (the rest split
+    evenly) or the embedding/loss are accounted as a layer each. Raises ValueError when
+    the split is impossible; :func:`violations` turns that into a message.
+    """
+    pp, n = run.pp, model.num_layers
+    if run.stage_layers is not None:
+        if len(run.stage_layers) != pp or sum(run.stage_layers) != n:
+            raise ValueError(f"pipeline layout {list(run.stage_layers)} must have {pp} stages summing to {n} layers")
+        return tuple(run.stage_layers)
+    if pp == 1:
+        return (n,)
+    first, last = run.num_layers_in_first_pipeline_stage, run.num_layers_in_last_pipeline_stage
+    if first is None and last is None:
+        virtual = n + int(run.account_for_embedding_in_pipeline_split) + int(run.account_for_loss_in_pipeline_split)
+        if virtual % pp:
+            raise ValueError(
+                f"num_layers {n} is not divisible by pipeline_model_parallel_size {pp}; "
+                "set num_layers_in_first/last_pipeline_stage (--first-stage-layers/--last-stage-layers) or change PP"
+            )
+        per = virtual // pp
+        counts = [per] * pp
+        if run.account_for_embedding_in_pipeline_split:
+            counts[0] -= 1
+        if run.account_for_loss_in_pipeline_split:
+            counts[-1] -= 1
+        return tuple(counts)
+    rest = n - (first or 0) - (last or 0)
+    middle = pp - (first is not None) - (last is not None)
+    if rest < 0 or (middle == 0 and rest != 0) or (middle and rest % middle):
+        raise ValueError(
+            f"uneven pipeline split impossible: {n} layers, first stage {first}, last stage {last}, "
+            f"{middle} other stage(s) must share {rest} layers evenly"
+        )
+    per = rest // middle if middle else 0
+    counts = [per] * pp
+    if first is not None:
+        counts[0] = first
+    if last is not None:
+        counts[-1] = last
+    return tuple(counts)
+
+
+def stage_chunk_layers(model: ModelSpec, run: RunSpec, stage: int) -> tuple[int, ...] | None:
+    """Decoder layers of each virtual-pipeline chunk of ``stage`` when they are uneven, else None.
+
+    With interleaving and ``account_for_embedding/loss_in_pipeline_split`` Megatron sizes
+    every chunk as if the embedding and the loss were layers, then builds one decoder layer
+    fewer in the first chunk of the first stage and in the last chunk of the last stage
+    (transformer_block.get_num_layers_to_build). Those chunks then hold fewer layers than
+    the stage's others, which changes how many layer activations are alive at the peak.
+    """
+    v = run.vpp_chunks
+    emb, loss = run.account_for_embedding_in_pipeline_split, run.account_for_loss_in_pipeline_split
+    if v == 1 or run.stage_layers is not None or not (emb or loss):
+        return None
+    if run.num_layers_in_first_pipeline_stage is not None or run.num_layers_in_last_pipeline_stage is not None:
+        return None
+    per_chunk = (model.num_layers + int(emb) + int(loss)) // run.pp // v
+    chunks = [per_chunk] * v
+    if stage == 0 and emb:
+        chunks[0] -= 1
+    if stage == run.pp - 1 and loss:
+        chunks[-1] -= 1
+    return tuple(chunks) if len(set(chunks)) > 1 else None
+
+
+#: Sizes beyond these are typos, not runs (they would also make the arithmetic meaningless).
+SIZE_LIMITS = {
+    "num_layers": 100_000,
+    "world_size": 10_000_000,
+    "seq_length": 100_000_000,
+    "hidden_size": 1_000_000,
+    "num_attention_heads": 100_000,
+    "vocab_size": 100_000_000,
+}
+
+
+def model_parallel_problem(world_size: int, tp: int, pp: int, cp: int) -> str | None:
+    """Megatron-Core's first start-up check: the GPUs must split into whole TP x PP x CP
+    model replicas (shared with check_env's MT022, which has no full ModelSpec)."""
+    mp = tp * pp * cp
+    if world_size % mp:
+        return f"world size {world_size} is not divisible by TP x PP x CP = {tp}x{pp}x{cp} = {mp}"
+    return None
+
+
+def expert_parallel_problem(num_experts: int, ep: int) -> str | None:
+    """Each expert-parallel rank holds a whole number of experts (shared with MT023)."""
+    if num_experts % ep:
+        return f"expert_model_parallel_size {ep} does not divide num_moe_experts {num_experts}"
+    return None
+
+
+def violations(model: ModelSpec, run: RunSpec) -> list[str]:
+    """Every reason this run cannot start, one line each (empty list = legal)."""
+    out: list[str] = []
+    sizes = {
+        "world_size": run.world_size,
+        "tensor_model_parallel_size": run.tp,
+        "pipeline_model_parallel_size": run.pp,
+        "context_parallel_size": run.cp,
+        "expert_model_parallel_size": run.ep,
+        "micro_batch_size": run.mbs,
+        "seq_length": run.seq_length,
+        "num_layers": model.num_layers,
+        "hidden_size": model.hidden_size,
+        "num_attention_heads": model.num_attention_heads,
+        "vocab_size": model.vocab_size,
+    }
+    for name, value in (
+        ("expert_tensor_parallel_size", run.etp),
+        ("virtual_pipeline_model_parallel_size", run.vpp),
+        ("global_batch_size", run.gbs),
+    ):
+        if value is not None:
+            sizes[name] = value
+    optional = {
+        "ffn_hidden_size": model.ffn_hidden_size,
+        "num_query_groups": model.num_query_groups,
+        "kv_channels": model.kv_channels,
+        "num_moe_experts": model.num_moe_experts,
+        "moe_ffn_hidden_size": model.moe_ffn_hidden_size,
+        "recompute_num_layers": run.recompute_num_layers,
+        "lora_dim": run.lora_dim,
+        "moe_router_topk": model.moe_router_topk if model.is_moe else None,
+        "make_vocab_size_divisible_by": model.make_vocab_size_divisible_by,
+    }
+    sizes.update({k: v for k, v in optional.items() if v is not None})
+    for name, value in sizes.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            out.append(f"{name} must be a positive integer, got {value!r}")
+        elif value > SIZE_LIMITS.get(name, 1 << 40):
+            out.append(f"{name} {value} is beyond any real run (limit {SIZE_LIMITS.get(name, 1 << 40)})")
+    for name, value in (
+        ("mtp_num_layers", model.mtp_num_layers),
+        ("cpu_offloading_num_layers", run.cpu_offloading_num_layers),
+    ):
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= SIZE_LIMITS["num_layers"]:
+            out.append(f"{name} must be an integer between 0 and {SIZE_LIMITS['num_layers']}, got {value!r}")
+    for name, rate in (("attention_dropout", run.attention_dropout), ("hidden_dropout", run.hidden_dropout)):
+        if not isinstance(rate, (int, float)) or not 0 <= rate < 1:
+            out.append(f"{name} must be in [0, 1), got {rate!r}")
+    if model.hybrid_layer_pattern:
+        from memtune.spec.model_spec import hybrid_symbols
+
+        try:
+            symbols = hybrid_symbols(model.hybrid_layer_pattern)
+        except ValueError as exc:
+            out.append(str(exc))
+        else:
+            if len(symbols) != model.num_layers:
+                out.append(f"hybrid layer pattern has {len(symbols)} layers for num_layers {model.num_layers}")
+            if "E" in symbols and not model.is_moe:
+                out.append("hybrid layer pattern has MoE layers (E) but num_moe_experts is not set")
+    if model.moe_layer_pattern is not None and len(model.moe_layer_pattern) != model.num_layers:
+        out.append(f"MoE layer pattern has {len(model.moe_layer_pattern)} entries for {model.num_layers} layers")
+    if out:
+        return out
+    experts = model.num_moe_experts or 0  # model.is_moe == bool(experts), with the int for the checker
+    if experts and model.moe_router_topk > experts:
+        out.append(f"moe_router_topk {model.moe_router_topk} exceeds num_moe_experts {experts}")
+    out.extend(p for p in (model_parallel_problem(run.world_size, run.tp, run.pp, run.cp),) if p)
+    if model.num_attention_heads % run.tp:
+        out.append(f"num_attention_heads {model.num_attention_heads} is not divisible by TP {run.tp}")
+    if not model.multi_latent_attention and model.query_groups % run.tp:
+        out.append(f"num_query_groups {model.query_groups} is not divisible by TP {run.tp}")
+    if run.ep > 1 or run.etp not in (None, run.tp):
+        if not experts:
+            if run.ep > 1:
+                out.append(f"expert_model_parallel_size {run.ep} > 1 but the model has no experts")
+        elif problem := expert_parallel_problem(experts, run.ep):
+            out.append(problem)
+        per_stage = run.world_size // run.pp if run.world_size % run.pp == 0 else 0
+        if model.is_moe and per_stage and per_stage % (run.ep * run.expert_tp):
+            out.append(f"GPUs per pipeline stage {per_stage} is not divisible by EP x ETP = {run.ep}x{run.expert_tp}")
+    try:
+        counts = stage_layer_counts(model, run)
+    except ValueError as exc:
+        out.append(str(exc))
+        counts = ()
+    if run.vpp_chunks > 1:
+        if run.pp == 1:
+            out.append("virtual pipeline parallelism needs pipeline_model_parallel_size > 1")
+        for i, c in enumerate(counts if run.stage_layers is None else ()):
+            # Megatron requires every stage's layers to split evenly into VPP chunks; an
+            # embedding / loss accounted for in the split counts as one layer of the first /
+            # last stage there (transformer_block.get_num_layers_to_build), and that chunk
+            # then builds one decoder layer fewer.
+            c += int(i == 0 and run.account_for_embedding_in_pipeline_split)
+            c += int(i == run.pp - 1 and run.account_for_loss_in_pipeline_split)
+            if c % run.vpp_chunks:
+                out.append(
+                    f"layers on pipeline stage {i} ({c}) not divisible by virtual_pipeline_model_parallel_size {run.vpp_chunks}"
+                )
+                break
+        group = run.microbatch_group_size_per_vp_stage or run.pp
+        if run.num_microbatches % group and run.num_microbatches >= group:
+            out.append(
+                f"interleaved schedule: {run.num_microbatches} micro-batches per step not divisible by "
+                f"microbatch_group_size_per_vp_stage {group}"
+            )
+    if run.gbs is not None and run.gbs % (run.mbs * run.dp):
+        out.append(f"global_batch_size {run.gbs} not divisible by micro_batch_size x DP = {run.mbs}x{run.dp}")
+    if run.sequence_parallel and run.tp == 1:
+        pass  # Megatron silently disables SP at TP=1; not an error.
+    if run.cp > 1 and run.seq_length % (2 * run.cp):
+        out.append(f"seq_length {run.seq_length} not divisible by 2 x context_parallel_size {run.cp}")
+    if run.cpu_offloading and run.cpu_offloading_num_layers >= model.num_layers:
+        # Megatron-Core's TransformerConfig wording, with the value that broke it
+        out.append(
+            f"CPU offloading can be done only for layers less than {model.num_layers} "
+            f"(cpu_offloading_num_layers {run.cpu_offloading_num_layers})"
+        )
+    if run.cpu_offloading and run.pp > 1:
+        # Megatron-Core's own wording (TransformerConfig raises it as a ValueError), so a
+        # user who searches for the error they saw finds this rejection and vice versa.
+        out.append(
+            "Currently there is no support for Pipeline parallelism with CPU offloading "
+            f"(Megatron-Core refuses cpu_offloading with pipeline_model_parallel_size > 1; here PP {run.pp})"
+        )
+    if run.fp8 is not None and run.fp8 not in FP8_RECIPES:
+        out.append(f"fp8 recipe {run.fp8!r} unknown; Megatron-Core knows {', '.join(FP8_RECIPES)}")
+    if run.recompute_granularity not in (None, "selective", "full"):
+        out.append(f"recompute_granularity must be selective or full, got {run.recompute_granularity!r}")
+    if run.recompute_granularity == "full" and run.recompute_method not in (None, "uniform", "block"):
+        out.append(f"recompute_method must be uniform or block, got {run.recompute_method!r}")
+    bad_modules = [m for m in run.recompute_modules if m not in RECOMPUTE_MODULES]
+    if run.recompute_granularity == "selective" and bad_modules:
+        out.append(f"unknown recompute module(s) {', '.join(bad_modules)}; known: {', '.join(RECOMPUTE_MODULES)}")
+    return out
+
+
+def validate(model: ModelSpec, run: RunSpec) -> None:
+    """Raise InputError with the first violated constraint."""
+    problems = violations(model, run)
+    if problems:
+        raise InputError(problems[0])
