@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
+from helper_cli import invoke
 from memtune.bench.agents import (
     WITH,
     WITHOUT,
@@ -136,21 +135,15 @@ def test_skill_frontmatter_split_and_clean_staging(tmp_path: Path) -> None:
 
 
 def test_local_agent_with_missing_model_exits_2(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "scripts" / "run_benchmark.py"),
-            "run",
-            "--agent",
-            "local-gemma",
-            "--model",
-            str(tmp_path / "missing.gguf"),
-            "--results-dir",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
+    proc = invoke(
+        "run_benchmark",
+        "run",
+        "--agent",
+        "local-gemma",
+        "--model",
+        str(tmp_path / "missing.gguf"),
+        "--results-dir",
+        str(tmp_path),
     )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "llama-cpp-python" in proc.stderr or "missing.gguf" in proc.stderr

@@ -11,13 +11,12 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from helper_cli import invoke
 from memtune.bench.dataset import load_dataset
 from memtune.bench.grading import extract_sizes, grade_answer, size_matches
 from memtune.bench.skill import split_frontmatter
@@ -62,19 +61,13 @@ def test_the_helper_number_tasks_are_the_ones_that_need_a_helper() -> None:
 
 
 @pytest.mark.parametrize("case, spec", SOURCED, ids=[f"{c.id}:{s['label']}" for c, s in SOURCED])
-def test_ground_truth_is_what_the_helper_prints_for_the_fixture(case, spec) -> None:
+def test_ground_truth_is_what_the_helper_prints_for_the_fixture(case, spec, monkeypatch) -> None:
     source = spec["source"]
     argv = shlex.split(source["command"])
-    assert argv[0] == "python3" and argv[1].startswith("scripts/")
+    assert argv[0] == "python3" and argv[1].startswith("scripts/") and argv[1].endswith(".py")
     stdin = case.question if source.get("stdin") == "question" else ""
-    proc = subprocess.run(
-        [sys.executable, str(REPO / argv[1]), *argv[2:]],
-        cwd=REPO / "evals" / "files",
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    monkeypatch.chdir(REPO / "evals" / "files")  # the command names the fixture files relative to it
+    proc = invoke(argv[1].removeprefix("scripts/").removesuffix(".py"), *argv[2:], stdin=stdin)
     assert proc.returncode in (0, 1), proc.stderr
     assert field_value(json.loads(proc.stdout), source["field"]) == pytest.approx(spec["bytes"], rel=1e-9)
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
 
+from helper_cli import invoke
 from memtune.bench.agents import WITH, WITHOUT, AgentUnavailable, Task, make_agent
 from memtune.bench.dataset import load_dataset
 from memtune.bench.grading import load_security_rules
@@ -205,22 +205,17 @@ def test_output_cap_cuts_between_lines_and_never_inside_a_number() -> None:
     assert len(capped) < 4000 + 100
 
 
-def test_output_cap_keeps_the_decisive_lines_of_the_fixture_logs() -> None:
+def test_output_cap_keeps_the_decisive_lines_of_the_fixture_logs(monkeypatch: pytest.MonkeyPatch) -> None:
     """What the agent sees of diagnose.py on the eval logs, text and JSON, at the loop's cap."""
     limit = LoopSettings().output_cap
+    monkeypatch.chdir(REPO / "evals" / "files")  # the agent runs it on the bare file name
     for log, decisive in (
         (LOG, "fragmentation"),
         ("mbridge_llama3_8b_nccl_oom.log", "nccl-oom"),
         ("megatron_deepspeed_huge_alloc.log", "impossible-request"),
     ):
         for extra in ((), ("--json",)):
-            out = subprocess.run(
-                [sys.executable, str(REPO / "scripts" / "diagnose.py"), log, *extra],
-                cwd=REPO / "evals" / "files",
-                capture_output=True,
-                text=True,
-                timeout=120,
-            ).stdout
+            out = invoke("diagnose", log, *extra).stdout
             seen = cap(out, limit)
             first = out[: out.index(decisive) + 200]  # the first finding's kind and what follows it
             assert decisive in seen and seen.startswith(first.rsplit("\n", 1)[0]), (log, extra)

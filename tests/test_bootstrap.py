@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from helper_cli import invoke
 from memtune import bootstrap
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -28,9 +29,11 @@ def run_helper(name: str, *args: str, python: list[str] | None = None) -> subpro
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
 
 
+# In-process: what the helper's own parser does. The entry point itself (a fresh bare
+# interpreter, the bootstrap, the missing-package message) is what the -S runs below prove.
 @pytest.mark.parametrize("name", HELPERS)
 def test_help_runs(name: str) -> None:
-    result = run_helper(name, "--help")
+    result = invoke(name, "--help")
     assert result.returncode == 0, result.stderr
     assert "usage:" in result.stdout
 
@@ -91,7 +94,7 @@ def test_version_tuple_reads_leading_numbers() -> None:
 
 @pytest.mark.parametrize("name", HELPERS)
 def test_unknown_option_is_one_line_exit_2(name: str) -> None:
-    result = run_helper(name, "--no-such-option")
+    result = invoke(name, "--no-such-option")
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from helper_cli import run_helper
+from helper_cli import invoke
 from memtune.check import check_rules
 from memtune.readers import run_view
 
@@ -215,7 +215,7 @@ def test_unknown_gpu_is_one_line_with_close_matches_in_every_helper() -> None:
         ("estimate_memory", ["--preset", "llama3-8b"], "--gpu-memory"),
         ("plan_memory", ["--preset", "llama3-8b"], "--gpu-memory"),
     ):
-        result = run_helper(helper, *args, "--gpu", "MI300")
+        result = invoke(helper, *args, "--gpu", "MI300")
         assert result.returncode == 2 and result.stdout == ""
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and "Traceback" not in result.stderr
@@ -268,7 +268,7 @@ def test_findings_sorted_errors_first() -> None:
 
 
 def run_cli(*args: str):
-    return run_helper("check_env", *args)
+    return invoke("check_env", *args)
 
 
 def test_cli_json_and_exit_codes() -> None:

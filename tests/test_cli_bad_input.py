@@ -18,7 +18,6 @@ is fixed the row starts passing and the strict xfail turns red, so the mark must
 from __future__ import annotations
 
 import gzip
-import importlib
 import json
 import subprocess
 import sys
@@ -27,8 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from helper_cli import REPO
-from memtune import cli
+from helper_cli import REPO, invoke
 
 DATA = Path(__file__).resolve().parent / "data" / "bad-input"
 OOM = Path(__file__).resolve().parent / "data" / "oom-samples"
@@ -353,12 +351,9 @@ PROGS = {
 
 
 def run_in_process(helper: str, argv: list[str], capsys) -> tuple[int, str, str]:
-    main = importlib.import_module(f"memtune.commands.{helper}").main
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as exit_info:
-        cli.run(main, PROGS[helper], argv)
-    out, err = capsys.readouterr()
-    return exit_info.value.code, out, err
+    assert PROGS[helper] == f"{helper}.py"  # the program name each error line must start with
+    result = invoke(helper, *argv)
+    return result.exit_code, result.stdout, result.stderr
 
 
 @pytest.mark.parametrize("case", ROWS)

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import gzip
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from helper_cli import Result, invoke
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = REPO_ROOT / "scripts" / "diagnose.py"
 SAMPLES = Path(__file__).resolve().parent / "data" / "oom-samples"
 KEYS = {"requested_bytes", "total_bytes", "free_bytes", "allocated_bytes", "reserved_unallocated_bytes"}
 
@@ -22,13 +21,13 @@ FRAG = (
 )
 
 
-def run(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SCRIPT), *args], input=stdin, capture_output=True, timeout=120)
+def run(*args: str, stdin: bytes | None = None) -> Result:
+    return invoke("diagnose", *args, stdin=stdin)
 
 
 def run_json(*args: str, stdin: bytes | None = None) -> dict:
     res = run(*args, "--json", stdin=stdin)
-    assert res.returncode == 0, res.stderr.decode()
+    assert res.returncode == 0, res.stderr
     return json.loads(res.stdout)  # exactly one document, or this raises
 
 
@@ -84,7 +83,7 @@ def test_table_row_is_quoted_from_skill_md(tmp_path: Path) -> None:
 
 def test_human_output_names_kind_location_and_next_step(tmp_path: Path) -> None:
     res = run(str(multi_rank_log(tmp_path)))
-    out = res.stdout.decode()
+    out = res.stdout
     assert res.returncode == 0
     assert "[1] cpu-offload-pp - rank 3" in out
     assert "train.log:2" in out and "next:" in out and "reserved-but-unallocated" in out
@@ -117,7 +116,7 @@ def test_empty_input_is_a_clear_no_finding_exit_0(tmp_path: Path) -> None:
     p.write_bytes(b"")
     res = run(str(p))
     assert res.returncode == 0
-    assert "no memory-related failure found" in res.stdout.decode()
+    assert "no memory-related failure found" in res.stdout
     doc = run_json("-", stdin=b"")
     assert doc["findings"] == [] and doc["message"] == "no memory-related failure found"
 
@@ -134,11 +133,11 @@ def test_empty_input_is_a_clear_no_finding_exit_0(tmp_path: Path) -> None:
 def test_bad_input_is_one_line_exit_2(tmp_path: Path, make, needle: str) -> None:
     target = make(tmp_path)
     res = run(str(target))
-    err = res.stderr.decode()
+    err = res.stderr
     assert res.returncode == 2
     assert needle in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
-    assert res.stdout == b""
+    assert res.stdout == ""
 
 
 @pytest.mark.parametrize(
@@ -148,13 +147,13 @@ def test_bad_input_is_one_line_exit_2(tmp_path: Path, make, needle: str) -> None
 def test_usage_errors_exit_2(args) -> None:
     res = run(*args)
     assert res.returncode == 2
-    assert len(res.stderr.decode().strip().splitlines()) == 1
+    assert len(res.stderr.strip().splitlines()) == 1
 
 
 def test_symptom_lookup_text_and_json() -> None:
     res = run("--symptom", "OOM on one rank only")
     assert res.returncode == 0
-    assert "[1] score" in res.stdout.decode()
+    assert "[1] score" in res.stdout
     doc = run_json("--symptom", "CUBLAS_STATUS_ALLOC_FAILED")
     assert "CUBLAS_STATUS_ALLOC_FAILED" in doc["matches"][0]["symptom"]
     assert all({"score", "symptom", "cause", "confirm", "fix"} <= set(m) for m in doc["matches"])
@@ -211,14 +210,14 @@ def test_torch_version_overrides_the_inferred_release() -> None:
 
 def test_bad_torch_version_is_one_line_exit_2() -> None:
     res = run(str(SAMPLES / "12_lmcache_issue3430_newest_docs_url_private_pools.txt"), "--torch-version", "newest")
-    assert res.returncode == 2 and res.stdout == b""
-    err = res.stderr.decode()
+    assert res.returncode == 2 and res.stdout == ""
+    err = res.stderr
     assert err.count("\n") == 1 and "--torch-version" in err and "Traceback" not in err
 
 
 def test_text_output_names_stack_release_and_confidence() -> None:
     res = run(str(SAMPLES / "61_verl_issue2828_fsdp_logprob_capacity.txt"))
-    out = res.stdout.decode()
+    out = res.stdout
     assert res.returncode == 0
     assert "framework in" in out and "verl" in out and "outside Megatron" in out
     assert "do 1:" in out and "gpu_memory_utilization" in out

@@ -70,6 +70,7 @@ def all_regexes() -> list[tuple[str, re.Pattern[str]]]:
 CASES = [(seed, shape, line) for seed in seeds() for shape, line in adversarial_lines(seed)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,rx", all_regexes(), ids=[n for n, _ in all_regexes()])
 def test_each_regex_is_linear_on_every_adversarial_line(name: str, rx: re.Pattern[str]) -> None:
     for seed, shape, line in CASES:
@@ -79,6 +80,7 @@ def test_each_regex_is_linear_on_every_adversarial_line(name: str, rx: re.Patter
         assert took < SECONDS_PER_LINE, f"{name} took {took:.1f} s on a {shape} line of {seed[:60]!r}"
 
 
+@pytest.mark.slow
 def test_whole_scanner_is_linear_on_every_adversarial_line() -> None:
     """Prefix stripping, detection, re-joining and number parsing together, per line."""
     for seed, shape, line in CASES:

@@ -9,15 +9,14 @@ must say what it means (and its unit), or the reference page would have holes.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from jsonschema import Draft202012Validator
 
+from helper_cli import invoke
+
 REPO = Path(__file__).resolve().parent.parent
-SCRIPT = REPO / "scripts" / "diagnose.py"
 SCHEMA_FILE = REPO / "scripts" / "memtune" / "data" / "schemas" / "output" / "diagnose.schema.json"
 SAMPLES = Path(__file__).resolve().parent / "data" / "oom-samples"
 
@@ -30,8 +29,8 @@ def validator() -> Draft202012Validator:
 
 
 def run_json(*args: str) -> dict:
-    res = subprocess.run([sys.executable, str(SCRIPT), *args, "--json"], capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stderr
+    res = invoke("diagnose", *args, "--json")
+    assert res.exit_code == 0, res.stderr
     return json.loads(res.stdout)
 
 

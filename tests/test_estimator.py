@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from helper_cli import invoke
 from memtune.errors import InputError
 from memtune.estimate.estimator import estimate, in_flight_layer_microbatches, layer_activations, regather_saving_bytes
 from memtune.spec.model_spec import ModelSpec
@@ -216,9 +217,7 @@ def test_accuracy_bar_on_measured_runs():
 
 
 def run_cli(*args):
-    return subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "estimate_memory.py"), *args], capture_output=True, text=True
-    )
+    return invoke("estimate_memory", *args)
 
 
 def test_cli_example_text_and_json():

@@ -33,6 +33,7 @@ def assert_one_line_exit_2(result, *expected: str) -> None:
 # --------------------------------------------------------------------------- YAML aliases and depth
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("build", [attack.yaml_bomb_in_peft, attack.yaml_bomb_unused])
 @pytest.mark.parametrize(
     "helper, extra",
@@ -48,6 +49,7 @@ def test_yaml_alias_bomb_in_a_bridge_config(tmp_path, build, helper, extra):
     assert_one_line_exit_2(result, str(config), "aliases")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "helper, extra", [("check_env", ()), ("estimate_memory", ("--preset", "llama3-8b", "--gpus", "8"))]
 )
@@ -57,6 +59,7 @@ def test_yaml_nested_100k_levels(tmp_path, helper, extra):
     assert_one_line_exit_2(result, "nested deeper than")
 
 
+@pytest.mark.slow
 def test_deep_json_as_megatron_args(tmp_path):
     flags = attack.json_deep(tmp_path / "flags.json")
     result = run_bounded("estimate_memory", "--megatron-args", str(flags), timeout=TIMEOUT)
@@ -95,6 +98,7 @@ def test_yaml_guard_depth_bound_is_exact():
 # --------------------------------------------------------------------------- size limits
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "helper, option, extra",
     [
@@ -113,12 +117,14 @@ def test_inputs_have_a_size_limit(tmp_path, helper, option, extra, source):
     assert_one_line_exit_2(result, path, "larger than the 2 MiB limit")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("option", ["--signature", "--root-cert"])
 def test_signing_inputs_have_a_size_limit(option):
     result = run_bounded("sign_skill", "verify", option, "/dev/zero", timeout=TIMEOUT)
     assert_one_line_exit_2(result, "/dev/zero", "larger than the 2 MiB limit")
 
 
+@pytest.mark.slow
 def test_signature_nested_100k_levels(tmp_path):
     signature = attack.json_deep(tmp_path / "skill.oms.sig")
     result = run_bounded("sign_skill", "verify", "--signature", str(signature), timeout=TIMEOUT)
@@ -128,6 +134,7 @@ def test_signature_nested_100k_levels(tmp_path):
 # --------------------------------------------------------------------------- launch-script expansion
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("build", [attack.doubling_script, attack.self_appending_array])
 @pytest.mark.parametrize(
     "helper, extra", [("check_env", ("--script",)), ("estimate_memory", ("--gpus", "8", "--megatron-args"))]
@@ -141,6 +148,7 @@ def test_launch_script_expansion_is_bounded(tmp_path, build, helper, extra):
 # --------------------------------------------------------------------------- long recipes
 
 
+@pytest.mark.slow
 def test_long_recipe_is_read_in_linear_time(tmp_path):
     """Was 118-146 s (ast.get_source_segment per node re-splits the source)."""
     recipe = attack.long_recipe(tmp_path / "recipe.py")
@@ -166,6 +174,7 @@ def test_source_segments_match_the_stdlib():
         assert segment(node) == ast.get_source_segment(SEGMENT_SOURCE, node), ast.dump(node)
 
 
+@pytest.mark.slow
 def test_bounded_runner_reports_memory():
     result = run_bounded("estimate_memory", "--help", timeout=TIMEOUT)
     assert result.returncode == 0 and 1 < result.peak_rss_mb < 500, result
@@ -175,6 +184,7 @@ def test_bounded_runner_reports_memory():
 # --------------------------------------------------------------------------- card.yaml in the lint
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "build, expected",
     [

@@ -26,6 +26,7 @@ from signing_pki import SKILL_NAME, export_tracked, git_commit_all, make_pki
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SKILLS_CLI = "skills@1.5.16"
 HELPERS = sorted(p.name for p in (REPO_ROOT / "scripts").glob("*.py"))
+pytestmark = pytest.mark.slow  # a real `npx skills add` (npm registry) and real signing
 
 
 def run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 from dataclasses import dataclass
 
 import pytest
 
 from conftest import REPO_ROOT
+from helper_cli import invoke
 from memtune.estimate import ladder as ld
 from memtune.estimate import planner as pl
 from memtune.estimate import throughput_cost as tc
@@ -278,12 +277,7 @@ SCENARIOS = (
 
 
 def plan_json(*args: str) -> dict:
-    out = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "scripts" / "plan_memory.py"), *args, "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    out = invoke("plan_memory", *args, "--json")
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
 
@@ -345,12 +339,7 @@ def test_scenario_rungs_are_priced(scenario):
 
 # ------------------------------------------------------------- the worked example in text
 def test_13b_text_shows_saving_cumulative_peak_cost_evidence_and_exact_change():
-    out = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "scripts" / "plan_memory.py"), *SCENARIOS[0].args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    out = invoke("plan_memory", *SCENARIOS[0].args)
     assert out.returncode == 0, out.stderr
     text = out.stdout
     assert text.index("Ladder - apply in order") < text.index("Changes that fit")

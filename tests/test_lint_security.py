@@ -283,6 +283,7 @@ def test_prompt_injection_rule_reads_markdown_only_and_spares_normal_prose() -> 
 # --------------------------------------------------------------------------- what a local install ships
 
 
+@pytest.mark.usefixtures("cached_security_scan")
 @pytest.mark.parametrize(
     "folder",
     [
@@ -304,6 +305,7 @@ def test_folders_a_local_install_ships_are_scanned(tmp_path: Path, folder: str) 
     assert [h.file for h in hits] == [f"{folder}/hook.py"]
 
 
+@pytest.mark.usefixtures("cached_security_scan")
 def test_git_checkout_names_ignored_folders_a_local_install_would_ship(tmp_path: Path) -> None:
     from lint_helpers import copy_package, run
     from signing_pki import git_commit_all

@@ -12,9 +12,13 @@ import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from helper_cli import Result, invoke
 from lint_helpers import REPO_ROOT, SKILL_NAME, copy_package, messages, replace_in, rules, run
 
 NAME_LINE = f"name: {SKILL_NAME}"
+
+# Each test lints a whole copy of the package: unchanged files are scanned once per session.
+pytestmark = pytest.mark.usefixtures("cached_security_scan")
 
 
 @pytest.fixture
@@ -23,13 +27,8 @@ def pkg(tmp_path: Path) -> Path:
     return copy_package(tmp_path)
 
 
-def lint_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(REPO_ROOT / "scripts" / "lint_skill.py"), *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+def lint_cli(*args: str) -> Result:
+    return invoke("lint_skill", *args)
 
 
 # --- the repository itself ---------------------------------------------------------------

@@ -121,6 +121,7 @@ def _stream(data: bytes, size: int):
     return sc.finish()
 
 
+@pytest.mark.slow
 def test_streaming_equals_full_scan_on_realistic_corpus() -> None:
     full = scan_lines(numbered(CORPUS.decode("utf-8")), load_patterns(), file="x")
     assert len(full) > 20
@@ -128,6 +129,7 @@ def test_streaming_equals_full_scan_on_realistic_corpus() -> None:
         assert _kinds_lines(_stream(CORPUS, size)) == _kinds_lines(full), size
 
 
+@pytest.mark.slow
 @settings(max_examples=15, deadline=None)
 @given(st.integers(min_value=1, max_value=5000))
 def test_streaming_is_independent_of_chunk_size(size: int) -> None:
@@ -164,6 +166,7 @@ def test_bad_inputs_raise_one_line_input_errors(tmp_path: Path) -> None:
         list(read_chunks(Source(str(broken))))
 
 
+@pytest.mark.slow
 def test_streaming_memory_does_not_grow_with_input_size() -> None:
     """64 MiB streamed through the reader with 1 MiB reads: traced peak stays at a few MiB."""
     import tracemalloc

@@ -9,17 +9,16 @@ it means, and references/json-output.md must be exactly what the generator rende
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from conftest import REPO_ROOT
+from helper_cli import invoke
 from memtune.release import json_reference as ref
 
 SCHEMAS = REPO_ROOT / "scripts" / "memtune" / "data" / "schemas" / "output"
-SCRIPTS = REPO_ROOT / "scripts"
 CHECK_ENV_DATA = REPO_ROOT / "tests" / "data" / "check_env"
 LLAMA2_13B = str(REPO_ROOT / "tests" / "data" / "planner" / "llama2-13b-config.json")
 
@@ -33,10 +32,8 @@ def validator(name: str):
 
 
 def helper_json(script: str, *args: str, codes=(0,)) -> dict:
-    out = subprocess.run(
-        [sys.executable, str(SCRIPTS / script), *args], capture_output=True, text=True, timeout=300, cwd=REPO_ROOT
-    )
-    assert out.returncode in codes, out.stderr
+    out = invoke(script.removesuffix(".py"), *args)
+    assert out.exit_code in codes, out.stderr
     return json.loads(out.stdout)
 
 

@@ -3,22 +3,15 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from itertools import pairwise
 
 import pytest
 
+from helper_cli import Result, invoke
 
-def run(*args: str) -> subprocess.CompletedProcess:
-    from conftest import REPO_ROOT
 
-    return subprocess.run(
-        [sys.executable, str(REPO_ROOT / "scripts" / "plan_memory.py"), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+def run(*args: str) -> Result:
+    return invoke("plan_memory", *args)
 
 
 @pytest.fixture(scope="module")

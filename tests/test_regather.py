@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from helper_cli import run_helper
+from helper_cli import invoke
 from memtune.estimate import regather
 from memtune.estimate.estimator import regather_saving_bytes
 from memtune.spec.presets import load_preset
@@ -121,7 +121,7 @@ def test_seed_measurement_comparison() -> None:
 
 
 def run_cli(*args: str):
-    return run_helper("regather_config", *args)
+    return invoke("regather_config", *args)
 
 
 def test_cli_yaml_config_gets_yaml_change_and_estimate() -> None:

@@ -3,30 +3,26 @@
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from helper_cli import Result, invoke
+
 REPO = Path(__file__).resolve().parent.parent
-SCRIPT = REPO / "scripts" / "run_benchmark.py"
 FAKE = f"command:{sys.executable} {REPO / 'tests' / 'bench_fake_agent.py'}"
 CASES = "frag-first-fix,frag-log-diagnosis,cudagraph-nccl-register,neg-nsys-profile"
 N_CASES = 4
 
 
-def bench(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    full_env = dict(os.environ, **(env or {}))
-    return subprocess.run(
-        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=300, env=full_env, cwd=REPO
-    )
+def bench(*args: str, env: dict | None = None) -> Result:
+    return invoke("run_benchmark", *args, env=env)
 
 
-def run_fake(results: Path, *extra: str, attempts: int = 2, env: dict | None = None) -> subprocess.CompletedProcess:
+def run_fake(results: Path, *extra: str, attempts: int = 2, env: dict | None = None) -> Result:
     return bench(
         "run",
         "--agent",
@@ -58,6 +54,7 @@ def finished_run(tmp_path_factory) -> Path:
     return results
 
 
+@pytest.mark.slow
 def test_end_to_end_run_and_report(finished_run: Path, tmp_path: Path) -> None:
     lines = records(finished_run / "fake.jsonl")
     header, results = lines[0], lines[1:]
@@ -85,6 +82,7 @@ def test_end_to_end_run_and_report(finished_run: Path, tmp_path: Path) -> None:
     assert "python3 scripts/run_benchmark.py run --agent" in text
 
 
+@pytest.mark.slow
 def test_report_is_byte_for_byte_deterministic(finished_run: Path, tmp_path: Path) -> None:
     first = bench("report", "--results-dir", str(finished_run), "--output", "-").stdout
     # the order results were appended in depends on thread timing: it must not matter
@@ -103,6 +101,7 @@ def test_report_is_byte_for_byte_deterministic(finished_run: Path, tmp_path: Pat
     assert bench("report", "--results-dir", str(other), "--output", str(out), "--check").returncode == 1
 
 
+@pytest.mark.slow
 def test_resume_after_crash_runs_only_missing_tasks(tmp_path: Path) -> None:
     results = tmp_path / "results"
     log = tmp_path / "calls.log"
@@ -128,6 +127,7 @@ def records_prefix(lines: list[str]) -> list[dict]:
     return [json.loads(line) for line in lines]
 
 
+@pytest.mark.slow
 def test_resume_refuses_a_run_with_other_settings(tmp_path: Path) -> None:
     results = tmp_path / "results"
     assert run_fake(results, attempts=1).returncode == 0
@@ -136,6 +136,7 @@ def test_resume_refuses_a_run_with_other_settings(tmp_path: Path) -> None:
     assert "attempts" in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_agent_failure_is_a_recorded_result(tmp_path: Path) -> None:
     proc = run_fake(tmp_path, attempts=1, env={"FAKE_AGENT_FAIL_CASE": "frag-first-fix"})
     assert proc.returncode == 0, proc.stderr
@@ -168,6 +169,7 @@ def test_unknown_agent_and_unknown_case_exit_2(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "no-such-case" in proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "field, case_id", [("question_sha256", "frag-first-fix"), ("files_sha256", "frag-log-diagnosis")]
 )
@@ -184,6 +186,7 @@ def test_regrade_refuses_answers_to_a_changed_task(
     assert proc.returncode == 2 and "question changed" in proc.stderr and case_id in proc.stderr
 
 
+@pytest.mark.slow
 def test_regrade_rewrites_grades_in_place(finished_run: Path, tmp_path: Path) -> None:
     original = (finished_run / "fake.jsonl").read_text().splitlines()
     record = json.loads(original[1])
@@ -225,6 +228,7 @@ def test_committed_run_is_of_the_current_dataset_and_complete() -> None:
         assert len(keys) == len(header["dataset"]["cases"]) * 2 * header["attempts"]
 
 
+@pytest.mark.slow
 def test_smoke_runs_are_labelled_and_never_the_headline(finished_run: Path, tmp_path: Path) -> None:
     lines = records(finished_run / "fake.jsonl")
     assert lines[0]["smoke"] is True  # --cases makes a smoke run

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from memtune import cli
+import helper_cli
 from memtune.commands import sign_skill
 from signing_pki import export_tracked, git_commit_all, make_pki
 
@@ -47,10 +47,8 @@ def fingerprint(cert: Path) -> str:
 
 
 def invoke(capsys, *argv: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as stop:
-        cli.run(sign_skill.main, "sign_skill.py", list(argv))
-    out, err = capsys.readouterr()
-    return stop.value.code, out, err
+    result = helper_cli.invoke("sign_skill", *argv)
+    return result.exit_code, result.stdout, result.stderr
 
 
 def key_args(pki, key=None, cert=None) -> list[str]:
@@ -77,6 +75,7 @@ def verify(capsys, target, pki, *extra: str, root=None) -> tuple[int, str, str]:
 # --------------------------------------------------------------------------- sign
 
 
+@pytest.mark.slow
 def test_sign_then_verify(capsys, package, pki):
     code, out, err = sign(capsys, package, pki, "--json")
     assert code == 0, err
@@ -89,6 +88,7 @@ def test_sign_then_verify(capsys, package, pki):
     assert out.startswith("verified:")
 
 
+@pytest.mark.slow
 def test_signature_written_elsewhere_never_signs_an_old_one(capsys, package, pki, tmp_path):
     (package / "skill.oms.sig").write_text("stale")
     elsewhere = tmp_path / "out" / "release.sig"
@@ -99,6 +99,7 @@ def test_signature_written_elsewhere_never_signs_an_old_one(capsys, package, pki
     assert code == 0, out
 
 
+@pytest.mark.slow
 def test_sign_reads_key_material_from_environment(capsys, package, pki, monkeypatch):
     monkeypatch.setenv(sign_skill.ENV_KEY, str(pki.leaf_key))
     monkeypatch.setenv(sign_skill.ENV_CERT, str(pki.leaf_cert))
@@ -107,6 +108,7 @@ def test_sign_reads_key_material_from_environment(capsys, package, pki, monkeypa
     assert code == 0, err
 
 
+@pytest.mark.slow
 def test_missing_key_is_one_line_exit_2(package, pki):
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMTUNE_SIGNING")}
     result = subprocess.run(
@@ -131,6 +133,7 @@ def test_missing_key_is_one_line_exit_2(package, pki):
     assert not (package / "skill.oms.sig").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "variant, expected",
     [
@@ -159,6 +162,7 @@ def test_bad_key_material_keeps_the_good_signature(capsys, package, pki, variant
     assert sorted(p.name for p in package.iterdir() if p.name.startswith(".skill.oms.sig")) == []
 
 
+@pytest.mark.slow
 def test_private_key_inside_the_package_is_refused(capsys, package, pki):
     inside = package / "release-key.pem"
     inside.write_bytes(pki.leaf_key.read_bytes())
@@ -166,6 +170,7 @@ def test_private_key_inside_the_package_is_refused(capsys, package, pki):
     assert code == 2 and "inside the package" in err
 
 
+@pytest.mark.slow
 def test_dirty_git_tree_is_refused_unless_allowed(capsys, package, pki):
     git_commit_all(package)
     (package / "SKILL.md").write_text("edited\n")
@@ -178,6 +183,7 @@ def test_dirty_git_tree_is_refused_unless_allowed(capsys, package, pki):
     assert report["mode"] == "git-tracked" and report["commit"].endswith("-dirty")
 
 
+@pytest.mark.slow
 def test_git_checkout_verifies_its_tracked_files_despite_venv(capsys, package, pki):
     git_commit_all(package)
     assert sign(capsys, package, pki)[0] == 0
@@ -195,6 +201,7 @@ def test_git_checkout_verifies_its_tracked_files_despite_venv(capsys, package, p
 # --------------------------------------------------------------------------- verify
 
 
+@pytest.mark.slow
 def test_drift_report_names_changed_added_and_missing_files(capsys, package, pki):
     assert sign(capsys, package, pki)[0] == 0
     (package / "SKILL.md").write_text((package / "SKILL.md").read_text() + " ")
@@ -209,6 +216,7 @@ def test_drift_report_names_changed_added_and_missing_files(capsys, package, pki
     assert report["drift"] == {"changed": ["SKILL.md"], "added": ["evil.sh"], "missing": ["LICENSE"]}
 
 
+@pytest.mark.slow
 def test_verify_against_another_root_fails_with_exit_1(capsys, package, pki, monkeypatch):
     assert sign(capsys, package, pki)[0] == 0
     monkeypatch.setenv(sign_skill.ENV_EXPECT, fingerprint(pki.other_root_cert))  # the anchor is the one expected
@@ -216,6 +224,7 @@ def test_verify_against_another_root_fails_with_exit_1(capsys, package, pki, mon
     assert code == 1 and "does not chain to the trust anchor" in out and str(pki.other_root_cert) in out
 
 
+@pytest.mark.slow
 def test_symlinked_root_is_resolved_and_said(capsys, package, pki, tmp_path):
     assert sign(capsys, package, pki)[0] == 0
     link = tmp_path / "claude-skill"
@@ -226,6 +235,7 @@ def test_symlinked_root_is_resolved_and_said(capsys, package, pki, tmp_path):
     assert any("symlink" in note for note in report["notes"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "content, expected, code_expected",
     [
@@ -240,6 +250,7 @@ def test_bad_signature_file_is_bad_input(capsys, package, pki, content, expected
     assert err.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_unreadable_or_missing_signature_is_bad_input(capsys, package, pki):
     code, _, err = verify(capsys, package, pki)
     assert code == 2 and "does not exist" in err
@@ -247,12 +258,14 @@ def test_unreadable_or_missing_signature_is_bad_input(capsys, package, pki):
     assert code == 2 and "is a directory" in err
 
 
+@pytest.mark.slow
 def test_missing_trust_anchor_is_bad_input(capsys, package, pki, tmp_path):
     assert sign(capsys, package, pki)[0] == 0
     code, _, err = verify(capsys, package, pki, root=tmp_path / "absent.pem")
     assert code == 2 and "trust anchor" in err and "does not exist" in err
 
 
+@pytest.mark.slow
 def test_entry_point_verify_failure_has_no_traceback(package, pki):
     result = subprocess.run(
         [sys.executable, str(ENTRY), "verify", str(package), "--root-cert", str(pki.root_cert)],
@@ -272,6 +285,7 @@ def swap_anchor(package: Path, pki) -> None:
     (package / "signing" / "root-cert.pem").write_bytes(pki.root_cert.read_bytes())
 
 
+@pytest.mark.slow
 def test_fingerprint_is_printed_on_every_run(capsys, package, pki):
     assert sign(capsys, package, pki)[0] == 0
     code, out, _ = verify(capsys, package, pki)
@@ -281,6 +295,7 @@ def test_fingerprint_is_printed_on_every_run(capsys, package, pki):
     assert code == 1 and f"SHA-256 {fingerprint(pki.root_cert)}" in out
 
 
+@pytest.mark.slow
 def test_swapped_anchor_fails_against_the_pinned_release_root(capsys, package, pki, monkeypatch):
     """Anchor swapped and tree re-signed with the attacker's CA: without an explicit
     expectation the pinned release root decides, and the swap is named."""
@@ -307,6 +322,7 @@ def signing_module():
     return signing
 
 
+@pytest.mark.slow
 def test_expect_fingerprint_option_and_environment(capsys, package, pki, monkeypatch):
     assert sign(capsys, package, pki)[0] == 0
     monkeypatch.delenv(sign_skill.ENV_EXPECT)
@@ -320,6 +336,7 @@ def test_expect_fingerprint_option_and_environment(capsys, package, pki, monkeyp
     assert code == 1 and f"${sign_skill.ENV_EXPECT} expects" in out
 
 
+@pytest.mark.slow
 def test_malformed_expected_fingerprint_is_bad_input(capsys, package, pki):
     assert sign(capsys, package, pki)[0] == 0
     code, out, err = verify(capsys, package, pki, "--expect-fingerprint", "F0:35:zz")
@@ -333,6 +350,7 @@ def test_pinned_fingerprint_is_the_committed_release_root():
 # --------------------------------------------------------------------------- bytecode, unsigned content
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "planted", ["scripts/memtune/__pycache__/cli.cpython-312.pyc", "scripts/argparse.pyc", "old.pyo"]
 )
@@ -344,6 +362,7 @@ def test_bytecode_in_an_installed_copy_fails_verification(capsys, package, pki, 
     assert code == 1 and "unsigned executable content" in out and planted in out
 
 
+@pytest.mark.slow
 def test_git_checkout_fails_on_sourceless_bytecode_but_not_on_its_caches(capsys, package, pki):
     git_commit_all(package)
     assert sign(capsys, package, pki)[0] == 0
@@ -356,6 +375,7 @@ def test_git_checkout_fails_on_sourceless_bytecode_but_not_on_its_caches(capsys,
     assert code == 1 and "unsigned executable content" in out and "scripts/json.pyc" in out
 
 
+@pytest.mark.slow
 def test_sign_refuses_a_tree_with_bytecode(capsys, package, pki):
     (package / "scripts" / "json.pyc").write_bytes(b"\x00")
     code, _, err = sign(capsys, package, pki)
@@ -363,6 +383,7 @@ def test_sign_refuses_a_tree_with_bytecode(capsys, package, pki):
     assert not (package / "skill.oms.sig").exists()
 
 
+@pytest.mark.slow
 def test_verify_lists_content_the_signature_does_not_cover(capsys, package, pki):
     (package / ".github" / "workflows").mkdir(parents=True)
     (package / ".github" / "workflows" / "ci.yml").write_text("on: push\n")
@@ -476,6 +497,7 @@ def test_a_git_work_tree_ignores_its_own_leftovers_but_all_files_reports_them(ca
 # --------------------------------------------------------------------------- full disk
 
 
+@pytest.mark.slow
 def test_full_disk_names_the_signature_and_keeps_the_old_one(capsys, package, pki, monkeypatch):
     import errno
 

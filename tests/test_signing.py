@@ -76,6 +76,7 @@ def cli_verify(package: Path, anchor: Path) -> subprocess.CompletedProcess:
 # --------------------------------------------------------------------------- round trip
 
 
+@pytest.mark.slow
 def test_signed_package_verifies_and_covers_every_shipped_file(package, material, pki):
     signature = sign_package(package, material)
     outcome = verify(package, pki.root_cert)
@@ -87,6 +88,7 @@ def test_signed_package_verifies_and_covers_every_shipped_file(package, material
     assert statement.signer is not None and "Test Release Signing" in statement.signer.subject
 
 
+@pytest.mark.slow
 def test_statement_is_in_toto_with_model_signing_predicate(package, material):
     doc = json.loads(sign_package(package, material).read_text())
     payload = json.loads(base64.b64decode(doc["dsseEnvelope"]["payload"]))
@@ -100,6 +102,7 @@ def test_statement_is_in_toto_with_model_signing_predicate(package, material):
 # --------------------------------------------------------------------------- tampering
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "victim", ["SKILL.md", ".ci/run", "scripts/memtune/cli.py", "signing/root-cert.pem", "LICENSE"]
 )
@@ -116,6 +119,7 @@ def test_one_changed_byte_fails_and_is_named(package, material, pki, victim):
     assert cli_verify(package, pki.root_cert).returncode == 1
 
 
+@pytest.mark.slow
 def test_added_file_fails_and_is_named(package, material, pki):
     sign_package(package, material)
     (package / "scripts" / "memtune" / "backdoor.py").write_text("print('hi')\n")
@@ -124,6 +128,7 @@ def test_added_file_fails_and_is_named(package, material, pki):
     assert cli_verify(package, pki.root_cert).returncode == 1
 
 
+@pytest.mark.slow
 def test_deleted_file_fails_and_is_named(package, material, pki):
     sign_package(package, material)
     (package / "references" / "memory-model.md").unlink()
@@ -131,6 +136,7 @@ def test_deleted_file_fails_and_is_named(package, material, pki):
     assert not outcome.ok and outcome.drift.missing == ("references/memory-model.md",)
 
 
+@pytest.mark.slow
 def test_other_root_fails_as_untrusted(package, material, pki):
     sign_package(package, material)
     outcome = verify(package, pki.other_root_cert)
@@ -140,6 +146,7 @@ def test_other_root_fails_as_untrusted(package, material, pki):
     assert cli_verify(package, pki.other_root_cert).returncode == 1
 
 
+@pytest.mark.slow
 def test_altered_statement_fails_signature_check(package, material, pki):
     """Rewriting a digest inside the bundle (to hide a change) breaks the DSSE signature."""
     signature = sign_package(package, material)
@@ -152,6 +159,7 @@ def test_altered_statement_fails_signature_check(package, material, pki):
     assert not outcome.ok and outcome.failure.kind == "bad-signature"
 
 
+@pytest.mark.slow
 def test_planted_bytecode_cache_fails_the_plain_cli_and_ours(package, material, pki):
     """__pycache__ is not ignored by the signature: the strict plain CLI sees an unsigned file."""
     sign_package(package, material)
@@ -191,11 +199,13 @@ def cli_sign(package: Path, key: Path, cert: Path, chain: Path) -> None:
     assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.slow
 def test_cli_signature_verifies_with_ours(package, pki):
     cli_sign(package, pki.leaf_key, pki.leaf_cert, pki.chain)
     assert verify(package, pki.root_cert).ok
 
 
+@pytest.mark.slow
 def test_cli_signature_from_a_tls_certificate_is_rejected_by_ours(package, pki):
     """The plain CLI signs and accepts a serverAuth certificate; we refuse to trust it."""
     cli_sign(package, pki.tls_key, pki.tls_cert, pki.chain)
@@ -204,6 +214,7 @@ def test_cli_signature_from_a_tls_certificate_is_rejected_by_ours(package, pki):
     assert "Test TLS Server" in outcome.failure.message
 
 
+@pytest.mark.slow
 def test_our_signature_verifies_with_cli(package, material, pki):
     sign_package(package, material)
     result = cli_verify(package, pki.root_cert)
