@@ -73,7 +73,7 @@ def test_help_without_click_names_it() -> None:
     result = run_helper("diagnose", "--help", python=[sys.executable, "-S"])
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and len(lines) == 1, result.stderr
-    assert "click (import click)" in lines[0] and "pip install click" in lines[0]
+    assert "click (import click)" in lines[0] and "pip install 'click>=8.1'" in lines[0]
 
 
 def test_too_old_click_is_one_line_with_the_fix(tmp_path: Path, monkeypatch) -> None:
@@ -116,3 +116,9 @@ def test_missing_modules_reports_only_absent() -> None:
 
 def test_install_hint_uses_pypi_names() -> None:
     assert bootstrap.install_hint(["yaml", "markdown_it"]).endswith("pip install pyyaml markdown-it-py")
+
+
+def test_install_hint_pins_what_the_helpers_need() -> None:
+    # the signature format was made with model-signing 1.1.1; click's API needs 8.1 or newer
+    hint = bootstrap.install_hint(["model_signing", "OpenSSL", "click"])
+    assert hint.endswith("pip install model-signing==1.1.1 pyopenssl 'click>=8.1'")

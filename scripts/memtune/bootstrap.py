@@ -60,8 +60,16 @@ def missing_modules(modules: Iterable[str]) -> list[str]:
     return absent
 
 
+#: Version requirements written into the install command (quoted for the shell): click's
+#: oldest usable release, and the model-signing release the signature format was made with.
+PIP_REQUIREMENTS: dict[str, str] = {
+    "click": "'click>=8.1'",
+    "model_signing": "model-signing==1.1.1",
+}
+
+
 def install_hint(modules: Iterable[str]) -> str:
-    packages = " ".join(PIP_NAMES.get(m, m) for m in modules)
+    packages = " ".join(PIP_REQUIREMENTS.get(m) or PIP_NAMES.get(m, m) for m in modules)
     return f"{sys.executable} -m pip install {packages}"
 
 

@@ -1,4 +1,4 @@
-"""Command-line conventions shared by every helper (DESIGN.md §3).
+"""Command-line conventions shared by every helper (the contract README.md and SKILL.md state).
 
 Exit codes: 0 ran fine, 1 the check found errors, 2 bad usage or bad input. Bad input
 is expected input, so it is reported as one line on stderr naming the problem and the

@@ -1,4 +1,4 @@
-"""The exception and exit codes every part of memtune shares (DESIGN.md §3).
+"""The exception and exit codes every part of memtune shares.
 
 They live here, not in the CLI layer, so that a library module can refuse bad input
 without importing the command-line code: the readers, estimators and diagnosers raise

@@ -103,7 +103,7 @@ def format_bytes(n: int | None) -> str:
 
 @dataclass(frozen=True)
 class AllocatorNumbers:
-    """The five numbers of DESIGN.md §3, in bytes, ``None`` when the message does not say."""
+    """The five numbers an allocator OOM message carries, in bytes, ``None`` when it does not say."""
 
     requested_bytes: int | None = None
     total_bytes: int | None = None
@@ -239,7 +239,7 @@ class Verdict:
 
 
 def classify(numbers: AllocatorNumbers) -> Verdict:
-    """DESIGN.md §3: impossible-request if the request exceeds the whole GPU (or "more than
+    """Impossible-request if the request exceeds the whole GPU (or "more than
     1EB"); fragmentation if the idle reserve could have served it; capacity otherwise.
 
     When a number the rule needs is missing the kind falls back to ``capacity`` and the

@@ -57,7 +57,7 @@ DedupeKey = tuple[str, str, int | None, tuple[tuple[str, int | None], ...], str]
 
 @dataclass(frozen=True)
 class Finding:
-    """One failure seen in the log.  ``numbers`` keys follow DESIGN.md §3 (bytes or None)."""
+    """One failure seen in the log.  ``numbers`` keys are AllocatorNumbers' fields (bytes or None)."""
 
     kind: str
     evidence: str

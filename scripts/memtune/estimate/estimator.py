@@ -164,7 +164,7 @@ class MemoryEstimate:
         return self.stages[-1]
 
     def to_json(self) -> dict[str, Any]:
-        """The DESIGN.md section-3 document (extra keys are additive)."""
+        """The JSON document of references/json-output.md (extra keys are additive)."""
         return {
             "peak_bytes": self.peak_bytes,
             "peak_stage": self.peak_stage,
