@@ -211,3 +211,63 @@ def test_failure_analysis_buckets_each_attempt_once() -> None:
 def test_runs_without_tool_records_render_as_before() -> None:
     run = synthetic_run(lambda cond, c, a: 0.5)
     assert "Failure analysis" not in render(run)
+
+
+def _scoped(run: RunFile, attempts: int, why: str = "two shared cores") -> RunFile:
+    from dataclasses import replace
+
+    from memtune.bench.results import ReportScope
+
+    return replace(run, scope=ReportScope(attempts, why))
+
+
+def test_a_scoped_report_reads_only_the_first_attempts_and_says_why() -> None:
+    # attempt 1 shows an uplift, attempts 2-3 none: the scope decides which the report reads
+    run = synthetic_run(lambda cond, c, a: (0.8 if cond == "with_skill" else 0.2) if a == 1 else 0.5, drop=5)
+    full, first = Analysis(run), Analysis(_scoped(run, 1, "two shared cores, 7 h per full run"))
+    assert not full.complete  # the unfinished third attempt
+    assert first.complete and first.attempts == 1 and first.expected == 16
+    assert {int(r["attempt"]) for r in first.records} == {1}
+    assert abs(first.dimension(DIMENSIONS[0]).with_ - 0.8) < 1e-9
+    text = render(_scoped(run, 1, "two shared cores, 7 h per full run"))
+    assert "- Attempts: 1 per task and condition; 16 of 16 task runs recorded\n" in text
+    assert "started with 3; this report reads attempts 1 to 1 only. Why: two shared cores, 7 h per full run" in text
+    assert "alone (attempts 1 to 1 of 3, as `evals/results/synthetic.scope.json` says)" in text
+    assert "- Overall verdict: PASS" in text
+
+
+def test_a_scope_that_leaves_attempts_missing_is_still_incomplete() -> None:
+    run = synthetic_run(lambda cond, c, a: 0.5, drop=20)  # attempt 2 is unfinished too
+    text = render(_scoped(run, 2))
+    assert "(INCOMPLETE)" in text and "the run is incomplete" in text
+
+
+def test_scope_sidecar_is_read_next_to_the_run_and_bad_ones_are_refused(tmp_path: Path) -> None:
+    import json
+
+    import pytest
+
+    from memtune.bench.results import read_run
+    from memtune.errors import InputError
+
+    run = synthetic_run(lambda cond, c, a: 0.5)
+    path = tmp_path / "local-x.jsonl"
+    path.write_text("\n".join(json.dumps(x) for x in (run.header, *run.results)) + "\n", encoding="utf-8")
+    assert read_run(path).scope is None
+    sidecar = tmp_path / "local-x.scope.json"
+    sidecar.write_text('{"attempts": 2, "why_fewer": "  slow\\n machine "}', encoding="utf-8")
+    scope = read_run(path).scope
+    assert scope is not None and (scope.attempts, scope.why_fewer) == (2, "slow machine")
+    for bad, needle in (
+        ('{"attempts": 4, "why_fewer": "x"}', "outside 1..3"),
+        ('{"attempts": 0, "why_fewer": "x"}', "outside 1..3"),
+        ('{"attempts": true, "why_fewer": "x"}', "outside 1..3"),
+        ('{"attempts": 1, "why_fewer": " "}', "why_fewer is empty"),
+        ('{"attempts": 1}', "exactly the keys"),
+        ("[1]", "exactly the keys"),
+        ("{", "not JSON"),
+    ):
+        sidecar.write_text(bad, encoding="utf-8")
+        with pytest.raises(InputError, match=needle) as caught:
+            read_run(path)
+        assert "why_fewer" in str(caught.value) and "\n" not in str(caught.value)

@@ -5,6 +5,11 @@ the command that reproduces it); every other line is one finished task
 (``"type": "result"``). Each record is written with a single write and fsync, so a crash
 loses at most the line being written; a torn last line is dropped on resume. Re-running
 the same command resumes: (case, condition, attempt) keys already present are skipped.
+
+A run may be reported on fewer attempts than it was started with (a local model on two
+shared cores needs hours per attempt): a sidecar ``<run id>.scope.json`` next to the run file,
+``{"attempts": N, "why_fewer": "..."}``, limits every report of that run to attempts 1..N
+and carries the reason into BENCHMARK.md. The raw file itself is never cut or edited.
 """
 
 from __future__ import annotations
@@ -21,12 +26,23 @@ from memtune.errors import InputError
 
 Key = tuple[str, str, int]
 
+SCOPE_SUFFIX = ".scope.json"
+
+
+@dataclass(frozen=True)
+class ReportScope:
+    """Report a run on its first ``attempts`` attempts only, for the stated reason."""
+
+    attempts: int
+    why_fewer: str
+
 
 @dataclass(frozen=True)
 class RunFile:
     path: Path
     header: dict[str, Any]
     results: tuple[dict[str, Any], ...]
+    scope: ReportScope | None = None
 
     @property
     def run_id(self) -> str:
@@ -67,7 +83,32 @@ def read_run(path: Path) -> RunFile:
     if not records or records[0].get("type") != "run":
         raise InputError(f"{path}: not a run file (first line must be the run header)")
     results = tuple(r for r in records[1:] if r.get("type") == "result")
-    return RunFile(path, records[0], results)
+    return RunFile(path, records[0], results, read_scope(path, int(records[0].get("attempts") or 0)))
+
+
+def read_scope(run_path: Path, started_with: int) -> ReportScope | None:
+    """The sidecar scope of the run at ``run_path`` (None when there is none).
+
+    Refused, as bad input, when it is not an object with a whole ``attempts`` from 1 to the
+    attempts the run was started with and a non-empty ``why_fewer``: a report on fewer
+    attempts must say why.
+    """
+    path = run_path.with_name(run_path.name.removesuffix(".jsonl") + SCOPE_SUFFIX)
+    if not path.is_file():
+        return None
+    fix = f'write {{"attempts": N, "why_fewer": "..."}} with 1 <= N <= {started_with}, or delete the file'
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: not JSON ({exc}); {fix}") from None
+    if not isinstance(data, dict) or set(data) != {"attempts", "why_fewer"}:
+        raise InputError(f"{path}: expected exactly the keys attempts and why_fewer; {fix}")
+    attempts, why = data["attempts"], data["why_fewer"]
+    if isinstance(attempts, bool) or not isinstance(attempts, int) or not 1 <= attempts <= started_with:
+        raise InputError(f"{path}: attempts {attempts!r} is outside 1..{started_with}; {fix}")
+    if not isinstance(why, str) or not why.strip():
+        raise InputError(f"{path}: why_fewer is empty; {fix}")
+    return ReportScope(attempts, " ".join(why.split()))
 
 
 def list_runs(results_dir: Path) -> list[RunFile]:

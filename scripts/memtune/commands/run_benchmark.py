@@ -168,7 +168,11 @@ def run_command(**params: Any) -> int:
 
 @command.command(
     "report",
-    help="Write BENCHMARK.md from one run file (default: the latest).",
+    help=(
+        "Write BENCHMARK.md from one run file (default: the latest).\n\n"
+        'A <run id>.scope.json beside the run file, {"attempts": N, "why_fewer": "..."},\n'
+        "limits the report to the run's first N attempts and prints the reason."
+    ),
     short_help="write BENCHMARK.md from the raw results",
 )
 @_common
