@@ -101,3 +101,16 @@ def test_the_pin_is_a_real_digest() -> None:
 def test_installed_parts_add_up_to_the_pinned_size() -> None:
     total = sum(model_store.find_part(n).stat().st_size for n in range(1, model_store.PARTS + 1))
     assert total == model_store.PIN.size
+
+
+def test_a_model_file_is_named_by_its_digest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    gguf = tmp_path / "some.gguf"
+    gguf.write_bytes(b"GGUF not the pinned weights")
+    digest = hashlib.sha256(gguf.read_bytes()).hexdigest()
+    name, sha = model_store.identify(gguf)
+    assert sha == digest and name.startswith("GGUF file some.gguf (not the pinned ")
+    monkeypatch.setattr(model_store, "PIN", ModelPin(model_store.FILE_NAME, gguf.stat().st_size, digest))
+    name, sha = model_store.identify(gguf)
+    assert sha == digest and name == f"{model_store.MODEL_NAME}, some.gguf"
+    # a digest provide() has just verified is taken as given, not recomputed
+    assert model_store.identify(gguf, "ab" * 32)[1] == "ab" * 32

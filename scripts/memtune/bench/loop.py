@@ -301,7 +301,7 @@ class LoopAgent(Agent):
         self.cache_bytes = cache_bytes
         self.settings = settings or LoopSettings()
         self.model = "Qwen2.5-Coder-1.5B-Instruct GGUF (agent loop)" if model is None else "scripted model"
-        self.model_sha256: str | None = None  # the pinned digest, when the model came from the parts
+        self.model_sha256: str | None = None  # the digest of the GGUF file that ran (set by prepare)
 
     def describe(self) -> dict[str, Any]:
         s = self.settings
@@ -345,7 +345,7 @@ class LoopAgent(Agent):
             self.model_sha256 = model_store.PIN.sha256
         elif not Path(self.model_path).is_file():
             raise AgentUnavailable(f"model file {self.model_path} not found (--model PATH to a GGUF file)")
-        self.model = f"{model_store.MODEL_NAME}, {Path(self.model_path).name}"
+        self.model, self.model_sha256 = model_store.identify(Path(self.model_path), self.model_sha256)
         self.chat_model = LlamaChatModel(
             Path(self.model_path), self.n_ctx, self.threads, self.temperature, self.cache_bytes
         )

@@ -87,6 +87,19 @@ def sha256_of(path: Path, chunk: int = 1 << 22) -> str:
     return digest.hexdigest()
 
 
+def identify(path: Path, known_sha256: str | None = None) -> tuple[str, str]:
+    """(name for the run header, sha256) of the GGUF file that will answer.
+
+    A file given with ``--model`` is hashed (about 3 s for 1.1 GB) so the header records which
+    weights ran, and it is named as the pinned model only when its digest is the pin's.
+    ``known_sha256`` skips the hash for a file :func:`provide` has just verified.
+    """
+    digest = known_sha256 or sha256_of(path)
+    if digest == PIN.sha256:
+        return f"{MODEL_NAME}, {path.name}", digest
+    return f"GGUF file {path.name} (not the pinned {MODEL_NAME})", digest
+
+
 def _stamp(path: Path) -> Path:
     return path.with_name(path.name + ".verified.json")
 
