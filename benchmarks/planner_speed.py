@@ -27,6 +27,7 @@ from memtune.estimate import planner as pl  # noqa: E402
 from memtune.estimate import throughput_cost as tc  # noqa: E402
 from memtune.spec import presets  # noqa: E402
 from memtune.spec.run_spec import RunSpec  # noqa: E402
+from memtune.units import GIB  # noqa: E402
 
 GPUS = 1024
 BUDGET_SECONDS = 2.0
@@ -84,7 +85,7 @@ def run_case(name: str, table: tc.CostTable, settings: pl.PlanSettings) -> tuple
 def command(**params: Any) -> int:
     args = SimpleNamespace(**params)
     table = tc.load_costs()  # parsed and calibrated once, as the CLI does
-    settings = pl.PlanSettings(gpu_memory_bytes=80 * pl.GIB, headroom_bytes=8 * pl.GIB)
+    settings = pl.PlanSettings(gpu_memory_bytes=80 * GIB, headroom_bytes=8 * GIB)
     print(f"planner sweep on {GPUS} GPUs, 80 GiB each, 8 GiB headroom (best of {args.repeat})")
     print(
         f"{'model':<12} {'space':>8} {'layouts':>8} {'illegal':>8} {'bounded':>8} {'estimates':>9} {'kept':>5} "
@@ -111,7 +112,7 @@ def command(**params: Any) -> int:
         best = result.fitting[0] if result.fitting else None
         if best is not None:
             print(
-                f"  best: {best.candidate.title} -> {best.peak_bytes / pl.GIB:.1f} GiB, "
+                f"  best: {best.candidate.title} -> {best.peak_bytes / GIB:.1f} GiB, "
                 f"throughput {best.cost.change * 100:+.1f}% ({best.cost.kind})"
             )
     verdict = "PASS" if total_wall < BUDGET_SECONDS else "OVER BUDGET"

@@ -20,6 +20,7 @@ from memtune.estimate import ladder as ld
 from memtune.estimate import planner as pl
 from memtune.estimate import throughput_cost as tc
 from memtune.spec.run_spec import RunSpec
+from memtune.units import GIB
 
 SCHEMA = REPO_ROOT / "scripts" / "memtune" / "data" / "schemas" / "output" / "plan_memory.schema.json"
 LLAMA2_13B = str(REPO_ROOT / "tests" / "data" / "planner" / "llama2-13b-config.json")
@@ -357,14 +358,14 @@ def test_13b_text_shows_saving_cumulative_peak_cost_evidence_and_exact_change():
 
 # ------------------------------------------------------------- unit behaviour of the climb
 def _settings(gib: float) -> pl.PlanSettings:
-    return pl.PlanSettings(gpu_memory_bytes=int(gib * pl.GIB), headroom_bytes=int(gib * pl.GIB) // 10)
+    return pl.PlanSettings(gpu_memory_bytes=int(gib * GIB), headroom_bytes=int(gib * GIB) // 10)
 
 
 def test_a_fitting_run_gets_only_expandable_segments(table):
     model, run = tc.anchor_workload(table.raw, "llama3_70b_sft_32xh100")  # the seed run: fits by estimate
     lad = ld.climb(model, run, _settings(80), table)
     assert lad.fits and [r.title for r in lad.rungs] == ["set expandable segments"]
-    lad = ld.climb(model, run, pl.PlanSettings(80 * pl.GIB, 8 * pl.GIB, expandable_segments=True), table)
+    lad = ld.climb(model, run, pl.PlanSettings(80 * GIB, 8 * GIB, expandable_segments=True), table)
     assert lad.fits and lad.rungs == ()
 
 
@@ -391,7 +392,7 @@ def test_a_rung_set_again_later_is_folded_into_its_first_place(table):
         vocab_size=32000,
     )
     run = RunSpec(world_size=16, tp=2, pp=2, mbs=2, gbs=256, seq_length=4096)
-    lad = ld.climb(model, run, pl.PlanSettings(40 * pl.GIB, 4 * pl.GIB), table)
+    lad = ld.climb(model, run, pl.PlanSettings(40 * GIB, 4 * GIB), table)
     recompute = [r for r in lad.rungs if r.category == "recompute"]
     assert len(recompute) == 1 and recompute[0].run.recompute_granularity == "full"
     assert "model.recompute_modules" not in " ".join(recompute[0].exact_change()["bridge_overrides"])
@@ -435,7 +436,7 @@ def test_skill_md_explains_the_lora_order_with_the_planners_own_figures(table):
     )
     regather = ev.evaluate(pl.Candidate("rg", "peft", run.with_(sequence_parallel_input_regather=True)), peak)
     assert f"{-norm.cost.change * 100:.1f}" == said.group(1)
-    assert f"{(peak - norm.peak_bytes) / pl.GIB:.0f}" == said.group(2)
+    assert f"{(peak - norm.peak_bytes) / GIB:.0f}" == said.group(2)
     assert -norm.cost.change < -regather.cost.change  # the order the text explains
     assert "−0.34% to −6.74%" in text  # the seed's measured re-gather range (throughput_costs.yaml points)
 

@@ -10,9 +10,8 @@ from memtune.estimate import planner as pl
 from memtune.estimate import throughput_cost as tc
 from memtune.spec import model_spec as ms
 from memtune.spec.run_spec import RunSpec
+from memtune.units import GIB
 from test_throughput_cost import llama8b
-
-GIB = pl.GIB
 
 
 # Defined here rather than imported from test_throughput_cost: an imported fixture is shadowed by

@@ -40,8 +40,7 @@ from memtune.spec.model_spec import (
     mtp_layer_params,
 )
 from memtune.spec.run_spec import RunSpec, stage_chunk_layers, stage_layer_counts, validate
-
-GIB = 1024**3
+from memtune.units import GIB, MIB
 
 DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "fp8": 1, "uint8": 1}
 
@@ -73,7 +72,7 @@ OFFLOAD_RESIDENT_LAYERS = 2
 #: GEMM workspaces that live in the PyTorch allocator (so they count as allocated): the
 #: cuBLAS/cuBLASLt workspace of PyTorch and Transformer Engine's per-stream GEMM workspaces,
 #: about 4 x 32 MiB on Hopper.
-WORKSPACE_BYTES = 128 * 1024**2
+WORKSPACE_BYTES = 128 * MIB
 #: CUDA context + cuBLAS/cuDNN handles outside the caching allocator (H100, CUDA 12).
 CUDA_CONTEXT_BYTES = int(0.6 * GIB)
 #: NCCL communicator buffers per process group in use (intra-node NVLink defaults).
