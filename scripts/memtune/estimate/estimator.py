@@ -204,23 +204,28 @@ class LayerActivations:
     terms: tuple[tuple[str, float], ...] = ()  # named saved tensors (before recompute/offload)
 
 
+#: Saved tensors of an MoE block, shared experts included: one list, because selective
+#: recompute of "moe", the "moe" CUDA-graph scope and a hybrid pattern's 'E' layer must all
+#: name the same tensors, and a tensor added to the MoE block must reach each of them.
+_MOE_TERMS = (
+    "router",
+    "expert_fc1_in",
+    "moe_fc1_out",
+    "moe_act_out",
+    "moe_act_probs",
+    "moe_fc2_out",
+    "moe_latent_out",
+    "shared_fc1_out",
+    "shared_act_out",
+)
+
 #: Which saved tensors each selective-recompute module discards (Megatron-Core names).
 RECOMPUTE_DROPS = {
     "core_attn": ("core_attn",),
     "layernorm": ("attn_norm_out", "mlp_norm_out"),
     "mlp": ("mlp_fc1_out", "mlp_act_out"),
     "moe_act": ("moe_act_out", "moe_act_probs"),
-    "moe": (
-        "router",
-        "expert_fc1_in",
-        "moe_fc1_out",
-        "moe_act_out",
-        "moe_act_probs",
-        "moe_fc2_out",
-        "moe_latent_out",
-        "shared_fc1_out",
-        "shared_act_out",
-    ),
+    "moe": _MOE_TERMS,
     "shared_experts": ("shared_fc1_out", "shared_act_out"),
     "mla_up_proj": ("qkv",),
 }
@@ -229,19 +234,7 @@ CUDA_GRAPH_TERMS = {
     "attn": ("attn_norm_out", "mla_latent", "qkv", "qk_norm_in", "core_attn", "proj_in", "attn_dropout"),
     "mlp": ("mlp_norm_out", "mlp_fc1_out", "mlp_act_out", "mlp_dropout"),
     "moe_router": ("router",),
-    "moe": (
-        "router",
-        "expert_fc1_in",
-        "moe_fc1_out",
-        "moe_act_out",
-        "moe_act_probs",
-        "moe_fc2_out",
-        "moe_latent_out",
-        "shared_fc1_out",
-        "shared_act_out",
-        "mlp_norm_out",
-        "mlp_dropout",
-    ),
+    "moe": (*_MOE_TERMS, "mlp_norm_out", "mlp_dropout"),
 }
 
 #: Which saved tensors each fine-grained activation-offload module moves to host memory.
@@ -381,15 +374,7 @@ _MLP_TERMS = (
     "mlp_norm_out",
     "mlp_fc1_out",
     "mlp_act_out",
-    "router",
-    "expert_fc1_in",
-    "moe_fc1_out",
-    "moe_act_out",
-    "moe_act_probs",
-    "moe_fc2_out",
-    "moe_latent_out",
-    "shared_fc1_out",
-    "shared_act_out",
+    *_MOE_TERMS,
     "mlp_dropout",
 )
 
