@@ -278,12 +278,22 @@ def test_reference_page_names_every_field_of_every_schema():
             assert f"`{path}`" in page and " ".join(meaning.split())[:40].replace("|", "\\|") in page
 
 
-def test_generator_check_mode_reports_drift(tmp_path, monkeypatch):
+def test_generator_check_mode_reports_drift(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(ref, "PAGE", tmp_path / "json-output.md")
     assert ref.main(["--check"]) == 1  # missing page is stale
     assert ref.main([]) == 0 and ref.main(["--check"]) == 0
     (tmp_path / "json-output.md").write_text("edited by hand\n")
+    capsys.readouterr()
     assert ref.main(["--check"]) == 1
+    err = capsys.readouterr().err
+    assert err == "json_reference.py: json-output.md is stale: run python3 scripts/memtune/release/json_reference.py\n"
+    assert (tmp_path / "json-output.md").read_text() == "edited by hand\n"  # --check writes nothing
+
+
+def test_generator_bad_arguments_are_one_line_exit_2(capsys):
+    assert ref.main(["--chek"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "--chek" in err and err.startswith("json_reference.py: error:")
 
 
 def test_a_new_schema_in_the_folder_is_picked_up(tmp_path):
