@@ -28,40 +28,27 @@ from memtune.estimate import throughput_cost as tc  # noqa: E402
 from memtune.spec import presets  # noqa: E402
 from memtune.spec.run_spec import RunSpec  # noqa: E402
 from memtune.units import GIB  # noqa: E402
+from sample_runs import run_fields  # noqa: E402
 
 GPUS = 1024
 BUDGET_SECONDS = 2.0
 #: Issue 13's bar: the DeepSeek-V3 sweep alone stays under a second of wall time.
 MODEL_BUDGET_SECONDS = {"deepseek-v3": 1.0}
 
-# Realistic starting points at 1024 GPUs (the sweep explores everything around them).
+# Realistic starting points at 1024 GPUs (the sweep explores everything around them), as
+# changes to the runs of sample_runs.py; run_case re-splits the pipeline stages evenly.
 CASES = {
-    "llama3-70b": dict(
+    "llama3-70b": run_fields(
+        "llama3-70b-32",
         world_size=GPUS,
-        tp=4,
-        pp=4,
-        vpp=5,
-        mbs=1,
         gbs=1024,
-        seq_length=4096,
-        sequence_parallel=True,
-        use_distributed_optimizer=True,
-        recompute_granularity="selective",
         recompute_modules=("core_attn",),
         fp8="tensorwise",
         grad_reduce_in_fp32=False,
     ),
-    "deepseek-v3": dict(
+    "deepseek-v3": run_fields(
+        "deepseek-v3-1024",
         world_size=GPUS,
-        tp=2,
-        pp=16,
-        ep=64,
-        etp=1,
-        mbs=1,
-        gbs=4096,
-        seq_length=4096,
-        sequence_parallel=True,
-        use_distributed_optimizer=True,
         recompute_granularity="selective",
         recompute_modules=("mla_up_proj", "moe_act", "layernorm"),
     ),
