@@ -235,6 +235,13 @@ def run_main(main, argv: list[str], capsys) -> tuple[int, str]:
     return exit_info.value.code, err
 
 
+def assert_exit_contract(code: int, err: str, allowed: tuple[int, ...], needle: str = "") -> None:
+    """Only the ``allowed`` exit codes; a usage error (2) is one stderr line (holding ``needle``)."""
+    assert code in allowed
+    if code == 2:
+        assert len(err.strip().splitlines()) == 1 and needle in err
+
+
 def _write(directory: str, name: str, text: str) -> str:
     path = os.path.join(directory, name)
     with open(path, "w", encoding="utf-8", errors="surrogatepass") as handle:
@@ -249,9 +256,7 @@ def test_check_env_on_random_scripts(capsys, text: str, version) -> None:
         path = _write(tmp, "job.sh", text.replace("\x00", ""))
         argv = ["--script", path, "--json"] + (["--torch-version", version] if version else [])
         code, err = run_main(check_env.main, argv, capsys)
-    assert code in (0, 1, 2)
-    if code == 2:
-        assert len(err.strip().splitlines()) == 1
+    assert_exit_contract(code, err, (0, 1, 2))
 
 
 @fast
@@ -260,9 +265,7 @@ def test_check_env_on_random_yaml(capsys, text: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = _write(tmp, "cfg.yaml", text.replace("\x00", ""))
         code, err = run_main(check_env.main, ["--config", path], capsys)
-    assert code in (0, 1, 2)
-    if code == 2:
-        assert len(err.strip().splitlines()) == 1 and "error:" in err
+    assert_exit_contract(code, err, (0, 1, 2), "error:")
 
 
 @fast
@@ -270,9 +273,7 @@ def test_check_env_on_random_yaml(capsys, text: str) -> None:
 def test_check_env_on_random_overrides(capsys, overrides: list[str]) -> None:
     argv = ["--"] + [o.replace("\x00", "") for o in overrides]
     code, err = run_main(check_env.main, argv, capsys)
-    assert code in (0, 1, 2)
-    if code == 2:
-        assert len(err.strip().splitlines()) == 1
+    assert_exit_contract(code, err, (0, 1, 2))
 
 
 @fast
@@ -281,9 +282,7 @@ def test_env_file_random_text(capsys, text: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = _write(tmp, "job.env", text.replace("\x00", ""))
         code, err = run_main(check_env.main, ["--env-file", path], capsys)
-    assert code in (0, 1, 2)
-    if code == 2:
-        assert len(err.strip().splitlines()) == 1
+    assert_exit_contract(code, err, (0, 1, 2))
 
 
 @fast
@@ -292,9 +291,7 @@ def test_regather_config_on_random_scripts(capsys, text: str, extra: list[str]) 
     with tempfile.TemporaryDirectory() as tmp:
         path = _write(tmp, "job.sh", text.replace("\x00", ""))
         code, err = run_main(regather_config.main, ["--script", path, "--json", *extra], capsys)
-    assert code in (0, 2)
-    if code == 2:
-        assert len(err.strip().splitlines()) == 1
+    assert_exit_contract(code, err, (0, 2))
 
 
 @fast
@@ -303,9 +300,7 @@ def test_regather_config_on_random_recipes(capsys, text: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = _write(tmp, "recipe.py", text)
         code, err = run_main(regather_config.main, ["--recipe", path, "--json"], capsys)
-    assert code in (0, 2)
-    if code == 2:
-        assert len(err.strip().splitlines()) == 1
+    assert_exit_contract(code, err, (0, 2))
 
 
 def test_invalid_yaml_is_exit_2_with_line(capsys, tmp_path) -> None:
