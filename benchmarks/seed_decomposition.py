@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -127,6 +128,28 @@ def _fit(llama) -> dict[str, float]:
     return {"a_bytes_per_param": a, "b_bytes_per_shard_param": b, "predicted": pred}
 
 
+#: The per-term rows of the Llama3-70B table: (label, decomposition key[, divisor, format]);
+#: the divisor is GB and the format two decimals unless given.
+TERM_ROWS: tuple[tuple[Any, ...], ...] = (
+    ("pipeline stage", "stage", 1, "{:>14.0f}"),
+    ("parameters on the GPU (billion)", "params"),
+    ("weights", "weights"),
+    ("  of which fp8 column-wise copies", "weights_beyond_primary"),
+    ("gradients (bf16 buffer)", "gradients"),
+    ("optimizer (fp32 main + Adam, /DP)", "optimizer"),
+    ("layer x micro-batches in flight", "layer_mbs_in_flight", 1, "{:>14.1f}"),
+    ("saved per layer per micro-batch (MB)", "per_layer_stored", 1e6, "{:>14.1f}"),
+    ("  of which inside the mlp graph (MB)", "per_layer_graphed", 1e6, "{:>14.1f}"),
+    ("layer activations (all)", "layer_activations"),
+    ("  of which CUDA-graph pool", "graph_pool"),
+    ("other activations (loss, deferred...)", "other_activations"),
+    ("workspaces", "workspace"),
+    ("fp32 gradient copy at the step", "fp32_grad_copy"),
+    ("phase: steady fwd/bwd/step", "steady"),
+    ("phase: graph capture", "capture"),
+)
+
+
 @click.command(help=(__doc__ or "").split("\n\n")[0])
 @click.option("--json", "as_json", is_flag=True, help="print the decomposition as JSON")
 def command(as_json: bool) -> int:
@@ -149,22 +172,8 @@ def command(as_json: bool) -> int:
     ds = [d for _, _, _, d in llama]
     print("Llama3-70B SFT, LLAMA3_70B_SFT_CONFIG_H100_FP8_CS_V1 rows (GB = 1e9 B; the GPU that sets the estimate)")
     print(f"{'term':<38}" + "".join(f"{label:>14}" for label, _, _, _ in llama))
-    line("pipeline stage", [d["stage"] for d in ds], 1, "{:>14.0f}")
-    line("parameters on the GPU (billion)", [d["params"] for d in ds])
-    line("weights", [d["weights"] for d in ds])
-    line("  of which fp8 column-wise copies", [d["weights_beyond_primary"] for d in ds])
-    line("gradients (bf16 buffer)", [d["gradients"] for d in ds])
-    line("optimizer (fp32 main + Adam, /DP)", [d["optimizer"] for d in ds])
-    line("layer x micro-batches in flight", [d["layer_mbs_in_flight"] for d in ds], 1, "{:>14.1f}")
-    line("saved per layer per micro-batch (MB)", [d["per_layer_stored"] for d in ds], 1e6, "{:>14.1f}")
-    line("  of which inside the mlp graph (MB)", [d["per_layer_graphed"] for d in ds], 1e6, "{:>14.1f}")
-    line("layer activations (all)", [d["layer_activations"] for d in ds])
-    line("  of which CUDA-graph pool", [d["graph_pool"] for d in ds])
-    line("other activations (loss, deferred...)", [d["other_activations"] for d in ds])
-    line("workspaces", [d["workspace"] for d in ds])
-    line("fp32 gradient copy at the step", [d["fp32_grad_copy"] for d in ds])
-    line("phase: steady fwd/bwd/step", [d["steady"] for d in ds])
-    line("phase: graph capture", [d["capture"] for d in ds])
+    for name, key, *shown in TERM_ROWS:
+        line(name, [d[key] for d in ds], *shown)
     print(f"{'estimate (phase)':<38}" + "".join(f"{d['estimate'] / GB:>8.2f} {d['phase'][:5]:<5}" for d in ds))
     line("measured", [m for _, _, m, _ in llama])
     print(f"{'error':<38}" + "".join(f"{d['estimate'] / m - 1:>+14.1%}" for (_, _, m, d) in llama))

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import importlib
 import io
+import json
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from click.testing import CliRunner
 
@@ -83,6 +85,17 @@ def invoke(
     elif isinstance(code, str):  # sys.exit("message"): printed to stderr, exit 1
         return Result(1, _text(out), _text(err) + code + "\n")
     return Result(code, _text(out), _text(err))
+
+
+def invoke_json(helper: str, *args: str, codes: Collection[int] = (0,)) -> Any:
+    """The JSON document ``invoke(helper, *args)`` prints (pass ``--json`` in ``args``).
+
+    The exit code must be one of ``codes`` - 0 unless the run is expected to report
+    findings - else the test fails showing the helper's stderr, not a JSON decode error.
+    """
+    out = invoke(helper, *args)
+    assert out.exit_code in codes, out.stderr
+    return json.loads(out.stdout)
 
 
 def _text(stream: io.BytesIO) -> str:

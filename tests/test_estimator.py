@@ -18,20 +18,13 @@ from memtune.spec.presets import load_preset
 from memtune.spec.run_spec import RunSpec, violations
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from sample_runs import model_and_run, run_spec  # noqa: E402  (the runs estimator_speed.py times)
+
 LLAMA70 = load_preset("llama3-70b")
 QWEN8 = load_preset("qwen3-8b")
-BASE = RunSpec(
-    world_size=32,
-    tp=4,
-    pp=4,
-    vpp=5,
-    mbs=1,
-    gbs=32,
-    seq_length=4096,
-    sequence_parallel=True,
-    recompute_granularity="selective",
-    use_distributed_optimizer=True,
-)
+BASE = run_spec("llama3-70b-32")
 
 
 def acts(run, model=LLAMA70):
@@ -92,30 +85,14 @@ def test_distributed_optimizer_shards_over_dp_times_cp():
 
 
 def test_experts_shard_over_expert_parallel_and_expert_dp():
-    ds = load_preset("deepseek-v3")
-    run = RunSpec(
-        world_size=1024,
-        tp=2,
-        pp=16,
-        ep=64,
-        etp=1,
-        mbs=1,
-        gbs=4096,
-        seq_length=4096,
-        sequence_parallel=True,
-        use_distributed_optimizer=True,
-        recompute_granularity="full",
-        num_layers_in_first_pipeline_stage=1,
-    )
+    ds, run = model_and_run("deepseek-v3-1024")
     e = estimate(ds, run)
     assert e.parameters_per_gpu_max < 0.02 * e.parameters_total
     assert e.peak_bytes < estimate(ds, run.with_(ep=32)).peak_bytes
 
 
 def test_lora_freezes_base_and_regather_saves_gathered_inputs():
-    run = RunSpec(
-        world_size=2, tp=2, seq_length=8192, sequence_parallel=True, peft="lora", use_distributed_optimizer=True
-    )
+    run = run_spec("qwen3-8b-lora-2", use_distributed_optimizer=True)
     base = estimate(QWEN8, run).stages[0]
     full = estimate(QWEN8, run.with_(peft=None)).stages[0]
     assert base.gradients < 0.01 * full.gradients and base.optimizer < 0.01 * full.optimizer
@@ -136,7 +113,6 @@ def test_lora_rows_sequence_lengths_follow_their_measured_regather_savings():
     re-gather saving (one gathered LoRA-A input per eligible adapter per layer, the mechanism
     the Qwen3-8B row pins at its stated seq 8192) equals the measured saving. Bridge's PEFT
     recipes (seq_length 2048) are off by a factor the saving rules out."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
     import estimator_accuracy
 
     points = json.loads((estimator_accuracy.DATA / "bridge-measured.json").read_text())["points"]
@@ -183,7 +159,6 @@ def test_impossible_parallelism_is_named():
 
 
 def test_accuracy_bar_on_measured_runs():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
     import estimator_accuracy
 
     out = subprocess.run(

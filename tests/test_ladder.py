@@ -15,15 +15,20 @@ from dataclasses import dataclass
 import pytest
 
 from conftest import REPO_ROOT
-from helper_cli import invoke
+from helper_cli import invoke, invoke_json
 from memtune.estimate import ladder as ld
 from memtune.estimate import planner as pl
 from memtune.estimate import throughput_cost as tc
 from memtune.spec.run_spec import RunSpec
+from memtune.units import GIB
+from run_flags import A100_40, A100_80, B200, DEEPSEEK_V3_1024, H100, H200, LLAMA2_13B_16_A100_40, flags
 
+#: Llama 3.1 405B, TP8 PP8 with 14 layers in the last stage (126 = 7 x 16 + 14), seq 8192, SP:
+#: the scenarios differ in GPU count, batch, GPU and optimizer sharding.
+LLAMA31_405B_TP8_PP8 = flags(
+    preset="llama3.1-405b", tp=8, pp=8, last_stage_layers=14, mbs=1, seq_length=8192, sequence_parallel=True
+)
 SCHEMA = REPO_ROOT / "scripts" / "memtune" / "data" / "schemas" / "output" / "plan_memory.schema.json"
-LLAMA2_13B = str(REPO_ROOT / "tests" / "data" / "planner" / "llama2-13b-config.json")
-A100_40, A100_80, H100, H200, B200 = "40960MiB", "81920MiB", "81559MiB", "143771MiB", "183359MiB"
 
 
 @dataclass(frozen=True)
@@ -37,71 +42,30 @@ class Scenario:
 SCENARIOS = (
     Scenario(
         "13b-16xA100-40",
-        (
-            "--hf-config",
-            LLAMA2_13B,
-            "--gpus",
-            "16",
-            "--tp",
-            "2",
-            "--pp",
-            "2",
-            "--mbs",
-            "2",
-            "--gbs",
-            "256",
-            "--seq-length",
-            "4096",
-            "--gpu-memory",
-            A100_40,
-            "--no-dist-opt",
-            "--no-sequence-parallel",
-        ),
+        LLAMA2_13B_16_A100_40,
         ("distributed optimizer", "sequence parallel on", "recompute "),
         "issue 13: the replicated Adam state (36.7 GiB) shards over DP 4 for a measured 1-2%; with TP 2 "
         "SP is free and cuts the replicated activations; only then recompute",
     ),
     Scenario(
         "llama3-8b-8xA100-40-tp1",
-        (
-            "--preset",
-            "llama3-8b",
-            "--gpus",
-            "8",
-            "--mbs",
-            "2",
-            "--gbs",
-            "64",
-            "--seq-length",
-            "8192",
-            "--gpu-memory",
-            A100_40,
-            "--no-dist-opt",
-        ),
+        flags(preset="llama3-8b", gpus=8, mbs=2, gbs=64, seq_length=8192, gpu_memory=A100_40, dist_opt=False),
         ("distributed optimizer", "recompute "),
         "DP 8 shards the optimizer for 1.5%; TP = 1 has no SP to turn on, so recompute is next, TP last",
     ),
     Scenario(
         "llama3-70b-64xA100-80",
-        (
-            "--preset",
-            "llama3-70b",
-            "--gpus",
-            "64",
-            "--tp",
-            "4",
-            "--pp",
-            "4",
-            "--mbs",
-            "1",
-            "--gbs",
-            "128",
-            "--seq-length",
-            "4096",
-            "--sequence-parallel",
-            "--gpu-memory",
-            A100_80,
-            "--no-dist-opt",
+        flags(
+            preset="llama3-70b",
+            gpus=64,
+            tp=4,
+            pp=4,
+            mbs=1,
+            gbs=128,
+            seq_length=4096,
+            sequence_parallel=True,
+            gpu_memory=A100_80,
+            dist_opt=False,
         ),
         ("distributed optimizer",),
         "the measured 1.5% optimizer sharding fits alone; a modelled PP change inside the 2% cost floor "
@@ -109,28 +73,7 @@ SCENARIOS = (
     ),
     Scenario(
         "llama3.1-405b-1024xH100",
-        (
-            "--preset",
-            "llama3.1-405b",
-            "--gpus",
-            "1024",
-            "--tp",
-            "8",
-            "--pp",
-            "8",
-            "--last-stage-layers",
-            "14",
-            "--mbs",
-            "1",
-            "--gbs",
-            "1024",
-            "--seq-length",
-            "8192",
-            "--sequence-parallel",
-            "--gpu-memory",
-            H100,
-            "--no-dist-opt",
-        ),
+        (*LLAMA31_405B_TP8_PP8, *flags(gpus=1024, gbs=1024, gpu_memory=H100, dist_opt=False)),
         ("distributed optimizer", "PP 8->16"),
         "optimizer state first (DP 16), then more pipeline stages, but only to PP 16 (~8 layers per stage, "
         "the deepest published Llama 3 405B pipeline): PP 32/64 are priced as extrapolations, so recompute "
@@ -138,85 +81,31 @@ SCENARIOS = (
     ),
     Scenario(
         "llama3.1-405b-128xH200",
-        (
-            "--preset",
-            "llama3.1-405b",
-            "--gpus",
-            "128",
-            "--tp",
-            "8",
-            "--pp",
-            "8",
-            "--last-stage-layers",
-            "14",
-            "--mbs",
-            "1",
-            "--gbs",
-            "512",
-            "--seq-length",
-            "8192",
-            "--sequence-parallel",
-            "--dist-opt",
-            "--gpu-memory",
-            H200,
-        ),
+        (*LLAMA31_405B_TP8_PP8, *flags(gpus=128, gbs=512, dist_opt=True, gpu_memory=H200)),
         ("PP 8->16",),
         "already sharded and SP on: one more pipeline doubling fits for about 1% (seed: PP 4->8 cost 5.9% "
         "on Llama3-70B), far cheaper than mlp recompute (~16%)",
     ),
     Scenario(
         "deepseek-v3-1024xH100",
-        (
-            "--preset",
-            "deepseek-v3",
-            "--gpus",
-            "1024",
-            "--tp",
-            "2",
-            "--pp",
-            "16",
-            "--last-stage-layers",
-            "1",
-            "--ep",
-            "64",
-            "--etp",
-            "1",
-            "--mbs",
-            "1",
-            "--gbs",
-            "4096",
-            "--seq-length",
-            "4096",
-            "--sequence-parallel",
-            "--dist-opt",
-            "--gpu-memory",
-            H100,
-        ),
+        (*DEEPSEEK_V3_1024, *flags(seq_length=4096, sequence_parallel=True, dist_opt=True, gpu_memory=H100)),
         ("recompute selective [mla_up_proj]",),
         "MLA's up-projection outputs are large and cheap to recompute: the MoE/MLA-specific selective module "
         "fits for ~2%",
     ),
     Scenario(
         "mixtral-8x7b-64xH100",
-        (
-            "--preset",
-            "mixtral-8x7b",
-            "--gpus",
-            "64",
-            "--tp",
-            "2",
-            "--pp",
-            "4",
-            "--mbs",
-            "1",
-            "--gbs",
-            "256",
-            "--seq-length",
-            "4096",
-            "--no-sequence-parallel",
-            "--no-dist-opt",
-            "--gpu-memory",
-            H100,
+        flags(
+            preset="mixtral-8x7b",
+            gpus=64,
+            tp=2,
+            pp=4,
+            mbs=1,
+            gbs=256,
+            seq_length=4096,
+            sequence_parallel=False,
+            dist_opt=False,
+            gpu_memory=H100,
         ),
         ("EP 1->",),
         "the eight experts' weights and optimizer state dominate; expert parallelism shards them at an "
@@ -224,26 +113,17 @@ SCENARIOS = (
     ),
     Scenario(
         "qwen3-8b-lora-2xA100-40",
-        (
-            "--preset",
-            "qwen3-8b",
-            "--gpus",
-            "2",
-            "--tp",
-            "2",
-            "--mbs",
-            "1",
-            "--gbs",
-            "16",
-            "--seq-length",
-            "8192",
-            "--sequence-parallel",
-            "--peft",
-            "lora",
-            "--gpu-memory",
-            A100_40,
-            "--headroom",
-            "25%",
+        flags(
+            preset="qwen3-8b",
+            gpus=2,
+            tp=2,
+            mbs=1,
+            gbs=16,
+            seq_length=8192,
+            sequence_parallel=True,
+            peft="lora",
+            gpu_memory=A100_40,
+            headroom="25%",
         ),
         ("recompute selective [layernorm]", "LoRA input re-gather"),
         "LoRA: layernorm recompute re-runs only memory-bound norms (~0.5% modelled) while re-gather's "
@@ -251,35 +131,22 @@ SCENARIOS = (
     ),
     Scenario(
         "llama3-8b-128k-8xB200",
-        (
-            "--preset",
-            "llama3-8b",
-            "--gpus",
-            "8",
-            "--tp",
-            "2",
-            "--mbs",
-            "1",
-            "--gbs",
-            "8",
-            "--seq-length",
-            "131072",
-            "--sequence-parallel",
-            "--dist-opt",
-            "--gpu-memory",
-            B200,
+        flags(
+            preset="llama3-8b",
+            gpus=8,
+            tp=2,
+            mbs=1,
+            gbs=8,
+            seq_length=131072,
+            sequence_parallel=True,
+            dist_opt=True,
+            gpu_memory=B200,
         ),
         ("CP 1->2",),
         "long context: activations grow with the sequence, and context parallelism divides them for "
         "ring-attention traffic that 64K-token chunks hide",
     ),
 )
-
-
-def plan_json(*args: str) -> dict:
-    out = invoke("plan_memory", *args, "--json")
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)
 
 
 @pytest.fixture(scope="module")
@@ -293,7 +160,7 @@ def validator():
 
 @pytest.fixture(scope="module", params=SCENARIOS, ids=[s.name for s in SCENARIOS])
 def scenario(request) -> tuple[Scenario, dict]:
-    return request.param, plan_json(*request.param.args)
+    return request.param, invoke_json("plan_memory", *request.param.args, "--json")
 
 
 def test_scenario_json_validates_against_the_schema(scenario, validator):
@@ -357,14 +224,14 @@ def test_13b_text_shows_saving_cumulative_peak_cost_evidence_and_exact_change():
 
 # ------------------------------------------------------------- unit behaviour of the climb
 def _settings(gib: float) -> pl.PlanSettings:
-    return pl.PlanSettings(gpu_memory_bytes=int(gib * pl.GIB), headroom_bytes=int(gib * pl.GIB) // 10)
+    return pl.PlanSettings(gpu_memory_bytes=int(gib * GIB), headroom_bytes=int(gib * GIB) // 10)
 
 
 def test_a_fitting_run_gets_only_expandable_segments(table):
     model, run = tc.anchor_workload(table.raw, "llama3_70b_sft_32xh100")  # the seed run: fits by estimate
     lad = ld.climb(model, run, _settings(80), table)
     assert lad.fits and [r.title for r in lad.rungs] == ["set expandable segments"]
-    lad = ld.climb(model, run, pl.PlanSettings(80 * pl.GIB, 8 * pl.GIB, expandable_segments=True), table)
+    lad = ld.climb(model, run, pl.PlanSettings(80 * GIB, 8 * GIB, expandable_segments=True), table)
     assert lad.fits and lad.rungs == ()
 
 
@@ -391,7 +258,7 @@ def test_a_rung_set_again_later_is_folded_into_its_first_place(table):
         vocab_size=32000,
     )
     run = RunSpec(world_size=16, tp=2, pp=2, mbs=2, gbs=256, seq_length=4096)
-    lad = ld.climb(model, run, pl.PlanSettings(40 * pl.GIB, 4 * pl.GIB), table)
+    lad = ld.climb(model, run, pl.PlanSettings(40 * GIB, 4 * GIB), table)
     recompute = [r for r in lad.rungs if r.category == "recompute"]
     assert len(recompute) == 1 and recompute[0].run.recompute_granularity == "full"
     assert "model.recompute_modules" not in " ".join(recompute[0].exact_change()["bridge_overrides"])
@@ -435,7 +302,7 @@ def test_skill_md_explains_the_lora_order_with_the_planners_own_figures(table):
     )
     regather = ev.evaluate(pl.Candidate("rg", "peft", run.with_(sequence_parallel_input_regather=True)), peak)
     assert f"{-norm.cost.change * 100:.1f}" == said.group(1)
-    assert f"{(peak - norm.peak_bytes) / pl.GIB:.0f}" == said.group(2)
+    assert f"{(peak - norm.peak_bytes) / GIB:.0f}" == said.group(2)
     assert -norm.cost.change < -regather.cost.change  # the order the text explains
     assert "−0.34% to −6.74%" in text  # the seed's measured re-gather range (throughput_costs.yaml points)
 
@@ -445,7 +312,7 @@ def test_405b_ladder_stops_at_the_deepest_published_pipeline():
     -6.5%). Thinner stages than any measured or published pipeline are an extrapolation: the
     ladder stops at PP 16 and takes priced recompute instead, and the one-step PP 64 row says why."""
     sc = next(s for s in SCENARIOS if s.name == "llama3.1-405b-1024xH100")
-    doc = plan_json(*sc.args)
+    doc = invoke_json("plan_memory", *sc.args, "--json")
     changes = [r["change"] for r in doc["ladder"]["rungs"]]
     pipeline = [r for r in doc["ladder"]["rungs"] if r["category"] == "pipeline"]
     assert len(pipeline) == 1 and pipeline[0]["change"].startswith("PP 8->16"), changes

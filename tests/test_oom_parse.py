@@ -14,9 +14,7 @@ from memtune.diagnose.parse import (
     parse_allocator_message,
     size_to_bytes,
 )
-
-GiB = 1 << 30
-MiB = 1 << 20
+from memtune.units import GIB
 
 NEW = (
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a total capacity of "
@@ -47,11 +45,11 @@ def test_size_to_bytes(value: str, unit: str, expected: int) -> None:
 def test_new_format_all_numbers_and_private_pools_do_not_confuse() -> None:
     n = parse_allocator_message(NEW.format(unalloc="3.00 GiB"))
     assert n.as_json() == {
-        "requested_bytes": 2 * GiB,
+        "requested_bytes": 2 * GIB,
         "total_bytes": size_to_bytes("79.10", "GiB"),
         "free_bytes": size_to_bytes("1.50", "GiB"),
-        "allocated_bytes": 70 * GiB,
-        "reserved_unallocated_bytes": 3 * GiB,
+        "allocated_bytes": 70 * GIB,
+        "reserved_unallocated_bytes": 3 * GIB,
     }
     assert n.device == 1
     assert classify(n).kind == "fragmentation"
@@ -85,7 +83,7 @@ def test_legacy_reserved_total_minus_allocated() -> None:
         "10.00 MiB free; 6.50 GiB reserved in total by PyTorch) If reserved memory is >> allocated memory try setting "
         "max_split_size_mb to avoid fragmentation."
     )
-    assert n.reserved_unallocated_bytes == size_to_bytes("6.50", "GiB") - 6 * GiB
+    assert n.reserved_unallocated_bytes == size_to_bytes("6.50", "GiB") - 6 * GIB
     assert n.legacy_form == "reserved-total"
     assert classify(n).kind == "fragmentation"
 
@@ -133,7 +131,7 @@ def test_truncated_but_request_exceeds_total_is_still_impossible() -> None:
 def test_format_bytes() -> None:
     assert format_bytes(None) == "unknown"
     assert format_bytes(512) == "512 bytes"
-    assert format_bytes(3 * GiB) == "3.00 GiB"
+    assert format_bytes(3 * GIB) == "3.00 GiB"
     assert format_bytes(1536 * 1024) == "1.50 MiB"
 
 

@@ -14,10 +14,9 @@ import pytest
 from memtune.diagnose.patterns import load_patterns
 from memtune.diagnose.rejoin import glue, join
 from memtune.diagnose.scan import numbered, scan_lines
+from memtune.units import GIB
 
 PATTERNS = load_patterns()
-GiB = 1 << 30
-MiB = 1 << 20
 
 
 def gib(x: str) -> int:
@@ -129,7 +128,7 @@ def test_legacy_field_broken_inside_a_word_rejoins_without_a_space() -> None:
         "fragmentation",
         5,
         0,
-        6 * GiB,
+        6 * GIB,
     )
     assert "0 bytes free; 76.00 GiB" in f.evidence
 

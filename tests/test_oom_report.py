@@ -6,13 +6,13 @@ from memtune.diagnose.patterns import load_patterns
 from memtune.diagnose.report import NO_FINDING, build_report, order_findings, render_text, summarize
 from memtune.diagnose.scan import Finding, empty_numbers
 from memtune.diagnose.table import load_rows
+from memtune.units import MIB
 
 PATTERNS = load_patterns()
-MiB = 1 << 20
 
 
 def alloc(kind: str, rank: int, req: int, idle: int, free: int = 0, line: int = 1) -> Finding:
-    nums = dict(empty_numbers(), requested_bytes=req * MiB, reserved_unallocated_bytes=idle * MiB, free_bytes=free)
+    nums = dict(empty_numbers(), requested_bytes=req * MIB, reserved_unallocated_bytes=idle * MIB, free_bytes=free)
     return Finding(kind=kind, evidence="CUDA out of memory", line=line, file="t.log", rank=rank, numbers=nums)
 
 
@@ -48,15 +48,15 @@ def test_order_tiers_then_log_order_within_a_tier() -> None:
 
 def test_two_ranks_oom_the_first_in_the_log_leads_and_the_tightest_is_named() -> None:
     """Held-out class G: rank 1 fails first with more free memory than rank 0 later."""
-    first = alloc("capacity", 1, 300, 10, free=600 * MiB, line=10)
-    later = alloc("capacity", 0, 300, 10, free=590 * MiB, line=40)
+    first = alloc("capacity", 1, 300, 10, free=600 * MIB, line=10)
+    later = alloc("capacity", 0, 300, 10, free=590 * MIB, line=40)
     ordered = order_findings([later, first], PATTERNS)
     assert [f.rank for f in ordered] == [1, 0]
     s = summarize(ordered)
     assert (s["worst"]["source"], s["tightest"]["source"], s["tightest"]["free_bytes"]) == (
         "rank 1",
         "rank 0",
-        590 * MiB,
+        590 * MIB,
     )
 
 

@@ -7,9 +7,7 @@ import pytest
 from memtune.diagnose.log_reader import strip_prefixes
 from memtune.diagnose.patterns import ALLOCATOR_KINDS, load_patterns
 from memtune.diagnose.scan import numbered, scan_lines
-
-GiB = 1 << 30
-MiB = 1 << 20
+from memtune.units import GIB, MIB
 
 PATTERNS = load_patterns()
 
@@ -36,15 +34,15 @@ def test_interleaved_wrapped_ranks_are_rejoined_per_rank() -> None:
     f0, f1 = sorted(scan(INTERLEAVED), key=lambda f: f.rank)
     assert (f0.kind, f0.rank, f0.device, f0.line, f0.line_end) == ("fragmentation", 0, 0, 2, 6)
     assert f0.numbers == {
-        "requested_bytes": 1 * GiB,
-        "total_bytes": int(79.10 * GiB + 0.5),
-        "free_bytes": 200 * MiB,
-        "allocated_bytes": 70 * GiB,
-        "reserved_unallocated_bytes": 8 * GiB,
+        "requested_bytes": 1 * GIB,
+        "total_bytes": int(79.10 * GIB + 0.5),
+        "free_bytes": 200 * MIB,
+        "allocated_bytes": 70 * GIB,
+        "reserved_unallocated_bytes": 8 * GIB,
     }
     assert (f1.kind, f1.rank, f1.device, f1.line, f1.line_end) == ("capacity", 1, 1, 3, 7)
-    assert f1.numbers["free_bytes"] == 100 * MiB
-    assert f1.numbers["reserved_unallocated_bytes"] == int(1.5 * GiB)
+    assert f1.numbers["free_bytes"] == 100 * MIB
+    assert f1.numbers["reserved_unallocated_bytes"] == int(1.5 * GIB)
 
 
 @pytest.mark.parametrize(
@@ -67,7 +65,7 @@ def test_prefixes_on_every_line_of_a_wrapped_legacy_message(prefix: str) -> None
     )
     (f,) = scan(text)
     assert (f.kind, f.device, f.line, f.line_end) == ("fragmentation", 4, 1, 2)
-    assert f.numbers["reserved_unallocated_bytes"] == 6 * GiB
+    assert f.numbers["reserved_unallocated_bytes"] == 6 * GIB
     if "rank12" in prefix or "<stderr>" in prefix:
         assert f.rank == 12
 
@@ -75,7 +73,7 @@ def test_prefixes_on_every_line_of_a_wrapped_legacy_message(prefix: str) -> None
 def test_blank_line_ends_a_truncated_message_and_numbers_stay_unknown() -> None:
     text = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0 has a total capacity of 79.10 GiB of which 1.2\n\nFile x\n"
     (f,) = scan(text)
-    assert f.numbers["requested_bytes"] == GiB
+    assert f.numbers["requested_bytes"] == GIB
     assert f.numbers["free_bytes"] is None and f.numbers["reserved_unallocated_bytes"] is None
     assert f.kind == "capacity" and "undecided" in (f.note or "")
 

@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO_ROOT
-from helper_cli import invoke
+from helper_cli import invoke_json
 from memtune.release import json_reference as ref
+from run_flags import DEEPSEEK_V3_1024, LLAMA2_13B_16_A100_40, flags
 
 SCHEMAS = REPO_ROOT / "scripts" / "memtune" / "data" / "schemas" / "output"
 CHECK_ENV_DATA = REPO_ROOT / "tests" / "data" / "check_env"
-LLAMA2_13B = str(REPO_ROOT / "tests" / "data" / "planner" / "llama2-13b-config.json")
 
 
 def validator(name: str):
@@ -29,12 +29,6 @@ def validator(name: str):
     schema = json.loads((SCHEMAS / f"{name}.schema.json").read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
     return jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
-
-
-def helper_json(script: str, *args: str, codes=(0,)) -> dict:
-    out = invoke(script.removesuffix(".py"), *args)
-    assert out.exit_code in codes, out.stderr
-    return json.loads(out.stdout)
 
 
 def assert_valid(name: str, doc: dict) -> None:
@@ -89,89 +83,31 @@ def test_units_are_stated_for_bytes_and_fractions():
         ("--example",),
         ("--example", "--sweep", "--top", "5"),
         ("--example", "--expandable-segments", "on"),
-        (
-            "--preset",
-            "llama3-70b",
-            "--gpus",
-            "8",
-            "--tp",
-            "8",
-            "--mbs",
-            "1",
-            "--gbs",
-            "8",
-            "--seq-length",
-            "4096",
-            "--gpu-memory",
-            "16GiB",
-        ),  # nothing fits
-        (
-            "--hf-config",
-            LLAMA2_13B,
-            "--gpus",
-            "16",
-            "--tp",
-            "2",
-            "--pp",
-            "2",
-            "--mbs",
-            "2",
-            "--gbs",
-            "256",
-            "--seq-length",
-            "4096",
-            "--gpu-memory",
-            "40960MiB",
-            "--no-dist-opt",
-            "--no-sequence-parallel",
-            "--sweep",
-        ),
+        flags(preset="llama3-70b", gpus=8, tp=8, mbs=1, gbs=8, seq_length=4096, gpu_memory="16GiB"),  # nothing fits
+        (*LLAMA2_13B_16_A100_40, "--sweep"),
     ],
     ids=["example", "sweep", "expandable-on", "nothing-fits", "13b-sweep"],
 )
 def test_plan_memory_output_validates(args):
-    assert_valid("plan_memory", helper_json("plan_memory.py", *args, "--json"))
+    assert_valid("plan_memory", invoke_json("plan_memory", *args, "--json"))
 
 
 @pytest.mark.parametrize(
     "args",
     [
         ("--example",),
-        (
-            "--preset",
-            "deepseek-v3",
-            "--gpus",
-            "1024",
-            "--tp",
-            "2",
-            "--pp",
-            "16",
-            "--last-stage-layers",
-            "1",
-            "--ep",
-            "64",
-            "--etp",
-            "1",
-            "--mbs",
-            "1",
-            "--gbs",
-            "4096",
-            "--sequence-parallel",
-            "--dist-opt",
-            "--gpu-memory",
-            "80GiB",
-        ),
+        (*DEEPSEEK_V3_1024, *flags(sequence_parallel=True, dist_opt=True, gpu_memory="80GiB")),
         ("--preset", "qwen3-8b", "--gpus", "2", "--tp", "2", "--sequence-parallel", "--peft", "lora", "--regather"),
     ],
     ids=["example", "deepseek-v3", "no-gpu-memory"],
 )
 def test_estimate_memory_output_validates(args):
-    assert_valid("estimate_memory", helper_json("estimate_memory.py", *args, "--json"))
+    assert_valid("estimate_memory", invoke_json("estimate_memory", *args, "--json"))
 
 
-@pytest.mark.parametrize("script", ["estimate_memory.py", "plan_memory.py"])
-def test_list_presets_output_validates(script):
-    assert_valid("list_presets", helper_json(script, "--list-presets", "--json"))
+@pytest.mark.parametrize("helper", ["estimate_memory", "plan_memory"])
+def test_list_presets_output_validates(helper):
+    assert_valid("list_presets", invoke_json(helper, "--list-presets", "--json"))
 
 
 def _check_env_inputs() -> list[tuple[str, ...]]:
@@ -185,7 +121,7 @@ def _check_env_inputs() -> list[tuple[str, ...]]:
 
 @pytest.mark.parametrize("args", _check_env_inputs(), ids=lambda a: Path(a[1]).name)
 def test_check_env_output_validates(args):
-    assert_valid("check_env", helper_json("check_env.py", *args, "--json", codes=(0, 1)))
+    assert_valid("check_env", invoke_json("check_env", *args, "--json", codes=(0, 1)))
 
 
 @pytest.mark.parametrize(
@@ -199,36 +135,36 @@ def test_check_env_output_validates(args):
     ids=["preset", "no-regather", "noop", "python-form"],
 )
 def test_regather_config_output_validates(args):
-    assert_valid("regather_config", helper_json("regather_config.py", *args, "--json", codes=(0, 1)))
+    assert_valid("regather_config", invoke_json("regather_config", *args, "--json", codes=(0, 1)))
 
 
 def test_lint_skill_output_validates():
-    assert_valid("lint_skill", helper_json("lint_skill.py", "--json", codes=(0, 1)))
+    assert_valid("lint_skill", invoke_json("lint_skill", "--json", codes=(0, 1)))
 
 
 def test_sign_skill_verify_output_validates():
     # the committed signature may be stale on a branch with changes: a failed verify is a
     # document too (exit 1), and must match the schema as well as a passing one
-    assert_valid("sign_skill", helper_json("sign_skill.py", "verify", str(REPO_ROOT), "--json", codes=(0, 1)))
+    assert_valid("sign_skill", invoke_json("sign_skill", "verify", str(REPO_ROOT), "--json", codes=(0, 1)))
 
 
 def test_sign_skill_verify_failures_validate():
     # the two refusals issue 16 added: a trust anchor other than the expected one, and bytecode
-    mismatch = helper_json(
-        "sign_skill.py", "verify", str(REPO_ROOT), "--json", "--expect-fingerprint", "AA:" * 31 + "AA", codes=(1,)
+    mismatch = invoke_json(
+        "sign_skill", "verify", str(REPO_ROOT), "--json", "--expect-fingerprint", "AA:" * 31 + "AA", codes=(1,)
     )
     assert mismatch["failure"]["kind"] == "anchor-mismatch" and mismatch["trust_anchor"]["matches_expected"] is False
     assert_valid("sign_skill", mismatch)
 
 
 def test_run_benchmark_validate_output_validates():
-    assert_valid("run_benchmark", helper_json("run_benchmark.py", "validate", "--json"))
+    assert_valid("run_benchmark", invoke_json("run_benchmark", "validate", "--json"))
 
 
 def test_run_benchmark_run_output_validates(tmp_path):
     fake = f"command:{sys.executable} {REPO_ROOT / 'tests' / 'bench_fake_agent.py'}"
-    doc = helper_json(
-        "run_benchmark.py",
+    doc = invoke_json(
+        "run_benchmark",
         "run",
         "--agent",
         fake,
@@ -249,7 +185,7 @@ def test_run_benchmark_run_output_validates(tmp_path):
 
 # ------------------------------------------------------------- the schemas can fail
 def test_an_undocumented_field_or_a_percent_fails_validation():
-    doc = helper_json("plan_memory.py", "--example", "--json", "--top", "2")
+    doc = invoke_json("plan_memory", "--example", "--json", "--top", "2")
     assert_valid("plan_memory", doc)
     extra = json.loads(json.dumps(doc))
     extra["ranked"][0]["new_field"] = 1
@@ -278,12 +214,22 @@ def test_reference_page_names_every_field_of_every_schema():
             assert f"`{path}`" in page and " ".join(meaning.split())[:40].replace("|", "\\|") in page
 
 
-def test_generator_check_mode_reports_drift(tmp_path, monkeypatch):
+def test_generator_check_mode_reports_drift(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(ref, "PAGE", tmp_path / "json-output.md")
     assert ref.main(["--check"]) == 1  # missing page is stale
     assert ref.main([]) == 0 and ref.main(["--check"]) == 0
     (tmp_path / "json-output.md").write_text("edited by hand\n")
+    capsys.readouterr()
     assert ref.main(["--check"]) == 1
+    err = capsys.readouterr().err
+    assert err == "json_reference.py: json-output.md is stale: run python3 scripts/memtune/release/json_reference.py\n"
+    assert (tmp_path / "json-output.md").read_text() == "edited by hand\n"  # --check writes nothing
+
+
+def test_generator_bad_arguments_are_one_line_exit_2(capsys):
+    assert ref.main(["--chek"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "--chek" in err and err.startswith("json_reference.py: error:")
 
 
 def test_a_new_schema_in_the_folder_is_picked_up(tmp_path):

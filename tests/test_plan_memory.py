@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from itertools import pairwise
 
 import pytest
 
-from helper_cli import Result, invoke
+from helper_cli import Result, invoke, invoke_json
+from run_flags import LLAMA3_8B_8, flags
 
 
 def run(*args: str) -> Result:
@@ -16,9 +16,7 @@ def run(*args: str) -> Result:
 
 @pytest.fixture(scope="module")
 def example_json() -> dict:
-    out = run("--example", "--json", "--top", "50")
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)
+    return invoke_json("plan_memory", "--example", "--json", "--top", "50")
 
 
 def test_example_text_names_the_first_step_exactly():
@@ -60,22 +58,19 @@ def test_example_json_has_the_table_content(example_json):
 
 
 def test_top_limits_rows():
-    out = run("--example", "--json", "--top", "3")
-    doc = json.loads(out.stdout)
+    doc = invoke_json("plan_memory", "--example", "--json", "--top", "3")
     assert len(doc["ranked"]) == 3 and doc["ranked_total"] > 3
 
 
 def test_expandable_already_on_moves_the_recommendation_to_a_config_change():
-    doc = json.loads(run("--example", "--json", "--expandable-segments", "on").stdout)
+    doc = invoke_json("plan_memory", "--example", "--json", "--expandable-segments", "on")
     rec = doc["recommendation"]
     assert rec["change"] != "set expandable segments"
     assert rec["exact_change"]["bridge_overrides"] or rec["exact_change"]["megatron_args"]
 
 
 def test_nothing_fits_exits_zero_with_closest_candidates():
-    out = run("--example", "--json", "--gpu-memory", "24GiB", "--headroom", "0%")
-    assert out.returncode == 0, out.stderr
-    doc = json.loads(out.stdout)
+    doc = invoke_json("plan_memory", "--example", "--json", "--gpu-memory", "24GiB", "--headroom", "0%")
     assert doc["nothing_fits"] is True and doc["recommendation"] is None
     assert doc["closest"] and "over the limit" in doc["closest"][0]["blocked_by"]
     text = run("--example", "--gpu-memory", "24GiB", "--headroom", "0%")
@@ -112,54 +107,20 @@ def test_headroom_as_share_or_size():
 
 def test_run_inputs_are_the_estimators(tmp_path):
     """The same flags as estimate_memory.py build the run (preset + plain flags)."""
-    out = run(
-        "--preset",
-        "llama3-8b",
-        "--gpus",
-        "8",
-        "--tp",
-        "2",
-        "--mbs",
-        "1",
-        "--gbs",
-        "64",
-        "--seq-length",
-        "8192",
-        "--sequence-parallel",
-        "--gpu-memory",
-        "80GiB",
-        "--json",
-    )
-    assert out.returncode == 0, out.stderr
-    doc = json.loads(out.stdout)
+    doc = invoke_json("plan_memory", *LLAMA3_8B_8, "--gpu-memory", "80GiB", "--json")
     assert doc["model"] == "llama3-8b" and doc["current"]["layout"] == "TP2 PP1 DP4"
 
 
 def test_default_gpu_memory_is_the_h100s_reported_size_not_80_gib():
     """Without --gpu/--gpu-memory the plan assumes what an H100 80GB reports (81559 MiB from
     gpus.yaml), says so in its notes and in --help; an explicit size still wins."""
-    base = (
-        "--preset",
-        "llama3-8b",
-        "--gpus",
-        "8",
-        "--tp",
-        "2",
-        "--mbs",
-        "1",
-        "--gbs",
-        "64",
-        "--seq-length",
-        "8192",
-        "--sequence-parallel",
-        "--json",
-    )
-    doc = json.loads(run(*base).stdout)
+    base = (*LLAMA3_8B_8, "--json")
+    doc = invoke_json("plan_memory", *base)
     assert doc["gpu_memory_bytes"] == 81559 * 2**20
     assert (
         "GPU memory not given: assumed H100-80GB: 81559MiB = 79.6 GiB; pass --gpu NAME or --gpu-memory" in doc["notes"]
     )
-    explicit = json.loads(run(*base, "--gpu-memory", "80GiB").stdout)
+    explicit = invoke_json("plan_memory", *base, "--gpu-memory", "80GiB")
     assert explicit["gpu_memory_bytes"] == 80 * 2**30
     assert not any("not given" in n for n in explicit["notes"])
     assert "default when no size is given: the usable memory of --gpu H100-80GB" in " ".join(
@@ -183,37 +144,15 @@ def test_estimator_input_errors_carry_over(args, needle):
 
 
 def test_capacity_shortfall_still_reminds_to_set_expandable_segments():
-    out = run(
-        "--preset",
-        "llama3-70b",
-        "--gpus",
-        "32",
-        "--tp",
-        "4",
-        "--pp",
-        "4",
-        "--mbs",
-        "1",
-        "--gbs",
-        "32",
-        "--seq-length",
-        "8192",
-        "--sequence-parallel",
-        "--gpu-memory",
-        "80GiB",
-        "--json",
-    )
-    assert out.returncode == 0, out.stderr
-    doc = json.loads(out.stdout)
+    short = flags(preset="llama3-70b", gpus=32, tp=4, pp=4, mbs=1, gbs=32, seq_length=8192, sequence_parallel=True)
+    doc = invoke_json("plan_memory", *short, "--gpu-memory", "80GiB", "--json")
     assert doc["current"]["fits"] is False
     assert not any(r["change"] == "set expandable segments" for r in doc["ranked"])
     assert any("expandable_segments:True (free)" in n for n in doc["notes"])
 
 
 def test_sweep_mode_ranks_combinations_with_evidence():
-    out = run("--example", "--sweep", "--json", "--top", "5")
-    assert out.returncode == 0, out.stderr
-    doc = json.loads(out.stdout)
+    doc = invoke_json("plan_memory", "--example", "--sweep", "--json", "--top", "5")
     rows = doc["ranked"]
     assert len(rows) == 5 and doc["ranked_total"] > 5
     assert all(r["evidence"] and r["peak_bytes"] <= doc["limit_bytes"] for r in rows)
@@ -230,9 +169,7 @@ def test_sweep_mode_ranks_combinations_with_evidence():
 
 
 def test_bridge_overrides_change_the_planned_run():
-    out = run("--example", "model.pipeline_model_parallel_size=8", "--json")
-    assert out.returncode == 0, out.stderr
-    doc = json.loads(out.stdout)
+    doc = invoke_json("plan_memory", "--example", "model.pipeline_model_parallel_size=8", "--json")
     assert doc["current"]["layout"] == "TP4 PP8 VPP5 DP1"
     assert not any(r["change"] == "PP 4->8, VPP 5" for r in doc["ranked"])
 
@@ -247,7 +184,5 @@ def test_megatron_launch_flags_are_accepted(tmp_path):
         "  --micro-batch-size 2 --global-batch-size 128 --vocab-size 128256 --bf16 \\\n"
         "  --use-distributed-optimizer\n"
     )
-    out = run("--megatron-args", str(script), "--gpus", "8", "--gpu-memory", "40GiB", "--json")
-    assert out.returncode == 0, out.stderr
-    doc = json.loads(out.stdout)
+    doc = invoke_json("plan_memory", "--megatron-args", str(script), "--gpus", "8", "--gpu-memory", "40GiB", "--json")
     assert doc["current"]["layout"] == "TP2 PP1 DP4" and doc["gpus"] == 8

@@ -10,9 +10,8 @@ from memtune.estimate import planner as pl
 from memtune.estimate import throughput_cost as tc
 from memtune.spec import model_spec as ms
 from memtune.spec.run_spec import RunSpec
+from memtune.units import GIB
 from test_throughput_cost import llama8b
-
-GIB = pl.GIB
 
 
 # Defined here rather than imported from test_throughput_cost: an imported fixture is shadowed by
@@ -315,19 +314,15 @@ def test_sweep_ranks_assumed_gains_as_zero_but_shows_them(seed, table):
     assert f"{unsure[0].cost.change * 100:+.1f}%" in text  # the number is still shown
 
 
+#: Llama3-8B TP2 PP2 DP4 with SP and the distributed optimizer: the sweep tests' starting run.
+SWEEP_RUN = RunSpec(
+    world_size=16, tp=2, pp=2, mbs=2, gbs=64, seq_length=4096, sequence_parallel=True, use_distributed_optimizer=True
+)
+
+
 def test_sweep_counts_what_it_decides_and_ranks_cheapest_first(table):
     model = llama8b()
-    run = RunSpec(
-        world_size=16,
-        tp=2,
-        pp=2,
-        mbs=2,
-        gbs=64,
-        seq_length=4096,
-        sequence_parallel=True,
-        use_distributed_optimizer=True,
-    )
-    result = pl.sweep(model, run, settings(), table)
+    result = pl.sweep(model, SWEEP_RUN, settings(), table)
     assert result.space > 100 and result.layouts > 10
     assert 0 < result.estimates < result.space  # the bound decides part of the space
     assert result.fitting
@@ -344,17 +339,7 @@ def test_sweep_pruning_does_not_change_the_answer(table, extra, memory):
     """Branch-and-bound must find the same best configuration as trying everything
     (also when full recompute is illegal, and when memory is tight)."""
     model = llama8b()
-    run = RunSpec(
-        world_size=16,
-        tp=2,
-        pp=2,
-        mbs=2,
-        gbs=64,
-        seq_length=8192,
-        sequence_parallel=True,
-        use_distributed_optimizer=True,
-        **extra,
-    )
+    run = SWEEP_RUN.with_(seq_length=8192, **extra)
     s = settings(gpu_memory_bytes=memory * GIB, headroom_bytes=0)
     result = pl.sweep(model, run, s, table)
     ev = pl.Evaluator(model, run, s, table)

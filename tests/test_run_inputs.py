@@ -7,6 +7,7 @@ import pytest
 from memtune.commands.options import parse_run_options
 from memtune.commands.run_inputs import load_model_and_run, parse_memory
 from memtune.errors import InputError
+from run_flags import flags
 
 
 def _parse(*argv: str):
@@ -14,24 +15,8 @@ def _parse(*argv: str):
 
 
 def test_preset_and_flags_build_the_run():
-    inputs = load_model_and_run(
-        _parse(
-            "--preset",
-            "llama3-70b",
-            "--gpus",
-            "32",
-            "--tp",
-            "4",
-            "--pp",
-            "4",
-            "--vpp",
-            "5",
-            "--recompute-modules",
-            "core_attn,mlp",
-            "--gpu-memory",
-            "80GB",
-        )
-    )
+    argv = flags(preset="llama3-70b", gpus=32, tp=4, pp=4, vpp=5, recompute_modules="core_attn,mlp", gpu_memory="80GB")
+    inputs = load_model_and_run(_parse(*argv))
     run = inputs.run
     assert inputs.model.name.startswith("llama3-70b")
     assert (run.world_size, run.tp, run.pp, run.vpp, run.dp) == (32, 4, 4, 5, 2)

@@ -16,6 +16,7 @@ import click
 from memtune.cli import Command, invoke, print_json
 from memtune.commands.options import json_option, run_input_options
 from memtune.commands.run_inputs import load_model_and_run, print_presets
+from memtune.units import GIB
 
 DESCRIPTION = """\
 Estimate peak GPU memory per pipeline stage of a Megatron-Core / Megatron Bridge training run:
@@ -40,8 +41,6 @@ examples:
   python3 scripts/estimate_memory.py --example --gpu-memory 81559MiB   # the MiB figure nvidia-smi prints
 
 exit codes: 0 estimate printed (whether or not it fits), 2 bad input (one line naming it)."""
-
-GIB = 1024**3
 
 
 def gib(value: float) -> str:

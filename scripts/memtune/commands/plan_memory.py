@@ -61,7 +61,8 @@ DEFAULT_GPU = "H100-80GB"
 def default_gpu_memory() -> tuple[int, str]:
     """(bytes, how to say it) for :data:`DEFAULT_GPU`, read from the one GPU table."""
     from memtune.estimate.plan_report import gib
-    from memtune.spec.gpus import MIB, lookup_gpu, usable_memory
+    from memtune.spec.gpus import lookup_gpu, usable_memory
+    from memtune.units import MIB
 
     usable = usable_memory(lookup_gpu(DEFAULT_GPU))
     return usable, f"{DEFAULT_GPU}: {usable // MIB}MiB = {gib(usable)}"

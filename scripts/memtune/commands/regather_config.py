@@ -11,6 +11,7 @@ import click
 from memtune.cli import Command, invoke, option, print_json
 from memtune.commands.options import POSITIVE, json_option, overrides_argument
 from memtune.errors import EXIT_OK, InputError
+from memtune.units import GIB
 
 DESCRIPTION = """\
 Decide whether Megatron Bridge's LoRA option sequence_parallel_input_regather helps this run,
@@ -347,7 +348,7 @@ def render_text(report: dict[str, Any]) -> str:
     saving = report["saving_bytes_per_gpu"]
     if saving is not None:
         lines.append(
-            f"\nestimated activation memory saved per GPU: {saving / 1e9:.3f} GB ({saving / 2**30:.3f} GiB), model {report['model']}"
+            f"\nestimated activation memory saved per GPU: {saving / 1e9:.3f} GB ({saving / GIB:.3f} GiB), model {report['model']}"
         )
     for note in report["assumptions"]:
         lines.append(f"  assumption: {note}")

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from memtune.errors import InputError
+from memtune.units import GIB, KIB, MIB, TIB
 
-GIB = 1024**3
 _UNITS = {
     "": GIB,
     "b": 1,
@@ -28,14 +28,14 @@ _UNITS = {
     "mb": 10**6,
     "gb": 10**9,
     "tb": 10**12,
-    "kib": 1024,
-    "mib": 1024**2,
+    "kib": KIB,
+    "mib": MIB,
     "gib": GIB,
-    "tib": 1024**4,
-    "k": 1024,
-    "m": 1024**2,
+    "tib": TIB,
+    "k": KIB,
+    "m": MIB,
     "g": GIB,
-    "t": 1024**4,
+    "t": TIB,
 }
 
 #: GPU names --help lists; kept here because --help must not need PyYAML (a test checks each
@@ -149,7 +149,7 @@ def load_model_and_run(args: Any) -> RunInputs:
 
         gpu = lookup_gpu(gpu_name)
         usable = usable_memory(gpu)
-        notes.append(f"GPU {gpu.name}: {usable / 2**30:.1f} GiB usable ({gpu.source})")
+        notes.append(f"GPU {gpu.name}: {usable / GIB:.1f} GiB usable ({gpu.source})")
         return RunInputs(model=model, run=run, notes=tuple(notes), gpu_memory_bytes=usable)
     given: GivenSize | None = args.gpu_memory
     if given is not None:

@@ -18,6 +18,7 @@ from memtune.diagnose import torch_era
 from memtune.diagnose.evidence import Evidence
 from memtune.diagnose.frameworks import Framework
 from memtune.diagnose.parse import format_bytes
+from memtune.diagnose.patterns import ALLOCATOR_KINDS
 from memtune.diagnose.scan import Finding
 from memtune.diagnose.torch_era import TorchRange
 
@@ -34,7 +35,6 @@ CONFIG_KINDS = frozenset(
     }
 )
 LIBRARY_KINDS = frozenset({"cuda-runtime-oom", "nccl-oom", "cublas-oom"})
-ALLOCATOR_KINDS = frozenset({"fragmentation", "capacity", "impossible-request"})
 
 _SLEEP_MODE = re.compile(r"cumem_allocator|torch_memory_saver")
 _CONF_TOKEN = re.compile(

@@ -27,6 +27,7 @@ from memtune.diagnose.patterns import ALLOCATOR_KINDS, PatternSet
 from memtune.diagnose.scan import Finding
 from memtune.diagnose.table import Match, Row, row_for_kind
 from memtune.diagnose.torch_era import TorchRange
+from memtune.units import GIB
 
 NO_FINDING = "no memory-related failure found"
 WARNING_KINDS = frozenset({"alloc-conf-deprecated"})
@@ -144,7 +145,7 @@ def gpu_memory_flag(total_bytes: int | None) -> str:
     """The device size the OOM message printed, in the estimator's GiB syntax."""
     if total_bytes is None:
         return "GPU_GiB"
-    return f"{total_bytes / (1 << 30):.2f}GiB"
+    return f"{total_bytes / GIB:.2f}GiB"
 
 
 def next_step(f: Finding, patterns: PatternSet, facts: dict[str, int], total_bytes: int | None) -> str:

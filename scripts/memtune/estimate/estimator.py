@@ -40,8 +40,7 @@ from memtune.spec.model_spec import (
     mtp_layer_params,
 )
 from memtune.spec.run_spec import RunSpec, stage_chunk_layers, stage_layer_counts, validate
-
-GIB = 1024**3
+from memtune.units import GIB, MIB
 
 DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "fp8": 1, "uint8": 1}
 
@@ -73,7 +72,7 @@ OFFLOAD_RESIDENT_LAYERS = 2
 #: GEMM workspaces that live in the PyTorch allocator (so they count as allocated): the
 #: cuBLAS/cuBLASLt workspace of PyTorch and Transformer Engine's per-stream GEMM workspaces,
 #: about 4 x 32 MiB on Hopper.
-WORKSPACE_BYTES = 128 * 1024**2
+WORKSPACE_BYTES = 128 * MIB
 #: CUDA context + cuBLAS/cuDNN handles outside the caching allocator (H100, CUDA 12).
 CUDA_CONTEXT_BYTES = int(0.6 * GIB)
 #: NCCL communicator buffers per process group in use (intra-node NVLink defaults).
@@ -205,23 +204,28 @@ class LayerActivations:
     terms: tuple[tuple[str, float], ...] = ()  # named saved tensors (before recompute/offload)
 
 
+#: Saved tensors of an MoE block, shared experts included: one list, because selective
+#: recompute of "moe", the "moe" CUDA-graph scope and a hybrid pattern's 'E' layer must all
+#: name the same tensors, and a tensor added to the MoE block must reach each of them.
+_MOE_TERMS = (
+    "router",
+    "expert_fc1_in",
+    "moe_fc1_out",
+    "moe_act_out",
+    "moe_act_probs",
+    "moe_fc2_out",
+    "moe_latent_out",
+    "shared_fc1_out",
+    "shared_act_out",
+)
+
 #: Which saved tensors each selective-recompute module discards (Megatron-Core names).
 RECOMPUTE_DROPS = {
     "core_attn": ("core_attn",),
     "layernorm": ("attn_norm_out", "mlp_norm_out"),
     "mlp": ("mlp_fc1_out", "mlp_act_out"),
     "moe_act": ("moe_act_out", "moe_act_probs"),
-    "moe": (
-        "router",
-        "expert_fc1_in",
-        "moe_fc1_out",
-        "moe_act_out",
-        "moe_act_probs",
-        "moe_fc2_out",
-        "moe_latent_out",
-        "shared_fc1_out",
-        "shared_act_out",
-    ),
+    "moe": _MOE_TERMS,
     "shared_experts": ("shared_fc1_out", "shared_act_out"),
     "mla_up_proj": ("qkv",),
 }
@@ -230,19 +234,7 @@ CUDA_GRAPH_TERMS = {
     "attn": ("attn_norm_out", "mla_latent", "qkv", "qk_norm_in", "core_attn", "proj_in", "attn_dropout"),
     "mlp": ("mlp_norm_out", "mlp_fc1_out", "mlp_act_out", "mlp_dropout"),
     "moe_router": ("router",),
-    "moe": (
-        "router",
-        "expert_fc1_in",
-        "moe_fc1_out",
-        "moe_act_out",
-        "moe_act_probs",
-        "moe_fc2_out",
-        "moe_latent_out",
-        "shared_fc1_out",
-        "shared_act_out",
-        "mlp_norm_out",
-        "mlp_dropout",
-    ),
+    "moe": (*_MOE_TERMS, "mlp_norm_out", "mlp_dropout"),
 }
 
 #: Which saved tensors each fine-grained activation-offload module moves to host memory.
@@ -382,15 +374,7 @@ _MLP_TERMS = (
     "mlp_norm_out",
     "mlp_fc1_out",
     "mlp_act_out",
-    "router",
-    "expert_fc1_in",
-    "moe_fc1_out",
-    "moe_act_out",
-    "moe_act_probs",
-    "moe_fc2_out",
-    "moe_latent_out",
-    "shared_fc1_out",
-    "shared_act_out",
+    *_MOE_TERMS,
     "mlp_dropout",
 )
 

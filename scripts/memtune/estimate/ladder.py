@@ -34,6 +34,7 @@ from memtune.estimate import planner as pl
 from memtune.estimate import throughput_cost as tc
 from memtune.spec import model_spec as ms
 from memtune.spec.run_spec import RunSpec
+from memtune.units import GIB
 
 #: RunSpec fields that one knob sets together; a later rung touching the same knob
 #: replaces an earlier one.
@@ -225,8 +226,8 @@ def climb(
     notes = []
     if not fits:
         notes.append(
-            f"the ladder stops at {rungs[-1].peak_bytes / pl.GIB if rungs else base_peak / pl.GIB:.1f} GiB, "
-            f"above the {limit / pl.GIB:.1f} GiB limit: no further change at this GPU count saves memory"
+            f"the ladder stops at {rungs[-1].peak_bytes / GIB if rungs else base_peak / GIB:.1f} GiB, "
+            f"above the {limit / GIB:.1f} GiB limit: no further change at this GPU count saves memory"
         )
     final_peak = rungs[-1].peak_bytes if rungs else base_peak
     return Ladder(

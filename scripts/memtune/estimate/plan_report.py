@@ -16,8 +16,9 @@ from __future__ import annotations
 import textwrap
 from typing import TYPE_CHECKING, Any
 
-from memtune.estimate.planner import EXPANDABLE_ENV, GIB, Evaluated, Plan, exact_change, fragmentation_note
+from memtune.estimate.planner import EXPANDABLE_ENV, Evaluated, Plan, exact_change, fragmentation_note
 from memtune.estimate.throughput_cost import Cost
+from memtune.units import GIB
 
 if TYPE_CHECKING:  # the ladder module builds on the planner; only its result type is needed here
     from memtune.estimate.ladder import Ladder

@@ -35,8 +35,6 @@ from memtune.spec import model_spec as ms
 from memtune.spec import run_spec as rs
 from memtune.spec.run_spec import RunSpec
 
-GIB = 1024**3
-
 # Where each RunSpec field lives in a Megatron Bridge ConfigContainer (Hydra override
 # key) and in a Megatron-LM launch (flag); used to spell out the exact change.
 BRIDGE_KEYS: Mapping[str, str] = {

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from memtune.errors import InputError
+from memtune.units import KIB, MIB
 
 SNIFF_BYTES = 64 << 10  # a NUL byte this early never occurs in a text file
 # Configs, launch scripts, recipes, env files and signing material are kilobytes; anything
@@ -36,7 +37,7 @@ def read_bounded(path: str | Path, what: str, limit: int = MAX_INPUT_BYTES) -> b
 
 
 def _size(limit: int) -> str:
-    return f"{limit >> 20} MiB" if limit >= 1 << 20 else f"{limit >> 10} KiB"
+    return f"{limit // MIB} MiB" if limit >= MIB else f"{limit // KIB} KiB"
 
 
 def read_text(path: str | Path, what: str, *, strict: bool = True, limit: int = MAX_INPUT_BYTES) -> str:

@@ -11,7 +11,7 @@ from a ``base`` ModelSpec (a preset or an HF config).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import fields as dc_fields
 from pathlib import Path
 from typing import Any, overload
@@ -46,19 +46,33 @@ _MP_RECIPES = {
 }
 
 
-def load_bridge_yaml(path: str | Path) -> dict[str, Any]:
-    p = Path(path)
-    text = read_text(p, "a Megatron Bridge YAML config")
+def parse_bridge_yaml(path: str | Path, parse: Callable[[str], Any]) -> Any:
+    """A Megatron Bridge YAML file run through ``parse``, its failures as one-line InputErrors.
+
+    Two readers need the file: for values (``yaml_guard.safe_load``) and for values with their
+    lines (``yaml_guard.compose``, check_env's findings point at a line). Both must refuse the
+    same files with the same words - a syntax error with its line, an alias bomb or oversized
+    document as not a real config - so reading and refusing live here once; ``path`` is shown
+    as given.
+    """
+    text = read_text(path, "a Megatron Bridge YAML config")
     import yaml  # lazy: --help must work without PyYAML
 
     from memtune.files import yaml_guard
 
     try:
-        data = yaml_guard.safe_load(text)
+        return parse(text)
     except yaml.YAMLError as exc:
-        raise yaml_syntax_error(p, exc) from None
+        raise yaml_syntax_error(path, exc) from None
     except yaml_guard.YamlLimitError as exc:
-        raise InputError(f"{p}: the YAML {exc}: not a Megatron Bridge config; pass the real config") from None
+        raise InputError(f"{path}: the YAML {exc}: not a Megatron Bridge config; pass the real config") from None
+
+
+def load_bridge_yaml(path: str | Path) -> dict[str, Any]:
+    from memtune.files import yaml_guard
+
+    p = Path(path)
+    data = parse_bridge_yaml(p, yaml_guard.safe_load)
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -28,7 +28,7 @@ from typing import Any
 from memtune.errors import InputError
 from memtune.files.data_yaml import load_data_mapping
 from memtune.files.paths import DATA_DIR
-from memtune.files.textfile import one_line, yaml_syntax_error
+from memtune.files.textfile import one_line
 from memtune.readers.launch.args import parse_override, split_program_args
 from memtune.readers.launch.commands import parse_file
 from memtune.readers.launch.script import Command, Flag, LaunchScript, Override
@@ -163,15 +163,9 @@ def load_yaml_lines(path: str) -> dict[str, tuple[Any, int]]:
     import yaml  # lazy
 
     from memtune.files import yaml_guard
-    from memtune.files.textfile import read_text
+    from memtune.readers.bridge_config import parse_bridge_yaml
 
-    text = read_text(path, "a Megatron Bridge YAML config")
-    try:
-        node = yaml_guard.compose(text)
-    except yaml.YAMLError as exc:
-        raise yaml_syntax_error(path, exc) from None
-    except yaml_guard.YamlLimitError as exc:
-        raise InputError(f"{path}: the YAML {exc}: not a Megatron Bridge config; pass the real config") from None
+    node = parse_bridge_yaml(path, yaml_guard.compose)
     if node is None:
         return {}
     if not isinstance(node, yaml.MappingNode):

@@ -17,7 +17,7 @@ Run from the repository root::
     python3 scripts/memtune/release/cli_reference.py          # rewrite references/cli-help.md
     python3 scripts/memtune/release/cli_reference.py --check  # exit 1 naming helpers whose help drifted
 
-Only the standard library and click are imported here.
+Only the standard library, click and the shared page command (generated_page) are imported here.
 """
 
 from __future__ import annotations
@@ -33,6 +33,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import click
+
+if not __package__:  # run as a file (python3 scripts/memtune/release/cli_reference.py): make memtune importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    sys.dont_write_bytecode = True  # and leave no bytecode cache inside the signed tree
+
+from memtune.release.generated_page import run_command, sync_page  # noqa: E402
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[3]  # this file is scripts/memtune/release/cli_reference.py
 SCRIPTS = PACKAGE_ROOT / "scripts"
@@ -165,29 +171,25 @@ def command(check: bool) -> int:
     except HelpError as exc:
         print(f"cli_reference.py: {exc}", file=sys.stderr)
         return 1
-    text = render(found)
-    current = PAGE.read_text(encoding="utf-8") if PAGE.exists() else ""
-    if check:
-        if current == text:
-            return 0
+
+    def explain(current: str) -> str:
         drifted = stale(found, current)
-        what = f"the help of {', '.join(drifted)} changed" if drifted else "its header, order or index changed"
-        print(f"cli_reference.py: {PAGE.name} is stale: {what}; run {REGENERATE}", file=sys.stderr)
-        return 1
-    if current != text:
-        PAGE.write_text(text, encoding="utf-8")
-        print(f"wrote {PAGE} ({len(found)} sections)")
-    return 0
+        return f"the help of {', '.join(drifted)} changed" if drifted else "its header, order or index changed"
+
+    return sync_page(
+        PAGE,
+        render(found),
+        check=check,
+        prog="cli_reference.py",
+        regenerate=REGENERATE,
+        explain=explain,
+        written=f" ({len(found)} sections)",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run :func:`command`; a usage error is one line and exit 2, like the helpers'."""
-    try:
-        code = command.main(args=argv, prog_name="cli_reference.py", standalone_mode=False)
-    except click.UsageError as exc:
-        print(f"cli_reference.py: error: {' '.join(exc.format_message().split())} (see --help)", file=sys.stderr)
-        return 2
-    return int(code or 0)
+    return run_command(command, "cli_reference.py", argv)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ Run from the repository root::
     python3 scripts/memtune/release/json_reference.py          # rewrite references/json-output.md
     python3 scripts/memtune/release/json_reference.py --check  # exit 1 when the page is stale
 
-Only the standard library and click are used.
+Only the standard library, click and the shared page command (generated_page) are used.
 """
 
 from __future__ import annotations
@@ -25,10 +25,17 @@ from typing import Any
 
 import click
 
+if not __package__:  # run as a file (python3 scripts/memtune/release/json_reference.py): make memtune importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    sys.dont_write_bytecode = True  # and leave no bytecode cache inside the signed tree
+
+from memtune.release.generated_page import run_command, sync_page  # noqa: E402
+
 PACKAGE_ROOT = Path(__file__).resolve().parents[3]  # this file is scripts/memtune/release/json_reference.py
 SCHEMA_DIR = Path(__file__).resolve().parents[1] / "data" / "schemas" / "output"
 PAGE = PACKAGE_ROOT / "references" / "json-output.md"
 SUFFIX = ".schema.json"
+REGENERATE = "python3 scripts/memtune/release/json_reference.py"
 
 HEADER = """\
 # JSON output of the helpers
@@ -193,26 +200,12 @@ def command(check: bool) -> int:
     except (OSError, json.JSONDecodeError) as exc:
         print(f"json_reference.py: cannot read the output schemas in {SCHEMA_DIR}: {exc}", file=sys.stderr)
         return 2
-    current = PAGE.read_text(encoding="utf-8") if PAGE.exists() else ""
-    if check:
-        if current != text:
-            print(f"{PAGE} is stale: run python3 scripts/memtune/release/json_reference.py", file=sys.stderr)
-            return 1
-        return 0
-    if current != text:
-        PAGE.write_text(text, encoding="utf-8")
-        print(f"wrote {PAGE}")
-    return 0
+    return sync_page(PAGE, text, check=check, prog="json_reference.py", regenerate=REGENERATE)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run :func:`command`; a usage error is one line and exit 2, like the helpers'."""
-    try:
-        code = command.main(args=argv, prog_name="json_reference.py", standalone_mode=False)
-    except click.UsageError as exc:
-        print(f"json_reference.py: error: {' '.join(exc.format_message().split())} (see --help)", file=sys.stderr)
-        return 2
-    return int(code or 0)
+    return run_command(command, "json_reference.py", argv)
 
 
 if __name__ == "__main__":

@@ -16,9 +16,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from memtune.errors import InputError
-
-MIB = 1024**2
-GIB = 1024**3
+from memtune.units import GIB, MIB
 
 #: Words nvidia-smi / rocm-smi put around the model name that never identify the card.
 _VENDOR_WORDS = ("nvidia", "tesla", "amd", "instinct")
