@@ -341,6 +341,22 @@ EXPECTED = {
     "116_tgi_issue563_async_backend_message_inside_panic.txt": [
         ("capacity", 2, None, None, nums("4.83 GiB", "22.20 GiB", "11.12 MiB", "16.08 GiB", None), 1),
     ],
+    # legacy total form, reserved == allocated: nothing idle, yet 37 GiB free (free-exceeds-request)
+    "117_chatglm_finetuning_issue28_free_far_above_request.txt": [
+        ("capacity", 2, 0, None, nums("128.00 MiB", "44.99 GiB", "37.32 GiB", "6.15 GiB", 0), 1),
+    ],
+    # a bare exception line above the message (reported as its echo), the hint's >> HTML-escaped
+    "118_vlm_rl_issue12_free_above_request_html_escaped.txt": [
+        ("unrecognized-gpu-memory-error", 2, None, None, NONE5, 1),
+        (
+            "fragmentation",
+            4,
+            0,
+            None,
+            nums("258.00 MiB", "23.54 GiB", "572.50 MiB", "11.75 GiB", b("12.40 GiB") - b("11.75 GiB")),
+            1,
+        ),
+    ],
 }
 
 KEYS = ("requested_bytes", "total_bytes", "free_bytes", "allocated_bytes", "reserved_unallocated_bytes")
@@ -503,6 +519,10 @@ ADVICE = {
     "114_llmc_issue206_script_prints_pytorch_release.txt": (None, [(None, None, "accepted")]),
     "115_qanything_issue303_numberless_title_above_full_message.txt": (None, [("2.1", "2.2", "accepted")]),
     "116_tgi_issue563_async_backend_message_inside_panic.txt": (None, [(None, None, "unknown")]),
+    # "If reserved memory is >> allocated memory": the 1.10-2.0 hint
+    "117_chatglm_finetuning_issue28_free_far_above_request.txt": (None, [("1.10", "2.1", "rejected")]),
+    # with the >> escaped only the legacy total form dates it: 1.4 to before 2.1
+    "118_vlm_rl_issue12_free_above_request_html_escaped.txt": (None, [("1.4", "2.1", "rejected")]),
 }
 
 
@@ -720,3 +740,22 @@ def test_sample_advice_fits_release_and_stack(name: str) -> None:
             assert "plan_memory.py" not in advice
             assert "outside-megatron" in {n["code"] for n in f["evidence_notes"]}
         assert f["confidence"]["level"] in ("high", "medium", "low") and f["confidence"]["why"]
+
+
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("117_chatglm_finetuning_issue28_free_far_above_request.txt", True),  # 37.32 GiB free, 128 MiB asked
+        ("118_vlm_rl_issue12_free_above_request_html_escaped.txt", True),  # 572.50 MiB free, 258 MiB asked
+        ("01_pytorch_pr99699_new_format_capacty.txt", False),  # 8.44 MiB free, 138 MiB asked
+        ("03_transformers_issue3360_legacy.txt", False),  # 575.88 MiB free, 786 MiB asked
+        # 'allowed' names the cap that refused it: memory-fraction-cap says so instead
+        ("101_therock_issue2118_hip_pytest_memory_fraction_cap.txt", False),
+    ],
+)
+def test_free_memory_above_the_request_is_called_out(name: str, expected: bool) -> None:
+    findings = [f for f in report_for(name)["findings"] if f["kind"] in ("capacity", "fragmentation")]
+    notes = {n["code"]: n["text"] for f in findings for n in f["evidence_notes"]}
+    assert ("free-exceeds-request" in notes) is expected
+    if expected:
+        assert "more than the" in notes["free-exceeds-request"] and "nvidia-smi" in notes["free-exceeds-request"]

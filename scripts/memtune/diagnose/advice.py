@@ -224,6 +224,27 @@ def evidence_notes(f: Finding, fw: Framework, ev: Evidence, near: str | None) ->
                     "processes, another library in the same process, or CUDA contexts (nvidia-smi shows which)",
                 )
             )
+    req = f.numbers.get("requested_bytes")
+    if (
+        f.kind in ("capacity", "fragmentation")
+        and req is not None
+        and free is not None
+        and free >= req
+        and d.get("allowed_bytes") is None
+    ):
+        # PyTorch reads the free figure (cudaMemGetInfo) when it writes the message, after the
+        # failed cudaMalloc and its retry: more free than requested means the memory was gone
+        # at the failure and back by the message, or a limit outside the allocator refused it.
+        notes.append(
+            Note(
+                "free-exceeds-request",
+                f"the message reports {format_bytes(free)} free, more than the {format_bytes(req)} requested: "
+                "when PyTorch wrote it the GPU had room for this request, so something other than this model's "
+                "own peak refused it — another process or rank using the same GPU at that moment (several jobs, "
+                "a wrong device binding), or a limit of a GPU-sharing layer (MPS, vGPU, WSL). Check nvidia-smi and "
+                "the device binding before cutting the model's memory",
+            )
+        )
     if f.kind == "capacity" and not near:
         share = _ratio(f.numbers.get("requested_bytes"), total)
         if share is not None and share >= 0.5:
