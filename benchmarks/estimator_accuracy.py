@@ -49,8 +49,11 @@ DATA = ROOT / "tests" / "data" / "estimator"
 
 # Bridge rows that leave run fields out: what we assume for them (printed with the rows).
 # The LoRA re-gather rows come from one measurement campaign (seed page; Megatron Bridge
-# PR #4581): one micro-batch of 1 (Bridge's _peft_common), ETP 1 for the MoE rows (Bridge's
-# MoE recipes set expert_tensor_parallel_size=1); sequence lengths below.
+# PR #4581): one micro-batch of 1 (Bridge's _peft_common, packed sequences), ETP 1 for the MoE
+# rows (qwen3_30b_a3b_peft_config sets expert_tensor_parallel_size=1; gpt_oss_120b_peft_config
+# leaves it unset, which Megatron turns into ETP = TP = 2 and a 16-GPU expert grid at EP 8 - an
+# estimate 29% under the measured peak - so the single-node ETP 1 is assumed there); sequence
+# lengths below.
 BRIDGE_RUN_DEFAULTS = {"mbs": 1, "seq_length": 8192, "etp": 1}
 
 # Tokens per micro-batch of the two MoE LoRA rows, read off their measured re-gather savings.
