@@ -42,15 +42,18 @@ from memtune.estimate.estimator import estimate  # noqa: E402
 from memtune.readers.megatron_args import specs_from_megatron_args  # noqa: E402
 from memtune.spec.model_spec import ModelSpec  # noqa: E402
 from memtune.spec.presets import load_preset  # noqa: E402
-from memtune.spec.run_spec import RunSpec  # noqa: E402
+from memtune.spec.run_spec import LORA_DEFAULT_TARGETS, RunSpec  # noqa: E402
 from reference_formula import inputs_from_specs, reference_total_bytes  # noqa: E402
 
 DATA = ROOT / "tests" / "data" / "estimator"
 
 # Bridge rows that leave run fields out: what we assume for them (printed with the rows).
 # The LoRA re-gather rows come from one measurement campaign (seed page; Megatron Bridge
-# PR #4581): one micro-batch of 1 (Bridge's _peft_common), ETP 1 for the MoE rows (Bridge's
-# MoE recipes set expert_tensor_parallel_size=1); sequence lengths below.
+# PR #4581): one micro-batch of 1 (Bridge's _peft_common, packed sequences), ETP 1 for the MoE
+# rows (qwen3_30b_a3b_peft_config sets expert_tensor_parallel_size=1; gpt_oss_120b_peft_config
+# leaves it unset, which Megatron turns into ETP = TP = 2 and a 16-GPU expert grid at EP 8 - an
+# estimate 29% under the measured peak - so the single-node ETP 1 is assumed there); sequence
+# lengths below.
 BRIDGE_RUN_DEFAULTS = {"mbs": 1, "seq_length": 8192, "etp": 1}
 
 # Tokens per micro-batch of the two MoE LoRA rows, read off their measured re-gather savings.
@@ -77,12 +80,53 @@ BRIDGE_TOKENS_FROM_REGATHER_SAVING = {
 # wgrad_deferral_limit=22), grad_reduce_in_fp32=False, and get_precision_config("fp8_cs") =
 # bf16_with_fp8_current_scaling_mixed, which sets fp8_param_gather=True
 # (src/megatron/bridge/training/mixed_precision.py). Every Bridge GPT provider defaults to the
-# fused cross entropy (GPTModelProvider.cross_entropy_loss_fusion = True).
+# fused cross entropy (GPTModelProvider.cross_entropy_loss_fusion = True); the performance
+# scripts switch it to TE's kernel (scripts/performance/utils/overrides.py,
+# _set_common_perf_overrides: cross_entropy_fusion_impl = "te"), and LlamaBridge turns the fused
+# SwiGLU on (models/llama/llama_bridge.py: provider.bias_activation_fusion = True).
+#
+# The LoRA rows are Bridge's PEFT recipes at the measurement's commit (33655ef84, PR #4581) with
+# the parallelism the seed table names. Settings that move memory, read from the recipes:
+# * qwen3_8b_peft_config (recipes/qwen/qwen3.py): _peft_common's LoRA (all four linears, dim 32),
+#   cross_entropy_fusion_impl "native", ddp.use_distributed_optimizer False,
+#   ddp.grad_reduce_in_fp32 False.
+# * qwen3_30b_a3b_peft_config (recipes/qwen/qwen3_moe.py): LoRA dim 8, alpha 16,
+#   target_modules ["linear_qkv", "linear_proj"] (no expert or MLP adapters),
+#   cross_entropy_fusion_impl "te", distributed optimizer, grad_reduce_in_fp32 True, and
+#   apply_flex_dispatcher_backend(..., "deepep") (DeepEP on Hopper: buffers outside PyTorch's
+#   allocator, which this estimator does not count anyway).
+# * gpt_oss_120b_peft_config (recipes/gpt_oss/gpt_oss.py): _peft_common's LoRA, "native" loss,
+#   ddp.use_distributed_optimizer False, ddp.grad_reduce_in_fp32 False.
+# * Neither Qwen3 bridge sets bias_activation_fusion (models/qwen/qwen3_bridge.py,
+#   qwen3_moe_bridge.py), so Megatron-Core's TransformerConfig default (False) holds: the
+#   unfused GLU; GptOssBridge sets it True (models/gpt_oss/gpt_oss_bridge.py).
 BRIDGE_RECIPE_FACTS = {
     "llama3-70b-sft-tp4-pp4-vpp5": {
         "fp8_param_gather": True,
         "defer_embedding_wgrad_compute": True,
         "wgrad_deferral_limit": 22,
+        "cross_entropy_fusion_impl": "te",
+        "bias_activation_fusion": True,
+    },
+    "qwen3-8b-lora-tp2-s8192": {
+        "bias_activation_fusion": False,
+        "cross_entropy_fusion_impl": "native",
+        "distributed_optimizer": False,
+        "grad_reduce_in_fp32": False,
+    },
+    "qwen3-30b-a3b-lora-tp4-ep4": {
+        "bias_activation_fusion": False,
+        "cross_entropy_fusion_impl": "te",
+        "lora_dim": 8,
+        "lora_target_modules": ["linear_qkv", "linear_proj"],
+        "distributed_optimizer": True,
+        "grad_reduce_in_fp32": True,
+    },
+    "gpt-oss-120b-lora-tp2-ep8": {
+        "bias_activation_fusion": True,
+        "cross_entropy_fusion_impl": "native",
+        "distributed_optimizer": False,
+        "grad_reduce_in_fp32": False,
     },
 }
 
@@ -174,6 +218,8 @@ def _bridge_run(raw: dict) -> RunSpec:
         fp8_param_gather=bool(raw.get("fp8_param_gather", False)),
         # Megatron Bridge's GPTModelProvider turns the fused loss on by default.
         cross_entropy_loss_fusion=bool(raw.get("cross_entropy_loss_fusion", True)),
+        cross_entropy_fusion_impl=str(raw.get("cross_entropy_fusion_impl", "native")),
+        bias_activation_fusion=bool(raw.get("bias_activation_fusion", True)),
         defer_embedding_wgrad_compute=bool(raw.get("defer_embedding_wgrad_compute", False)),
         wgrad_deferral_limit=int(raw.get("wgrad_deferral_limit", 0)),
         use_distributed_optimizer=bool(raw.get("distributed_optimizer", True)),
@@ -181,6 +227,8 @@ def _bridge_run(raw: dict) -> RunSpec:
         recompute_modules=modules,
         cuda_graph_scope=tuple(raw.get("cuda_graph_scope") or ()),
         peft=raw.get("peft"),
+        lora_dim=int(raw.get("lora_dim", 32)),
+        lora_target_modules=tuple(raw.get("lora_target_modules") or LORA_DEFAULT_TARGETS),
     )
 
 

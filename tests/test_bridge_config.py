@@ -112,3 +112,18 @@ def test_bridge_defaults_fused_loss_reads_deferred_wgrad_and_names_the_assumed_m
     assert not run.cross_entropy_loss_fusion and run.mbs == 2
     assert run.defer_embedding_wgrad_compute and run.wgrad_deferral_limit == 22
     assert not any("micro_batch_size" in n for n in notes)
+
+
+def test_glu_fusion_and_cross_entropy_kernel_are_read():
+    qwen = load_preset("qwen3-8b")
+    _, run, notes = specs_from_bridge({"model": {}}, world_size=8, base=qwen)
+    assert run.bias_activation_fusion and run.cross_entropy_fusion_impl == "native"
+    assert any("bias_activation_fusion not given: assumed True" in n for n in notes)
+    cfg = {"model": {"bias_activation_fusion": False, "cross_entropy_fusion_impl": "te"}}
+    _, run, notes = specs_from_bridge(cfg, world_size=8, base=qwen)
+    assert not run.bias_activation_fusion and run.cross_entropy_fusion_impl == "te"
+    assert not any("bias_activation_fusion" in n for n in notes)
+    with pytest.raises(InputError, match="cross_entropy_fusion_impl must be one of"):
+        from memtune.spec.run_spec import validate
+
+        validate(qwen, specs_from_bridge({"model": {"cross_entropy_fusion_impl": "fast"}}, 8, qwen)[1])

@@ -271,3 +271,16 @@ def test_capacity_padding_flag_is_read():
     _, run, notes = specs_from_megatron_args(flags)
     assert run.moe_expert_capacity_factor == 1.25 and run.moe_pad_expert_input_to_capacity
     assert not any(n.startswith("ignored flags") and "capacity" in n for n in notes)
+
+
+def test_swiglu_fusion_flag_is_read():
+    """Megatron-LM fuses bias + SwiGLU unless --no-bias-swiglu-fusion (an arguments dump spells
+    it bias_swiglu_fusion: False); the unfused GLU keeps two more FFN-wide tensors per layer."""
+    swiglu = {**BASE_FLAGS, "--swiglu": True}
+    _, run, notes = specs_from_megatron_args(swiglu)
+    assert run.bias_activation_fusion
+    _, run, notes = specs_from_megatron_args({**swiglu, "--no-bias-swiglu-fusion": True})
+    assert not run.bias_activation_fusion
+    assert not any(n.startswith("ignored flags") and "swiglu" in n for n in notes)
+    _, run, _ = specs_from_megatron_args({**swiglu, "--bias-swiglu-fusion": False})
+    assert not run.bias_activation_fusion

@@ -51,6 +51,11 @@ CE_BYTES_PER_LOGIT = 6
 #: The fused cross-entropy kernel computes the logits gradient already in the forward pass
 #: and keeps it (fp32, 4) next to the bf16 logits (2) and the fp32 softmax (4).
 CE_FUSED_BYTES_PER_LOGIT = 10
+#: Transformer Engine's cross entropy (``cross_entropy_fusion_impl='te'``) writes the logits
+#: gradient into the bf16 logits in place and saves that one tensor
+#: (transformer_engine/pytorch/cross_entropy.py: ``loss, inp = cross_entropy_forward(...)``,
+#: ``ctx.save_for_backward(inp.detach())``; the kernel's other buffers are per token).
+CE_TE_BYTES_PER_LOGIT = 2
 #: Bytes per parameter of the fp8 weight copy TE caches for a training step: it quantises
 #: each weight with ``weight_quantizer.set_usage(rowwise=True, columnwise=is_grad_enabled)``
 #: (transformer_engine/pytorch/module/linear.py), i.e. the row-wise data for the forward GEMM
@@ -217,22 +222,24 @@ _MOE_TERMS = (
     "moe_latent_out",
     "shared_fc1_out",
     "shared_act_out",
+    "moe_glu_parts",
+    "shared_glu_parts",
 )
 
 #: Which saved tensors each selective-recompute module discards (Megatron-Core names).
 RECOMPUTE_DROPS = {
     "core_attn": ("core_attn",),
     "layernorm": ("attn_norm_out", "mlp_norm_out"),
-    "mlp": ("mlp_fc1_out", "mlp_act_out"),
-    "moe_act": ("moe_act_out", "moe_act_probs"),
+    "mlp": ("mlp_fc1_out", "mlp_act_out", "mlp_glu_parts"),
+    "moe_act": ("moe_act_out", "moe_act_probs", "moe_glu_parts"),
     "moe": _MOE_TERMS,
-    "shared_experts": ("shared_fc1_out", "shared_act_out"),
+    "shared_experts": ("shared_fc1_out", "shared_act_out", "shared_glu_parts"),
     "mla_up_proj": ("qkv",),
 }
 #: Saved tensors that live inside each CUDA-graph scope (Megatron ``cuda_graph_scope``).
 CUDA_GRAPH_TERMS = {
     "attn": ("attn_norm_out", "mla_latent", "qkv", "qk_norm_in", "core_attn", "proj_in", "attn_dropout"),
-    "mlp": ("mlp_norm_out", "mlp_fc1_out", "mlp_act_out", "mlp_dropout"),
+    "mlp": ("mlp_norm_out", "mlp_fc1_out", "mlp_act_out", "mlp_glu_parts", "mlp_dropout"),
     "moe_router": ("router",),
     "moe": (*_MOE_TERMS, "mlp_norm_out", "mlp_dropout"),
 }
@@ -303,9 +310,19 @@ def layer_activation_terms(model: ModelSpec, run: RunSpec, moe: bool) -> dict[st
     terms["mlp_norm_out"] = gemm_in * tokens * h / spt
     gate = 2 if model.gated_linear_unit else 1
     act_out = gemm_in
+    # Without the fused kernel Megatron-Core's gated MLP runs ``glu(x)``:
+    # ``activation_func(x_glu) * (x_linear + glu_linear_offset)`` (mlp.py; experts.py likewise).
+    # The multiply keeps both of its operands - the activation output and the new tensor that
+    # adding the (default 0.0) offset makes - while the activation keeps its input, a view of the
+    # FC1 output: two more FFN-wide tensors per token than the fused kernel, which keeps only its
+    # input (``bias_swiglu_impl``). Routed experts then scale by the router probabilities
+    # (``intermediate_parallel * permuted_probs``), which keeps the product as well: three.
+    unfused_glu = model.gated_linear_unit and not run.bias_activation_fusion
     if not moe:
         terms["mlp_fc1_out"] = act * tokens * gate * model.ffn / t
         terms["mlp_act_out"] = act_out * tokens * model.ffn / t
+        if unfused_glu:
+            terms["mlp_glu_parts"] = 2 * act * tokens * model.ffn / t
     else:
         e = model.num_moe_experts or 1
         local = tokens / spt
@@ -325,6 +342,8 @@ def layer_activation_terms(model: ModelSpec, run: RunSpec, moe: bool) -> dict[st
             # fc2_latent_proj keeps its input, the combined latent output of the local tokens
             # (fc1_latent_proj's input is the pre-MLP norm output, kept anyway).
             terms["moe_latent_out"] = act * local * model.moe_latent_size
+        if unfused_glu:
+            terms["moe_glu_parts"] = 3 * act * routed * model.expert_ffn * cap
         if not model.gated_linear_unit:
             # The router probabilities scale the activation inside the experts (TEGroupedMLP /
             # SequentialMLP ``bias_act_func``: ``activation_func(fc1_output)`` then
@@ -338,6 +357,8 @@ def layer_activation_terms(model: ModelSpec, run: RunSpec, moe: bool) -> dict[st
         if fs:
             terms["shared_fc1_out"] = act * tokens * gate * fs / t
             terms["shared_act_out"] = act_out * tokens * fs / t
+            if unfused_glu:
+                terms["shared_glu_parts"] = 2 * act * tokens * fs / t
     terms["mlp_dropout"] = drop_h * tokens * h / spt
     return terms
 
@@ -375,6 +396,7 @@ _MLP_TERMS = (
     "mlp_fc1_out",
     "mlp_act_out",
     *_MOE_TERMS,
+    "mlp_glu_parts",
     "mlp_dropout",
 )
 
@@ -421,6 +443,8 @@ def layer_activations(model: ModelSpec, run: RunSpec, moe: bool, kind: str | Non
         terms = mamba_activation_terms(model, run)
     else:
         terms = layer_activation_terms(model, run, moe)
+        unsaved = frozen_unsaved_terms(model, run, moe)
+        terms = {k: v for k, v in terms.items() if k not in unsaved}
         if kind in ("*", "-", "E"):
             keep = _ATTN_TERMS if kind == "*" else _MLP_TERMS
             terms = {k: v for k, v in terms.items() if k in keep}
@@ -479,6 +503,33 @@ def layer_activations(model: ModelSpec, run: RunSpec, moe: bool, kind: str | Non
         graphed=graphed,
         terms=tuple(terms.items()),
     )
+
+
+def frozen_unsaved_terms(model: ModelSpec, run: RunSpec, moe: bool) -> frozenset[str]:
+    """GEMM inputs nobody saves under PEFT because their frozen base linear has no adapter.
+
+    Transformer Engine keeps a linear's input only for its weight gradient
+    (linear.py: ``backward_needs_input = is_grad_enabled and weight.requires_grad``; grouped_linear.py:
+    ``inputmats = [None] * num_gemms`` when the weights are frozen), and a frozen fused-norm linear
+    frees its norm output unless an adapter asked for it (layernorm_linear.py: ``if not
+    weight.requires_grad and not return_layernorm_output: clear_tensor_data(ln_out, ln_out_total)``).
+    An adapter's LoRA-A keeps the same input, so only linears left out of
+    ``peft.target_modules`` lose it - Megatron Bridge's Qwen3-30B-A3B recipe adapts just
+    ``linear_qkv`` and ``linear_proj``. The output projection's input is the attention output,
+    which the attention kernel keeps anyway, and the pre-MLP norm output of a MoE layer is the
+    router's saved input, so neither is dropped.
+    """
+    if run.peft is None:
+        return frozenset()
+    adapted = {target.strip().rsplit(".", 1)[-1].strip("*") for target in run.lora_target_modules}
+    unsaved: set[str] = set()
+    if "linear_qkv" not in adapted and not model.multi_latent_attention:
+        unsaved.add("attn_norm_out")
+    if "linear_fc1" not in adapted:
+        unsaved.add("expert_fc1_in" if moe else "mlp_norm_out")
+    if "linear_fc2" not in adapted:
+        unsaved.update(("moe_act_out", "shared_act_out") if moe else ("mlp_act_out",))
+    return frozenset(unsaved)
 
 
 def regather_eligible(run: RunSpec, module: str) -> bool:
@@ -703,6 +754,8 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
             extra += mb * (8 * tokens + (tokens * h / spt if run.hidden_dropout > 0 else 0))
         if is_last:
             ce = CE_FUSED_BYTES_PER_LOGIT if run.cross_entropy_loss_fusion else CE_BYTES_PER_LOGIT
+            if run.cross_entropy_loss_fusion and run.cross_entropy_fusion_impl == "te":
+                ce = CE_TE_BYTES_PER_LOGIT
             logits = tokens * vocab / t
             loss_peak = logits * ce
             extra += 2 * 2 * tokens * h / spt  # final norm input and output
@@ -932,10 +985,15 @@ def _describe(model: ModelSpec, run: RunSpec, vocab: int) -> list[str]:
         f"vocabulary padded to {vocab} (multiple of {model.make_vocab_size_divisible_by} x TP); logits and cross entropy in fp32 on the last stage",
         "overhead = CUDA context + NCCL buffers (not PyTorch tensors: excluded from allocated_bytes); allocator fragmentation is not included (set expandable_segments:True)",
     ]
+    if model.gated_linear_unit and not run.bias_activation_fusion:
+        out.append("gated MLP unfused (bias_activation_fusion off): activation output and linear half kept too")
+    if run.cross_entropy_loss_fusion and run.cross_entropy_fusion_impl == "te":
+        out.append("Transformer Engine cross entropy: the logits gradient overwrites the bf16 logits in place")
     if run.peft:
         out.append(
             f"PEFT {run.peft} rank {run.lora_dim} on {', '.join(run.lora_target_modules)}: base weights frozen, "
             f"input re-gather {'on' if run.sequence_parallel_input_regather else 'off'}"
+            + ("; frozen linears without an adapter keep no input" if frozen_unsaved_terms(model, run, False) else "")
         )
     if run.cpu_offloading:
         out.append(f"CPU offloading of {run.cpu_offloading_num_layers} layers' activations")

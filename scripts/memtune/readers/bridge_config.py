@@ -290,6 +290,13 @@ def specs_from_bridge(
     if seq is None:
         seq = 4096
         assumptions.append("seq_length not given: assumed 4096")
+    if model.gated_linear_unit and model_s.get("bias_activation_fusion") is None:
+        # TransformerConfig defaults it off; LlamaBridge, GptOssBridge, DeepSeek bridges turn it on,
+        # the Qwen3 bridges do not. Saved config.yaml files carry the value.
+        assumptions.append(
+            "model.bias_activation_fusion not given: assumed True (fused SwiGLU); with it off (Megatron-Core's "
+            "default, e.g. Bridge's Qwen3 providers) each gated MLP keeps two more FFN-wide tensors per token"
+        )
     if train.get("micro_batch_size") is None:
         # Activations scale with it: say so rather than assume silently (PEFT tables often omit it).
         assumptions.append("train.micro_batch_size not given: assumed 1 (activations scale with it); pass --mbs")
@@ -345,6 +352,8 @@ def specs_from_bridge(
         hidden_dropout=_float_field(model_s, "hidden_dropout", "model", 0.0),
         # Megatron Bridge's GPTModelProvider (and MambaModelProvider) default to the fused loss.
         cross_entropy_loss_fusion=_bool_field(model_s, "cross_entropy_loss_fusion", "model", True),
+        cross_entropy_fusion_impl=_str_field(model_s, "cross_entropy_fusion_impl", "model", "native"),
+        bias_activation_fusion=_bool_field(model_s, "bias_activation_fusion", "model", True),
         # CommOverlapConfig copies these onto the model config (comm_overlap.py); either may carry them.
         defer_embedding_wgrad_compute=_bool_field(
             comm,

@@ -537,6 +537,9 @@ def specs_from_megatron_args(
         hidden_dropout=_float(a, "hidden_dropout", 0.1),
         transformer_impl=_str(a, "transformer_impl", "transformer_engine"),
         cross_entropy_loss_fusion=_bool(a, "cross_entropy_loss_fusion"),
+        # --bias-swiglu-fusion is on unless --no-bias-swiglu-fusion (Megatron-LM arguments.py);
+        # an arguments dump spells it bias_swiglu_fusion: False.
+        bias_activation_fusion=_bool(a, "bias_swiglu_fusion", True) and not _bool(a, "no_bias_swiglu_fusion"),
         defer_embedding_wgrad_compute=_bool(a, "defer_embedding_wgrad_compute"),
         wgrad_deferral_limit=_int(a, "wgrad_deferral_limit", 0) or 0,
         moe_token_dispatcher_type=_str(a, "moe_token_dispatcher_type", "allgather"),

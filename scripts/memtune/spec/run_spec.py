@@ -22,6 +22,8 @@ LORA_DEFAULT_TARGETS = ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")
 #: Megatron-Core's Fp8Recipe names (megatron/core/enums.py), which Megatron Bridge's
 #: mixed-precision recipes map to; any other name is refused at start-up.
 FP8_RECIPES = ("delayed", "tensorwise", "mxfp8", "blockwise")
+#: Megatron-Core's ``cross_entropy_fusion_impl`` values (TransformerConfig).
+CROSS_ENTROPY_FUSION_IMPLS = ("native", "te")
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,10 @@ class RunSpec:
     hidden_dropout: float = 0.0
     transformer_impl: str = "transformer_engine"  # transformer_engine | local
     cross_entropy_loss_fusion: bool = False
+    cross_entropy_fusion_impl: str = "native"  # native (Megatron's kernel) | te (TE's in-place kernel)
+    # Fused bias + SwiGLU/GeGLU kernel. Megatron-LM's --bias-swiglu-fusion defaults on; Megatron
+    # Bridge's TransformerConfig default is off and only some model bridges turn it on.
+    bias_activation_fusion: bool = True
     defer_embedding_wgrad_compute: bool = False  # keep output-layer inputs/grads for a late wgrad
     wgrad_deferral_limit: int = 0  # 0 = defer for every micro-batch of the step
     moe_token_dispatcher_type: str = "alltoall"
@@ -289,6 +295,11 @@ def violations(model: ModelSpec, run: RunSpec) -> list[str]:
     ):
         if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= SIZE_LIMITS["num_layers"]:
             out.append(f"{name} must be an integer between 0 and {SIZE_LIMITS['num_layers']}, got {value!r}")
+    if run.cross_entropy_fusion_impl not in CROSS_ENTROPY_FUSION_IMPLS:
+        out.append(
+            f"cross_entropy_fusion_impl must be one of {', '.join(CROSS_ENTROPY_FUSION_IMPLS)}, "
+            f"got {run.cross_entropy_fusion_impl!r}"
+        )
     for name, rate in (("attention_dropout", run.attention_dropout), ("hidden_dropout", run.hidden_dropout)):
         if not isinstance(rate, (int, float)) or not 0 <= rate < 1:
             out.append(f"{name} must be in [0, 1), got {rate!r}")
