@@ -232,13 +232,15 @@ def _without_extra_buffers() -> Iterator[None]:
 class LlamaChatModel:
     """llama-cpp-python chat completion with a RAM cache of evaluated prefixes.
 
-    The cache (``LlamaRAMCache``) keeps llama.cpp states keyed by token prefix, so the
+    The cache (``PrefixStateCache``) keeps llama.cpp states keyed by token prefix, so the
     system prompt + catalog (+ body) is read once per process and restored for each
     later task instead of re-read, even when tasks with and without the body alternate.
     """
 
     def __init__(self, model_path: Path, n_ctx: int, threads: int, temperature: float, cache_bytes: int) -> None:
-        from llama_cpp import Llama, LlamaRAMCache
+        from llama_cpp import Llama
+
+        from memtune.bench.prefix_cache import PrefixStateCache
 
         with _without_extra_buffers():
             self.llm = Llama(
@@ -251,7 +253,8 @@ class LlamaChatModel:
                 verbose=False,
             )
         if cache_bytes > 0:
-            self.llm.set_cache(LlamaRAMCache(capacity_bytes=cache_bytes))
+            # not LlamaRAMCache: it leaves each state's logits copy out of its budget (prefix_cache.py)
+            self.llm.set_cache(PrefixStateCache(cache_bytes))
         self.temperature = temperature
         # one llama.cpp context is not thread-safe: with --workers > 1 the helpers run in
         # parallel but the model answers one turn at a time (it uses every thread anyway)
