@@ -269,7 +269,7 @@ class _Lexer:
                     self.i += 1
                     self._skip_redirect_target()
                     continue
-                if words or op in ("(", ")"):
+                if words or op in ("(", ")", ";;"):  # a lone ";;" still ends a case clause
                     return words, op
                 continue
             if ch in "<>":
