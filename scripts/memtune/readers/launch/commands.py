@@ -27,7 +27,7 @@ from memtune.errors import InputError
 from memtune.readers.launch.budget import _Budget
 from memtune.readers.launch.expansion import _ASSIGN, _expand_markers, _remember, _split_assignment
 from memtune.readers.launch.lexer import _IDENT, _Lexer
-from memtune.readers.launch.script import Command, EnvSetting, LaunchScript, Word
+from memtune.readers.launch.script import BRANCH_GUESS, Command, EnvSetting, LaunchScript, Word
 
 _PY = re.compile(r"^(?:.*/)?(?:python(?:\d+(?:\.\d+)*)?|pypy3?)$")
 
@@ -202,6 +202,7 @@ def parse_text(
             for word in prefixes:
                 name, value = _split_assignment(word.text, known)
                 _remember(known, known_lines, name, value, word)
+                _note_origin(budget, branches, name, word)
                 env.append(EnvSetting(name, value, word.line, "export" if auto_export else "shell", file=path))
             continue
         head = words[0].text
@@ -219,6 +220,7 @@ def parse_text(
                 if _ASSIGN.match(word.text):
                     name, value = _split_assignment(word.text, known)
                     _remember(known, known_lines, name, value, word)
+                    _note_origin(budget, branches, name, word)
                     env.append(
                         EnvSetting(name, value, word.line, "export" if exporting or auto_export else "shell", file=path)
                     )
@@ -303,6 +305,11 @@ class _Branches:
     def active(self) -> bool:
         return all(frame[0] is not False for frame in self.frames)
 
+    @property
+    def uncertain(self) -> bool:
+        """Inside a branch that may or may not run (its condition is unknown)?"""
+        return any(frame[0] is None for frame in self.frames)
+
     def step(self, words: list[Word], sep: str) -> list[Word]:
         """Consume leading if/elif/else/fi and case words; return what is left to run."""
         if self.clause_ends:
@@ -382,6 +389,26 @@ class _Branches:
         frame[0], frame[3] = branch, "body"
         frame[1] = True if branch is True else (None if branch is None or taken is None else taken)
         return []
+
+
+def _note_origin(budget: _Budget, branches: _Branches, name: str, word: Word) -> None:
+    """Remember what the new value of ``name`` assumes, so every word made from it says so.
+
+    A value built from an unset variable's default, or set in a branch whose condition is
+    only known at run time (the reader keeps the last such value), is a guess the helpers
+    must show next to the setting it feeds, never use silently.
+    """
+    notes = list(word.assumed)
+    if "+=" in word.text.split("=", 1)[0] + "=":
+        notes = list(budget.origins.get(name, ())) + notes
+    if branches.uncertain:
+        notes.append(
+            f"{name} is set on line {word.line} {BRANCH_GUESS}; the last value the script sets was used"
+        )
+    if notes:
+        budget.origins[name] = tuple(dict.fromkeys(notes))
+    else:
+        budget.origins.pop(name, None)
 
 
 def _test(words: Sequence[Word], sep: str) -> bool | None:

@@ -97,16 +97,19 @@ def _expand_markers(
                     if item is None:
                         break
                     inner.extend(item[0])
+            origin = word.assumed + budget.origins.get(name, ())
             for element in _expand_markers(inner, known, lines, budget, depth + 1):
                 budget.spend(len(element.text) + _WORD_COST, name, word.line)
+                assumed = tuple(dict.fromkeys(element.assumed + origin))
                 if split and element.quoted and any(ch.isspace() for ch in element.text):
-                    out.extend(Word(piece, element.line, True) for piece in element.text.split())
+                    out.extend(Word(piece, element.line, True, assumed) for piece in element.text.split())
                 else:
-                    out.append(element)
+                    out.append(Word(element.text, element.line, element.quoted, assumed))
             continue
         text = "".join(known.get(part.lstrip("~"), part) if idx % 2 else part for idx, part in enumerate(parts))
         budget.spend(len(text), parts[1].lstrip("~") if len(parts) > 1 else "", word.line)
-        out.append(Word(text, word.line, word.quoted))
+        inherited = [note for idx, part in enumerate(parts) if idx % 2 for note in budget.origins.get(part.lstrip("~"), ())]
+        out.append(Word(text, word.line, word.quoted, tuple(dict.fromkeys(word.assumed + tuple(inherited)))))
     return out
 
 
