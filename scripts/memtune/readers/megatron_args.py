@@ -149,7 +149,6 @@ def launch_world_size(text: str, source: str = "<text>") -> tuple[int | None, st
     return gpn * n, f"world size {gpn * n} = {gpn} GPUs per node x {n} node(s) from the launcher (line {command.line})"
 
 
-
 def _mapping_flags(data: Mapping[str, Any]) -> dict[str, Any] | None:
     """Find a {'--flag': value} mapping at the top level or under MODEL_ARGS."""
     if "MODEL_ARGS" in data and isinstance(data["MODEL_ARGS"], Mapping):

@@ -329,6 +329,11 @@ def build(inputs: Inputs) -> RunView:
         view.notes.extend(script.notes)
         command = script.training_command()
         view.command = command
+        if command is None:
+            view.notes.append(
+                f"{path}: no python / torchrun training command found (one inside a heredoc, an eval'd "
+                "string or $(...) is not read), so only its exports were checked"
+            )
         if script.crlf_line is not None:
             view.crlf_scripts.append((script, command))
         for name, setting in script.env_for(command).items():
@@ -532,7 +537,7 @@ def _sbatch_world(view: RunView, script: LaunchScript, command: Command | None) 
     view.settings["world_size"] = Value(total, f"{script.path}:{line}", "launcher GPU count", "derived")
     if command is not None:
         view.notes.extend(
-            f"{script.path}:{line}: world size {total} {note}" for note in world_size_assumptions(command)
+            f"{script.path}:{line}: world size {total} assumes: {note}" for note in world_size_assumptions(command)
         )
 
 

@@ -359,7 +359,6 @@ class _Branches:
             words = words[1:]
         return words
 
-
     def _case_step(self, words: list[Word], sep: str) -> list[Word]:
         """Inside a case: collect ``pat | pat )`` patterns, open the clause, or close at ``esac``."""
         frame = self.frames[-1]
@@ -402,9 +401,7 @@ def _note_origin(budget: _Budget, branches: _Branches, name: str, word: Word) ->
     if "+=" in word.text.split("=", 1)[0] + "=":
         notes = list(budget.origins.get(name, ())) + notes
     if branches.uncertain:
-        notes.append(
-            f"{name} is set on line {word.line} {BRANCH_GUESS}; the last value the script sets was used"
-        )
+        notes.append(f"{name} is set on line {word.line} {BRANCH_GUESS}; the last value the script sets was used")
     if notes:
         budget.origins[name] = tuple(dict.fromkeys(notes))
     else:

@@ -108,7 +108,9 @@ def _expand_markers(
             continue
         text = "".join(known.get(part.lstrip("~"), part) if idx % 2 else part for idx, part in enumerate(parts))
         budget.spend(len(text), parts[1].lstrip("~") if len(parts) > 1 else "", word.line)
-        inherited = [note for idx, part in enumerate(parts) if idx % 2 for note in budget.origins.get(part.lstrip("~"), ())]
+        inherited = [
+            note for idx, part in enumerate(parts) if idx % 2 for note in budget.origins.get(part.lstrip("~"), ())
+        ]
         out.append(Word(text, word.line, word.quoted, tuple(dict.fromkeys(word.assumed + tuple(inherited)))))
     return out
 

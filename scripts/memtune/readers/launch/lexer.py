@@ -111,13 +111,13 @@ class _Lexer:
                     self.budget.spend(len(variables[name]), name, self.line)
                     return variables[name], end
                 if op is not None:
-                    value = _strip_simple_quotes(default or "")
-                    if name not in variables and not name.isdigit() and "$" not in value:
+                    fallback = _strip_simple_quotes(default or "")
+                    if name not in variables and not name.isdigit() and "$" not in fallback:
                         self.word_assumed.append(
-                            f"{name} is not set in the script, so its default {value!r} (line {self.line}) "
+                            f"{name} is not set in the script, so its default {fallback!r} (line {self.line}) "
                             "was used; the job's environment may set it"
                         )
-                    return value, end
+                    return fallback, end
             return s[start:end], end
         if nxt == "(":
             end = self._read_parens(start + 1)

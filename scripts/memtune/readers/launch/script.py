@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-
 # The phrase that marks an assumption as a guess between branches (not a stated default):
 # such a value is treated as unknown by the checks, while a default is used and reported.
 BRANCH_GUESS = "inside an if/case branch whose condition is only known at run time"
