@@ -275,7 +275,7 @@ def test_cli_json_and_exit_codes() -> None:
     bad = run_cli("--script", str(DATA / "mt002_nccl_ub.sh"), "--json")
     assert bad.returncode == 1, bad.stderr
     document = json.loads(bad.stdout)
-    assert set(document) == {"findings"}
+    assert set(document) == {"findings", "notes"}
     assert all(set(f) == {"rule", "severity", "message", "fix", "source"} for f in document["findings"])
     clean = run_cli("--script", str(DATA / "clean_megatron_sbatch.sh"), "--torch-version", "2.8")
     assert clean.returncode == 0, clean.stdout

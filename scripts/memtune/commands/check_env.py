@@ -108,7 +108,7 @@ def _check(args: Any) -> int:
     findings = check_rules.run_all(view)
     errors = sum(1 for f in findings if f.severity == "error")
     if args.as_json:
-        print_json({"findings": [f.to_json() for f in findings]})
+        print_json({"findings": [f.to_json() for f in findings], "notes": list(dict.fromkeys(view.notes))})
     else:
         print(render_text(findings, view))
     return EXIT_FINDINGS if errors else EXIT_OK
@@ -129,7 +129,7 @@ def render_text(findings: Any, view: Any) -> str:
             lines.append(f"  {f.rule} {f.source}")
             lines.append(f"    {f.message}")
             lines.append(f"    fix: {f.fix}")
-    for note in view.notes:
+    for note in dict.fromkeys(view.notes):
         lines.append(f"note: {note}")
     counts = {s: sum(1 for f in findings if f.severity == s) for s in ("error", "warning", "info")}
     lines.append(f"\n{counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} info")

@@ -195,24 +195,28 @@ def _load_source(args: Any) -> tuple[Any, Any, list[str], dict[str, Any]]:
         if args.overrides:
             raise InputError("Hydra overrides apply to --config/--example, not to --megatron-args")
         flags = load_megatron_args(args.megatron_args)
+        assumed: dict[str, tuple[str, ...]] = {}
         world, world_note = args.gpus, None
-        if (
-            world is None
-            and "--world-size" not in flags
-            and Path(args.megatron_args).suffix.lower() not in (".json", ".yaml", ".yml")
-        ):
+        if Path(args.megatron_args).suffix.lower() not in (".json", ".yaml", ".yml"):
             from memtune.files.textfile import read_text
-            from memtune.readers.megatron_args import launch_world_size
+            from memtune.readers.megatron_args import launch_flag_assumptions, launch_world_size
 
-            world, world_note = launch_world_size(
-                read_text(Path(args.megatron_args), "a launch script", strict=False), str(args.megatron_args)
-            )
+            text = read_text(Path(args.megatron_args), "a launch script", strict=False)
+            assumed = launch_flag_assumptions(text, str(args.megatron_args))
+            if world is None and "--world-size" not in flags:
+                world, world_note = launch_world_size(text, str(args.megatron_args))
         try:
-            model, run, notes = specs_from_megatron_args(flags, world_size=world)
+            model, run, notes = specs_from_megatron_args(flags, world_size=world, assumed=assumed)
             if world_note:
                 notes = [world_note, *notes] if world_note.startswith("WARNING") else [*notes, world_note]
         except InputError as exc:  # a bad flag value: say which file holds it
             raise InputError(f"{args.megatron_args}: {exc}") from None
+        if world_note and world_note.startswith("WARNING") and args.gpus is None:
+            from memtune.spec.run_spec import violations
+
+            problems = violations(model, run)
+            if problems:  # illegal only because of a guessed GPU count: say so, not just the arithmetic
+                raise InputError(f"{args.megatron_args}: {problems[0]} - {world_note[len('WARNING: ') :]}")
         return model, run, notes, extras
     if args.config or args.example:
         from memtune.readers.bridge_config import load_bridge_yaml, specs_from_bridge

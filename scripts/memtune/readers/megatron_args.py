@@ -83,6 +83,23 @@ def parse_launch_text(text: str, source: str = "<text>") -> dict[str, Any]:
     return flags
 
 
+def launch_flag_assumptions(text: str, source: str = "<text>") -> dict[str, tuple[str, ...]]:
+    """``{"--flag": notes}``: what the shell reader assumed to produce each flag of the
+    training command (an unset variable's default, a value picked between if/case branches
+    it could not decide), so the estimate can say so next to the numbers it used."""
+    from memtune.readers.launch.args import split_program_args
+    from memtune.readers.launch.commands import parse_text
+
+    script = parse_text(text, source)
+    out: dict[str, tuple[str, ...]] = {}
+    for command in script.python_commands or script.commands:
+        words = command.program_args if command.is_python else command.words
+        parsed, _ = split_program_args(words)
+        for name, flag in parsed.items():
+            out["--" + name] = flag.assumed
+    return out
+
+
 def launch_world_size(text: str, source: str = "<text>") -> tuple[int | None, str | None]:
     """(GPU count, note) from the training command's launcher (torchrun --nproc_per_node x
     --nnodes, srun / #SBATCH nodes and tasks per node), or (None, a loud warning) when the
@@ -121,6 +138,14 @@ def launch_world_size(text: str, source: str = "<text>") -> tuple[int | None, st
         n = int(str(nodes or 1).split(":")[-1])
     except ValueError:
         return None, f"WARNING: world size unreadable from the launcher ({per_node!r} x {nodes!r}); pass --gpus N"
+    from memtune.readers.launch.script import world_size_assumptions
+
+    guesses = world_size_assumptions(command)
+    if guesses:
+        return gpn * n, (
+            f"WARNING: world size {gpn * n} = {gpn} GPUs per node x {n} node(s) assumes: {'; '.join(guesses)}; "
+            "pass --gpus N for the real count"
+        )
     return gpn * n, f"world size {gpn * n} = {gpn} GPUs per node x {n} node(s) from the launcher (line {command.line})"
 
 
@@ -231,8 +256,13 @@ def hybrid_pipeline_split(pattern: str, pp: int) -> tuple[tuple[int, ...], int]:
 
 
 def _flag(args: Mapping[str, Any], name: str, default: Any = None) -> Any:
+    """The flag's value, or ``default`` when it is shell text only the job can fill in
+    (``$7``, ``${TP}``, ``$(nproc)``); such a flag is recorded on a _ReadFlags mapping so
+    the estimate says it assumed the default instead of using it silently."""
     value = args.get(name, default)
-    if isinstance(value, str) and value.startswith("${"):
+    if isinstance(value, str) and ("$" in value or "`" in value):
+        if isinstance(args, _ReadFlags):
+            args.unresolved.setdefault(name, value)
         return default
     return value
 
@@ -374,9 +404,15 @@ def _largest_batch(a: Mapping[str, Any]) -> int | None:
 
 
 def specs_from_megatron_args(
-    flags: Mapping[str, Any], world_size: int | None = None
+    flags: Mapping[str, Any],
+    world_size: int | None = None,
+    assumed: Mapping[str, tuple[str, ...]] | None = None,
 ) -> tuple[ModelSpec, RunSpec, list[str]]:
-    """(ModelSpec, RunSpec, assumptions) from Megatron-LM flags (either key spelling)."""
+    """(ModelSpec, RunSpec, assumptions) from Megatron-LM flags (either key spelling).
+
+    ``assumed`` maps flags to what the launch-script reader assumed to produce them
+    (:func:`launch_flag_assumptions`); those the estimate reads are reported as warnings.
+    """
     from memtune.spec.model_spec import ModelSpec
     from memtune.spec.run_spec import RunSpec, normalize_dtype
 
@@ -404,6 +440,20 @@ def specs_from_megatron_args(
     missing = [
         f"--{k.replace('_', '-')}" for k in ("num_layers", "hidden_size", "num_attention_heads") if _flag(a, k) is None
     ]
+    from memtune.readers.launch.script import is_branch_guess
+
+    unknown = [f"--{k.replace('_', '-')} {a.unresolved[k]}" for k in a.unresolved]
+    unknown += [
+        f"--{k.replace('_', '-')} {a[k]} (picked between if/case branches)"
+        for k in ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size")
+        if k in a and any(is_branch_guess(note) for note in (assumed or {}).get("--" + k.replace("_", "-"), ()))
+    ]
+    if unknown:
+        raise InputError(
+            f"Megatron args: {', '.join(unknown)} only known when the job runs (script arguments or "
+            "environment); the model size cannot be read from this script - use --preset or --hf-config "
+            "with --tp/--pp/--mbs/--gbs/--seq-length instead"
+        )
     if missing:
         raise InputError(f"Megatron args are missing {', '.join(missing)}")
     layers = _required_int(a, "num_layers")
@@ -575,6 +625,8 @@ def specs_from_megatron_args(
             "WARNING: --use-legacy-models builds Megatron-LM's legacy GPT model, not Megatron-Core; "
             "the estimate is for the Megatron-Core model with the same flags"
         )
+    guessed = _guess_warnings(a, assumed or {})
+    assumptions[:0] = guessed
     ignored = ignored_flags(a)
     if ignored:
         assumptions.append(
@@ -584,6 +636,26 @@ def specs_from_megatron_args(
     return model, run, assumptions
 
 
+def _guess_warnings(a: _ReadFlags, assumed: Mapping[str, tuple[str, ...]]) -> list[str]:
+    """WARNING lines for the flags the estimate read whose value was unresolved shell text
+    (the default was used) or came from a reader's assumption (an unset variable's default,
+    a branch the reader could not decide)."""
+    out = [
+        f"WARNING: --{name.replace('_', '-')} {text} is only known when the job runs; the estimate "
+        "used Megatron's default - pass the real value (--tp, --pp, --mbs, --gbs, --seq-length ...)"
+        for name, text in a.unresolved.items()
+    ]
+    notes: list[str] = []
+    for flag, flag_notes in assumed.items():
+        if normalize_flag(flag) in a.read and normalize_flag(flag) in a:
+            notes.extend(f"{flag} {a[normalize_flag(flag)]}: {note}" for note in flag_notes)
+    notes = list(dict.fromkeys(notes))
+    if notes:
+        shown = "; ".join(notes[:6]) + (f"; and {len(notes) - 6} more" if len(notes) > 6 else "")
+        out.append(f"WARNING: values the estimate used were assumed while reading the script: {shown}")
+    return out
+
+
 class _ReadFlags(dict[str, Any]):
     """A flag mapping that remembers which flags were looked up, so the flags the estimator
     never read can be listed instead of silently dropped."""
@@ -591,6 +663,7 @@ class _ReadFlags(dict[str, Any]):
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
         self.read: set[str] = set()
+        self.unresolved: dict[str, str] = {}  # flag -> the shell text standing for its value
 
     def get(self, key: Any, default: Any = None) -> Any:
         self.read.add(key)

@@ -31,7 +31,7 @@ from memtune.files.paths import DATA_DIR
 from memtune.files.textfile import one_line
 from memtune.readers.launch.args import parse_override, split_program_args
 from memtune.readers.launch.commands import parse_file
-from memtune.readers.launch.script import Command, Flag, LaunchScript, Override
+from memtune.readers.launch.script import Command, Flag, LaunchScript, Override, is_branch_guess, world_size_assumptions
 from memtune.spec.overrides import refuse_misspelt
 
 ALLOC_VARS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
@@ -329,6 +329,11 @@ def build(inputs: Inputs) -> RunView:
         view.notes.extend(script.notes)
         command = script.training_command()
         view.command = command
+        if command is None:
+            view.notes.append(
+                f"{path}: no python / torchrun training command found (one inside a heredoc, an eval'd "
+                "string or $(...) is not read), so only its exports were checked"
+            )
         if script.crlf_line is not None:
             view.crlf_scripts.append((script, command))
         for name, setting in script.env_for(command).items():
@@ -379,6 +384,7 @@ def build(inputs: Inputs) -> RunView:
     for name, setting_spec in spec.items():
         kind = setting_spec.get("type", "str")
         found: Value | None = None
+        guesses: tuple[str, ...] = ()
         for path_key in setting_spec.get("paths", []):
             if path_key in flat:
                 raw, source, text = flat[path_key]
@@ -397,8 +403,15 @@ def build(inputs: Inputs) -> RunView:
                 text = f"--{flag_name}" + (f" {flag.value}" if flag.value and not setting_spec.get("switch") else "")
                 source = f"{flag_file.get(flag_name, view.script.path if view.script else 'line')}:{flag.line}"
                 found = Value(raw, source, text, "flag")
+                guesses = flag.assumed
         if found is None:
             continue
+        if any(is_branch_guess(note) for note in guesses):
+            # the value depends on which if/case branch runs: checking the one the reader
+            # happened to keep could report a problem the job never has (or miss one)
+            view.unresolved[name] = found
+            continue
+        view.notes.extend(f"{found.source}: {found.text}: {note}" for note in guesses)
         converted, ok = coerce(found.value, kind)
         if not ok:
             if not _shell_expansion(found.value):
@@ -412,6 +425,7 @@ def build(inputs: Inputs) -> RunView:
             raise InputError(f"{found.source}: {found.text}: must be at least {least}; fix the value")
         view.settings[name] = Value(converted, found.source, found.text, found.origin)
 
+    view.notes.extend(_unresolved_notes(view))
     # Megatron-LM spells VPP as layers per virtual stage
     if "vpp" not in view.settings and "layers_per_virtual_stage" in view.settings:
         per = view.get("layers_per_virtual_stage")
@@ -427,6 +441,16 @@ def build(inputs: Inputs) -> RunView:
             inputs.world_size, "command line", f"--world-size {inputs.world_size}", "cli"
         )
     return view
+
+
+def _unresolved_notes(view: RunView) -> list[str]:
+    """One line per setting the checks could not use, so a clean result is not read as
+    "checked and fine" for values only the running job knows."""
+    return [
+        f"{value.source}: {value.text}: {name} is only known when the job runs "
+        "(script arguments, environment, or an if/case branch decided at run time); checks that need it were skipped"
+        for name, value in view.unresolved.items()
+    ]
 
 
 KIND_WORDS = {"int": "a whole number", "bool": "true or false"}
@@ -511,6 +535,10 @@ def _sbatch_world(view: RunView, script: LaunchScript, command: Command | None) 
         return
     line = command.line if command else 0
     view.settings["world_size"] = Value(total, f"{script.path}:{line}", "launcher GPU count", "derived")
+    if command is not None:
+        view.notes.extend(
+            f"{script.path}:{line}: world size {total} assumes: {note}" for note in world_size_assumptions(command)
+        )
 
 
 def alloc_env(view: RunView) -> dict[str, EnvValue]:

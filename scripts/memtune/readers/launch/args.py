@@ -60,7 +60,10 @@ def split_program_args(
                     values.append(args[j].text)
                     j += 1
                 i = j - 1
-            flags[name] = Flag(name, tuple(values), word.line)
+            assumed = word.assumed + tuple(note for w in args[i - len(values) + 1 : i + 1] for note in w.assumed)
+            if eq:
+                assumed = word.assumed
+            flags[name] = Flag(name, tuple(values), word.line, tuple(dict.fromkeys(assumed)))
             i += 1
             continue
         if is_override(text):

@@ -27,11 +27,14 @@ class ExpansionTooLarge(InputError):
 class _Budget:
     """The expansion output one script may still produce, shared by every nested lexer."""
 
-    __slots__ = ("left", "path")
+    __slots__ = ("left", "origins", "path")
 
     def __init__(self, path: str) -> None:
         self.left = MAX_EXPANSION_CHARS
         self.path = path
+        # variable -> what its value assumes (a default for an unset variable, an unknown
+        # branch); shared like the budget so nested lexers mark the words they expand
+        self.origins: dict[str, tuple[str, ...]] = {}
 
     def spend(self, amount: int, name: str, line: int) -> None:
         self.left -= amount

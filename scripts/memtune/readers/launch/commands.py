@@ -16,6 +16,7 @@ and the text that expansion may produce is bounded (memtune.readers.launch.budge
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -26,7 +27,7 @@ from memtune.errors import InputError
 from memtune.readers.launch.budget import _Budget
 from memtune.readers.launch.expansion import _ASSIGN, _expand_markers, _remember, _split_assignment
 from memtune.readers.launch.lexer import _IDENT, _Lexer
-from memtune.readers.launch.script import Command, EnvSetting, LaunchScript, Word
+from memtune.readers.launch.script import BRANCH_GUESS, Command, EnvSetting, LaunchScript, Word
 
 _PY = re.compile(r"^(?:.*/)?(?:python(?:\d+(?:\.\d+)*)?|pypy3?)$")
 
@@ -201,6 +202,7 @@ def parse_text(
             for word in prefixes:
                 name, value = _split_assignment(word.text, known)
                 _remember(known, known_lines, name, value, word)
+                _note_origin(budget, branches, name, word)
                 env.append(EnvSetting(name, value, word.line, "export" if auto_export else "shell", file=path))
             continue
         head = words[0].text
@@ -218,6 +220,7 @@ def parse_text(
                 if _ASSIGN.match(word.text):
                     name, value = _split_assignment(word.text, known)
                     _remember(known, known_lines, name, value, word)
+                    _note_origin(budget, branches, name, word)
                     env.append(
                         EnvSetting(name, value, word.line, "export" if exporting or auto_export else "shell", file=path)
                     )
@@ -284,21 +287,45 @@ def parse_text(
 
 
 class _Branches:
-    """if / elif / else / fi with simple test conditions evaluated when every operand is known.
+    """if / elif / else / fi and case / esac, with conditions evaluated when every operand is known.
 
     A branch whose condition is known false is skipped; an unknown condition keeps every
-    branch (the conservative reading: settings from all of them are seen).
+    branch (the conservative reading: settings from all of them are seen). A ``case`` on a
+    known word takes the first clause whose pattern matches, as bash does (Megatron-LM's
+    Mamba example picks its model size this way; reading every clause would take the last).
     """
 
     def __init__(self) -> None:
-        self.frames: list[list[Any]] = []  # [this branch: True/False/None, some branch taken: True/False/None]
+        # [this branch: True/False/None, some branch taken: True/False/None] for `if`;
+        # a `case` frame adds [subject or None when unknown, "patterns" | "body", patterns so far]
+        self.frames: list[list[Any]] = []
+        self.clause_ends = False  # the command just read ended a case clause (`;;`)
 
     @property
     def active(self) -> bool:
         return all(frame[0] is not False for frame in self.frames)
 
+    @property
+    def uncertain(self) -> bool:
+        """Inside a branch that may or may not run (its condition is unknown)?"""
+        return any(frame[0] is None for frame in self.frames)
+
     def step(self, words: list[Word], sep: str) -> list[Word]:
-        """Consume leading if/elif/else/fi words; return what is left to run."""
+        """Consume leading if/elif/else/fi and case words; return what is left to run."""
+        if self.clause_ends:
+            self.clause_ends = False
+            if self.frames and len(self.frames[-1]) > 2:
+                self.frames[-1][0], self.frames[-1][3], self.frames[-1][4] = False, "patterns", []
+        if self.frames and len(self.frames[-1]) > 2:
+            words = self._case_step(words, sep)
+            if not words:
+                return []
+        if words and not words[0].quoted and words[0].text == "case" and len(words) >= 3:
+            subject = words[1].text
+            known = not any(mark in subject for mark in ("$", "`", "\0"))
+            self.frames.append([False, False, subject if known else None, "patterns", []])
+            rest = words[3:] if words[2].text == "in" else []
+            return self._case_step(rest, sep) if rest else []
         while words and not words[0].quoted and words[0].text in ("if", "elif", "else", "fi", "then"):
             head = words[0].text
             if head == "then":
@@ -331,6 +358,54 @@ class _Branches:
             frame[1] = True if frame[0] is True else taken
             words = words[1:]
         return words
+
+    def _case_step(self, words: list[Word], sep: str) -> list[Word]:
+        """Inside a case: collect ``pat | pat )`` patterns, open the clause, or close at ``esac``."""
+        frame = self.frames[-1]
+        if frame[3] == "body":
+            if words and not words[0].quoted and words[0].text == "esac":
+                self.frames.pop()
+                return words[1:]
+            if sep == ";;":
+                self.clause_ends = True
+            return words
+        if words and not words[0].quoted and words[0].text == "esac":
+            self.frames.pop()
+            return words[1:]
+        frame[4].extend(w.text for w in words if w.text != "(")
+        if sep != ")":
+            return []  # `a | b )`: more patterns follow
+        patterns, frame[4] = frame[4], []
+        subject, taken = frame[2], frame[1]
+        if taken is True:
+            branch: bool | None = False
+        elif subject is None or any("$" in p or "`" in p for p in patterns):
+            branch = None
+        else:
+            branch = any(fnmatch.fnmatchcase(subject, p) for p in patterns)
+        if branch is False and taken is None:
+            branch = False
+        frame[0], frame[3] = branch, "body"
+        frame[1] = True if branch is True else (None if branch is None or taken is None else taken)
+        return []
+
+
+def _note_origin(budget: _Budget, branches: _Branches, name: str, word: Word) -> None:
+    """Remember what the new value of ``name`` assumes, so every word made from it says so.
+
+    A value built from an unset variable's default, or set in a branch whose condition is
+    only known at run time (the reader keeps the last such value), is a guess the helpers
+    must show next to the setting it feeds, never use silently.
+    """
+    notes = list(word.assumed)
+    if "+=" in word.text.split("=", 1)[0] + "=":
+        notes = list(budget.origins.get(name, ())) + notes
+    if branches.uncertain:
+        notes.append(f"{name} is set on line {word.line} {BRANCH_GUESS}; the last value the script sets was used")
+    if notes:
+        budget.origins[name] = tuple(dict.fromkeys(notes))
+    else:
+        budget.origins.pop(name, None)
 
 
 def _test(words: Sequence[Word], sep: str) -> bool | None:

@@ -22,6 +22,12 @@ def _remember(known: dict[str, str], lines: dict[str, Any], name: str, value: st
     """Record an assignment; for ``arr+=( ... )`` keep each part with its own line."""
     appended = "+=" in word.text.split("=", 1)[0] + "=" and isinstance(lines.get(name), list) and value.startswith("(")
     own = word.text.split("=", 1)[1] if "=" in word.text else ""
+    if not appended and value.startswith("(") and value.endswith(")"):
+        parts = _splice_self_reference(name, value[1:-1], word.line, lines.get(name))
+        if parts is not None:
+            lines[name] = parts
+            known[name] = "(" + "\n".join(body for body, _ in parts) + ")"
+            return
     if appended and own.startswith("("):
         lines[name] = list(lines[name]) + [(own[1:-1] if own.endswith(")") else own[1:], word.line)]
     elif value.startswith("(") and value.endswith(")"):
@@ -29,6 +35,31 @@ def _remember(known: dict[str, str], lines: dict[str, Any], name: str, value: st
     else:
         lines[name] = word.line
     known[name] = value
+
+
+def _splice_self_reference(name: str, body: str, line: int, old: Any) -> list[tuple[str, int]] | None:
+    """``ARR=( "${ARR[@]}" --more )``: the new array's parts, with the old parts in place of
+    the self-reference; None when the body does not mention itself.
+
+    Arrays are expanded when used, not when defined, so without this the definition would
+    refer to itself and every earlier element would be lost (Megatron-LM's FSDP examples
+    extend TRAINING_ARGS this way). Bash evaluates the right-hand side first, as done here.
+    """
+    pattern = re.compile(r'"?\$\{' + re.escape(name) + r'\[[@*]\]\}"?')
+    if pattern.search(body) is None:
+        return None
+    previous: list[tuple[str, int]] = list(old) if isinstance(old, list) else []
+    parts: list[tuple[str, int]] = []
+    pos = 0
+    for match in pattern.finditer(body):
+        segment = body[pos : match.start()]
+        if segment.strip():
+            parts.append((segment, line + body.count("\n", 0, pos)))
+        parts.extend(previous)
+        pos = match.end()
+    if body[pos:].strip():
+        parts.append((body[pos:], line + body.count("\n", 0, pos)))
+    return parts
 
 
 def _expand_markers(
@@ -66,16 +97,21 @@ def _expand_markers(
                     if item is None:
                         break
                     inner.extend(item[0])
+            origin = word.assumed + budget.origins.get(name, ())
             for element in _expand_markers(inner, known, lines, budget, depth + 1):
                 budget.spend(len(element.text) + _WORD_COST, name, word.line)
+                assumed = tuple(dict.fromkeys(element.assumed + origin))
                 if split and element.quoted and any(ch.isspace() for ch in element.text):
-                    out.extend(Word(piece, element.line, True) for piece in element.text.split())
+                    out.extend(Word(piece, element.line, True, assumed) for piece in element.text.split())
                 else:
-                    out.append(element)
+                    out.append(Word(element.text, element.line, element.quoted, assumed))
             continue
         text = "".join(known.get(part.lstrip("~"), part) if idx % 2 else part for idx, part in enumerate(parts))
         budget.spend(len(text), parts[1].lstrip("~") if len(parts) > 1 else "", word.line)
-        out.append(Word(text, word.line, word.quoted))
+        inherited = [
+            note for idx, part in enumerate(parts) if idx % 2 for note in budget.origins.get(part.lstrip("~"), ())
+        ]
+        out.append(Word(text, word.line, word.quoted, tuple(dict.fromkeys(word.assumed + tuple(inherited)))))
     return out
 
 

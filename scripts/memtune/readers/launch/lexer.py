@@ -35,6 +35,7 @@ class _Lexer:
         self.sbatch: dict[str, tuple[str, int]] = {}
         self.at_line_start = True
         self.unclosed: tuple[str, int] | None = None  # (quote, line it opened on): bash stops there
+        self.word_assumed: list[str] = []  # assumptions behind the word being read (Word.assumed)
 
     def _skip_heredocs(self) -> None:
         """Called right after a newline: drop the bodies of heredocs opened on that line."""
@@ -104,12 +105,19 @@ class _Lexer:
             if match:
                 name, op, default = match.groups()
                 if name in variables and (variables[name] != "" or op is None or not op.startswith(":")):
+                    self.word_assumed.extend(self.budget.origins.get(name, ()))
                     if split and _needs_split(variables[name]):
                         return f"\0{name}\0", end
                     self.budget.spend(len(variables[name]), name, self.line)
                     return variables[name], end
                 if op is not None:
-                    return _strip_simple_quotes(default or ""), end
+                    fallback = _strip_simple_quotes(default or "")
+                    if name not in variables and not name.isdigit() and "$" not in fallback:
+                        self.word_assumed.append(
+                            f"{name} is not set in the script, so its default {fallback!r} (line {self.line}) "
+                            "was used; the job's environment may set it"
+                        )
+                    return fallback, end
             return s[start:end], end
         if nxt == "(":
             end = self._read_parens(start + 1)
@@ -122,6 +130,7 @@ class _Lexer:
         if match:
             name = match.group(0)
             if name in variables:
+                self.word_assumed.extend(self.budget.origins.get(name, ()))
                 if split and _needs_split(variables[name]):
                     return f"\0{name}\0", match.end()
                 self.budget.spend(len(variables[name]), name, self.line)
@@ -141,8 +150,9 @@ class _Lexer:
         def flush() -> None:
             nonlocal buf, in_word, quoted
             if in_word:
-                words.append(Word("".join(buf), word_line, quoted))
+                words.append(Word("".join(buf), word_line, quoted, tuple(dict.fromkeys(self.word_assumed))))
             buf, in_word, quoted = [], False, False
+            self.word_assumed = []
 
         while self.i < n:
             ch = s[self.i]
@@ -269,7 +279,7 @@ class _Lexer:
                     self.i += 1
                     self._skip_redirect_target()
                     continue
-                if words or op in ("(", ")"):
+                if words or op in ("(", ")", ";;"):  # a lone ";;" still ends a case clause
                     return words, op
                 continue
             if ch in "<>":

@@ -9,6 +9,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+# The phrase that marks an assumption as a guess between branches (not a stated default):
+# such a value is treated as unknown by the checks, while a default is used and reported.
+BRANCH_GUESS = "inside an if/case branch whose condition is only known at run time"
+
+
+def is_branch_guess(note: str) -> bool:
+    """Was this Word/Flag assumption a pick between branches the reader could not decide?"""
+    return BRANCH_GUESS in note
+
 
 @dataclass(frozen=True)
 class Word:
@@ -17,6 +26,9 @@ class Word:
     text: str
     line: int
     quoted: bool = False
+    # what the reader assumed to produce this word: a variable taken from its ${X:-default}
+    # because the script never sets it, or set in a branch whose condition is unknown
+    assumed: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -46,6 +58,7 @@ class Flag:
     name: str  # without the leading dashes, as written (e.g. "use-nccl-ub")
     values: tuple[str, ...]
     line: int
+    assumed: tuple[str, ...] = ()  # the reader's assumptions behind the flag or its values (Word.assumed)
 
     @property
     def value(self) -> str | None:
@@ -138,3 +151,21 @@ class LaunchScript:
     def later_settings(self, command: Command, name: str) -> list[EnvSetting]:
         """Assignments of ``name`` that come after ``command`` (too late to affect it)."""
         return [s for s in self.env if s.name == name and s.how != "prefix" and s.line > command.line]
+
+
+_WORLD_OPTIONS = ("nproc_per_node", "nproc-per-node", "nnodes", "ntasks-per-node", "nodes", "N")
+
+
+def world_size_assumptions(command: Command) -> list[str]:
+    """What the reader assumed behind the launcher's GPU-count options (``--nnodes $NNODES``
+    where NNODES came from ``${SLURM_NNODES:-1}``): the world size rests on these."""
+    words = list(command.words)
+    notes: list[str] = []
+    for idx, word in enumerate(words):
+        key, eq, _ = word.text.lstrip("-").partition("=")
+        if not word.text.startswith("-") or key not in _WORLD_OPTIONS:
+            continue
+        value = word if eq else (words[idx + 1] if idx + 1 < len(words) else None)
+        if value is not None:
+            notes.extend(value.assumed)
+    return list(dict.fromkeys(notes))
