@@ -188,3 +188,73 @@ def test_arithmetic_expansion() -> None:
     flags, _ = split_program_args(script.training_command().program_args)
     assert flags["a"].values == ("15",) and flags["b"].values == ("42",)
     assert flags["c"].values == ("$((N / 0))",)  # left literal when it cannot be evaluated
+
+
+def _flag_values(script: LaunchScript, *names: str) -> dict[str, str | None]:
+    flags, _ = split_program_args(script.training_command().program_args, frozenset())
+    return {name: (flags[name].value if name in flags else None) for name in names}
+
+
+def test_case_on_a_known_word_takes_the_first_matching_clause() -> None:
+    script = parse(
+        'SIZE="8b"\n'
+        'case "$SIZE" in\n'
+        "  800m|1b) TP=1; LAYERS=48 ;;\n"
+        "  8*)\n"
+        "    TP=4\n"
+        "    LAYERS=56\n"
+        "    ;;\n"
+        "  *) TP=8; LAYERS=96 ;;\n"
+        "esac\n"
+        "python train.py --tensor-model-parallel-size $TP --num-layers $LAYERS\n"
+    )
+    assert _flag_values(script, "tensor-model-parallel-size", "num-layers") == {
+        "tensor-model-parallel-size": "4",
+        "num-layers": "56",
+    }
+    flags, _ = split_program_args(script.training_command().program_args, frozenset())
+    assert flags["num-layers"].assumed == ()  # a decided branch is no guess
+
+
+def test_case_alternatives_and_the_catch_all() -> None:
+    clauses = (
+        'case "$SIZE" in\n  800m|1b) TP=1 ;;\n  *) TP=8 ;;\nesac\npython train.py --tensor-model-parallel-size $TP\n'
+    )
+    assert _flag_values(parse('SIZE="1b"\n' + clauses), "tensor-model-parallel-size") == {
+        "tensor-model-parallel-size": "1"
+    }
+    assert _flag_values(parse('SIZE="70b"\n' + clauses), "tensor-model-parallel-size") == {
+        "tensor-model-parallel-size": "8"
+    }
+
+
+def test_case_on_an_unknown_word_marks_the_value_as_a_branch_guess() -> None:
+    script = parse(
+        'case "$1" in\n  small) TP=1 ;;\n  big) TP=8 ;;\nesac\npython train.py --tensor-model-parallel-size $TP\n'
+    )
+    flags, _ = split_program_args(script.training_command().program_args, frozenset())
+    flag = flags["tensor-model-parallel-size"]
+    assert flag.value == "8"  # the last value the script sets, as for an undecided if
+    assert flag.assumed and all("only known at run time" in note for note in flag.assumed)
+
+
+def test_an_array_extended_with_itself_keeps_its_earlier_elements() -> None:
+    script = parse(
+        "ARGS=(\n"  # 1
+        "  --bf16\n"  # 2
+        "  --global-batch-size 128\n"  # 3
+        ")\n"
+        'ARGS=("${ARGS[@]}" --use-nccl-ub)\n'  # 5
+        'python train.py "${ARGS[@]}"\n'
+    )
+    flags, _ = split_program_args(script.training_command().program_args, frozenset({"bf16", "use-nccl-ub"}))
+    assert set(flags) == {"bf16", "global-batch-size", "use-nccl-ub"}
+    assert flags["global-batch-size"].value == "128" and flags["global-batch-size"].line == 3
+    assert flags["use-nccl-ub"].line == 5
+
+
+def test_an_unset_variable_default_is_reported_as_an_assumption() -> None:
+    script = parse('NNODES=${SLURM_NNODES:-"1"}\ntorchrun --nnodes $NNODES --nproc_per_node 8 train.py --bf16\n')
+    command = script.training_command()
+    nnodes = next(word for word in command.words if word.text == "1")
+    assert any("SLURM_NNODES is not set" in note for note in nnodes.assumed)
