@@ -89,7 +89,7 @@ def language_config(cfg: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     others = [k for k in NON_TEXT_CONFIGS if isinstance(cfg.get(k), Mapping)]
     if others:
         notes.append(
-            f"language model only: the {' and '.join(others)} encoder and its projector are not counted "
+            f"language model only: the encoder described by {' and '.join(others)} and its projector are not counted "
             "(their weights, gradients and optimizer state add to the stage that holds them)"
         )
     return merged, notes
@@ -98,10 +98,11 @@ def language_config(cfg: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
 def _refuse_unmodelled_layers(cfg: Mapping[str, Any], kind: str) -> None:
     """InputError when the config's layers include a token mixer we have no model for."""
     unsupported = _family_table().get("unsupported_layer_types") or {}
-    types = cfg.get("layer_types")
-    found = sorted({str(t) for t in types if str(t) in unsupported}) if isinstance(types, list) else []
+    raw = cfg.get("layer_types")
+    types: list[str] = [str(t) for t in raw] if isinstance(raw, list) else []
+    found = sorted({t for t in types if t in unsupported})
     if found:
-        count = sum(1 for t in types if str(t) in unsupported)
+        count = sum(1 for t in types if t in unsupported)
         what = ", ".join(str(unsupported[t]) for t in found)
         raise InputError(
             f"model_type {kind or '(none)'}: {count} of {len(types)} layers are {what}, which the estimator "
@@ -168,9 +169,9 @@ def read_hf(cfg: Mapping[str, Any], name: str | None = None) -> HFReading:
     if fam is None:
         notes.insert(
             0,
-            f"WARNING: model_type {kind or '(none)'} is not a family this reader knows: read as a Llama-style "
-            "decoder (RMSNorm, gated MLP, RoPE, biases only where the file says) from the standard field names; "
-            "check the parameter count against the model card before trusting the estimate",
+            f"WARNING: model_type {kind or '(none)'} is not a family this reader knows: read from the standard "
+            "field names, Llama-style where the file is silent (RMSNorm, gated MLP, RoPE, no biases unless "
+            "attention_bias); check the parameter count against the model card before trusting the estimate",
         )
     elif fam.get("note"):
         notes.append(str(fam["note"]))
