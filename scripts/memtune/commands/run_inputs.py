@@ -179,10 +179,12 @@ def _load_source(args: Any) -> tuple[Any, Any, list[str], dict[str, Any]]:
         raise InputError("choose one model source: --hf-config, --megatron-args or --example")
     extras: dict[str, Any] = {}
     base: ModelSpec | None = None
+    model_notes: list[str] = []  # what the model source assumed (HF config reader)
     if args.hf_config:
-        from memtune.readers.hf_config import load_hf_config
+        from memtune.readers.hf_config import read_hf_config
 
-        base = load_hf_config(args.hf_config)
+        reading = read_hf_config(args.hf_config)
+        base, model_notes = reading.model, list(reading.notes)
     if args.preset:
         if args.hf_config:
             raise InputError("give either --preset or --hf-config, not both")
@@ -237,7 +239,7 @@ def _load_source(args: Any) -> tuple[Any, Any, list[str], dict[str, Any]]:
         extras.update(meta)
         gpus = args.gpus or meta.get("gpus")
         model, run, notes = specs_from_bridge(cfg, world_size=gpus, base=base)
-        return model, run, notes, extras
+        return model, run, _with_model_notes(model_notes, notes), extras
     if args.overrides:
         raise InputError(f"override {args.overrides[0]!r} needs --config or --example")
     if base is None:
@@ -255,7 +257,14 @@ def _load_source(args: Any) -> tuple[Any, Any, list[str], dict[str, Any]]:
     if args.mbs is None:
         notes.append("micro-batch size not given: assumed 1 (activations scale with it); pass --mbs")
     run = RunSpec(world_size=gpus, use_distributed_optimizer=True, sequence_parallel=tp > 1)
-    return base, run, notes, extras
+    return base, run, _with_model_notes(model_notes, notes), extras
+
+
+def _with_model_notes(model_notes: list[str], notes: list[str]) -> list[str]:
+    """The model reader's notes with the run's: warnings first (where nobody misses them),
+    then the model's assumptions, then the run's."""
+    warnings = [n for n in model_notes if n.startswith("WARNING")]
+    return [*warnings, *[n for n in model_notes if not n.startswith("WARNING")], *notes]
 
 
 def _known_config_keys() -> frozenset[str]:
