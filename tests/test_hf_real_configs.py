@@ -228,7 +228,7 @@ def test_at_least_twelve_real_configs_with_a_source():
     source = (DATA / "SOURCE.md").read_text(encoding="utf-8")
     assert len(folders) >= 12
     assert [f for f in folders if f"`{f}/config.json`" not in source] == []
-    assert {r.folder for r in TABLE} | {"Qwen3.5-35B-A3B"} == set(folders)
+    assert {r.folder for r in TABLE} | {"Qwen3.5-35B-A3B", "Qwen3-Next-80B-A3B-Thinking"} == set(folders)
 
 
 @pytest.mark.parametrize("real", TABLE, ids=lambda r: r.folder)
@@ -275,6 +275,12 @@ def test_llama4_maverick_alternates_dense_and_moe_layers_with_the_wider_dense_ml
 def test_linear_attention_model_is_refused_not_estimated_as_another_model():
     with pytest.raises(InputError, match=r"qwen3_5_moe_text: 30 of 40 layers are linear-attention"):
         read_hf_config(DATA / "Qwen3.5-35B-A3B" / "config.json")
+
+
+def test_qwen3_next_linear_layers_are_counted_from_the_full_attention_interval():
+    # no layer_types in the file: every 4th layer is full attention, 36 of 48 are Gated DeltaNet
+    with pytest.raises(InputError, match=r"qwen3_next: 36 of 48 layers are linear-attention"):
+        read_hf_config(DATA / "Qwen3-Next-80B-A3B-Thinking" / "config.json")
 
 
 def test_gemma3_defaults_the_file_omits_are_stated():
@@ -326,7 +332,8 @@ def test_unknown_model_type_is_read_llama_style_with_a_warning_naming_it(tmp_pat
 
 
 def test_linear_attention_fields_alone_are_refused(tmp_path):
-    cfg = {**LLAMA_LIKE, "model_type": "qwen3_next", "full_attention_interval": 4, "linear_num_value_heads": 32}
+    # no layer_types and no full_attention_interval: the layer count is unknown, the refusal is not
+    cfg = {**LLAMA_LIKE, "model_type": "qwen3_next", "linear_num_value_heads": 32}
     with pytest.raises(InputError, match=r"some-model/config.json: model_type qwen3_next: hybrid linear-attention"):
         read_hf_config(_write(tmp_path, cfg))
 

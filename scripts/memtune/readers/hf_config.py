@@ -100,6 +100,12 @@ def _refuse_unmodelled_layers(cfg: Mapping[str, Any], kind: str) -> None:
     unsupported = _family_table().get("unsupported_layer_types") or {}
     raw = cfg.get("layer_types")
     types: list[str] = [str(t) for t in raw] if isinstance(raw, list) else []
+    interval = cfg.get("full_attention_interval")
+    if not types and isinstance(interval, int) and not isinstance(interval, bool) and interval > 0:
+        # Qwen3-Next writes no layer_types: transformers derives them, every interval-th layer
+        # (1-based) full attention and the rest linear attention
+        layers = int(cfg.get("num_hidden_layers") or 0)
+        types = ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(layers)]
     found = sorted({t for t in types if t in unsupported})
     if found:
         count = sum(1 for t in types if t in unsupported)
