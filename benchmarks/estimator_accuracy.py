@@ -13,7 +13,13 @@ Runs both models on every measured point we ship in tests/data/estimator/:
 * the Megatron-LM release goldens of large models (Mixtral 8x7B/8x22B, a 15B GPT, DeepSeek-V3
   proxies, Nemotron 3 Super) and a held-out functional test, same metric as the goldens,
   from tests/data/estimator/megatron-lm-large-models.json: held out of every calibration
-  and reported as their own groups ("large models", "megatron-lm held-out").
+  and reported as their own groups ("large models", "megatron-lm held-out");
+* measured points from outside this project's own data sets - a user's Megatron Bridge log,
+  Megatron-SWIFT example scripts whose authors noted the memory per GPU - in
+  tests/data/estimator/external-measured.json (group "external measured"). Each names its
+  metric: ``max_allocated`` rows compare our peak stage's allocated bytes, ``nvidia_smi`` rows
+  (what the driver shows) our peak stage's total (tensors, CUDA-graph pools and the
+  runtime-overhead line). Each row lists the run settings we had to assume.
 
 Prints one row per case (signed error = estimate / measured - 1) and a summary with
 coverage, median and P90 absolute error for both models. Usage:
@@ -38,7 +44,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from memtune.estimate.estimator import estimate  # noqa: E402
+from memtune.estimate.estimator import MemoryEstimate, estimate  # noqa: E402
+from memtune.readers.hf_config import model_from_hf  # noqa: E402
 from memtune.readers.megatron_args import specs_from_megatron_args  # noqa: E402
 from memtune.spec.model_spec import ModelSpec  # noqa: E402
 from memtune.spec.presets import load_preset  # noqa: E402
@@ -46,6 +53,7 @@ from memtune.spec.run_spec import LORA_DEFAULT_TARGETS, RunSpec  # noqa: E402
 from reference_formula import inputs_from_specs, reference_total_bytes  # noqa: E402
 
 DATA = ROOT / "tests" / "data" / "estimator"
+HF_CONFIGS = ROOT / "tests" / "data" / "hf-configs"
 
 # Bridge rows that leave run fields out: what we assume for them (printed with the rows).
 # The LoRA re-gather rows come from one measurement campaign (seed page; Megatron Bridge
@@ -169,6 +177,38 @@ def large_model_cases():
         yield case["case"], case["group"], model, run, case["peak_allocated_bytes"], "last"
 
 
+def external_case_specs(case: dict) -> tuple[ModelSpec, RunSpec]:
+    """Model and run of one external-measured.json row: the architecture from a real HF
+    config.json in tests/data/hf-configs, the run from RunSpec fields (lists become tuples)."""
+    name = case["model"]["hf_config"]
+    model = model_from_hf(json.loads((HF_CONFIGS / name / "config.json").read_text()), name=name)
+    fields = {k: tuple(v) if isinstance(v, list) else v for k, v in case["run"].items()}
+    return model, RunSpec(**fields)
+
+
+def external_cases():
+    """Measured points from public runs outside the project's data (group "external measured").
+    The compare mode carries the metric: "peak" (max allocated) or "peak-total" (nvidia-smi)."""
+    for case in json.loads((DATA / "external-measured.json").read_text()):
+        compare = "peak-total" if case["metric"] == "nvidia_smi" else case["compare"]
+        try:
+            model, run = external_case_specs(case)
+        except Exception as exc:  # noqa: BLE001 - reported as an uncovered case
+            yield case["case"], case["group"], exc, None, case["measured_bytes"], compare
+            continue
+        yield case["case"], case["group"], model, run, case["measured_bytes"], compare
+
+
+def compared_bytes(est: MemoryEstimate, compare: str) -> int:
+    """Our figure for a measured one: the last stage's or the peak stage's allocated bytes
+    (torch max allocated), or the peak stage's total with overhead (nvidia-smi)."""
+    if compare == "last":
+        return est.last_stage.allocated_bytes
+    if compare == "peak-total":
+        return est.peak_bytes
+    return est.peak_allocated_bytes
+
+
 def _bridge_model(raw: dict) -> ModelSpec:
     return ModelSpec(
         name=raw.get("family", "bridge"),
@@ -271,7 +311,12 @@ def command(**params: Any) -> int:
     args = SimpleNamespace(**params)
     rows = []
     started = time.perf_counter()
-    for name, group, model, run, measured, compare in [*golden_cases(), *bridge_cases(), *large_model_cases()]:
+    for name, group, model, run, measured, compare in [
+        *golden_cases(),
+        *bridge_cases(),
+        *large_model_cases(),
+        *external_cases(),
+    ]:
         row = {"case": name, "group": group, "measured": measured}
         if isinstance(model, Exception):
             row["ours_error"] = row["ref_error"] = f"{type(model).__name__}: {model}"
@@ -279,7 +324,7 @@ def command(**params: Any) -> int:
             continue
         try:
             est = estimate(model, run)
-            ours = est.last_stage.allocated_bytes if compare == "last" else est.peak_allocated_bytes
+            ours = compared_bytes(est, compare)
             row["ours"] = ours
             row["ours_err"] = ours / measured - 1
         except Exception as exc:  # noqa: BLE001 - a case we cannot estimate is reported, not hidden
@@ -326,7 +371,7 @@ def command(**params: Any) -> int:
         print(f"{r['case'][:78]:<78} {r['measured'] / gb:9.2f} {ours} {ref}")
     print(
         "(GB = 1e9 bytes; err = estimate / measured - 1; Megatron-LM goldens compare the last pipeline stage,"
-        " Bridge rows the peak stage; runtime overhead excluded from ours)"
+        " Bridge rows the peak stage; runtime overhead excluded from ours except for the external nvidia-smi rows)"
     )
     print(
         f"Bridge rows without mbs/seq_length assume {BRIDGE_RUN_DEFAULTS}; the fused loss (Bridge's default); "
