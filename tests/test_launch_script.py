@@ -258,3 +258,103 @@ def test_an_unset_variable_default_is_reported_as_an_assumption() -> None:
     command = script.training_command()
     nnodes = next(word for word in command.words if word.text == "1")
     assert any("SLURM_NNODES is not set" in note for note in nnodes.assumed)
+
+
+def test_bash_options_before_c_and_combined_lc() -> None:
+    for line in (
+        'bash -x -c "python train.py --num-layers 4"\n',
+        "bash -lc 'python train.py --num-layers 4'\n",
+        'sh -e -o pipefail -c "python train.py --num-layers 4"\n',
+        'srun --mpi=pmix bash --norc -c "python train.py --num-layers 4"\n',
+    ):
+        command = parse(line).training_command()
+        assert command is not None and command.program == "train.py", line
+        assert _flag_values(parse(line), "num-layers") == {"num-layers": "4"}
+    # no -c: `bash -x run.sh` runs a file, there is no inline script to read
+    assert parse('bash -x run.sh "python train.py"\n').training_command() is None
+
+
+def _tp_after(condition: str, prelude: str = "") -> str | None:
+    script = parse(
+        f"{prelude}TP=1\nif {condition}; then\n  TP=8\nfi\npython train.py --tensor-model-parallel-size $TP\n"
+    )
+    flags, _ = split_program_args(script.training_command().program_args, frozenset())
+    flag = flags["tensor-model-parallel-size"]
+    return None if flag.assumed else flag.value
+
+
+def test_compound_conditions_are_evaluated_when_every_operand_is_known() -> None:
+    known = 'A="x"\nB=""\n'
+    assert _tp_after('[[ "$A" == "y" ]] || [[ "$A" == "x" ]]', known) == "8"
+    assert _tp_after('[ "$A" = x ] && [ -z "$B" ]', known) == "8"
+    assert _tp_after('[ "$A" = x ] && [ -n "$B" ]', known) == "1"
+    assert _tp_after('[[ "$A" == x && -n "$B" ]]', known) == "1"
+    assert _tp_after('[[ "$A" == y || -z "$B" ]]', known) == "8"
+    assert _tp_after('[[ -n "$A" && ( "$B" == x ) ]]', known) is None  # not understood: unknown, a guess
+    # an unknown operand decides nothing ...
+    assert _tp_after('[ "$A" = x ] && [ "$UNSET" = 1 ]', known) is None
+    # ... unless the known side settles the list alone (false && ?, true || ?)
+    assert _tp_after('[ "$A" = y ] && [ "$UNSET" = 1 ]', known) == "1"
+    assert _tp_after('[ "$A" = x ] || [ "$UNSET" = 1 ]', known) == "8"
+    # shell lists bind left to right: (true || ?) && false is false
+    assert _tp_after('[ "$A" = x ] || [ "$UNSET" = 1 ] && [ "$A" = y ]', known) == "1"
+
+
+def test_compound_elif_and_a_single_word_test() -> None:
+    script = parse(
+        'MODE="sft"\n'
+        'if [ "$MODE" = pretrain ] || [ "$MODE" = cpt ]; then\n  TP=1\n'
+        'elif [ "$MODE" = sft ] && [ "$MODE" ]; then\n  TP=2\n'
+        "else\n  TP=4\nfi\n"
+        "python train.py --tensor-model-parallel-size $TP\n"
+    )
+    flags, _ = split_program_args(script.training_command().program_args, frozenset())
+    assert flags["tensor-model-parallel-size"].value == "2" and flags["tensor-model-parallel-size"].assumed == ()
+
+
+def test_a_value_every_undecided_branch_sets_alike_is_no_guess() -> None:
+    script = parse(
+        'if [ "$1" = small ]; then\n'  # undecided: a script argument
+        "  VOCAB=128256\n  TP=1\n"
+        'elif [ "$1" = mid ]; then\n'
+        "  VOCAB=128256\n  TP=2\n"
+        "else\n"
+        "  VOCAB=128256\n  TP=8\n"
+        "fi\n"
+        "python train.py --vocab-size $VOCAB --tensor-model-parallel-size $TP\n"
+    )
+    flags, _ = split_program_args(script.training_command().program_args, frozenset())
+    assert flags["vocab-size"].value == "128256" and flags["vocab-size"].assumed == ()
+    assert any("only known at run time" in note for note in flags["tensor-model-parallel-size"].assumed)
+
+
+def test_alike_values_without_an_else_or_in_a_case_stay_guesses_unless_exhaustive() -> None:
+    no_else = parse(
+        'VOCAB=1\nif [ "$1" = a ]; then\n  VOCAB=2\nelif [ "$1" = b ]; then\n  VOCAB=2\nfi\n'
+        "python train.py --vocab-size $VOCAB\n"
+    )
+    flags, _ = split_program_args(no_else.training_command().program_args, frozenset())
+    assert flags["vocab-size"].assumed  # neither branch may run: VOCAB may stay 1
+    case = (
+        'case "$1" in\n  a) VOCAB=2; TP=1 ;;\n  b) VOCAB=2; TP=2 ;;\n{rest}esac\n'
+        "python train.py --vocab-size $VOCAB --tensor-model-parallel-size $TP\n"
+    )
+    flags, _ = split_program_args(parse(case.format(rest="  *) VOCAB=2; TP=8 ;;\n")).training_command().program_args)
+    assert flags["vocab-size"].assumed == () and flags["tensor-model-parallel-size"].assumed
+    flags, _ = split_program_args(parse(case.format(rest="")).training_command().program_args)
+    assert flags["vocab-size"].assumed
+
+
+def test_alike_values_in_nested_undecided_branches() -> None:
+    script = parse(
+        'if [ "$1" = a ]; then\n'
+        '  if [ "$2" = x ]; then\n    VOCAB=7\n  else\n    VOCAB=7\n  fi\n'
+        "else\n  VOCAB=7\nfi\n"
+        'if [ "$1" = a ]; then\n'
+        '  if [ "$2" = x ]; then\n    TP=1\n  else\n    TP=2\n  fi\n'
+        "else\n  TP=1\nfi\n"
+        "python train.py --vocab-size $VOCAB --tensor-model-parallel-size $TP\n"
+    )
+    flags, _ = split_program_args(script.training_command().program_args, frozenset())
+    assert flags["vocab-size"].value == "7" and flags["vocab-size"].assumed == ()
+    assert flags["tensor-model-parallel-size"].assumed
