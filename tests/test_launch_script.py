@@ -358,3 +358,52 @@ def test_alike_values_in_nested_undecided_branches() -> None:
     flags, _ = split_program_args(script.training_command().program_args, frozenset())
     assert flags["vocab-size"].value == "7" and flags["vocab-size"].assumed == ()
     assert flags["tensor-model-parallel-size"].assumed
+
+
+def test_a_condition_on_a_guessed_value_stays_undecided() -> None:
+    script = parse(
+        'if [ "$1" = a ]; then\n  DO=true\nfi\n'
+        'if [ "$DO" = true ]; then\n  OPTS="--use-distributed-optimizer"\nfi\n'
+        "python train.py $OPTS\n"
+    )
+    flags, _ = split_program_args(script.training_command().program_args, frozenset({"use-distributed-optimizer"}))
+    assert any("OPTS is set on line 5" in note for note in flags["use-distributed-optimizer"].assumed)
+
+
+def test_flags_cut_from_a_built_string_keep_their_own_line_and_notes() -> None:
+    script = parse(
+        'if [ "$1" = big ]; then\n'  # 1
+        "  LAYERS=80\n"  # 2
+        "else\n"
+        "  LAYERS=24\n"  # 4
+        "fi\n"
+        "SEQ=${SEQ_LEN:-4096}\n"  # 6
+        'opts="  \\\n'  # 7
+        "  --num-layers ${LAYERS} \\\n"  # 8
+        "  --seq-length ${SEQ} \\\n"  # 9
+        '  --micro-batch-size 1"\n'  # 10
+        'run_cmd="torchrun --nproc_per_node 8 train.py ${opts}"\n'  # 11
+        "eval ${run_cmd}\n"  # 12
+    )
+    flags, _ = split_program_args(script.training_command().program_args, frozenset())
+    layers, seq, mbs = flags["num-layers"], flags["seq-length"], flags["micro-batch-size"]
+    assert (layers.line, seq.line, mbs.line) == (8, 9, 10)
+    assert len(layers.assumed) == 1 and "LAYERS is set on line 4" in layers.assumed[0]
+    assert len(seq.assumed) == 1 and "SEQ_LEN is not set" in seq.assumed[0]
+    assert mbs.assumed == ()  # a literal in the string: nothing assumed, whatever else the string holds
+
+
+def test_bash_c_on_a_built_command_reads_each_flag_apart() -> None:
+    script = parse(
+        "TP=${TP:-2}\n"  # 1
+        "ARGS=(\n"  # 2
+        "  --tensor-model-parallel-size ${TP}\n"  # 3
+        "  --num-layers 4\n"  # 4
+        ")\n"
+        'CMD="cd /w; python pretrain_gpt.py ${ARGS[@]}"\n'  # 6
+        'srun bash -x -c "${CMD}"\n'  # 7
+    )
+    flags, _ = split_program_args(script.training_command().program_args, frozenset())
+    assert flags["tensor-model-parallel-size"].value == "2" and flags["tensor-model-parallel-size"].line == 3
+    assert any("TP is not set" in note for note in flags["tensor-model-parallel-size"].assumed)
+    assert flags["num-layers"].line == 4 and flags["num-layers"].assumed == ()

@@ -27,7 +27,7 @@ from memtune.errors import InputError
 from memtune.readers.launch.budget import _Budget
 from memtune.readers.launch.expansion import _ASSIGN, _expand_markers, _remember, _split_assignment
 from memtune.readers.launch.lexer import _IDENT, _Lexer
-from memtune.readers.launch.script import BRANCH_GUESS, Command, EnvSetting, LaunchScript, Word
+from memtune.readers.launch.script import BRANCH_GUESS, Command, EnvSetting, LaunchScript, Span, Word, slice_spans
 
 _PY = re.compile(r"^(?:.*/)?(?:python(?:\d+(?:\.\d+)*)?|pypy3?)$")
 
@@ -164,6 +164,7 @@ def parse_text(
     variables: Mapping[str, str] | None = None,
     variable_lines: Mapping[str, int] | None = None,
     budget: _Budget | None = None,
+    spans: Sequence[Span] = (),
 ) -> LaunchScript:
     """Parse launch-script ``text``; ``path`` is used in sources (``file:line``).
 
@@ -176,7 +177,7 @@ def parse_text(
     known: dict[str, str] = dict(variables or {})
     known_lines: dict[str, Any] = dict(variable_lines or {})  # name -> line, or [(array part, line), ...]
     branches = _Branches()
-    lexer = _Lexer(text, first_line, budget)
+    lexer = _Lexer(text, first_line, budget, spans)
     auto_export = False
     sbatch: dict[str, tuple[str, int]] = {}
     while True:
@@ -264,7 +265,7 @@ def parse_text(
         # bash -c "..." / sh -c "...": parse the inner script too
         inner = _inner_script(words)
         if inner is not None:
-            sub = parse_text(inner.text, path, inner.line, known, known_lines, budget)
+            sub = parse_text(inner.text, path, inner.line, known, known_lines, budget, inner.spans)
             for setting in sub.env:
                 env.append(setting)
                 if setting.value is not None:
@@ -470,15 +471,35 @@ def _note_origin(budget: _Budget, branches: _Branches, name: str, word: Word, va
     must show next to the setting it feeds, never use silently.
     """
     notes = list(word.assumed)
-    if "+=" in word.text.split("=", 1)[0] + "=":
+    appended = "+=" in word.text.split("=", 1)[0] + "="
+    previous_spans = budget.spans.get(name)
+    previous_notes = budget.origins.get(name, ())
+    if appended:
         notes = list(budget.origins.get(name, ())) + notes
     branches.record(name, value, tuple(dict.fromkeys(notes)))
+    guess: tuple[str, ...] = ()
     if branches.uncertain:
-        notes.append(f"{name} is set on line {word.line} {BRANCH_GUESS}; the last value the script sets was used")
+        guess = (f"{name} is set on line {word.line} {BRANCH_GUESS}; the last value the script sets was used",)
+        notes.extend(guess)
     if notes:
         budget.origins[name] = tuple(dict.fromkeys(notes))
     else:
         budget.origins.pop(name, None)
+    budget.spans.pop(name, None)
+    if value.startswith("("):
+        return  # arrays keep each part's own line (expansion._remember) and are read when used
+    own_start = word.text.index("=") + 1
+    own_len = len(word.text) - own_start
+    own = slice_spans(word.spans, own_start, len(word.text), len(value) - own_len - own_start)
+    before: list[Span] = []
+    if appended and len(value) > own_len:
+        old_len = len(value) - own_len
+        before = [Span(0, old_len, word.line, previous_notes)]
+        kept = previous_spans
+        if kept is not None and kept[0] == value[:old_len]:
+            before = list(kept[1])
+    spans = [Span(sp.start, sp.end, sp.line, tuple(dict.fromkeys(sp.notes + guess))) for sp in before + own]
+    budget.spans[name] = (value, tuple(spans))
 
 
 def _settle(budget: _Budget, branches: _Branches) -> None:
@@ -488,6 +509,19 @@ def _settle(budget: _Budget, branches: _Branches) -> None:
             budget.origins[name] = notes
         else:
             budget.origins.pop(name, None)
+        kept = budget.spans.get(name)
+        if kept is not None:
+            own = f"{name} is set on line "
+            spans = tuple(
+                Span(
+                    sp.start,
+                    sp.end,
+                    sp.line,
+                    tuple(n for n in sp.notes if not (n.startswith(own) and BRANCH_GUESS in n)),
+                )
+                for sp in kept[1]
+            )
+            budget.spans[name] = (kept[0], spans)
     branches.settled.clear()
 
 
@@ -500,7 +534,8 @@ def _condition(parts: Sequence[tuple[Sequence[Word], str]]) -> bool | None:
     """
     tokens: list[tuple[str, bool]] = []
     for words, sep in parts:
-        tokens.extend((w.text, False) for w in words)
+        # a word made from a value picked between undecided branches is as unknown as `$X`
+        tokens.extend(("$?" if any(BRANCH_GUESS in n for n in w.assumed) else w.text, False) for w in words)
         if sep in ("&&", "||"):
             tokens.append((sep, True))
     reader = _ConditionReader(tokens)
