@@ -407,3 +407,50 @@ def test_bash_c_on_a_built_command_reads_each_flag_apart() -> None:
     assert flags["tensor-model-parallel-size"].value == "2" and flags["tensor-model-parallel-size"].line == 3
     assert any("TP is not set" in note for note in flags["tensor-model-parallel-size"].assumed)
     assert flags["num-layers"].line == 4 and flags["num-layers"].assumed == ()
+
+
+def test_an_unquoted_sbatch_heredoc_is_the_job_expanded_at_submission() -> None:
+    script = parse(
+        "TP=4\n"  # 1
+        "export NCCL_DEBUG=WARN\n"  # 2
+        'ARGS="--tensor-model-parallel-size ${TP} --num-layers 8"\n'  # 3
+        "sbatch <<EOF\n"  # 4
+        "#!/bin/bash\n"  # 5
+        "#SBATCH --nodes=2\n"  # 6
+        'srun bash -c "python train.py ${ARGS} --seed \\$SEED" 2>&1 | tee \\${SLURM_JOB_ID}.log\n'  # 7
+        "EOF\n"
+    )
+    command = script.training_command()
+    assert command is not None and command.program == "train.py" and command.line == 7
+    flags, _ = split_program_args(command.program_args, frozenset())
+    assert flags["tensor-model-parallel-size"].value == "4" and flags["tensor-model-parallel-size"].line == 3
+    assert flags["seed"].value == "$SEED"  # escaped for the job, which does not set it
+    assert script.sbatch["nodes"][0] == "2"
+
+
+def test_a_quoted_heredoc_is_read_as_written_in_a_new_shell() -> None:
+    script = parse(
+        "export MBS=2\n"  # exported: the job inherits it
+        "TP=4\n"  # not exported: the job's shell does not see it
+        "bash <<'EOF'\n"
+        "LAYERS=12\n"
+        "python train.py --micro-batch-size $MBS --tensor-model-parallel-size $TP --num-layers $LAYERS\n"
+        "EOF\n"
+    )
+    values = _flag_values(script, "micro-batch-size", "tensor-model-parallel-size", "num-layers")
+    assert values == {"micro-batch-size": "2", "tensor-model-parallel-size": "$TP", "num-layers": "12"}
+    assert script.training_command().line == 5
+
+
+def test_heredocs_fed_to_other_programs_or_inline_shells_stay_unread() -> None:
+    for owner in ("cat > job.sh", "python -", "bash -c 'echo hi'", "bash run.sh", "tee x.sh"):
+        script = parse(f"{owner} <<EOF\npython train.py --num-layers 4\nEOF\n")
+        assert script.training_command() is None, owner
+    for owner in ("srun --nodes 1 bash", "sbatch --nodes=2", "bash -s", "sh -x", "zsh"):
+        script = parse(f"{owner} <<-EOF\n\tpython train.py --num-layers 4\n\tEOF\n")
+        assert _flag_values(script, "num-layers") == {"num-layers": "4"}, owner
+
+
+def test_a_heredoc_in_a_branch_that_cannot_run_is_not_read() -> None:
+    script = parse('MODE=dry\nif [ "$MODE" = run ]; then\n  sbatch <<EOF\npython train.py --num-layers 4\nEOF\nfi\n')
+    assert script.training_command() is None

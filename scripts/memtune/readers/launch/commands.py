@@ -26,7 +26,7 @@ from typing import Any
 from memtune.errors import InputError
 from memtune.readers.launch.budget import _Budget
 from memtune.readers.launch.expansion import _ASSIGN, _expand_markers, _remember, _split_assignment
-from memtune.readers.launch.lexer import _IDENT, _Lexer
+from memtune.readers.launch.lexer import _IDENT, Heredoc, _Lexer
 from memtune.readers.launch.script import BRANCH_GUESS, Command, EnvSetting, LaunchScript, Span, Word, slice_spans
 
 _PY = re.compile(r"^(?:.*/)?(?:python(?:\d+(?:\.\d+)*)?|pypy3?)$")
@@ -182,6 +182,16 @@ def parse_text(
     sbatch: dict[str, tuple[str, int]] = {}
     while True:
         item = lexer.next_command(known)
+        if lexer.heredocs:
+            docs, lexer.heredocs = lexer.heredocs, []
+            for doc in docs:
+                if branches.active and _runs_as_script(doc.owner):
+                    exported = _exported(env, auto_export)
+                    job = _read_heredoc(doc, path, known, known_lines, budget, exported)
+                    env.extend(job.env)
+                    commands.extend(job.commands)
+                    notes.extend(job.notes)
+                    sbatch.update(job.sbatch)
         if item is None:
             break
         words, sep = item
@@ -285,8 +295,129 @@ def parse_text(
             continue
         launchers, program, program_args, options = _split_launcher(words)
         commands.append(Command(tuple(words), tuple(prefix_settings), launchers, program, program_args, options))
-    sbatch.update(lexer.sbatch)
+    sbatch = {**lexer.sbatch, **sbatch}
     return LaunchScript(path, tuple(env), tuple(commands), sbatch, tuple(notes), lexer.unclosed)
+
+
+_SHELLS = {"bash", "sh", "zsh", "dash"}
+
+
+_BEFORE_SHELL = {"srun", "salloc", "nohup", "env", "time", "exec", "command", "stdbuf", "timeout"}
+
+
+def _runs_as_script(owner: Sequence[Word]) -> bool:
+    """Is a heredoc fed to this command the job's own script (``sbatch <<EOF``, ``bash <<'EOF'``,
+    ``srun bash <<EOF``)? A shell given ``-c`` or a script file reads no script from stdin,
+    and a heredoc for any other program (``cat > f``, ``python -``) is data, not shell."""
+    texts = [w.text for w in owner if not _ASSIGN.match(w.text)]
+    i = 0
+    while i < len(texts):
+        base = os.path.basename(texts[i])
+        if base == "sbatch":
+            return True
+        if base in _SHELLS:
+            rest = texts[i + 1 :]
+            if "-s" in rest:
+                return True
+            inline = any(t.startswith("-") and not t.startswith("--") and "c" in t[1:] for t in rest)
+            return not inline and all(t.startswith(("-", "+")) for t in rest)
+        if base not in _BEFORE_SHELL:
+            return False
+        # `srun --nodes 1 bash`: its options (some with values) come before the shell
+        shell = next((j for j in range(i + 1, len(texts)) if os.path.basename(texts[j]) in _SHELLS), None)
+        if shell is None or any(_PY.match(os.path.basename(t)) or t.endswith(".py") for t in texts[i + 1 : shell]):
+            return False
+        i = shell
+    return False
+
+
+def _exported(env: Sequence[EnvSetting], auto_export: bool) -> set[str]:
+    """Names exported so far: the environment a job started from here inherits."""
+    names: set[str] = set()
+    for setting in env:
+        if setting.how == "export" or (auto_export and setting.how == "shell"):
+            names.add(setting.name)
+        elif setting.how == "unset":
+            names.discard(setting.name)
+    return names
+
+
+def _read_heredoc(
+    doc: Heredoc,
+    path: str,
+    known: Mapping[str, str],
+    known_lines: Mapping[str, Any],
+    budget: _Budget,
+    exported: set[str],
+) -> LaunchScript:
+    """The job script a heredoc holds, read as bash would run it; nothing is executed.
+
+    With an unquoted delimiter bash first expands ``$VAR`` / ``${...}`` / ``$((...))`` in the
+    body from the submitting shell (quotes are plain text at that step; a backslash keeps
+    a ``$`` for the job). With a quoted one (``<<'EOF'``) the body is taken as written. Either way
+    the job is a new shell: it sees only the exported variables and its own assignments, so
+    anything else stays ``$VAR`` (only known when the job runs).
+    """
+    environment = {name: known[name] for name in exported if name in known}
+    lines = {name: known_lines[name] for name in environment if name in known_lines}
+    if doc.quoted:
+        return parse_text(doc.body, path, doc.first_line, environment, lines, budget)
+    text, spans = _expand_heredoc(doc, known, known_lines, budget)
+    return parse_text(text, path, doc.first_line, environment, lines, budget, spans)
+
+
+def _expand_heredoc(
+    doc: Heredoc, known: Mapping[str, str], known_lines: Mapping[str, Any], budget: _Budget
+) -> tuple[str, list[Span]]:
+    """The first step of an unquoted heredoc: expansions filled in, quotes left as text."""
+    body = doc.body
+    lexer = _Lexer(body, doc.first_line, budget)
+    out: list[str] = []
+    spans: list[Span] = []
+    size = 0
+    line = doc.first_line
+    i, n = 0, len(body)
+
+    def emit(text: str, pieces: Sequence[Span]) -> None:
+        nonlocal size
+        out.append(text)
+        spans.extend(Span(p.start + size, p.end + size, p.line, p.notes) for p in pieces)
+        size += len(text)
+
+    while i < n:
+        ch = body[i]
+        if ch == "\\" and i + 1 < n and body[i + 1] in "$`\\\n":
+            if body[i + 1] == "\n":
+                line += 1
+            else:
+                emit(body[i + 1], [Span(0, 1, line)])
+            i += 2
+            continue
+        if ch == "$":
+            lexer.i, lexer.line = i, line
+            text, end = lexer._expand(i, known)
+            line = lexer.line
+            pieces = list(lexer.last_spans)
+            if "\0" in text:
+                elements = _expand_markers([Word(text, line, False, (), tuple(pieces))], known, known_lines, budget)
+                for idx, element in enumerate(elements):
+                    emit(element.text, [Span(0, len(element.text), element.line, element.assumed)])
+                    if idx < len(elements) - 1:
+                        emit(" ", [])
+            else:
+                emit(text, pieces)
+            i = end
+            continue
+        stop = i + 1
+        while stop < n and body[stop] not in "\\$\n":
+            stop += 1
+        emit(body[i:stop], [Span(0, stop - i, line)])
+        if stop < n and body[stop] == "\n":
+            emit("\n", [Span(0, 1, line)])
+            line += 1
+            stop += 1
+        i = stop
+    return "".join(out), spans
 
 
 class _Branches:
