@@ -454,3 +454,37 @@ def test_heredocs_fed_to_other_programs_or_inline_shells_stay_unread() -> None:
 def test_a_heredoc_in_a_branch_that_cannot_run_is_not_read() -> None:
     script = parse('MODE=dry\nif [ "$MODE" = run ]; then\n  sbatch <<EOF\npython train.py --num-layers 4\nEOF\nfi\n')
     assert script.training_command() is None
+
+
+def test_a_command_substitution_is_recorded_where_it_runs_with_what_it_may_pass() -> None:
+    script = parse(
+        'OVR="model.tensor_model_parallel_size=$TP train.global_batch_size=64 --seq-length 4096"\n'  # 1
+        'CMD="python run.py"\n'  # 2
+        "CMD=\"$CMD $(echo \"$OVR\" | tr '\\n' ' ')\"\n"  # 3
+        "N=`nproc`\n"  # 4
+        'bash -c "$CMD"\n'  # 5
+    )
+    command = script.training_command()
+    assert command is not None and command.program == "run.py"
+    assert any("$(echo" in word.text for word in command.program_args)  # kept as written, never run
+    subs = {text.split()[0]: found for text, found in script.substitutions.items()}
+    assert subs["$(echo"] == (3, ("model.tensor_model_parallel_size", "train.global_batch_size", "seq-length"))
+    assert subs["`nproc`"] == (4, ())
+    _, overrides = split_program_args(command.program_args)
+    assert overrides == []  # nothing is invented from the substitution's text
+
+
+def test_an_assumption_behind_many_settings_is_one_note_with_a_count(tmp_path) -> None:
+    from memtune.readers import run_view
+
+    path = tmp_path / "job.sh"
+    path.write_text(
+        "N=${LAYERS:-4}\n"
+        "torchrun --nproc_per_node 8 train.py --num-layers $N --hidden-size 64 --context-parallel-size $N "
+        "--micro-batch-size $N --global-batch-size $N --seq-length $N --tensor-model-parallel-size $N\n"
+    )
+    view = run_view.build(run_view.Inputs(scripts=[str(path)]))
+    lines = [note for note in view.notes if "LAYERS is not set" in note]
+    assert len(lines) == 1, view.notes
+    assert "and 2 more)" in lines[0]  # 6 settings: the first named, 3 more shown, 2 counted
+    assert lines[0].count("LAYERS is not set") == 1

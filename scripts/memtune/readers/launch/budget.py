@@ -28,7 +28,7 @@ class ExpansionTooLarge(InputError):
 class _Budget:
     """The expansion output one script may still produce, shared by every nested lexer."""
 
-    __slots__ = ("left", "origins", "path", "spans")
+    __slots__ = ("left", "origins", "path", "spans", "substitutions")
 
     def __init__(self, path: str) -> None:
         self.left = MAX_EXPANSION_CHARS
@@ -38,6 +38,9 @@ class _Budget:
         self.origins: dict[str, tuple[str, ...]] = {}
         # variable -> (its value, where each stretch of it came from): per-piece provenance
         self.spans: dict[str, tuple[str, tuple[Span, ...]]] = {}
+        # command substitution as written -> (line bash runs it on, settings it may pass):
+        # never run, so whatever it prints is only known when the job runs
+        self.substitutions: dict[str, tuple[int, tuple[str, ...]]] = {}
 
     def spend(self, amount: int, name: str, line: int) -> None:
         self.left -= amount

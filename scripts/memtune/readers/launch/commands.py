@@ -296,7 +296,9 @@ def parse_text(
         launchers, program, program_args, options = _split_launcher(words)
         commands.append(Command(tuple(words), tuple(prefix_settings), launchers, program, program_args, options))
     sbatch = {**lexer.sbatch, **sbatch}
-    return LaunchScript(path, tuple(env), tuple(commands), sbatch, tuple(notes), lexer.unclosed)
+    return LaunchScript(
+        path, tuple(env), tuple(commands), sbatch, tuple(notes), lexer.unclosed, None, dict(budget.substitutions)
+    )
 
 
 _SHELLS = {"bash", "sh", "zsh", "dash"}

@@ -21,6 +21,12 @@ _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PLAIN = re.compile(r"[^\s'\"\\$`;&|()<>#]+")  # a run of characters with no shell meaning
 
 
+_REFERENCE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")  # a variable a substitution reads
+
+
+_OVERRIDE_KEY = re.compile(r"^[+~]{0,2}[A-Za-z_][\w.]*=")  # model.tensor_model_parallel_size=...
+
+
 _SEPARATORS = {";", "&&", "||", "|", "&", "|&", ";;", "(", ")", "{", "}"}
 
 
@@ -203,6 +209,7 @@ class _Lexer:
                 if value is not None:
                     self.last_spans = [Span(0, len(value), line)]
                     return value, end
+            self._substitution(s[start:end], variables, line)
             self.last_spans = [Span(0, end - start, line)]
             return s[start:end], end
         match = _IDENT.match(s, start + 1)
@@ -214,6 +221,25 @@ class _Lexer:
             return s[start : match.end()], match.end()
         self.last_spans = [Span(0, 2, line)]
         return "$" + nxt, start + 2
+
+    def _substitution(self, text: str, variables: Mapping[str, str], line: int) -> None:
+        """Remember a ``$(...)`` / backtick substitution where bash would run it (first sight).
+
+        It is never run. What it may pass is guessed only from the variables it reads: the
+        override keys and ``--flags`` in their values (``$(echo "$CLI_OVERRIDES" | tr ...)``),
+        so those settings can be reported as known only when the job runs.
+        """
+        if text in self.budget.substitutions or len(self.budget.substitutions) > 1000:
+            return
+        keys: list[str] = []
+        for name in dict.fromkeys(_REFERENCE.findall(text)):
+            for token in variables.get(name, "").split():
+                token = token.strip("'\"")
+                if token.startswith("--") and len(token) > 2:
+                    keys.append(token[2:].split("=", 1)[0])
+                elif "=" in token and _OVERRIDE_KEY.match(token):
+                    keys.append(token.lstrip("+~").split("=", 1)[0])
+        self.budget.substitutions[text] = (line, tuple(dict.fromkeys(keys)))
 
     def _variable(self, name: str, variables: Mapping[str, str], split: bool, line: int) -> str:
         """A known variable's value (or the ``\0NAME\0`` marker when bash would split it).
@@ -354,6 +380,7 @@ class _Lexer:
                     self.unclosed = self.unclosed or ("`", self.line)
                     end = n
                 chunk = s[self.i : end + 1]
+                self._substitution(chunk, variables, self._line_at(self.i))
                 self._put(buf, chunk, self.i, end + 1)
                 self.line += chunk.count("\n")
                 in_word = True

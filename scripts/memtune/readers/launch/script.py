@@ -136,6 +136,8 @@ class LaunchScript:
     notes: tuple[str, ...] = ()
     unclosed_quote: tuple[str, int] | None = None  # (quote, line): the rest of the file was read as one word
     crlf_line: int | None = None  # first line ending in CR LF: bash keeps the CR in every word there
+    # command substitutions as written -> (line, settings they may pass): never run (Budget.substitutions)
+    substitutions: Mapping[str, tuple[int, tuple[str, ...]]] = field(default_factory=dict)
 
     @property
     def python_commands(self) -> tuple[Command, ...]:
