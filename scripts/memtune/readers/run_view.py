@@ -331,7 +331,7 @@ def build(inputs: Inputs) -> RunView:
         view.command = command
         if command is None:
             view.notes.append(
-                f"{path}: no python / torchrun training command found (one inside a heredoc, an eval'd "
+                f"{path}: no python / torchrun training command found (one in a heredoc fed to another program, an eval'd "
                 "string or $(...) is not read), so only its exports were checked"
             )
         if script.crlf_line is not None:

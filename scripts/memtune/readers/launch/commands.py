@@ -10,7 +10,8 @@ Megatron Bridge Hydra overrides. Every value keeps the line it came from.
 Deliberately not a full shell: no execution, no globbing, command substitution is kept
 as literal text. ``$VAR`` / ``${VAR}`` / ``${VAR:-default}`` are expanded from assignments
 seen earlier in the script (so ``--tensor-model-parallel-size $TP`` resolves), unknown
-variables stay literal. Heredoc bodies are skipped. Linear time in the script length,
+variables stay literal. A heredoc that is the job (``sbatch <<EOF``, ``bash <<'EOF'``) is
+read as script text; one fed to another program is skipped. Linear time in the script length,
 and the text that expansion may produce is bounded (memtune.readers.launch.budget).
 """
 

@@ -1,8 +1,10 @@
 """Split launch-script text into simple commands of shell words, the way bash would.
 
 Quotes are removed, ``$VAR`` / ``${VAR:-default}`` / ``$(( ... ))`` are expanded from
-assignments seen so far (unknown ones stay literal), heredoc bodies are skipped and
-``#SBATCH`` lines are recorded. Nothing is executed; command substitution stays literal.
+assignments seen so far (unknown ones stay literal), heredoc bodies are set aside for the
+caller and ``#SBATCH`` lines are recorded. Nothing is executed; command substitution stays
+literal (and is recorded where bash would run it). Each word keeps Spans: where each
+stretch of its text came from.
 """
 
 from __future__ import annotations
