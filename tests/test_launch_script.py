@@ -258,3 +258,233 @@ def test_an_unset_variable_default_is_reported_as_an_assumption() -> None:
     command = script.training_command()
     nnodes = next(word for word in command.words if word.text == "1")
     assert any("SLURM_NNODES is not set" in note for note in nnodes.assumed)
+
+
+def test_bash_options_before_c_and_combined_lc() -> None:
+    for line in (
+        'bash -x -c "python train.py --num-layers 4"\n',
+        "bash -lc 'python train.py --num-layers 4'\n",
+        'sh -e -o pipefail -c "python train.py --num-layers 4"\n',
+        'srun --mpi=pmix bash --norc -c "python train.py --num-layers 4"\n',
+    ):
+        command = parse(line).training_command()
+        assert command is not None and command.program == "train.py", line
+        assert _flag_values(parse(line), "num-layers") == {"num-layers": "4"}
+    # no -c: `bash -x run.sh` runs a file, there is no inline script to read
+    assert parse('bash -x run.sh "python train.py"\n').training_command() is None
+
+
+def _tp_after(condition: str, prelude: str = "") -> str | None:
+    script = parse(
+        f"{prelude}TP=1\nif {condition}; then\n  TP=8\nfi\npython train.py --tensor-model-parallel-size $TP\n"
+    )
+    flags, _ = split_program_args(script.training_command().program_args, frozenset())
+    flag = flags["tensor-model-parallel-size"]
+    return None if flag.assumed else flag.value
+
+
+def test_compound_conditions_are_evaluated_when_every_operand_is_known() -> None:
+    known = 'A="x"\nB=""\n'
+    assert _tp_after('[[ "$A" == "y" ]] || [[ "$A" == "x" ]]', known) == "8"
+    assert _tp_after('[ "$A" = x ] && [ -z "$B" ]', known) == "8"
+    assert _tp_after('[ "$A" = x ] && [ -n "$B" ]', known) == "1"
+    assert _tp_after('[[ "$A" == x && -n "$B" ]]', known) == "1"
+    assert _tp_after('[[ "$A" == y || -z "$B" ]]', known) == "8"
+    assert _tp_after('[[ -n "$A" && ( "$B" == x ) ]]', known) is None  # not understood: unknown, a guess
+    # an unknown operand decides nothing ...
+    assert _tp_after('[ "$A" = x ] && [ "$UNSET" = 1 ]', known) is None
+    # ... unless the known side settles the list alone (false && ?, true || ?)
+    assert _tp_after('[ "$A" = y ] && [ "$UNSET" = 1 ]', known) == "1"
+    assert _tp_after('[ "$A" = x ] || [ "$UNSET" = 1 ]', known) == "8"
+    # shell lists bind left to right: (true || ?) && false is false
+    assert _tp_after('[ "$A" = x ] || [ "$UNSET" = 1 ] && [ "$A" = y ]', known) == "1"
+
+
+def test_compound_elif_and_a_single_word_test() -> None:
+    script = parse(
+        'MODE="sft"\n'
+        'if [ "$MODE" = pretrain ] || [ "$MODE" = cpt ]; then\n  TP=1\n'
+        'elif [ "$MODE" = sft ] && [ "$MODE" ]; then\n  TP=2\n'
+        "else\n  TP=4\nfi\n"
+        "python train.py --tensor-model-parallel-size $TP\n"
+    )
+    flags, _ = split_program_args(script.training_command().program_args, frozenset())
+    assert flags["tensor-model-parallel-size"].value == "2" and flags["tensor-model-parallel-size"].assumed == ()
+
+
+def test_a_value_every_undecided_branch_sets_alike_is_no_guess() -> None:
+    script = parse(
+        'if [ "$1" = small ]; then\n'  # undecided: a script argument
+        "  VOCAB=128256\n  TP=1\n"
+        'elif [ "$1" = mid ]; then\n'
+        "  VOCAB=128256\n  TP=2\n"
+        "else\n"
+        "  VOCAB=128256\n  TP=8\n"
+        "fi\n"
+        "python train.py --vocab-size $VOCAB --tensor-model-parallel-size $TP\n"
+    )
+    flags, _ = split_program_args(script.training_command().program_args, frozenset())
+    assert flags["vocab-size"].value == "128256" and flags["vocab-size"].assumed == ()
+    assert any("only known at run time" in note for note in flags["tensor-model-parallel-size"].assumed)
+
+
+def test_alike_values_without_an_else_or_in_a_case_stay_guesses_unless_exhaustive() -> None:
+    no_else = parse(
+        'VOCAB=1\nif [ "$1" = a ]; then\n  VOCAB=2\nelif [ "$1" = b ]; then\n  VOCAB=2\nfi\n'
+        "python train.py --vocab-size $VOCAB\n"
+    )
+    flags, _ = split_program_args(no_else.training_command().program_args, frozenset())
+    assert flags["vocab-size"].assumed  # neither branch may run: VOCAB may stay 1
+    case = (
+        'case "$1" in\n  a) VOCAB=2; TP=1 ;;\n  b) VOCAB=2; TP=2 ;;\n{rest}esac\n'
+        "python train.py --vocab-size $VOCAB --tensor-model-parallel-size $TP\n"
+    )
+    flags, _ = split_program_args(parse(case.format(rest="  *) VOCAB=2; TP=8 ;;\n")).training_command().program_args)
+    assert flags["vocab-size"].assumed == () and flags["tensor-model-parallel-size"].assumed
+    flags, _ = split_program_args(parse(case.format(rest="")).training_command().program_args)
+    assert flags["vocab-size"].assumed
+
+
+def test_alike_values_in_nested_undecided_branches() -> None:
+    script = parse(
+        'if [ "$1" = a ]; then\n'
+        '  if [ "$2" = x ]; then\n    VOCAB=7\n  else\n    VOCAB=7\n  fi\n'
+        "else\n  VOCAB=7\nfi\n"
+        'if [ "$1" = a ]; then\n'
+        '  if [ "$2" = x ]; then\n    TP=1\n  else\n    TP=2\n  fi\n'
+        "else\n  TP=1\nfi\n"
+        "python train.py --vocab-size $VOCAB --tensor-model-parallel-size $TP\n"
+    )
+    flags, _ = split_program_args(script.training_command().program_args, frozenset())
+    assert flags["vocab-size"].value == "7" and flags["vocab-size"].assumed == ()
+    assert flags["tensor-model-parallel-size"].assumed
+
+
+def test_a_condition_on_a_guessed_value_stays_undecided() -> None:
+    script = parse(
+        'if [ "$1" = a ]; then\n  DO=true\nfi\n'
+        'if [ "$DO" = true ]; then\n  OPTS="--use-distributed-optimizer"\nfi\n'
+        "python train.py $OPTS\n"
+    )
+    flags, _ = split_program_args(script.training_command().program_args, frozenset({"use-distributed-optimizer"}))
+    assert any("OPTS is set on line 5" in note for note in flags["use-distributed-optimizer"].assumed)
+
+
+def test_flags_cut_from_a_built_string_keep_their_own_line_and_notes() -> None:
+    script = parse(
+        'if [ "$1" = big ]; then\n'  # 1
+        "  LAYERS=80\n"  # 2
+        "else\n"
+        "  LAYERS=24\n"  # 4
+        "fi\n"
+        "SEQ=${SEQ_LEN:-4096}\n"  # 6
+        'opts="  \\\n'  # 7
+        "  --num-layers ${LAYERS} \\\n"  # 8
+        "  --seq-length ${SEQ} \\\n"  # 9
+        '  --micro-batch-size 1"\n'  # 10
+        'run_cmd="torchrun --nproc_per_node 8 train.py ${opts}"\n'  # 11
+        "eval ${run_cmd}\n"  # 12
+    )
+    flags, _ = split_program_args(script.training_command().program_args, frozenset())
+    layers, seq, mbs = flags["num-layers"], flags["seq-length"], flags["micro-batch-size"]
+    assert (layers.line, seq.line, mbs.line) == (8, 9, 10)
+    assert len(layers.assumed) == 1 and "LAYERS is set on line 4" in layers.assumed[0]
+    assert len(seq.assumed) == 1 and "SEQ_LEN is not set" in seq.assumed[0]
+    assert mbs.assumed == ()  # a literal in the string: nothing assumed, whatever else the string holds
+
+
+def test_bash_c_on_a_built_command_reads_each_flag_apart() -> None:
+    script = parse(
+        "TP=${TP:-2}\n"  # 1
+        "ARGS=(\n"  # 2
+        "  --tensor-model-parallel-size ${TP}\n"  # 3
+        "  --num-layers 4\n"  # 4
+        ")\n"
+        'CMD="cd /w; python pretrain_gpt.py ${ARGS[@]}"\n'  # 6
+        'srun bash -x -c "${CMD}"\n'  # 7
+    )
+    flags, _ = split_program_args(script.training_command().program_args, frozenset())
+    assert flags["tensor-model-parallel-size"].value == "2" and flags["tensor-model-parallel-size"].line == 3
+    assert any("TP is not set" in note for note in flags["tensor-model-parallel-size"].assumed)
+    assert flags["num-layers"].line == 4 and flags["num-layers"].assumed == ()
+
+
+def test_an_unquoted_sbatch_heredoc_is_the_job_expanded_at_submission() -> None:
+    script = parse(
+        "TP=4\n"  # 1
+        "export NCCL_DEBUG=WARN\n"  # 2
+        'ARGS="--tensor-model-parallel-size ${TP} --num-layers 8"\n'  # 3
+        "sbatch <<EOF\n"  # 4
+        "#!/bin/bash\n"  # 5
+        "#SBATCH --nodes=2\n"  # 6
+        'srun bash -c "python train.py ${ARGS} --seed \\$SEED" 2>&1 | tee \\${SLURM_JOB_ID}.log\n'  # 7
+        "EOF\n"
+    )
+    command = script.training_command()
+    assert command is not None and command.program == "train.py" and command.line == 7
+    flags, _ = split_program_args(command.program_args, frozenset())
+    assert flags["tensor-model-parallel-size"].value == "4" and flags["tensor-model-parallel-size"].line == 3
+    assert flags["seed"].value == "$SEED"  # escaped for the job, which does not set it
+    assert script.sbatch["nodes"][0] == "2"
+
+
+def test_a_quoted_heredoc_is_read_as_written_in_a_new_shell() -> None:
+    script = parse(
+        "export MBS=2\n"  # exported: the job inherits it
+        "TP=4\n"  # not exported: the job's shell does not see it
+        "bash <<'EOF'\n"
+        "LAYERS=12\n"
+        "python train.py --micro-batch-size $MBS --tensor-model-parallel-size $TP --num-layers $LAYERS\n"
+        "EOF\n"
+    )
+    values = _flag_values(script, "micro-batch-size", "tensor-model-parallel-size", "num-layers")
+    assert values == {"micro-batch-size": "2", "tensor-model-parallel-size": "$TP", "num-layers": "12"}
+    assert script.training_command().line == 5
+
+
+def test_heredocs_fed_to_other_programs_or_inline_shells_stay_unread() -> None:
+    for owner in ("cat > job.sh", "python -", "bash -c 'echo hi'", "bash run.sh", "tee x.sh"):
+        script = parse(f"{owner} <<EOF\npython train.py --num-layers 4\nEOF\n")
+        assert script.training_command() is None, owner
+    for owner in ("srun --nodes 1 bash", "sbatch --nodes=2", "bash -s", "sh -x", "zsh"):
+        script = parse(f"{owner} <<-EOF\n\tpython train.py --num-layers 4\n\tEOF\n")
+        assert _flag_values(script, "num-layers") == {"num-layers": "4"}, owner
+
+
+def test_a_heredoc_in_a_branch_that_cannot_run_is_not_read() -> None:
+    script = parse('MODE=dry\nif [ "$MODE" = run ]; then\n  sbatch <<EOF\npython train.py --num-layers 4\nEOF\nfi\n')
+    assert script.training_command() is None
+
+
+def test_a_command_substitution_is_recorded_where_it_runs_with_what_it_may_pass() -> None:
+    script = parse(
+        'OVR="model.tensor_model_parallel_size=$TP train.global_batch_size=64 --seq-length 4096"\n'  # 1
+        'CMD="python run.py"\n'  # 2
+        "CMD=\"$CMD $(echo \"$OVR\" | tr '\\n' ' ')\"\n"  # 3
+        "N=`nproc`\n"  # 4
+        'bash -c "$CMD"\n'  # 5
+    )
+    command = script.training_command()
+    assert command is not None and command.program == "run.py"
+    assert any("$(echo" in word.text for word in command.program_args)  # kept as written, never run
+    subs = {text.split()[0]: found for text, found in script.substitutions.items()}
+    assert subs["$(echo"] == (3, ("model.tensor_model_parallel_size", "train.global_batch_size", "seq-length"))
+    assert subs["`nproc`"] == (4, ())
+    _, overrides = split_program_args(command.program_args)
+    assert overrides == []  # nothing is invented from the substitution's text
+
+
+def test_an_assumption_behind_many_settings_is_one_note_with_a_count(tmp_path) -> None:
+    from memtune.readers import run_view
+
+    path = tmp_path / "job.sh"
+    path.write_text(
+        "N=${LAYERS:-4}\n"
+        "torchrun --nproc_per_node 8 train.py --num-layers $N --hidden-size 64 --context-parallel-size $N "
+        "--micro-batch-size $N --global-batch-size $N --seq-length $N --tensor-model-parallel-size $N\n"
+    )
+    view = run_view.build(run_view.Inputs(scripts=[str(path)]))
+    lines = [note for note in view.notes if "LAYERS is not set" in note]
+    assert len(lines) == 1, view.notes
+    assert "and 2 more)" in lines[0]  # 6 settings: the first named, 3 more shown, 2 counted
+    assert lines[0].count("LAYERS is not set") == 1

@@ -44,7 +44,7 @@ class Value:
     value: Any
     source: str  # "file:line" or a description ("--override", "environment")
     text: str  # how it was written, e.g. "--use-nccl-ub" or "ddp.nccl_ub: true"
-    origin: str  # flag | config | override | cli | derived
+    origin: str  # flag | config | override | cli | derived | substitution (unresolved only)
 
 
 @dataclass(frozen=True)
@@ -331,7 +331,7 @@ def build(inputs: Inputs) -> RunView:
         view.command = command
         if command is None:
             view.notes.append(
-                f"{path}: no python / torchrun training command found (one inside a heredoc, an eval'd "
+                f"{path}: no python / torchrun training command found (one in a heredoc fed to another program, an eval'd "
                 "string or $(...) is not read), so only its exports were checked"
             )
         if script.crlf_line is not None:
@@ -381,6 +381,7 @@ def build(inputs: Inputs) -> RunView:
     view.flat = flat
     view.flags = flag_values
     # --- canonical settings ------------------------------------------------------------
+    assumed_behind: dict[str, list[str]] = {}  # an assumption -> the settings it is behind
     for name, setting_spec in spec.items():
         kind = setting_spec.get("type", "str")
         found: Value | None = None
@@ -411,7 +412,8 @@ def build(inputs: Inputs) -> RunView:
             # happened to keep could report a problem the job never has (or miss one)
             view.unresolved[name] = found
             continue
-        view.notes.extend(f"{found.source}: {found.text}: {note}" for note in guesses)
+        for note in guesses:
+            assumed_behind.setdefault(note, []).append(f"{found.source}: {found.text}")
         converted, ok = coerce(found.value, kind)
         if not ok:
             if not _shell_expansion(found.value):
@@ -425,6 +427,9 @@ def build(inputs: Inputs) -> RunView:
             raise InputError(f"{found.source}: {found.text}: must be at least {least}; fix the value")
         view.settings[name] = Value(converted, found.source, found.text, found.origin)
 
+    view.notes.extend(_assumption_notes(assumed_behind))
+    if view.script is not None and view.command is not None:
+        _substituted_arguments(view, view.script, view.command, spec)
     view.notes.extend(_unresolved_notes(view))
     # Megatron-LM spells VPP as layers per virtual stage
     if "vpp" not in view.settings and "layers_per_virtual_stage" in view.settings:
@@ -443,12 +448,62 @@ def build(inputs: Inputs) -> RunView:
     return view
 
 
+def _assumption_notes(behind: Mapping[str, Sequence[str]], shown: int = 3) -> list[str]:
+    """One line per assumption, naming the first setting it is behind and counting the rest,
+    so a default that feeds many flags does not repeat itself down the screen."""
+    lines = []
+    for note, places in behind.items():
+        places = list(dict.fromkeys(places))
+        line = f"{places[0]}: {note}"
+        if len(places) > 1:
+            more = places[1 : 1 + shown]
+            rest = len(places) - 1 - len(more)
+            line += " (also behind " + ", ".join(more) + (f" and {rest} more" if rest else "") + ")"
+        lines.append(line)
+    return lines
+
+
+def _substituted_arguments(view: RunView, script: LaunchScript, command: Command, spec: Mapping[str, Any]) -> None:
+    """Arguments the training command gets from ``$(...)``: never run, so never read.
+
+    The settings such a substitution may pass (override keys or flags in the variables it
+    reads) are only known when the job runs, even when the script also spells them out;
+    one that passes nothing recognisable still gets a note, so no argument vanishes silently.
+    """
+    seen: set[str] = set()
+    for word in command.program_args:
+        for text, (line, keys) in script.substitutions.items():
+            if text not in word.text or text in seen:
+                continue
+            seen.add(text)
+            shown = text if len(text) <= 60 else text[:57] + "..."
+            hit = False
+            for name, setting_spec in spec.items():
+                paths, flags = setting_spec.get("paths", []), setting_spec.get("flags", [])
+                key = next((k for k in keys if k in paths or k in flags), None)
+                if key is None:
+                    continue
+                hit = True
+                view.settings.pop(name, None)
+                view.unresolved[name] = Value(None, f"{script.path}:{line}", f"{key} via {shown}", "substitution")
+            if not hit:
+                view.notes.append(
+                    f"{script.path}:{line}: {shown}: a command substitution is never run here; "
+                    "whatever arguments it prints were not read"
+                )
+
+
 def _unresolved_notes(view: RunView) -> list[str]:
     """One line per setting the checks could not use, so a clean result is not read as
     "checked and fine" for values only the running job knows."""
     return [
         f"{value.source}: {value.text}: {name} is only known when the job runs "
-        "(script arguments, environment, or an if/case branch decided at run time); checks that need it were skipped"
+        + (
+            "(it passes through a command substitution, which is never run here)"
+            if value.origin == "substitution"
+            else "(script arguments, environment, or an if/case branch decided at run time)"
+        )
+        + "; checks that need it were skipped"
         for name, value in view.unresolved.items()
     ]
 

@@ -8,6 +8,7 @@ script is refused with a one-line "expansion too large" error instead of exhaust
 from __future__ import annotations
 
 from memtune.errors import InputError
+from memtune.readers.launch.script import Span
 
 # All the text variable and array expansion may produce for one script, together. A real
 # launch script expands a few kilobytes; bash itself would need gigabytes past this.
@@ -27,7 +28,7 @@ class ExpansionTooLarge(InputError):
 class _Budget:
     """The expansion output one script may still produce, shared by every nested lexer."""
 
-    __slots__ = ("left", "origins", "path")
+    __slots__ = ("left", "origins", "path", "spans", "substitutions")
 
     def __init__(self, path: str) -> None:
         self.left = MAX_EXPANSION_CHARS
@@ -35,6 +36,11 @@ class _Budget:
         # variable -> what its value assumes (a default for an unset variable, an unknown
         # branch); shared like the budget so nested lexers mark the words they expand
         self.origins: dict[str, tuple[str, ...]] = {}
+        # variable -> (its value, where each stretch of it came from): per-piece provenance
+        self.spans: dict[str, tuple[str, tuple[Span, ...]]] = {}
+        # command substitution as written -> (line bash runs it on, settings it may pass):
+        # never run, so whatever it prints is only known when the job runs
+        self.substitutions: dict[str, tuple[int, tuple[str, ...]]] = {}
 
     def spend(self, amount: int, name: str, line: int) -> None:
         self.left -= amount

@@ -10,7 +10,8 @@ Megatron Bridge Hydra overrides. Every value keeps the line it came from.
 Deliberately not a full shell: no execution, no globbing, command substitution is kept
 as literal text. ``$VAR`` / ``${VAR}`` / ``${VAR:-default}`` are expanded from assignments
 seen earlier in the script (so ``--tensor-model-parallel-size $TP`` resolves), unknown
-variables stay literal. Heredoc bodies are skipped. Linear time in the script length,
+variables stay literal. A heredoc that is the job (``sbatch <<EOF``, ``bash <<'EOF'``) is
+read as script text; one fed to another program is skipped. Linear time in the script length,
 and the text that expansion may produce is bounded (memtune.readers.launch.budget).
 """
 
@@ -26,8 +27,8 @@ from typing import Any
 from memtune.errors import InputError
 from memtune.readers.launch.budget import _Budget
 from memtune.readers.launch.expansion import _ASSIGN, _expand_markers, _remember, _split_assignment
-from memtune.readers.launch.lexer import _IDENT, _Lexer
-from memtune.readers.launch.script import BRANCH_GUESS, Command, EnvSetting, LaunchScript, Word
+from memtune.readers.launch.lexer import _IDENT, Heredoc, _Lexer
+from memtune.readers.launch.script import BRANCH_GUESS, Command, EnvSetting, LaunchScript, Span, Word, slice_spans
 
 _PY = re.compile(r"^(?:.*/)?(?:python(?:\d+(?:\.\d+)*)?|pypy3?)$")
 
@@ -164,6 +165,7 @@ def parse_text(
     variables: Mapping[str, str] | None = None,
     variable_lines: Mapping[str, int] | None = None,
     budget: _Budget | None = None,
+    spans: Sequence[Span] = (),
 ) -> LaunchScript:
     """Parse launch-script ``text``; ``path`` is used in sources (``file:line``).
 
@@ -176,17 +178,29 @@ def parse_text(
     known: dict[str, str] = dict(variables or {})
     known_lines: dict[str, Any] = dict(variable_lines or {})  # name -> line, or [(array part, line), ...]
     branches = _Branches()
-    lexer = _Lexer(text, first_line, budget)
+    lexer = _Lexer(text, first_line, budget, spans)
     auto_export = False
     sbatch: dict[str, tuple[str, int]] = {}
     while True:
         item = lexer.next_command(known)
+        if lexer.heredocs:
+            docs, lexer.heredocs = lexer.heredocs, []
+            for doc in docs:
+                if branches.active and _runs_as_script(doc.owner):
+                    exported = _exported(env, auto_export)
+                    job = _read_heredoc(doc, path, known, known_lines, budget, exported)
+                    env.extend(job.env)
+                    commands.extend(job.commands)
+                    notes.extend(job.notes)
+                    sbatch.update(job.sbatch)
         if item is None:
             break
         words, sep = item
         if any("\0" in w.text for w in words):
             words = _expand_markers(words, known, known_lines, budget)
         words = branches.step(words, sep)
+        if branches.settled:
+            _settle(budget, branches)
         if not branches.active:
             continue
         while words and words[0].text in _KEYWORDS_DROP and not words[0].quoted:
@@ -202,7 +216,7 @@ def parse_text(
             for word in prefixes:
                 name, value = _split_assignment(word.text, known)
                 _remember(known, known_lines, name, value, word)
-                _note_origin(budget, branches, name, word)
+                _note_origin(budget, branches, name, word, known[name])
                 env.append(EnvSetting(name, value, word.line, "export" if auto_export else "shell", file=path))
             continue
         head = words[0].text
@@ -220,7 +234,7 @@ def parse_text(
                 if _ASSIGN.match(word.text):
                     name, value = _split_assignment(word.text, known)
                     _remember(known, known_lines, name, value, word)
-                    _note_origin(budget, branches, name, word)
+                    _note_origin(budget, branches, name, word, known[name])
                     env.append(
                         EnvSetting(name, value, word.line, "export" if exporting or auto_export else "shell", file=path)
                     )
@@ -262,7 +276,7 @@ def parse_text(
         # bash -c "..." / sh -c "...": parse the inner script too
         inner = _inner_script(words)
         if inner is not None:
-            sub = parse_text(inner.text, path, inner.line, known, known_lines, budget)
+            sub = parse_text(inner.text, path, inner.line, known, known_lines, budget, inner.spans)
             for setting in sub.env:
                 env.append(setting)
                 if setting.value is not None:
@@ -282,8 +296,131 @@ def parse_text(
             continue
         launchers, program, program_args, options = _split_launcher(words)
         commands.append(Command(tuple(words), tuple(prefix_settings), launchers, program, program_args, options))
-    sbatch.update(lexer.sbatch)
-    return LaunchScript(path, tuple(env), tuple(commands), sbatch, tuple(notes), lexer.unclosed)
+    sbatch = {**lexer.sbatch, **sbatch}
+    return LaunchScript(
+        path, tuple(env), tuple(commands), sbatch, tuple(notes), lexer.unclosed, None, dict(budget.substitutions)
+    )
+
+
+_SHELLS = {"bash", "sh", "zsh", "dash"}
+
+
+_BEFORE_SHELL = {"srun", "salloc", "nohup", "env", "time", "exec", "command", "stdbuf", "timeout"}
+
+
+def _runs_as_script(owner: Sequence[Word]) -> bool:
+    """Is a heredoc fed to this command the job's own script (``sbatch <<EOF``, ``bash <<'EOF'``,
+    ``srun bash <<EOF``)? A shell given ``-c`` or a script file reads no script from stdin,
+    and a heredoc for any other program (``cat > f``, ``python -``) is data, not shell."""
+    texts = [w.text for w in owner if not _ASSIGN.match(w.text)]
+    i = 0
+    while i < len(texts):
+        base = os.path.basename(texts[i])
+        if base == "sbatch":
+            return True
+        if base in _SHELLS:
+            rest = texts[i + 1 :]
+            if "-s" in rest:
+                return True
+            inline = any(t.startswith("-") and not t.startswith("--") and "c" in t[1:] for t in rest)
+            return not inline and all(t.startswith(("-", "+")) for t in rest)
+        if base not in _BEFORE_SHELL:
+            return False
+        # `srun --nodes 1 bash`: its options (some with values) come before the shell
+        shell = next((j for j in range(i + 1, len(texts)) if os.path.basename(texts[j]) in _SHELLS), None)
+        if shell is None or any(_PY.match(os.path.basename(t)) or t.endswith(".py") for t in texts[i + 1 : shell]):
+            return False
+        i = shell
+    return False
+
+
+def _exported(env: Sequence[EnvSetting], auto_export: bool) -> set[str]:
+    """Names exported so far: the environment a job started from here inherits."""
+    names: set[str] = set()
+    for setting in env:
+        if setting.how == "export" or (auto_export and setting.how == "shell"):
+            names.add(setting.name)
+        elif setting.how == "unset":
+            names.discard(setting.name)
+    return names
+
+
+def _read_heredoc(
+    doc: Heredoc,
+    path: str,
+    known: Mapping[str, str],
+    known_lines: Mapping[str, Any],
+    budget: _Budget,
+    exported: set[str],
+) -> LaunchScript:
+    """The job script a heredoc holds, read as bash would run it; nothing is executed.
+
+    With an unquoted delimiter bash first expands ``$VAR`` / ``${...}`` / ``$((...))`` in the
+    body from the submitting shell (quotes are plain text at that step; a backslash keeps
+    a ``$`` for the job). With a quoted one (``<<'EOF'``) the body is taken as written. Either way
+    the job is a new shell: it sees only the exported variables and its own assignments, so
+    anything else stays ``$VAR`` (only known when the job runs).
+    """
+    environment = {name: known[name] for name in exported if name in known}
+    lines = {name: known_lines[name] for name in environment if name in known_lines}
+    if doc.quoted:
+        return parse_text(doc.body, path, doc.first_line, environment, lines, budget)
+    text, spans = _expand_heredoc(doc, known, known_lines, budget)
+    return parse_text(text, path, doc.first_line, environment, lines, budget, spans)
+
+
+def _expand_heredoc(
+    doc: Heredoc, known: Mapping[str, str], known_lines: Mapping[str, Any], budget: _Budget
+) -> tuple[str, list[Span]]:
+    """The first step of an unquoted heredoc: expansions filled in, quotes left as text."""
+    body = doc.body
+    lexer = _Lexer(body, doc.first_line, budget)
+    out: list[str] = []
+    spans: list[Span] = []
+    size = 0
+    line = doc.first_line
+    i, n = 0, len(body)
+
+    def emit(text: str, pieces: Sequence[Span]) -> None:
+        nonlocal size
+        out.append(text)
+        spans.extend(Span(p.start + size, p.end + size, p.line, p.notes) for p in pieces)
+        size += len(text)
+
+    while i < n:
+        ch = body[i]
+        if ch == "\\" and i + 1 < n and body[i + 1] in "$`\\\n":
+            if body[i + 1] == "\n":
+                line += 1
+            else:
+                emit(body[i + 1], [Span(0, 1, line)])
+            i += 2
+            continue
+        if ch == "$":
+            lexer.i, lexer.line = i, line
+            text, end = lexer._expand(i, known)
+            line = lexer.line
+            pieces = list(lexer.last_spans)
+            if "\0" in text:
+                elements = _expand_markers([Word(text, line, False, (), tuple(pieces))], known, known_lines, budget)
+                for idx, element in enumerate(elements):
+                    emit(element.text, [Span(0, len(element.text), element.line, element.assumed)])
+                    if idx < len(elements) - 1:
+                        emit(" ", [])
+            else:
+                emit(text, pieces)
+            i = end
+            continue
+        stop = i + 1
+        while stop < n and body[stop] not in "\\$\n":
+            stop += 1
+        emit(body[i:stop], [Span(0, stop - i, line)])
+        if stop < n and body[stop] == "\n":
+            emit("\n", [Span(0, 1, line)])
+            line += 1
+            stop += 1
+        i = stop
+    return "".join(out), spans
 
 
 class _Branches:
@@ -293,13 +430,22 @@ class _Branches:
     branch (the conservative reading: settings from all of them are seen). A ``case`` on a
     known word takes the first clause whose pattern matches, as bash does (Megatron-LM's
     Mamba example picks its model size this way; reading every clause would take the last).
+    A condition may be a list (``[ a ] && [ b ] || [[ c ]]``): its parts arrive as separate
+    commands and are gathered until the list ends. Each branch that may run remembers the
+    variables it sets, so a variable every branch sets to the same value is no guess.
     """
 
     def __init__(self) -> None:
         # [this branch: True/False/None, some branch taken: True/False/None] for `if`;
         # a `case` frame adds [subject or None when unknown, "patterns" | "body", patterns so far]
         self.frames: list[list[Any]] = []
+        # per frame: what each branch that may run sets (None for a branch that cannot run),
+        # and whether the branches cover every case (an `else`, a `*)` clause)
+        self.sets: list[list[dict[str, tuple[str, tuple[str, ...]]] | None]] = []
+        self.exhaustive: list[bool] = []
         self.clause_ends = False  # the command just read ended a case clause (`;;`)
+        self.pending: tuple[str, list[tuple[Sequence[Word], str]]] | None = None  # condition list being read
+        self.settled: dict[str, tuple[str, tuple[str, ...]]] = {}  # set alike in every branch (read by the caller)
 
     @property
     def active(self) -> bool:
@@ -310,8 +456,54 @@ class _Branches:
         """Inside a branch that may or may not run (its condition is unknown)?"""
         return any(frame[0] is None for frame in self.frames)
 
+    def record(self, name: str, value: str, notes: tuple[str, ...]) -> None:
+        """An assignment in the current branch (``notes``: what the value assumes, no branch guess)."""
+        if self.sets and self.sets[-1] and self.sets[-1][-1] is not None:
+            branch = self.sets[-1][-1]
+            assert branch is not None
+            branch[name] = (value, notes)
+
+    def _begin_branch(self, state: bool | None) -> None:
+        self.sets[-1].append(None if state is False else {})
+
+    def _push(self, frame: list[Any]) -> None:
+        self.frames.append(frame)
+        self.sets.append([])
+        self.exhaustive.append(False)
+
+    def _pop(self) -> None:
+        """Close the innermost if/case: what every branch that may run sets alike stands.
+
+        Such a variable is set in the enclosing branch as surely as if the if/case were not
+        there; at the top level the caller drops the branch guess from it.
+        """
+        self.frames.pop()
+        branches = self.sets.pop()
+        exhaustive = self.exhaustive.pop()
+        runnable = [b for b in branches if b is not None]
+        if not runnable or not exhaustive:
+            return
+        first, rest = runnable[0], runnable[1:]
+        same = {name: got for name, got in first.items() if all(b.get(name, (None,))[0] == got[0] for b in rest)}
+        if not same:
+            return
+        if self.sets:
+            parent = self.sets[-1][-1] if self.sets[-1] else None
+            if parent is not None:
+                parent.update(same)
+        else:
+            self.settled.update(same)
+
     def step(self, words: list[Word], sep: str) -> list[Word]:
         """Consume leading if/elif/else/fi and case words; return what is left to run."""
+        if self.pending is not None:
+            head, parts = self.pending
+            parts.append((words, sep))
+            if sep in ("&&", "||"):
+                return []
+            self.pending = None
+            self._condition_ends(head, _condition(parts))
+            return []
         if self.clause_ends:
             self.clause_ends = False
             if self.frames and len(self.frames[-1]) > 2:
@@ -323,7 +515,7 @@ class _Branches:
         if words and not words[0].quoted and words[0].text == "case" and len(words) >= 3:
             subject = words[1].text
             known = not any(mark in subject for mark in ("$", "`", "\0"))
-            self.frames.append([False, False, subject if known else None, "patterns", []])
+            self._push([False, False, subject if known else None, "patterns", []])
             rest = words[3:] if words[2].text == "in" else []
             return self._case_step(rest, sep) if rest else []
         while words and not words[0].quoted and words[0].text in ("if", "elif", "else", "fi", "then"):
@@ -331,13 +523,17 @@ class _Branches:
             if head == "then":
                 words = words[1:]
                 continue
-            if head == "if":
-                cond = _test(words[1:], sep) if self.active else False
-                self.frames.append([cond, cond])
+            if head in ("if", "elif"):
+                if head == "elif" and not self.frames:
+                    return []
+                if sep in ("&&", "||"):
+                    self.pending = (head, [(words[1:], sep)])
+                    return []
+                self._condition_ends(head, _condition([(words[1:], sep)]))
                 return []
             if head == "fi":
                 if self.frames:
-                    self.frames.pop()
+                    self._pop()
                 words = words[1:]
                 continue
             if not self.frames:
@@ -345,32 +541,40 @@ class _Branches:
                 continue
             frame = self.frames[-1]
             taken = frame[1]
-            if head == "elif":
-                cond = _test(words[1:], sep)
-                branch = (
-                    False if taken is True else (cond if taken is False else (None if cond is not False else False))
-                )
-                frame[0] = branch
-                frame[1] = True if branch is True else (None if branch is None or taken is None else taken)
-                return []
             # else
             frame[0] = False if taken is True else (True if taken is False else None)
             frame[1] = True if frame[0] is True else taken
+            self._begin_branch(frame[0])
+            self.exhaustive[-1] = True
             words = words[1:]
         return words
+
+    def _condition_ends(self, head: str, cond: bool | None) -> None:
+        """The condition of an ``if`` / ``elif`` is read: open the branch it guards."""
+        if head == "if":
+            cond = cond if self.active else False
+            self._push([cond, cond])
+            self._begin_branch(cond)
+            return
+        frame = self.frames[-1]
+        taken = frame[1]
+        branch = False if taken is True else (cond if taken is False else (None if cond is not False else False))
+        frame[0] = branch
+        frame[1] = True if branch is True else (None if branch is None or taken is None else taken)
+        self._begin_branch(branch)
 
     def _case_step(self, words: list[Word], sep: str) -> list[Word]:
         """Inside a case: collect ``pat | pat )`` patterns, open the clause, or close at ``esac``."""
         frame = self.frames[-1]
         if frame[3] == "body":
             if words and not words[0].quoted and words[0].text == "esac":
-                self.frames.pop()
+                self._pop()
                 return words[1:]
             if sep == ";;":
                 self.clause_ends = True
             return words
         if words and not words[0].quoted and words[0].text == "esac":
-            self.frames.pop()
+            self._pop()
             return words[1:]
         frame[4].extend(w.text for w in words if w.text != "(")
         if sep != ")":
@@ -387,10 +591,13 @@ class _Branches:
             branch = False
         frame[0], frame[3] = branch, "body"
         frame[1] = True if branch is True else (None if branch is None or taken is None else taken)
+        self._begin_branch(branch)
+        if "*" in patterns:
+            self.exhaustive[-1] = True
         return []
 
 
-def _note_origin(budget: _Budget, branches: _Branches, name: str, word: Word) -> None:
+def _note_origin(budget: _Budget, branches: _Branches, name: str, word: Word, value: str) -> None:
     """Remember what the new value of ``name`` assumes, so every word made from it says so.
 
     A value built from an unset variable's default, or set in a branch whose condition is
@@ -398,58 +605,238 @@ def _note_origin(budget: _Budget, branches: _Branches, name: str, word: Word) ->
     must show next to the setting it feeds, never use silently.
     """
     notes = list(word.assumed)
-    if "+=" in word.text.split("=", 1)[0] + "=":
+    appended = "+=" in word.text.split("=", 1)[0] + "="
+    previous_spans = budget.spans.get(name)
+    previous_notes = budget.origins.get(name, ())
+    if appended:
         notes = list(budget.origins.get(name, ())) + notes
+    branches.record(name, value, tuple(dict.fromkeys(notes)))
+    guess: tuple[str, ...] = ()
     if branches.uncertain:
-        notes.append(f"{name} is set on line {word.line} {BRANCH_GUESS}; the last value the script sets was used")
+        guess = (f"{name} is set on line {word.line} {BRANCH_GUESS}; the last value the script sets was used",)
+        notes.extend(guess)
     if notes:
         budget.origins[name] = tuple(dict.fromkeys(notes))
     else:
         budget.origins.pop(name, None)
+    budget.spans.pop(name, None)
+    if value.startswith("("):
+        return  # arrays keep each part's own line (expansion._remember) and are read when used
+    own_start = word.text.index("=") + 1
+    own_len = len(word.text) - own_start
+    own = slice_spans(word.spans, own_start, len(word.text), len(value) - own_len - own_start)
+    before: list[Span] = []
+    if appended and len(value) > own_len:
+        old_len = len(value) - own_len
+        before = [Span(0, old_len, word.line, previous_notes)]
+        kept = previous_spans
+        if kept is not None and kept[0] == value[:old_len]:
+            before = list(kept[1])
+    spans = [Span(sp.start, sp.end, sp.line, tuple(dict.fromkeys(sp.notes + guess))) for sp in before + own]
+    budget.spans[name] = (value, tuple(spans))
 
 
-def _test(words: Sequence[Word], sep: str) -> bool | None:
-    """``[[ a == b ]]`` / ``[ a = b ]`` / ``test -z a`` ... when every operand is known."""
-    if sep in ("&&", "||", "|"):
-        return None  # compound condition: not evaluated
-    texts = [w.text for w in words]
-    negate = bool(texts) and texts[0] == "!"
-    if negate:
-        texts = texts[1:]
-    if texts[:1] == ["[["] and texts[-1:] == ["]]"] or texts[:1] == ["["] and texts[-1:] == ["]"]:
-        inner = texts[1:-1]
-    elif texts[:1] == ["test"]:
-        inner = texts[1:]
-    else:
+def _settle(budget: _Budget, branches: _Branches) -> None:
+    """Variables every branch of an undecided if/case set to the same value are no guess."""
+    for name, (_, notes) in branches.settled.items():
+        if notes:
+            budget.origins[name] = notes
+        else:
+            budget.origins.pop(name, None)
+        kept = budget.spans.get(name)
+        if kept is not None:
+            own = f"{name} is set on line "
+            spans = tuple(
+                Span(
+                    sp.start,
+                    sp.end,
+                    sp.line,
+                    tuple(n for n in sp.notes if not (n.startswith(own) and BRANCH_GUESS in n)),
+                )
+                for sp in kept[1]
+            )
+            budget.spans[name] = (kept[0], spans)
+    branches.settled.clear()
+
+
+def _condition(parts: Sequence[tuple[Sequence[Word], str]]) -> bool | None:
+    """An if/elif condition list (``[ a ] && [[ b || c ]] || test d``) when every operand is known.
+
+    Parts joined by ``&&`` / ``||`` (the lexer splits there, even inside ``[[ ]]``) are
+    evaluated left to right with bash's precedence; an unknown part makes the result unknown
+    unless the other side decides it (``false && x`` is false whatever x is).
+    """
+    tokens: list[tuple[str, bool]] = []
+    for words, sep in parts:
+        # a word made from a value picked between undecided branches is as unknown as `$X`
+        tokens.extend(("$?" if any(BRANCH_GUESS in n for n in w.assumed) else w.text, False) for w in words)
+        if sep in ("&&", "||"):
+            tokens.append((sep, True))
+    reader = _ConditionReader(tokens)
+    try:
+        result = reader.command_list()
+    except _Unreadable:
         return None
+    return result if reader.at_end() else None
+
+
+class _Unreadable(Exception):
+    """A condition the reader does not understand (it is then unknown, never guessed)."""
+
+
+def _and(a: bool | None, b: bool | None) -> bool | None:
+    if a is False or b is False:
+        return False
+    return True if a is True and b is True else None
+
+
+def _or(a: bool | None, b: bool | None) -> bool | None:
+    if a is True or b is True:
+        return True
+    return False if a is False and b is False else None
+
+
+class _ConditionReader:
+    """Recursive descent over a condition's words; ``(text, True)`` tokens are ``&&`` / ``||``."""
+
+    def __init__(self, tokens: Sequence[tuple[str, bool]]) -> None:
+        self.tokens = list(tokens)
+        self.i = 0
+
+    def at_end(self) -> bool:
+        return self.i >= len(self.tokens)
+
+    def _peek(self) -> tuple[str, bool] | None:
+        return self.tokens[self.i] if self.i < len(self.tokens) else None
+
+    def command_list(self) -> bool | None:
+        """``cmd (&&|| cmd)*``: in a shell list both operators bind alike, left to right."""
+        result = self._command()
+        while (token := self._peek()) is not None and token[1]:
+            self.i += 1
+            right = self._command()
+            result = _and(result, right) if token[0] == "&&" else _or(result, right)
+        return result
+
+    def _command(self) -> bool | None:
+        token = self._peek()
+        if token is None or token[1]:
+            raise _Unreadable
+        if token[0] == "!":
+            self.i += 1
+            inner = self._command()
+            return None if inner is None else not inner
+        if token[0] == "[[":
+            self.i += 1
+            result = self._double_or()
+            if self._peek() != ("]]", False):
+                raise _Unreadable
+            self.i += 1
+            return result
+        if token[0] in ("[", "test"):
+            closer = "]" if token[0] == "[" else None
+            self.i += 1
+            words = self._words_until(closer)
+            if closer is not None:
+                if self._peek() != ("]", False):
+                    raise _Unreadable
+                self.i += 1
+            return _primary(words)
+        self._words_until(None)  # some other command (grep -q ...): its status is unknown
+        return None
+
+    def _words_until(self, closer: str | None) -> list[str]:
+        words: list[str] = []
+        while (token := self._peek()) is not None and not token[1] and token[0] != closer:
+            words.append(token[0])
+            self.i += 1
+        return words
+
+    def _double_or(self) -> bool | None:
+        """Inside ``[[ ]]``: ``&&`` binds tighter than ``||``."""
+        result = self._double_and()
+        while self._peek() == ("||", True):
+            self.i += 1
+            result = _or(result, self._double_and())
+        return result
+
+    def _double_and(self) -> bool | None:
+        result = self._double_not()
+        while self._peek() == ("&&", True):
+            self.i += 1
+            result = _and(result, self._double_not())
+        return result
+
+    def _double_not(self) -> bool | None:
+        if self._peek() == ("!", False):
+            self.i += 1
+            inner = self._double_not()
+            return None if inner is None else not inner
+        words: list[str] = []
+        while (token := self._peek()) is not None and not token[1] and token[0] != "]]":
+            words.append(token[0])
+            self.i += 1
+        return _primary(words)
+
+
+_NUMERIC = {"-eq", "-ne", "-lt", "-gt", "-le", "-ge"}
+
+
+def _primary(inner: Sequence[str]) -> bool | None:
+    """One test (``a == b``, ``-z a``, ``a -lt b``, a lone word) when its operands are known."""
+    if inner[:1] == ["!"]:
+        rest = _primary(inner[1:])
+        return None if rest is None else not rest
     if any("$" in t or "`" in t or "\0" in t for t in inner):
         return None
-    result: bool | None = None
+    if len(inner) == 0:
+        return False
+    if len(inner) == 1:
+        return inner[0] != ""  # `[ word ]`: true when the word is not empty
+    if len(inner) == 2 and inner[0] in ("-z", "-n"):
+        return (inner[1] == "") == (inner[0] == "-z")
     if len(inner) == 3 and inner[1] in ("==", "=", "!="):
         if any(ch in inner[2] for ch in "*?[") and inner[1] != "=":
             return None  # glob pattern
-        result = (inner[0] == inner[2]) != (inner[1] == "!=")
-    elif len(inner) == 2 and inner[0] in ("-z", "-n"):
-        result = (inner[1] == "") == (inner[0] == "-z")
-    elif len(inner) == 3 and inner[1] in ("-eq", "-ne", "-lt", "-gt", "-le", "-ge"):
+        return (inner[0] == inner[2]) != (inner[1] == "!=")
+    if len(inner) == 3 and inner[1] in _NUMERIC:
         try:
             a, b = int(inner[0]), int(inner[2])
         except ValueError:
             return None
-        result = {"-eq": a == b, "-ne": a != b, "-lt": a < b, "-gt": a > b, "-le": a <= b, "-ge": a >= b}[inner[1]]
-    if result is None:
-        return None
-    return result != negate
+        return {"-eq": a == b, "-ne": a != b, "-lt": a < b, "-gt": a > b, "-le": a <= b, "-ge": a >= b}[inner[1]]
+    return None
 
 
 def _inner_script(words: Sequence[Word]) -> Word | None:
+    """The script text of ``bash [options] -c "..."`` (``-lc``, ``-x -c``, ``-o pipefail -c`` ...).
+
+    Bash reads its options first; with ``-c`` among them the first word that is no option
+    is the script. Anything else (``bash train.sh``, ``bash -x``) has no inline script.
+    """
     for idx, word in enumerate(words[:-1]):
-        if (
-            os.path.basename(word.text) in ("bash", "sh", "zsh")
-            and idx + 2 < len(words)
-            and words[idx + 1].text in ("-c", "-lc", "-xc", "-ec", "-exc")
-        ):
-            return words[idx + 2]
+        if os.path.basename(word.text) not in ("bash", "sh", "zsh", "dash"):
+            continue
+        has_c = False
+        j = idx + 1
+        while j < len(words):
+            text = words[j].text
+            if text in ("-o", "+o", "-O", "+O"):
+                j += 2
+                continue
+            if text == "--":
+                j += 1
+                break
+            if text.startswith("--"):
+                j += 1
+                continue
+            if len(text) > 1 and text[0] in "-+" and text[1:].isalpha():
+                has_c = has_c or (text[0] == "-" and "c" in text[1:])
+                j += 1
+                continue
+            break
+        if has_c and j < len(words):
+            return words[j]
     return None
 
 

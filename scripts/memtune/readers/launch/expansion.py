@@ -13,7 +13,7 @@ from typing import Any
 
 from memtune.readers.launch.budget import _LEX_COST, _WORD_COST, _Budget
 from memtune.readers.launch.lexer import _Lexer
-from memtune.readers.launch.script import Word
+from memtune.readers.launch.script import Span, Word, slice_spans
 
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\+?)=")
 
@@ -83,35 +83,66 @@ def _expand_markers(
                 continue
             value = known[name]
             where = lines.get(name, word.line)
+            base: list[Span] = []
             if isinstance(where, list):
                 parts_with_lines = where
             else:
-                body = value[1:-1] if value.startswith("(") and value.endswith(")") else value
+                stripped = value.startswith("(") and value.endswith(")")
+                body = value[1:-1] if stripped else value
                 parts_with_lines = [(body, where)]
+                kept = budget.spans.get(name)
+                if kept is not None and kept[0] == value:  # a string built piece by piece: each word its own
+                    base = slice_spans(kept[1], int(stripped), int(stripped) + len(body), -int(stripped))
             inner: list[Word] = []
             for body, first_line in parts_with_lines:
                 budget.spend(len(body) + _LEX_COST, name, word.line)  # re-lexing is work even for a short body
-                lexer = _Lexer(body, first_line, budget)
+                lexer = _Lexer(body, first_line, budget, base)
                 while True:
                     item = lexer.next_command(known)
                     if item is None:
                         break
                     inner.extend(item[0])
-            origin = word.assumed + budget.origins.get(name, ())
+            origin = () if base else word.assumed + budget.origins.get(name, ())
             for element in _expand_markers(inner, known, lines, budget, depth + 1):
                 budget.spend(len(element.text) + _WORD_COST, name, word.line)
                 assumed = tuple(dict.fromkeys(element.assumed + origin))
                 if split and element.quoted and any(ch.isspace() for ch in element.text):
                     out.extend(Word(piece, element.line, True, assumed) for piece in element.text.split())
                 else:
-                    out.append(Word(element.text, element.line, element.quoted, assumed))
+                    out.append(Word(element.text, element.line, element.quoted, assumed, element.spans))
             continue
-        text = "".join(known.get(part.lstrip("~"), part) if idx % 2 else part for idx, part in enumerate(parts))
+        pieces: list[str] = []
+        spans: list[Span] = []
+        at = 0  # where the part starts in word.text
+        for idx, part in enumerate(parts):
+            name = part.lstrip("~")
+            start = sum(len(p) for p in pieces)
+            if idx % 2 == 0 or name not in known:
+                pieces.append(part)
+                spans.extend(slice_spans(word.spans, at, at + len(part), start - at))
+            elif isinstance(lines.get(name), list) and depth < 8:
+                # "...${A[@]}..." inside a longer word: the elements, joined by spaces, each
+                # keeping its own line and notes (a later `bash -c "$CMD"` reads them apart)
+                marker = Word(f"\0{name}\0", word.line, word.quoted, ())
+                elements = _expand_markers([marker], known, lines, budget, depth + 1)
+                for element in elements:
+                    offset = sum(len(p) for p in pieces)
+                    spans.append(Span(offset, offset + len(element.text), element.line, element.assumed))
+                    pieces.append(element.text + " ")
+                if elements:
+                    pieces[-1] = pieces[-1][:-1]
+            else:
+                pieces.append(known[name])
+                spans.extend(slice_spans(word.spans, at, at + len(part) + 2, start - at))
+            at += len(part) + (1 if idx < len(parts) - 1 else 0)
+        text = "".join(pieces)
         budget.spend(len(text), parts[1].lstrip("~") if len(parts) > 1 else "", word.line)
         inherited = [
             note for idx, part in enumerate(parts) if idx % 2 for note in budget.origins.get(part.lstrip("~"), ())
         ]
-        out.append(Word(text, word.line, word.quoted, tuple(dict.fromkeys(word.assumed + tuple(inherited)))))
+        out.append(
+            Word(text, word.line, word.quoted, tuple(dict.fromkeys(word.assumed + tuple(inherited))), tuple(spans))
+        )
     return out
 
 

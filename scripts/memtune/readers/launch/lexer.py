@@ -1,17 +1,21 @@
 """Split launch-script text into simple commands of shell words, the way bash would.
 
 Quotes are removed, ``$VAR`` / ``${VAR:-default}`` / ``$(( ... ))`` are expanded from
-assignments seen so far (unknown ones stay literal), heredoc bodies are skipped and
-``#SBATCH`` lines are recorded. Nothing is executed; command substitution stays literal.
+assignments seen so far (unknown ones stay literal), heredoc bodies are set aside for the
+caller and ``#SBATCH`` lines are recorded. Nothing is executed; command substitution stays
+literal (and is recorded where bash would run it). Each word keeps Spans: where each
+stretch of its text came from.
 """
 
 from __future__ import annotations
 
+import bisect
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from memtune.readers.launch.budget import _Budget
-from memtune.readers.launch.script import Word
+from memtune.readers.launch.script import Span, Word, span_notes
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -19,36 +23,114 @@ _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PLAIN = re.compile(r"[^\s'\"\\$`;&|()<>#]+")  # a run of characters with no shell meaning
 
 
+_REFERENCE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")  # a variable a substitution reads
+
+
+_OVERRIDE_KEY = re.compile(r"^[+~]{0,2}[A-Za-z_][\w.]*=")  # model.tensor_model_parallel_size=...
+
+
 _SEPARATORS = {";", "&&", "||", "|", "&", "|&", ";;", "(", ")", "{", "}"}
 
 
-class _Lexer:
-    """Produces one simple command (a list of Words) at a time, bash-style."""
+@dataclass(frozen=True)
+class Heredoc:
+    """A heredoc body as read: the words of the command it feeds (so far), whether its
+    delimiter was quoted (then bash expands nothing in it), and the line it starts on."""
 
-    def __init__(self, text: str, first_line: int = 1, budget: _Budget | None = None) -> None:
+    owner: tuple[Word, ...]
+    body: str
+    first_line: int
+    quoted: bool
+
+
+class _Lexer:
+    """Produces one simple command (a list of Words) at a time, bash-style.
+
+    ``spans`` (Span) say where each stretch of ``text`` came from when the text is itself a
+    value built earlier (``bash -c "$CMD"``): words then take their line and notes from it.
+    """
+
+    def __init__(
+        self, text: str, first_line: int = 1, budget: _Budget | None = None, spans: Sequence[Span] = ()
+    ) -> None:
         self.budget = budget or _Budget("")
         self.s = text
         self.n = len(text)
         self.i = 0
         self.line = first_line
-        self.pending_heredocs: list[tuple[str, bool]] = []
+        self.pending_heredocs: list[tuple[str, bool, bool, list[Word]]] = []
+        self.heredocs: list[Heredoc] = []  # bodies read so far (the caller takes them)
+        self.base = sorted(spans, key=lambda span: span.start)
+        self.base_starts = [span.start for span in self.base]
+        self.spans: list[Span] = []  # spans of the word being read
+        self.length = 0  # its length so far
+        self.last_spans: list[Span] = []  # spans of the text _expand returned last
         self.sbatch: dict[str, tuple[str, int]] = {}
         self.at_line_start = True
         self.unclosed: tuple[str, int] | None = None  # (quote, line it opened on): bash stops there
         self.word_assumed: list[str] = []  # assumptions behind the word being read (Word.assumed)
 
     def _skip_heredocs(self) -> None:
-        """Called right after a newline: drop the bodies of heredocs opened on that line."""
+        """Called right after a newline: read the bodies of heredocs opened on that line.
+
+        They are kept (``self.heredocs``), not lexed: whether a body is the job itself
+        (``sbatch <<EOF``) or data for another program (``cat > f <<EOF``) is the caller's call.
+        """
         while self.pending_heredocs:
-            delim, strip_tabs = self.pending_heredocs.pop(0)
+            delim, strip_tabs, quoted, owner = self.pending_heredocs.pop(0)
+            first = self.line
+            lines: list[str] = []
             while self.i < self.n:
                 end = self.s.find("\n", self.i)
                 end = self.n if end < 0 else end
                 body_line = self.s[self.i : end]
                 self.i = min(end + 1, self.n)
                 self.line += 1
-                if (body_line.lstrip("\t") if strip_tabs else body_line) == delim:
+                if strip_tabs:
+                    body_line = body_line.lstrip("\t")
+                if body_line == delim:
                     break
+                lines.append(body_line)
+            self.heredocs.append(Heredoc(tuple(owner), "\n".join(lines) + "\n", first, quoted))
+
+    def _line_at(self, pos: int) -> int:
+        """The source line of text position ``pos`` (from the base spans when re-reading a value)."""
+        if not self.base:
+            return self.line
+        idx = bisect.bisect_right(self.base_starts, pos) - 1
+        return self.base[max(idx, 0)].line
+
+    def _put(self, buf: list[str], text: str, src_start: int, src_end: int) -> None:
+        """Append literal text read from ``s[src_start:src_end]`` to the word."""
+        buf.append(text)
+        if not text:
+            return
+        if self.base:
+            line, notes = self._line_at(src_start), span_notes(self.base, src_start, src_end)
+        else:
+            line, notes = self.line, ()
+        self._add_span(len(text), line, notes)
+
+    def _put_expanded(self, buf: list[str], text: str) -> None:
+        """Append what _expand returned, with the spans it left in ``last_spans``."""
+        buf.append(text)
+        base = self.length
+        for span in self.last_spans:  # they may leave gaps (separators): keep each at its offset
+            end = min(span.end, len(text))
+            if span.start < end:
+                self.length = base + span.start
+                self._add_span(end - span.start, span.line, span.notes)
+        self.length = base + len(text)
+
+    def _add_span(self, size: int, line: int, notes: tuple[str, ...]) -> None:
+        if size <= 0:
+            return
+        last = self.spans[-1] if self.spans else None
+        if last is not None and last.end == self.length and last.line == line and last.notes == notes:
+            self.spans[-1] = Span(last.start, self.length + size, line, notes)
+        else:
+            self.spans.append(Span(self.length, self.length + size, line, notes))
+        self.length += size
 
     def _read_braced(self, start: int) -> int:
         """Index just after the ``}`` matching the ``${`` whose ``{`` is at ``start``."""
@@ -90,6 +172,8 @@ class _Lexer:
         definition's line numbers (that is the line a user edits).
         """
         s = self.s
+        line = self._line_at(start)
+        self.last_spans = [Span(0, 1, line)]
         if start + 1 >= self.n:
             return "$", start + 1
         nxt = s[start + 1]
@@ -99,44 +183,83 @@ class _Lexer:
             array = re.match(r"^([A-Za-z_][A-Za-z0-9_]*)\[[@*]\]$", inner)
             if array and array.group(1) in variables:
                 # unquoted ${A[@]} also word-splits each element ("~" marks that)
-                return f"\0{'~' if split else ''}{array.group(1)}\0", end
+                marker = f"\0{'~' if split else ''}{array.group(1)}\0"
+                self.last_spans = [Span(0, len(marker), line, self.budget.origins.get(array.group(1), ()))]
+                return marker, end
             # names, or positional parameters ($1 ...: the script is assumed to get no arguments)
             match = re.match(r"^([A-Za-z_][A-Za-z0-9_]*|\d+)(?:(:?[-=])(.*))?$", inner, re.DOTALL)
             if match:
                 name, op, default = match.groups()
                 if name in variables and (variables[name] != "" or op is None or not op.startswith(":")):
-                    self.word_assumed.extend(self.budget.origins.get(name, ()))
-                    if split and _needs_split(variables[name]):
-                        return f"\0{name}\0", end
-                    self.budget.spend(len(variables[name]), name, self.line)
-                    return variables[name], end
+                    return self._variable(name, variables, split, line), end
                 if op is not None:
                     fallback = _strip_simple_quotes(default or "")
+                    notes: tuple[str, ...] = ()
                     if name not in variables and not name.isdigit() and "$" not in fallback:
-                        self.word_assumed.append(
-                            f"{name} is not set in the script, so its default {fallback!r} (line {self.line}) "
-                            "was used; the job's environment may set it"
+                        notes = (
+                            f"{name} is not set in the script, so its default {fallback!r} (line {line}) "
+                            "was used; the job's environment may set it",
                         )
+                    self.last_spans = [Span(0, len(fallback), line, notes)]
                     return fallback, end
+            self.last_spans = [Span(0, end - start, line)]
             return s[start:end], end
         if nxt == "(":
             end = self._read_parens(start + 1)
             if s.startswith("((", start + 1):
                 value = _arithmetic(s[start + 3 : end - 2], variables)
                 if value is not None:
+                    self.last_spans = [Span(0, len(value), line)]
                     return value, end
+            self._substitution(s[start:end], variables, line)
+            self.last_spans = [Span(0, end - start, line)]
             return s[start:end], end
         match = _IDENT.match(s, start + 1)
         if match:
             name = match.group(0)
             if name in variables:
-                self.word_assumed.extend(self.budget.origins.get(name, ()))
-                if split and _needs_split(variables[name]):
-                    return f"\0{name}\0", match.end()
-                self.budget.spend(len(variables[name]), name, self.line)
-                return variables[name], match.end()
+                return self._variable(name, variables, split, line), match.end()
+            self.last_spans = [Span(0, match.end() - start, line)]
             return s[start : match.end()], match.end()
+        self.last_spans = [Span(0, 2, line)]
         return "$" + nxt, start + 2
+
+    def _substitution(self, text: str, variables: Mapping[str, str], line: int) -> None:
+        """Remember a ``$(...)`` / backtick substitution where bash would run it (first sight).
+
+        It is never run. What it may pass is guessed only from the variables it reads: the
+        override keys and ``--flags`` in their values (``$(echo "$CLI_OVERRIDES" | tr ...)``),
+        so those settings can be reported as known only when the job runs.
+        """
+        if text in self.budget.substitutions or len(self.budget.substitutions) > 1000:
+            return
+        keys: list[str] = []
+        for name in dict.fromkeys(_REFERENCE.findall(text)):
+            for token in variables.get(name, "").split():
+                token = token.strip("'\"")
+                if token.startswith("--") and len(token) > 2:
+                    keys.append(token[2:].split("=", 1)[0])
+                elif "=" in token and _OVERRIDE_KEY.match(token):
+                    keys.append(token.lstrip("+~").split("=", 1)[0])
+        self.budget.substitutions[text] = (line, tuple(dict.fromkeys(keys)))
+
+    def _variable(self, name: str, variables: Mapping[str, str], split: bool, line: int) -> str:
+        """A known variable's value (or the ``\0NAME\0`` marker when bash would split it).
+
+        Its spans are the ones kept for that value, when the value was built by this reader,
+        else one span with everything the value assumes.
+        """
+        value = variables[name]
+        if split and _needs_split(value):
+            self.last_spans = [Span(0, len(name) + 2, line, self.budget.origins.get(name, ()))]
+            return f"\0{name}\0"
+        self.budget.spend(len(value), name, self.line)
+        kept = self.budget.spans.get(name)
+        if kept is not None and kept[0] == value:
+            self.last_spans = list(kept[1])
+        else:
+            self.last_spans = [Span(0, len(value), line, self.budget.origins.get(name, ()))]
+        return value
 
     def next_command(self, variables: Mapping[str, str]) -> tuple[list[Word], str] | None:
         """The next simple command and the separator that ended it (``None`` at the end)."""
@@ -150,9 +273,15 @@ class _Lexer:
         def flush() -> None:
             nonlocal buf, in_word, quoted
             if in_word:
-                words.append(Word("".join(buf), word_line, quoted, tuple(dict.fromkeys(self.word_assumed))))
+                text = "".join(buf)
+                spans = tuple(self.spans)
+                notes = tuple(dict.fromkeys([*self.word_assumed, *(n for span in spans for n in span.notes)]))
+                line = spans[0].line if self.base and spans else word_line
+                if text or quoted:  # an unquoted expansion to nothing is no word (bash drops it)
+                    words.append(Word(text, line, quoted, notes, spans))
             buf, in_word, quoted = [], False, False
             self.word_assumed = []
+            self.spans, self.length = [], 0
 
         while self.i < n:
             ch = s[self.i]
@@ -181,7 +310,7 @@ class _Lexer:
                 word_line = self.line
             plain = _PLAIN.match(s, self.i)
             if plain:  # fast path: most of a script is ordinary word text
-                buf.append(plain.group())
+                self._put(buf, plain.group(), self.i, plain.end())
                 in_word = True
                 self.i = plain.end()
                 continue
@@ -196,7 +325,7 @@ class _Lexer:
                     self.at_line_start = False
                     continue
                 if self.i + 1 < n:
-                    buf.append(s[self.i + 1])
+                    self._put(buf, s[self.i + 1], self.i, self.i + 2)
                     in_word, quoted = True, True
                 self.i += 2
                 continue
@@ -206,8 +335,8 @@ class _Lexer:
                     self.unclosed = self.unclosed or ("'", self.line)
                     end = n
                 chunk = s[self.i + 1 : end]
+                self._put(buf, chunk, self.i + 1, end)
                 self.line += chunk.count("\n")
-                buf.append(chunk)
                 in_word, quoted = True, True
                 self.i = end + 1
                 continue
@@ -216,8 +345,9 @@ class _Lexer:
                 while end < n and s[end] != "'":
                     end += 2 if s[end] == "\\" else 1
                 chunk = s[self.i + 2 : min(end, n)]
+                decoded = chunk.encode("utf-8", "backslashreplace").decode("unicode_escape", "replace")
+                self._put(buf, decoded, self.i + 2, min(end, n))
                 self.line += chunk.count("\n")
-                buf.append(chunk.encode("utf-8", "backslashreplace").decode("unicode_escape", "replace"))
                 in_word, quoted = True, True
                 self.i = end + 1
                 continue
@@ -231,16 +361,16 @@ class _Lexer:
                         if s[self.i + 1] == "\n":
                             self.line += 1
                         else:
-                            buf.append(s[self.i + 1])
+                            self._put(buf, s[self.i + 1], self.i, self.i + 2)
                         self.i += 2
                         continue
                     if c == "$":
                         text, self.i = self._expand(self.i, variables)
-                        buf.append(text)
+                        self._put_expanded(buf, text)
                         continue
+                    self._put(buf, c, self.i, self.i + 1)
                     if c == "\n":
                         self.line += 1
-                    buf.append(c)
                     self.i += 1
                 if self.i >= n:
                     self.unclosed = self.unclosed or ('"', opened_on)
@@ -252,20 +382,21 @@ class _Lexer:
                     self.unclosed = self.unclosed or ("`", self.line)
                     end = n
                 chunk = s[self.i : end + 1]
+                self._substitution(chunk, variables, self._line_at(self.i))
+                self._put(buf, chunk, self.i, end + 1)
                 self.line += chunk.count("\n")
-                buf.append(chunk)
                 in_word = True
                 self.i = end + 1
                 continue
             if ch == "$":
                 text, self.i = self._expand(self.i, variables, split=True)
-                buf.append(text)
+                self._put_expanded(buf, text)
                 in_word = True
                 continue
             if ch in ";&|()":
                 if ch == "(" and in_word and buf and buf[-1].endswith("="):  # arr=( ... )
                     end = self._read_parens(self.i)
-                    buf.append(s[self.i : end])
+                    self._put(buf, s[self.i : end], self.i, end)
                     self.i = end
                     continue
                 flush()
@@ -299,7 +430,9 @@ class _Lexer:
                         self.i += 1
                     match = re.match(r"""(['"]?)([^\s'";&|<>]+)\1""", s[self.i :])
                     if match:
-                        self.pending_heredocs.append((match.group(2), strip_tabs))
+                        delim = match.group(2)
+                        quoted_delim = bool(match.group(1)) or "\\" in delim
+                        self.pending_heredocs.append((delim.replace("\\", ""), strip_tabs, quoted_delim, words))
                         self.i += match.end()
                     continue
                 if in_word and all(c.isdigit() for c in buf) and not quoted:  # 2>file
@@ -310,7 +443,7 @@ class _Lexer:
                     self.i += 1
                 self._skip_redirect_target()
                 continue
-            buf.append(ch)
+            self._put(buf, ch, self.i, self.i + 1)
             in_word = True
             self.i += 1
         flush()

@@ -6,7 +6,7 @@ line to change); the lexer and the command reader build them, the check rules re
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 # The phrase that marks an assumption as a guess between branches (not a stated default):
@@ -20,6 +20,22 @@ def is_branch_guess(note: str) -> bool:
 
 
 @dataclass(frozen=True)
+class Span:
+    """Where a stretch ``[start, end)`` of a word's or a value's text came from.
+
+    A string built from many pieces (``CMD="torchrun $DIST ${ARGS} $EXTRA"``) keeps one per
+    piece: its source line and what the reader assumed to make it. A word cut from such a
+    string later (``bash -c "$CMD"``, an unquoted ``$CMD``) then carries its own piece's
+    line and notes, not every note of the whole string.
+    """
+
+    start: int
+    end: int
+    line: int
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Word:
     """One shell word after quote removal; ``quoted`` when any part of it was quoted."""
 
@@ -29,6 +45,23 @@ class Word:
     # what the reader assumed to produce this word: a variable taken from its ${X:-default}
     # because the script never sets it, or set in a branch whose condition is unknown
     assumed: tuple[str, ...] = ()
+    spans: tuple[Span, ...] = ()  # where each stretch of ``text`` came from (Span)
+
+
+def slice_spans(spans: Sequence[Span], start: int, end: int, shift: int) -> list[Span]:
+    """The spans covering ``[start, end)``, cut to it and moved by ``shift``."""
+    out: list[Span] = []
+    for span in spans:
+        a, b = max(span.start, start), min(span.end, end)
+        if a < b:
+            out.append(Span(a + shift, b + shift, span.line, span.notes))
+    return out
+
+
+def span_notes(spans: Sequence[Span], start: int, end: int) -> tuple[str, ...]:
+    """Every note of the spans overlapping ``[start, end)`` (an empty stretch: the one at start)."""
+    end = max(end, start + 1)
+    return tuple(dict.fromkeys(note for s in spans if s.start < end and s.end > start for note in s.notes))
 
 
 @dataclass(frozen=True)
@@ -103,6 +136,8 @@ class LaunchScript:
     notes: tuple[str, ...] = ()
     unclosed_quote: tuple[str, int] | None = None  # (quote, line): the rest of the file was read as one word
     crlf_line: int | None = None  # first line ending in CR LF: bash keeps the CR in every word there
+    # command substitutions as written -> (line, settings they may pass): never run (Budget.substitutions)
+    substitutions: Mapping[str, tuple[int, tuple[str, ...]]] = field(default_factory=dict)
 
     @property
     def python_commands(self) -> tuple[Command, ...]:
