@@ -217,8 +217,11 @@ def _load_source(args: Any) -> tuple[Any, Any, list[str], dict[str, Any]]:
             from memtune.spec.run_spec import violations
 
             problems = violations(model, run)
-            if problems:  # illegal only because of a guessed GPU count: say so, not just the arithmetic
-                raise InputError(f"{args.megatron_args}: {problems[0]} - {world_note[len('WARNING: ') :]}")
+            if problems:  # illegal only because of a guessed GPU count: lead with that, then the arithmetic
+                raise InputError(
+                    f"{args.megatron_args}: {world_note[len('WARNING: ') :]} "
+                    f"(with the {run.world_size} GPU(s) assumed instead: {problems[0]})"
+                )
         return model, run, notes, extras
     if args.config or args.example:
         from memtune.readers.bridge_config import load_bridge_yaml, specs_from_bridge
