@@ -127,3 +127,16 @@ def test_glu_fusion_and_cross_entropy_kernel_are_read():
         from memtune.spec.run_spec import validate
 
         validate(qwen, specs_from_bridge({"model": {"cross_entropy_fusion_impl": "fast"}}, 8, qwen)[1])
+
+
+@pytest.mark.parametrize("helper", ["estimate_memory", "check_env"])
+def test_python_tags_are_refused_as_code_not_as_bad_syntax(tmp_path, invoke, helper):
+    # yaml.dump of live objects writes these; reading them would import and call the tag's target
+    path = tmp_path / "dump.yaml"
+    path.write_text("model:\n  num_layers: 2\n  params_dtype: !!python/name:torch.bfloat16 ''\n")
+    result = invoke(helper, "--config", str(path))
+    assert result.exit_code == 2
+    line = result.stderr.strip()
+    assert len(line.splitlines()) == 1 and "Traceback" not in line
+    assert f"{path}:3:" in line and "!!python/name:torch.bfloat16" in line and "never" in line
+    assert "syntax" not in line and "recursive" not in line

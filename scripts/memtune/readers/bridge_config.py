@@ -11,6 +11,7 @@ from a ``base`` ModelSpec (a preset or an HF config).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import fields as dc_fields
 from pathlib import Path
@@ -31,6 +32,33 @@ _MODEL_ALIASES = {
     "share_embeddings_and_output_weights": None,  # handled below (inverse)
 }
 
+# ``model`` keys the run (not the architecture) is read from: a near miss of one is reported.
+_RUN_MODEL_KEYS = (
+    "tensor_model_parallel_size",
+    "pipeline_model_parallel_size",
+    "virtual_pipeline_model_parallel_size",
+    "context_parallel_size",
+    "expert_model_parallel_size",
+    "expert_tensor_parallel_size",
+    "sequence_parallel",
+    "seq_length",
+    "recompute_granularity",
+    "recompute_method",
+    "recompute_num_layers",
+    "recompute_modules",
+    "cpu_offloading",
+    "cpu_offloading_num_layers",
+    "fine_grained_activation_offloading",
+    "offload_modules",
+    "pipeline_model_parallel_layout",
+    "attention_backend",
+    "cuda_graph_impl",
+    "cuda_graph_scope",
+    "fp8",
+    "fp8_recipe",
+    "fp4",
+)
+
 # Mixed-precision recipe names -> (params dtype, fp8 recipe, grad_reduce_in_fp32, fp8_param_gather),
 # as Megatron Bridge's recipe functions set them (src/megatron/bridge/training/mixed_precision.py):
 # the BF16 FP8 recipes start from ``bf16_mixed()`` (grad_reduce_in_fp32=True); the delayed,
@@ -44,6 +72,116 @@ _MP_RECIPES = {
     "bf16_with_mxfp8_mixed": ("bf16", "mxfp8", True, True),
     "bf16_with_fp8_subchannel_scaling_mixed": ("bf16", "blockwise", True, False),
 }
+
+
+# Megatron-Core enums a ConfigContainer dump writes as a call ``{_target_: ...AttnBackend, _call_: true,
+# _args_: [5]}`` (megatron/core/transformer/enums.py): value -> member name.
+_ENUM_CALLS = {"AttnBackend": {1: "flash", 2: "fused", 3: "unfused", 4: "local", 5: "auto"}}
+_REFERENCE = re.compile(r"\$\{([A-Za-z_][\w.]*)\}")  # ${model.seq_length}; not ${oc.env:USER} (a resolver)
+
+
+def plain_value(value: Any) -> Any:
+    """A dumped object as the plain value it stands for, anything else unchanged.
+
+    ``ConfigContainer.to_yaml()`` writes a non-YAML value as a mapping naming it: a torch dtype
+    or function as ``{_target_: torch.bfloat16, _call_: false}`` (the name itself), an enum as
+    ``{_target_: ...AttnBackend, _call_: true, _args_: [5]}`` (a call). Nothing is imported or
+    called: the dtype becomes its dotted name, a known enum call its member name
+    (``AttnBackend.auto``), and any other call stays a mapping (which no field accepts).
+    """
+    if not isinstance(value, Mapping) or "_target_" not in value:
+        return value
+    target = str(value["_target_"])
+    rest = {k for k in value if k not in ("_target_", "_call_", "_args_")}
+    if value.get("_call_") is False and not rest and not value.get("_args_"):
+        return target
+    members = _ENUM_CALLS.get(target.rsplit(".", 1)[-1])
+    args = value.get("_args_")
+    if value.get("_call_") and members and not rest and isinstance(args, list) and len(args) == 1:
+        name = members.get(args[0]) if isinstance(args[0], int) else None
+        if name is not None:
+            return f"{target.rsplit('.', 1)[-1]}.{name}"
+    return value
+
+
+def resolve_reference(value: Any, lookup: Callable[[str], Any], depth: int = 8) -> Any:
+    """``${a.b}`` references to other keys of the same file replaced by their values.
+
+    OmegaConf-style files point one key at another (``dataset.sequence_length:
+    ${model.seq_length}``); the run sees the target's value. Only plain dotted references
+    are followed (``lookup`` returns None for a key the file lacks); resolvers such as
+    ``${oc.env:USER}`` and launcher placeholders such as ``${TP}`` stay as written, so
+    the field reading them can say it is only known at launch.
+    """
+    if not isinstance(value, str) or "${" not in value or depth <= 0:
+        return value
+    whole = _REFERENCE.fullmatch(value)
+    if whole:
+        target = lookup(whole.group(1))
+        return value if target is None else resolve_reference(target, lookup, depth - 1)
+
+    def text(match: re.Match[str]) -> str:
+        target = resolve_reference(lookup(match.group(1)), lookup, depth - 1)
+        if target is None or isinstance(target, (Mapping, list)) or (isinstance(target, str) and "${" in target):
+            return match.group(0)
+        return str(target)
+
+    return _REFERENCE.sub(text, value)
+
+
+def _tidy(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """``cfg`` with dumped objects made plain and in-file ``${a.b}`` references resolved."""
+
+    def lookup(dotted: str) -> Any:
+        node: Any = cfg
+        for part in dotted.split("."):
+            if not isinstance(node, Mapping) or part not in node:
+                return None
+            node = node[part]
+        return plain_value(node)
+
+    def walk(node: Any) -> Any:
+        node = plain_value(node)
+        if isinstance(node, Mapping):
+            return {k: walk(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        return resolve_reference(node, lookup)
+
+    return {k: walk(v) for k, v in cfg.items()}
+
+
+def _placeholder(value: Any) -> bool:
+    """Text filled in when the job is launched (``${TP}``, ``${oc.env:X}``), not a value."""
+    return isinstance(value, str) and "${" in value
+
+
+def _launch_only(where: str, value: Any) -> InputError:
+    return InputError(
+        f"{where} is {value!r}, a placeholder filled in when the job is launched; "
+        f"give the value as an override ({where}=N)"
+    )
+
+
+_PYTHON_TAG = re.compile(r"tag:yaml\.org,2002:(python/[^'\s]*)")
+
+
+def python_tag(text: str) -> str | None:
+    """``!!python/...`` when ``text`` (a node tag or PyYAML's complaint) names one, else None."""
+    match = _PYTHON_TAG.search(text)
+    return f"!!{match.group(1)}" if match else None
+
+
+def python_tag_refusal(path: str | Path, line: int, tag: str, key: str | None = None) -> InputError:
+    """The one line for a value that only Python code could build (``!!python/object:...``).
+
+    Such a file is valid YAML (``yaml.dump`` of live objects writes it), but reading the value
+    would mean importing and calling what the tag names; the helpers only use safe YAML.
+    """
+    return InputError(
+        f"{path}:{line}: {key + ': ' if key else ''}{tag} asks YAML to build a Python object, which memtune never does; write the value "
+        "plainly (torch.bfloat16 as bf16, an enum by its name) or save the config with ConfigContainer.to_yaml()"
+    )
 
 
 def parse_bridge_yaml(path: str | Path, parse: Callable[[str], Any]) -> Any:
@@ -62,6 +200,12 @@ def parse_bridge_yaml(path: str | Path, parse: Callable[[str], Any]) -> Any:
 
     try:
         return parse(text)
+    except yaml.constructor.ConstructorError as exc:
+        tag = python_tag(str(exc.problem))
+        if tag is None:
+            raise yaml_syntax_error(path, exc) from None
+        line = exc.problem_mark.line + 1 if exc.problem_mark else 0
+        raise python_tag_refusal(path, line, tag) from None
     except yaml.YAMLError as exc:
         raise yaml_syntax_error(path, exc) from None
     except yaml_guard.YamlLimitError as exc:
@@ -101,6 +245,8 @@ def _int_field(section: Mapping[str, Any], key: str, where: str, default: int | 
     if value is None:
         return default
     where = f"{where}.{key}" if where else key
+    if _placeholder(value):
+        raise _launch_only(where, value)
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise InputError(f"{where}: expected an integer, got {value!r}")
     if isinstance(value, float) and not value.is_integer():  # also inf and NaN
@@ -127,6 +273,8 @@ def _float_field(section: Mapping[str, Any], key: str, where: str, default: floa
     value = section.get(key, default)
     if value is None:
         return default
+    if _placeholder(value):
+        raise _launch_only(f"{where}.{key}", value)
     if isinstance(value, bool):
         raise InputError(f"{where}.{key}: expected a number, got {value!r}")
     try:
@@ -139,6 +287,8 @@ def _bool_field(section: Mapping[str, Any], key: str, where: str, default: bool 
     value = section.get(key, default)
     if value is None:
         return default
+    if _placeholder(value):
+        raise _launch_only(f"{where}.{key}", value)
     if isinstance(value, bool):
         return value
     if isinstance(value, (int, float)) and value in (0, 1):
@@ -156,6 +306,8 @@ def _str_field(section: Mapping[str, Any], key: str, where: str, default: str | 
     value = section.get(key, default)
     if value is None:
         return default
+    if _placeholder(value):
+        raise _launch_only(f"{where}.{key}", value)
     if isinstance(value, (dict, list, tuple)):
         raise InputError(f"{where}.{key}: expected a name, got {value!r}")
     return str(value)
@@ -170,6 +322,8 @@ def model_from_bridge(model: Mapping[str, Any], base: ModelSpec | None = None) -
     for key, value in model.items():
         target = _MODEL_ALIASES.get(key, key)
         if target in known and value is not None:
+            if _placeholder(value):
+                raise _launch_only(f"model.{key}", value)
             values[target] = value
     if "share_embeddings_and_output_weights" in model and model["share_embeddings_and_output_weights"] is not None:
         values["untie_embeddings_and_output_weights"] = not _bool_field(
@@ -228,15 +382,71 @@ def _precision_over_ddp(
     return grad, gather
 
 
+def _sequence_length(model_s: Mapping[str, Any], dataset: Mapping[str, Any], assumptions: list[str]) -> tuple[str, Any]:
+    """(key it came from, value) of the tokens per sample the run trains on.
+
+    The data loader decides the activations' length: the dataset's ``seq_length``
+    (finetuning configs) or ``sequence_length`` (GPTDatasetConfig), before ``model.seq_length``
+    (a provider built from an HF config keeps the model's maximum, 131072 for Llama 3.1/3.2,
+    while the run trains on 1024-token samples). When both are given and differ, say so:
+    Bridge's own validation refuses that pairing for GPT and finetuning datasets.
+    """
+    data = [(f"dataset.{key}", dataset[key]) for key in ("seq_length", "sequence_length") if dataset.get(key)]
+    model = [("model.seq_length", model_s["seq_length"])] if model_s.get("seq_length") else []
+    if not data and not model:
+        assumptions.append("seq_length not given: assumed 4096")
+        return "seq_length", 4096
+    where, value = (data or model)[0]
+    if data and model and str(model[0][1]) != str(value):
+        assumptions.append(
+            f"WARNING: model.seq_length {model[0][1]} and {where} {value} differ: estimated with the data's {value} "
+            "tokens per sample (recent Megatron Bridge releases refuse the mismatch for GPT/finetuning datasets; make them equal)"
+        )
+    return where, value
+
+
+def _misspelt_model_keys(model_s: Mapping[str, Any]) -> list[str]:
+    """A note per ``model`` key that misspells a field the reader uses (``sequence_parallelism``).
+
+    A full dump holds a few hundred provider fields the estimator does not need, so unknown
+    keys in general are not reported; but one a letter or a word away from a field it does
+    read would otherwise be dropped while the run the user meant has the field set.
+    """
+    from memtune.spec.overrides import typo_of
+
+    used = set(model_field_names()) | set(_MODEL_ALIASES) | set(_RUN_MODEL_KEYS)
+    notes = []
+    for key in model_s:
+        if key in used or str(key).startswith("_"):
+            continue
+        near = sorted(name for name in used if typo_of(str(key), name))
+        if near:
+            notes.append(
+                f"WARNING: model.{key} is not a Megatron Bridge field (did you mean model.{near[0]}?); ignored"
+            )
+    return notes
+
+
 def specs_from_bridge(
     cfg: Mapping[str, Any], world_size: int | None = None, base: ModelSpec | None = None
 ) -> tuple[ModelSpec, RunSpec, list[str]]:
     """(ModelSpec, RunSpec, assumptions) from a ConfigContainer mapping."""
     assumptions: list[str] = []
+    cfg = _tidy(cfg)
     unknown = [k for k in cfg if k not in SECTIONS and not str(k).startswith("_")]
     model_s = _section(cfg, "model")
     if not model_s and base is None and unknown:
+        if "perf_matrix" in cfg:
+            raise InputError(
+                "config is a Megatron Bridge perf-script file (ConfigContainer: overrides plus a perf_matrix: of "
+                "layouts per GPU type and count), not one run; pass the run's own config (config.yaml / "
+                "run_config.yaml) or --preset with the layout's flags"
+            )
         raise InputError(f"config has no model section (top-level keys: {', '.join(map(str, unknown[:6]))})")
+    # the layout first: a launcher placeholder there (${TP}) is the first thing to fill in
+    tp = _int_field(model_s, "tensor_model_parallel_size", "model", 1)
+    pp = _int_field(model_s, "pipeline_model_parallel_size", "model", 1)
+    cp = _int_field(model_s, "context_parallel_size", "model", 1)
     train = _section(cfg, "train")
     optim = _section(cfg, "optimizer")
     ddp = _section(cfg, "ddp")
@@ -245,10 +455,8 @@ def specs_from_bridge(
     dataset = _section(cfg, "dataset")
     comm = _section(cfg, "comm_overlap")
     model = model_from_bridge(model_s, base)
+    assumptions.extend(_misspelt_model_keys(model_s))
 
-    tp = _int_field(model_s, "tensor_model_parallel_size", "model", 1)
-    pp = _int_field(model_s, "pipeline_model_parallel_size", "model", 1)
-    cp = _int_field(model_s, "context_parallel_size", "model", 1)
     if world_size is None:
         world_size = tp * pp * cp
         assumptions.append(f"GPU count not given: assumed {world_size} (one data-parallel replica); pass --gpus")
@@ -267,6 +475,15 @@ def specs_from_bridge(
         if mp.get("fp8") or model_s.get("fp8"):
             fp8 = str(mp.get("fp8_recipe") or model_s.get("fp8_recipe") or "delayed")
     grad_fp32, param_gather = _precision_over_ddp(mp, ddp, model_s, grad_fp32, recipe_param_gather)
+    for where, section in (("mixed_precision", mp), ("model", model_s)):
+        if section.get("fp4"):
+            # NVFP4 GEMMs keep FP4 copies of weights and inputs; the estimator has no FP4 model
+            recipe = section.get("fp4_recipe") or "nvfp4"
+            assumptions.append(
+                f"WARNING: {where}.fp4 {section['fp4']} ({recipe} recipe) is not modelled: weights and activations "
+                f"are estimated as {fp8 or params_dtype} (FP4 copies and scales are not counted)"
+            )
+            break
 
     peft_kind = None
     lora_dim, regather = 32, False
@@ -278,18 +495,7 @@ def specs_from_bridge(
         targets = _modules(peft.get("target_modules"), "peft.target_modules") or LORA_DEFAULT_TARGETS
         regather = _bool_field(peft, "sequence_parallel_input_regather", "peft", False)
 
-    seq_where, seq = "seq_length", None  # where it was found, so a bad value is named by its key
-    for where, section, key in (
-        ("model", model_s, "seq_length"),
-        ("dataset", dataset, "seq_length"),
-        ("dataset", dataset, "sequence_length"),
-    ):
-        if section.get(key):
-            seq_where, seq = f"{where}.{key}", section[key]
-            break
-    if seq is None:
-        seq = 4096
-        assumptions.append("seq_length not given: assumed 4096")
+    seq_where, seq = _sequence_length(model_s, dataset, assumptions)
     if model.gated_linear_unit and model_s.get("bias_activation_fusion") is None:
         # TransformerConfig defaults it off; LlamaBridge, GptOssBridge, DeepSeek bridges turn it on,
         # the Qwen3 bridges do not. Saved config.yaml files carry the value.
@@ -372,6 +578,11 @@ def specs_from_bridge(
         cpu_offloading_num_layers=_int_field(model_s, "cpu_offloading_num_layers", "model", 0),
         cpu_offloading_activations=_bool_field(model_s, "cpu_offloading_activations", "model", True),
         cpu_offloading_weights=_bool_field(model_s, "cpu_offloading_weights", "model", False),
+        fine_grained_offload_modules=(
+            _modules(model_s.get("offload_modules"), "model.offload_modules")
+            if _bool_field(model_s, "fine_grained_activation_offloading", "model", False)
+            else ()
+        ),
         num_layers_in_first_pipeline_stage=_int_field(model_s, "num_layers_in_first_pipeline_stage", "model"),
         num_layers_in_last_pipeline_stage=_int_field(model_s, "num_layers_in_last_pipeline_stage", "model"),
         account_for_embedding_in_pipeline_split=_bool_field(

@@ -163,7 +163,7 @@ def load_yaml_lines(path: str) -> dict[str, tuple[Any, int]]:
     import yaml  # lazy
 
     from memtune.files import yaml_guard
-    from memtune.readers.bridge_config import parse_bridge_yaml
+    from memtune.readers.bridge_config import parse_bridge_yaml, python_tag, python_tag_refusal
 
     node = parse_bridge_yaml(path, yaml_guard.compose)
     if node is None:
@@ -181,6 +181,9 @@ def load_yaml_lines(path: str) -> dict[str, tuple[Any, int]]:
                 key = str(key_node.value)
             dotted = f"{prefix}.{key}" if prefix else key
             line = key_node.start_mark.line + 1
+            tag = python_tag(str(value_node.tag))
+            if tag is not None:
+                raise python_tag_refusal(path, value_node.start_mark.line + 1, tag, dotted)
             if isinstance(value_node, yaml.MappingNode):
                 try:
                     out[dotted] = (constructor.construct_object(value_node, deep=True), line)
@@ -378,6 +381,8 @@ def build(inputs: Inputs) -> RunView:
         if view.config_form is None:
             view.config_form = "hydra"
 
+    _resolve_references(flat)
+    view.notes.extend(_misspelt_config_keys(flat))
     view.flat = flat
     view.flags = flag_values
     # --- canonical settings ------------------------------------------------------------
@@ -511,6 +516,38 @@ def _unresolved_notes(view: RunView) -> list[str]:
 KIND_WORDS = {"int": "a whole number", "bool": "true or false"}
 # ConfigContainer sections whose keys the rules read (peft may be a scheme name: "peft: lora")
 CONFIG_SECTIONS = ("model", "train", "ddp", "optimizer", "dataset")
+
+
+def _resolve_references(flat: dict[str, tuple[Any, str, str]]) -> None:
+    """Replace in-file ``${a.b}`` references (``dataset.sequence_length: ${model.seq_length}``)
+    with the value of the key they name, as OmegaConf does; the text keeps how it was written.
+    Launcher placeholders (``${TP}``) and resolvers (``${oc.env:USER}``) stay unresolved."""
+    from memtune.readers.bridge_config import resolve_reference
+
+    def lookup(dotted: str) -> Any:
+        entry = flat.get(dotted)
+        return None if entry is None else entry[0]
+
+    for key, (value, source, text) in list(flat.items()):
+        if isinstance(value, str) and "${" in value:
+            flat[key] = (resolve_reference(value, lookup), source, text)
+
+
+def _misspelt_config_keys(flat: Mapping[str, tuple[Any, str, str]]) -> list[str]:
+    """A note per config key that misspells a key the checks read (``model.sequence_parallelism``):
+    Bridge has no such field, so the setting the user meant is not in the run."""
+    from memtune.spec.overrides import typo_of
+
+    known = known_paths()
+    notes = []
+    for key, (_value, source, text) in flat.items():
+        if key in known or not text.startswith(f"{key}: "):
+            continue
+        section, _, leaf = key.rpartition(".")
+        near = sorted(p for p in known if p.rpartition(".")[0] == section and typo_of(leaf, p.rpartition(".")[2]))
+        if near:
+            notes.append(f"{source}: {key} is not a Megatron Bridge field (did you mean {near[0]}?); ignored")
+    return notes
 
 
 def _shell_expansion(value: Any) -> bool:
