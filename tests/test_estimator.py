@@ -647,3 +647,13 @@ def test_te_cross_entropy_keeps_only_the_bf16_logits():
     assert 2 * logits > per_layer_full
     assert native.activations - te.activations == pytest.approx((10 - 2) * logits, rel=1e-6)
     assert "cross_entropy_fusion_impl must be one of" in violations(QWEN8, run.with_(cross_entropy_fusion_impl="x"))[0]
+
+
+@pytest.mark.parametrize("field", ["params_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"])
+def test_a_dtype_the_byte_table_does_not_know_is_refused_not_priced_as_two_bytes(field):
+    # A Bridge dump once carried {_target_: torch.float32} here; it must never become "2 bytes"
+    model = load_preset("llama3-8b")
+    run = RunSpec(world_size=8, **{field: "{'_target_': 'torch.float32'}"})
+    with pytest.raises(InputError, match=rf"{field} .* is not a dtype the estimator knows"):
+        estimate(model, run)
+    assert estimate(model, RunSpec(world_size=8, **{field: "torch.float32"})).peak_bytes > 0

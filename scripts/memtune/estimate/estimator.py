@@ -39,7 +39,7 @@ from memtune.spec.model_spec import (
     layer_params,
     mtp_layer_params,
 )
-from memtune.spec.run_spec import RunSpec, stage_chunk_layers, stage_layer_counts, validate
+from memtune.spec.run_spec import RunSpec, normalize_dtype, stage_chunk_layers, stage_layer_counts, validate
 from memtune.units import GIB, MIB
 
 DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "fp8": 1, "uint8": 1}
@@ -181,7 +181,8 @@ class MemoryEstimate:
 
 # ---------------------------------------------------------------------- helpers
 def _b(dtype: str) -> int:
-    return DTYPE_BYTES.get(str(dtype).lower(), 2)
+    """Bytes per element; run_spec.violations refuses any dtype outside this table first."""
+    return DTYPE_BYTES[normalize_dtype(dtype)]
 
 
 def attention_kernel(run: RunSpec) -> str:

@@ -147,6 +147,10 @@ class RunSpec:
         return replace(self, **changes)
 
 
+#: Storage dtypes of weights, gradients and optimizer states that the byte tables price.
+STORAGE_DTYPES = ("fp32", "bf16", "fp16", "fp8")
+
+
 def normalize_dtype(value: Any) -> str:
     """'torch.bfloat16' / 'bfloat16' / 'bf16' -> 'bf16' (fp32, fp16, fp8 likewise)."""
     text = str(value).replace("torch.", "").lower()
@@ -390,6 +394,11 @@ def violations(model: ModelSpec, run: RunSpec) -> list[str]:
     bad_modules = [m for m in run.recompute_modules if m not in RECOMPUTE_MODULES]
     if run.recompute_granularity == "selective" and bad_modules:
         out.append(f"unknown recompute module(s) {', '.join(bad_modules)}; known: {', '.join(RECOMPUTE_MODULES)}")
+    for name in ("params_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"):
+        value = getattr(run, name)
+        if normalize_dtype(value) not in STORAGE_DTYPES:
+            # a dtype the byte table does not know would be priced at some guessed width
+            out.append(f"{name} {value!r} is not a dtype the estimator knows; use one of {', '.join(STORAGE_DTYPES)}")
     return out
 
 
