@@ -735,9 +735,12 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
         if hybrid and n:
             per_layer_stored = sum(hybrid_acts[k].stored for k in stage_kinds) / n
             per_layer_full = max(hybrid_acts[k].full for k in stage_kinds)
-        layer_acts = _recompute_layers(
-            run, n, inflight_layers, per_layer_stored, per_layer_full, act_dense.checkpoint_input
-        )
+        ckpt = act_dense.checkpoint_input
+        layer_acts = _recompute_layers(run, n, inflight_layers, per_layer_stored, ckpt)
+        stage_acts = [hybrid_acts[k] for k in set(stage_kinds)] if hybrid else []
+        if not hybrid:
+            stage_acts = ([act_dense] if dense_n else []) + ([act_moe] if moe_n else [])
+        replay = _recompute_replay(run, n, per_layer_full, ckpt, stage_acts)
         graph_pool = 0.0
         if run.cuda_graph_scope and run.recompute_granularity != "full" and n:
             per_layer_graphed = (act_dense.graphed * dense_n + act_moe.graphed * moe_n) / n
@@ -768,11 +771,12 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
                 extra += deferred * (2 * logits + 2 * tokens * h / spt)
             if model.mtp_num_layers:
                 extra += model.mtp_num_layers * (act_moe.stored + logits * 4 + 2 * tokens * h * 2 / spt)
-        working = BACKWARD_WORKING_LAYERS * per_layer_full if n else 0.0
-        # The loss peak (logits + fp32 softmax) and a decoder layer's backward working set are
-        # never alive together: cross entropy's backward turns the saved softmax into the logits
-        # gradient, the output layer's backward turns that into a T x h gradient and frees it,
-        # and only then does the last decoder layer's backward start.
+        working = BACKWARD_WORKING_LAYERS * per_layer_full + replay if n else 0.0
+        # The loss peak (logits + fp32 softmax) and a decoder layer's backward working set
+        # (its gradients and what recompute re-materialises for it) are never alive together:
+        # cross entropy's backward turns the saved softmax into the logits gradient, the output
+        # layer's backward turns that into a T x h gradient and frees it, and only then does
+        # the last decoder layer's backward (and its recompute) start.
         working = max(working, loss_peak)
         if act_dense.offloaded or act_moe.offloaded:
             # Offload copies are asynchronous: the layer being computed and the one being
@@ -934,8 +938,14 @@ def _static_bytes(
     return weights, grads, optim
 
 
-def _recompute_layers(run: RunSpec, n: int, inflight_layers: float, stored: float, full: float, ckpt: float) -> float:
-    """Saved activations of the stage's decoder layers, given the recompute policy."""
+def _recompute_layers(run: RunSpec, n: int, inflight_layers: float, stored: float, ckpt: float) -> float:
+    """Activations the stage's decoder layers keep saved between forward and backward.
+
+    Under full recompute a checkpointed group of ``recompute_num_layers`` keeps only its
+    input (the uniform method checkpoints every group, the block method the first ``k``
+    layers of each chunk and stores the rest in full). What a recompute re-materialises in
+    backward is :func:`_recompute_replay`, part of the backward working set.
+    """
     if n == 0:
         return 0.0
     if run.recompute_granularity != "full":
@@ -944,13 +954,34 @@ def _recompute_layers(run: RunSpec, n: int, inflight_layers: float, stored: floa
     k = max(1, run.recompute_num_layers or 1)
     mbs_chunks = inflight_layers / chunk_layers  # chunk-micro-batches alive
     if (run.recompute_method or "uniform") == "uniform":
-        groups = math.ceil(chunk_layers / k)
-        kept = mbs_chunks * groups * ckpt
-        replay = min(k, chunk_layers) * full  # one group re-materialised during backward
-        return kept + replay
+        return mbs_chunks * math.ceil(chunk_layers / k) * ckpt
     recomputed = min(k, chunk_layers)
-    kept = mbs_chunks * (recomputed * ckpt + (chunk_layers - recomputed) * stored)
-    return kept + (full if recomputed else 0.0)
+    return mbs_chunks * (recomputed * ckpt + (chunk_layers - recomputed) * stored)
+
+
+def _recompute_replay(run: RunSpec, n: int, full: float, ckpt: float, stage_acts: list[LayerActivations]) -> float:
+    """Bytes a recompute re-materialises for the layer(s) whose backward runs.
+
+    Full recompute re-runs one checkpointed group (``k`` layers, uniform; one layer, block)
+    and holds its full activations again. The re-run starts from the saved input itself
+    (tensor_parallel/random.py, ``CheckpointFunction.backward``: ``detached_inputs =
+    detach_variable(inputs)``, which shares the storage), so the group's input is not a
+    second copy: ``k x full - ckpt``. Selective recompute likewise re-runs the checkpointed
+    modules of the layer in backward and holds their outputs again
+    (``CheckpointWithoutOutput._recompute``); offloaded tensors are not recomputed (their
+    prefetch is charged as resident layers). Without this a stage of one layer and one
+    micro-batch in flight would look cheaper under recompute than without it.
+    """
+    if n == 0:
+        return 0.0
+    if run.recompute_granularity == "full":
+        chunk_layers = n / run.vpp_chunks
+        k = max(1, run.recompute_num_layers or 1)
+        layers = min(k, chunk_layers) if (run.recompute_method or "uniform") == "uniform" else min(1, k)
+        return max(0.0, layers * full - ckpt)
+    if run.recompute_granularity == "selective":
+        return max((max(0.0, a.full - a.stored - a.offloaded) for a in stage_acts), default=0.0)
+    return 0.0
 
 
 def _apply_offload(run: RunSpec, activations: float, layer_acts: float, n: int) -> float:
