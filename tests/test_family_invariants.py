@@ -428,3 +428,29 @@ def test_refused_configs_stay_refused():
     for folder in REFUSED:
         with pytest.raises(InputError, match="linear-attention"):
             read_hf_config(DATA / folder / "config.json")
+
+
+def test_lora_adapters_exist_only_where_a_hybrid_layer_has_the_module():
+    """Nemotron-H: 54 Mamba, 10 attention-only and 54 MLP-only layers. Bridge's default LoRA
+    targets (linear_qkv, linear_proj, linear_fc1, linear_fc2) match no Mamba linear, only the
+    attention pair in '*' layers and only the MLP pair in '-' layers. The estimate used to give
+    every layer all four adapters: a Mamba layer kept 260 MiB of LoRA inputs (TP4, SP, seq
+    8192) and SP looked like it raised activation memory by 0.9 GiB."""
+    from memtune.estimate.estimator import layer_activations
+
+    m = model("Nemotron-H-56B-Base-8K")
+    run = RunSpec(world_size=8, tp=4, pp=2, seq_length=8192, sequence_parallel=True)
+    lora = run.with_(peft="lora")
+    assert layer_activations(m, lora, False, kind="M").stored == layer_activations(m, run, False, kind="M").stored
+    gathered = 2 * 8192 * m.hidden_size  # one all-gathered bf16 LoRA-A input
+    for kind in "*-":  # one column-parallel adapter each: linear_qkv or linear_fc1
+        extra = layer_activations(m, lora, False, kind=kind).stored - layer_activations(m, run, False, kind=kind).stored
+        assert extra == pytest.approx(gathered + 2 * (2 * 2 * 8192 * 32), rel=1e-9)
+    kinds = m.layer_kinds()
+    assert (kinds.count("M"), kinds.count("*"), kinds.count("-")) == (54, 10, 54)
+    h, r, d, ffn = m.hidden_size, 32, m.head_dim, m.ffn
+    qkv_out = (m.num_attention_heads + 2 * m.query_groups) * d
+    attention = (h * r + r * qkv_out) + (m.num_attention_heads * d * r + r * h)
+    mlp = (h * r + r * ffn * (2 if m.gated_linear_unit else 1)) + (ffn * r + r * h)
+    one_gpu = estimate(m, RunSpec(world_size=1, peft="lora"))
+    assert one_gpu.stages[0].gradients == 4 * (10 * attention + 54 * mlp)  # fp32 adapter grads

@@ -39,7 +39,7 @@ from memtune.spec.model_spec import (
     layer_params,
     mtp_layer_params,
 )
-from memtune.spec.run_spec import RunSpec, stage_chunk_layers, stage_layer_counts, validate
+from memtune.spec.run_spec import LORA_DEFAULT_TARGETS, RunSpec, stage_chunk_layers, stage_layer_counts, validate
 from memtune.units import GIB, MIB
 
 DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "fp8": 1, "uint8": 1}
@@ -473,6 +473,8 @@ def layer_activations(model: ModelSpec, run: RunSpec, moe: bool, kind: str | Non
         r = run.lora_dim
         h = model.hidden_size
         for module in run.lora_target_modules:
+            if not lora_adapts(module, kind):
+                continue
             lora += 2 * act * tokens * r  # adapter A output and B input
             if spt > 1 and (module == "linear_qkv" or (module == "linear_fc1" and not moe)):
                 # Column-parallel adapter under SP: LoRA-A keeps the all-gathered sequence.
@@ -725,6 +727,7 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
             edp_shard,
             vocab_params,
             fp8_cached,
+            kinds=stage_kinds,
         )
         step_copy = _step_grad_copy(run, dense_params, expert_params, grad_b, dp_shard, edp_shard)
 
@@ -875,8 +878,29 @@ def _optimizer_bytes_per_param(run: RunSpec) -> float:
     return main + 8  # Adam: fp32 exp_avg + exp_avg_sq
 
 
-def _lora_params(model: ModelSpec, run: RunSpec, layers: int) -> float:
-    """Adapter parameters per GPU on a stage (A: in x r, B: r x out; one side TP-sharded)."""
+#: The LoRA target modules each hybrid-pattern layer builds: an attention-only layer ('*') has
+#: no MLP linears, an MLP/MoE-only layer ('-', 'E') no attention linears, and a Mamba layer
+#: ('M') none of the four (its linears are ``in_proj`` / ``out_proj``, mamba_mixer.py), so
+#: Bridge's default targets put no adapter there.
+HYBRID_LORA_MODULES: dict[str, tuple[str, ...]] = {
+    "*": ("linear_qkv", "linear_proj"),
+    "-": ("linear_fc1", "linear_fc2"),
+    "E": ("linear_fc1", "linear_fc2"),
+    "M": (),
+}
+
+
+def lora_adapts(module: str, kind: str | None) -> bool:
+    """Does a layer of this hybrid-pattern ``kind`` (None: a full transformer layer) have the
+    target ``module``? Names other than the four standard linears are left as targeted."""
+    if kind not in HYBRID_LORA_MODULES or module not in LORA_DEFAULT_TARGETS:
+        return True
+    return module in HYBRID_LORA_MODULES[kind]
+
+
+def _lora_params(model: ModelSpec, run: RunSpec, layers: int, kinds: tuple[str, ...] | str = ()) -> float:
+    """Adapter parameters per GPU on a stage (A: in x r, B: r x out; one side TP-sharded);
+    ``kinds``: the stage's hybrid-pattern layer symbols, each adapted only where it has the module."""
     r, h, t = run.lora_dim, model.hidden_size, run.tp
     shapes = {
         "linear_qkv": (h, (model.num_attention_heads + 2 * model.query_groups) * model.head_dim),
@@ -884,12 +908,13 @@ def _lora_params(model: ModelSpec, run: RunSpec, layers: int) -> float:
         "linear_fc1": (h, model.ffn * (2 if model.gated_linear_unit else 1)),
         "linear_fc2": (model.ffn, h),
     }
-    per_layer = 0.0
+    total = 0.0
     for module in run.lora_target_modules:
         if module in shapes:
             i, o = shapes[module]
-            per_layer += (i * r + r * o) / t if t > 1 else i * r + r * o
-    return per_layer * layers
+            adapted = sum(lora_adapts(module, k) for k in kinds) if kinds else layers
+            total += adapted * ((i * r + r * o) / t if t > 1 else i * r + r * o)
+    return total
 
 
 def _static_bytes(
@@ -905,12 +930,14 @@ def _static_bytes(
     edp_shard: int,
     embedding_output_params: float = 0.0,
     fp8_cached_params: float = 0.0,
+    kinds: tuple[str, ...] | str = (),
 ) -> tuple[float, float, float]:
     """Weights, gradient buffer and optimizer states of one GPU of a stage
-    (``fp8_cached_params``: bytes of the fp8 weight copies TE keeps for the step)."""
+    (``fp8_cached_params``: bytes of the fp8 weight copies TE keeps for the step; ``kinds``:
+    the stage's hybrid-pattern layer symbols, which decide where LoRA adapters exist)."""
     weights = (dense + expert) * param_b + fp8_cached_params
     if run.peft is not None:
-        trainable = _lora_params(model, run, layers)
+        trainable = _lora_params(model, run, layers, kinds)
         weights += trainable * _b(run.params_dtype)
         grads = trainable * 4
         optim = trainable * (opt_b / dp_shard if run.use_distributed_optimizer else opt_b)
