@@ -39,7 +39,14 @@ from memtune.spec.model_spec import (
     layer_params,
     mtp_layer_params,
 )
-from memtune.spec.run_spec import RunSpec, normalize_dtype, stage_chunk_layers, stage_layer_counts, validate
+from memtune.spec.run_spec import (
+    LORA_DEFAULT_TARGETS,
+    RunSpec,
+    normalize_dtype,
+    stage_chunk_layers,
+    stage_layer_counts,
+    validate,
+)
 from memtune.units import GIB, MIB
 
 DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "fp8": 1, "uint8": 1}
@@ -474,6 +481,8 @@ def layer_activations(model: ModelSpec, run: RunSpec, moe: bool, kind: str | Non
         r = run.lora_dim
         h = model.hidden_size
         for module in run.lora_target_modules:
+            if not lora_adapts(module, kind):
+                continue
             lora += 2 * act * tokens * r  # adapter A output and B input
             if spt > 1 and (module == "linear_qkv" or (module == "linear_fc1" and not moe)):
                 # Column-parallel adapter under SP: LoRA-A keeps the all-gathered sequence.
@@ -726,6 +735,7 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
             edp_shard,
             vocab_params,
             fp8_cached,
+            kinds=stage_kinds,
         )
         step_copy = _step_grad_copy(run, dense_params, expert_params, grad_b, dp_shard, edp_shard)
 
@@ -736,9 +746,12 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
         if hybrid and n:
             per_layer_stored = sum(hybrid_acts[k].stored for k in stage_kinds) / n
             per_layer_full = max(hybrid_acts[k].full for k in stage_kinds)
-        layer_acts = _recompute_layers(
-            run, n, inflight_layers, per_layer_stored, per_layer_full, act_dense.checkpoint_input
-        )
+        ckpt = act_dense.checkpoint_input
+        layer_acts = _recompute_layers(run, n, inflight_layers, per_layer_stored, ckpt)
+        stage_acts = [hybrid_acts[k] for k in set(stage_kinds)] if hybrid else []
+        if not hybrid:
+            stage_acts = ([act_dense] if dense_n else []) + ([act_moe] if moe_n else [])
+        replay = _recompute_replay(run, n, per_layer_full, ckpt, stage_acts)
         graph_pool = 0.0
         if run.cuda_graph_scope and run.recompute_granularity != "full" and n:
             per_layer_graphed = (act_dense.graphed * dense_n + act_moe.graphed * moe_n) / n
@@ -769,11 +782,12 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
                 extra += deferred * (2 * logits + 2 * tokens * h / spt)
             if model.mtp_num_layers:
                 extra += model.mtp_num_layers * (act_moe.stored + logits * 4 + 2 * tokens * h * 2 / spt)
-        working = BACKWARD_WORKING_LAYERS * per_layer_full if n else 0.0
-        # The loss peak (logits + fp32 softmax) and a decoder layer's backward working set are
-        # never alive together: cross entropy's backward turns the saved softmax into the logits
-        # gradient, the output layer's backward turns that into a T x h gradient and frees it,
-        # and only then does the last decoder layer's backward start.
+        working = BACKWARD_WORKING_LAYERS * per_layer_full + replay if n else 0.0
+        # The loss peak (logits + fp32 softmax) and a decoder layer's backward working set
+        # (its gradients and what recompute re-materialises for it) are never alive together:
+        # cross entropy's backward turns the saved softmax into the logits gradient, the output
+        # layer's backward turns that into a T x h gradient and frees it, and only then does
+        # the last decoder layer's backward (and its recompute) start.
         working = max(working, loss_peak)
         if act_dense.offloaded or act_moe.offloaded:
             # Offload copies are asynchronous: the layer being computed and the one being
@@ -872,8 +886,29 @@ def _optimizer_bytes_per_param(run: RunSpec) -> float:
     return main + 8  # Adam: fp32 exp_avg + exp_avg_sq
 
 
-def _lora_params(model: ModelSpec, run: RunSpec, layers: int) -> float:
-    """Adapter parameters per GPU on a stage (A: in x r, B: r x out; one side TP-sharded)."""
+#: The LoRA target modules each hybrid-pattern layer builds: an attention-only layer ('*') has
+#: no MLP linears, an MLP/MoE-only layer ('-', 'E') no attention linears, and a Mamba layer
+#: ('M') none of the four (its linears are ``in_proj`` / ``out_proj``, mamba_mixer.py), so
+#: Bridge's default targets put no adapter there.
+HYBRID_LORA_MODULES: dict[str, tuple[str, ...]] = {
+    "*": ("linear_qkv", "linear_proj"),
+    "-": ("linear_fc1", "linear_fc2"),
+    "E": ("linear_fc1", "linear_fc2"),
+    "M": (),
+}
+
+
+def lora_adapts(module: str, kind: str | None) -> bool:
+    """Does a layer of this hybrid-pattern ``kind`` (None: a full transformer layer) have the
+    target ``module``? Names other than the four standard linears are left as targeted."""
+    if kind not in HYBRID_LORA_MODULES or module not in LORA_DEFAULT_TARGETS:
+        return True
+    return module in HYBRID_LORA_MODULES[kind]
+
+
+def _lora_params(model: ModelSpec, run: RunSpec, layers: int, kinds: tuple[str, ...] | str = ()) -> float:
+    """Adapter parameters per GPU on a stage (A: in x r, B: r x out; one side TP-sharded);
+    ``kinds``: the stage's hybrid-pattern layer symbols, each adapted only where it has the module."""
     r, h, t = run.lora_dim, model.hidden_size, run.tp
     shapes = {
         "linear_qkv": (h, (model.num_attention_heads + 2 * model.query_groups) * model.head_dim),
@@ -881,12 +916,13 @@ def _lora_params(model: ModelSpec, run: RunSpec, layers: int) -> float:
         "linear_fc1": (h, model.ffn * (2 if model.gated_linear_unit else 1)),
         "linear_fc2": (model.ffn, h),
     }
-    per_layer = 0.0
+    total = 0.0
     for module in run.lora_target_modules:
         if module in shapes:
             i, o = shapes[module]
-            per_layer += (i * r + r * o) / t if t > 1 else i * r + r * o
-    return per_layer * layers
+            adapted = sum(lora_adapts(module, k) for k in kinds) if kinds else layers
+            total += adapted * ((i * r + r * o) / t if t > 1 else i * r + r * o)
+    return total
 
 
 def _static_bytes(
@@ -902,12 +938,14 @@ def _static_bytes(
     edp_shard: int,
     embedding_output_params: float = 0.0,
     fp8_cached_params: float = 0.0,
+    kinds: tuple[str, ...] | str = (),
 ) -> tuple[float, float, float]:
     """Weights, gradient buffer and optimizer states of one GPU of a stage
-    (``fp8_cached_params``: bytes of the fp8 weight copies TE keeps for the step)."""
+    (``fp8_cached_params``: bytes of the fp8 weight copies TE keeps for the step; ``kinds``:
+    the stage's hybrid-pattern layer symbols, which decide where LoRA adapters exist)."""
     weights = (dense + expert) * param_b + fp8_cached_params
     if run.peft is not None:
-        trainable = _lora_params(model, run, layers)
+        trainable = _lora_params(model, run, layers, kinds)
         weights += trainable * _b(run.params_dtype)
         grads = trainable * 4
         optim = trainable * (opt_b / dp_shard if run.use_distributed_optimizer else opt_b)
@@ -935,8 +973,14 @@ def _static_bytes(
     return weights, grads, optim
 
 
-def _recompute_layers(run: RunSpec, n: int, inflight_layers: float, stored: float, full: float, ckpt: float) -> float:
-    """Saved activations of the stage's decoder layers, given the recompute policy."""
+def _recompute_layers(run: RunSpec, n: int, inflight_layers: float, stored: float, ckpt: float) -> float:
+    """Activations the stage's decoder layers keep saved between forward and backward.
+
+    Under full recompute a checkpointed group of ``recompute_num_layers`` keeps only its
+    input (the uniform method checkpoints every group, the block method the first ``k``
+    layers of each chunk and stores the rest in full). What a recompute re-materialises in
+    backward is :func:`_recompute_replay`, part of the backward working set.
+    """
     if n == 0:
         return 0.0
     if run.recompute_granularity != "full":
@@ -945,13 +989,34 @@ def _recompute_layers(run: RunSpec, n: int, inflight_layers: float, stored: floa
     k = max(1, run.recompute_num_layers or 1)
     mbs_chunks = inflight_layers / chunk_layers  # chunk-micro-batches alive
     if (run.recompute_method or "uniform") == "uniform":
-        groups = math.ceil(chunk_layers / k)
-        kept = mbs_chunks * groups * ckpt
-        replay = min(k, chunk_layers) * full  # one group re-materialised during backward
-        return kept + replay
+        return mbs_chunks * math.ceil(chunk_layers / k) * ckpt
     recomputed = min(k, chunk_layers)
-    kept = mbs_chunks * (recomputed * ckpt + (chunk_layers - recomputed) * stored)
-    return kept + (full if recomputed else 0.0)
+    return mbs_chunks * (recomputed * ckpt + (chunk_layers - recomputed) * stored)
+
+
+def _recompute_replay(run: RunSpec, n: int, full: float, ckpt: float, stage_acts: list[LayerActivations]) -> float:
+    """Bytes a recompute re-materialises for the layer(s) whose backward runs.
+
+    Full recompute re-runs one checkpointed group (``k`` layers, uniform; one layer, block)
+    and holds its full activations again. The re-run starts from the saved input itself
+    (tensor_parallel/random.py, ``CheckpointFunction.backward``: ``detached_inputs =
+    detach_variable(inputs)``, which shares the storage), so the group's input is not a
+    second copy: ``k x full - ckpt``. Selective recompute likewise re-runs the checkpointed
+    modules of the layer in backward and holds their outputs again
+    (``CheckpointWithoutOutput._recompute``); offloaded tensors are not recomputed (their
+    prefetch is charged as resident layers). Without this a stage of one layer and one
+    micro-batch in flight would look cheaper under recompute than without it.
+    """
+    if n == 0:
+        return 0.0
+    if run.recompute_granularity == "full":
+        chunk_layers = n / run.vpp_chunks
+        k = max(1, run.recompute_num_layers or 1)
+        layers = min(k, chunk_layers) if (run.recompute_method or "uniform") == "uniform" else min(1, k)
+        return max(0.0, layers * full - ckpt)
+    if run.recompute_granularity == "selective":
+        return max((max(0.0, a.full - a.stored - a.offloaded) for a in stage_acts), default=0.0)
+    return 0.0
 
 
 def _apply_offload(run: RunSpec, activations: float, layer_acts: float, n: int) -> float:
