@@ -657,3 +657,29 @@ def test_a_dtype_the_byte_table_does_not_know_is_refused_not_priced_as_two_bytes
     with pytest.raises(InputError, match=rf"{field} .* is not a dtype the estimator knows"):
         estimate(model, run)
     assert estimate(model, RunSpec(world_size=8, **{field: "torch.float32"})).peak_bytes > 0
+
+
+def test_mtp_depth_is_checkpointed_under_full_uniform_recompute_only():
+    """multi_token_prediction.py: MultiTokenPredictionLayer.forward runs ``_checkpointed_forward``
+    when ``recompute_granularity == 'full'``; 'uniform' keeps only hidden_states and decoder_input,
+    'block' warns and skips recompute. So full-uniform drops the MTP layer's stored activations on
+    the last stage, full-block keeps them, and no MTP means no difference either way."""
+    run = RunSpec(
+        world_size=64, tp=2, pp=4, ep=16, etp=1, mbs=1, gbs=64, seq_length=4096,
+        num_layers_in_first_pipeline_stage=13, sequence_parallel=True, use_distributed_optimizer=True,
+        recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1,
+    )  # fmt: skip
+    from memtune.estimate.estimator import mtp_layer_activations
+
+    def mtp_share(r: RunSpec) -> float:
+        return (
+            estimate(DSV3, r).last_stage.activations - estimate(DSV3.with_(mtp_num_layers=0), r).last_stage.activations
+        )
+
+    uniform, block = mtp_share(run), mtp_share(run.with_(recompute_method="block", recompute_num_layers=2))
+    tokens_h = 4096 * DSV3.hidden_size / 2  # SP over TP 2
+    logits = 4096 * DSV3.padded_vocab_size(2) / 2
+    assert mtp_layer_activations(run, 123.0, tokens_h) == 2 * tokens_h * 2
+    assert mtp_layer_activations(run.with_(recompute_method="block"), 123.0, tokens_h) == 123.0 + 2 * tokens_h * 2
+    assert uniform == pytest.approx(2 * tokens_h * 2 + logits * 4, rel=1e-9)
+    assert block > uniform

@@ -781,7 +781,9 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
                 deferred = min(run.wgrad_deferral_limit or run.num_microbatches, run.num_microbatches)
                 extra += deferred * (2 * logits + 2 * tokens * h / spt)
             if model.mtp_num_layers:
-                extra += model.mtp_num_layers * (act_moe.stored + logits * 4 + 2 * tokens * h * 2 / spt)
+                extra += model.mtp_num_layers * (
+                    mtp_layer_activations(run, act_moe.stored, tokens * h / spt) + logits * 4
+                )
         working = BACKWARD_WORKING_LAYERS * per_layer_full + replay if n else 0.0
         # The loss peak (logits + fp32 softmax) and a decoder layer's backward working set
         # (its gradients and what recompute re-materialises for it) are never alive together:
@@ -821,6 +823,23 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
         parameters_per_gpu_max=max(s.params for s in stages),
         assumptions=tuple(assumptions),
     )
+
+
+def mtp_layer_activations(run: RunSpec, layer_stored: float, hidden_elems: float) -> float:
+    """What one MTP depth keeps for backward (bytes), its logits and loss aside.
+
+    Without recompute: its transformer layer plus the two bf16 inputs of ``eh_proj``'s concat
+    (``hidden_elems`` = tokens x hidden on this GPU). Under full recompute Megatron-Core
+    checkpoints the depth (multi_token_prediction.py, MultiTokenPredictionLayer.forward:
+    ``if self.config.recompute_granularity == 'full' and self.training:
+    self._checkpointed_forward(...)``), which with ``recompute_method == 'uniform'`` keeps only
+    the checkpoint's inputs ``hidden_states`` and ``decoder_input``; with ``'block'`` it warns
+    "not supported for MTP yet. Skipping recompute." and keeps everything.
+    """
+    inputs = 2 * hidden_elems * 2
+    if run.recompute_granularity == "full" and (run.recompute_method or "uniform") == "uniform":
+        return inputs
+    return layer_stored + inputs
 
 
 def mtp_stage_embedding(model: ModelSpec, run: RunSpec, stage: int) -> float:
