@@ -134,7 +134,9 @@ def test_an_explicit_host_kill_beside_a_gpu_oom_is_kept_after_it() -> None:
 
 def test_a_host_kill_does_not_hide_an_unrecognized_gpu_failure() -> None:
     # drop_last_resort drops the unrecognized kind only beside a GPU failure
-    text = "RuntimeError: CUDA driver error: out of memory\n" + body("120_verl_issue2950_ray_node_low_on_memory_workerdict.txt")
+    text = "RuntimeError: CUDA driver error: out of memory\n" + body(
+        "120_verl_issue2950_ray_node_low_on_memory_workerdict.txt"
+    )
     assert sorted(kinds(report(text))) == ["host-oom", "unrecognized-gpu-memory-error"]
 
 
@@ -159,7 +161,10 @@ def test_look_alikes(text: str) -> None:
     [
         ("kubelet: pod trainer-gpu-0 OOMKilled", "high"),
         ("Memory cgroup out of memory: Killed process 4242 (python) total-vm:1kB", "high"),
-        ("[Mon Jun  3 10:00:00 2024] python invoked oom-killer: gfp_mask=0x100cca(GFP_HIGHUSER_MOVABLE), order=0", "high"),
+        (
+            "[Mon Jun  3 10:00:00 2024] python invoked oom-killer: gfp_mask=0x100cca(GFP_HIGHUSER_MOVABLE), order=0",
+            "high",
+        ),
         ("torch.multiprocessing.spawn.ProcessExitedException: process 0 terminated with signal SIGKILL", "medium"),
         ("[1]+  Killed                  python train.py", "medium"),
         ("command terminated with exit code 137", "medium"),
