@@ -199,7 +199,8 @@ EXPECTED = {
     "69_torch_memory_saver_issue99_cumemcreate_then_resume_error.txt": [("cuda-runtime-oom", 2, None, None, NONE5, 1)],
     "70_torch_memory_saver_issue4_result_2_old_format.txt": [("cuda-runtime-oom", 2, None, None, NONE5, 1)],
     "71_torch_memory_saver_issue35_result_1_not_memory.txt": [],  # CUresult 1 is not a memory failure
-    "72_openrlhf_issue911_ray_host_memory_not_gpu.txt": [],  # Ray's host-memory monitor, not the GPU
+    # Ray's host-memory monitor, not the GPU: the page it links is named only when it killed a worker
+    "72_openrlhf_issue911_ray_host_memory_not_gpu.txt": [("host-oom", 4, None, None, NONE5, 1)],
     "73_vllm_issue23230_engine_log_no_exception_class.txt": [
         ("capacity", 2, 0, None, nums("33.75 GiB", "44.40 GiB", "26.88 GiB", "17.03 GiB", "6.95 MiB"), 1),
     ],
@@ -357,6 +358,27 @@ EXPECTED = {
             1,
         ),
     ],
+    # Host (CPU RAM) OOM kills: the OOM killer's own words (kernel, Slurm, Ray, Kubernetes), or
+    # only the SIGKILL (torchrun / DeepSpeed exit -9, DataLoader, bash) -- tests/test_diagnose_host_oom.py
+    "119_chatglm2_issue525_exitcode_minus9_loading_checkpoint_shards.txt": [("host-oom", 2, None, None, NONE5, 1)],
+    "120_verl_issue2950_ray_node_low_on_memory_workerdict.txt": [("host-oom", 2, None, None, NONE5, 1)],
+    # oom-kill:constraint and "Out of memory: Killed process" are one kill (lines 2-3)
+    "121_tranx_issue41_dmesg_out_of_memory_killed_process.txt": [("host-oom", 2, None, None, NONE5, 1)],
+    # bash's "Killed", slurmstepd's oom-kill line right after it and the later bare "Killed": one kill
+    "122_arjuna_users_issue52_slurm_oom_kill_event_bash_killed.txt": [("host-oom", 2, None, None, NONE5, 1)],
+    "123_nextflow_issue5932_slurm_oom_kill_step_tasks_out_of_memory.txt": [("host-oom", 2, None, None, NONE5, 1)],
+    "124_openpai_issue5464_k8s_oomkilled_code_137.txt": [("host-oom", 5, None, None, NONE5, 1)],
+    "125_deepspeed_issue3232_sigkill_handler_return_code_minus9.txt": [("host-oom", 3, None, None, NONE5, 1)],
+    "126_open_sora_plan_issue512_sigterm_then_exitcode_minus9_saving.txt": [("host-oom", 9, None, None, NONE5, 1)],
+    "127_wmpo_issue3_raylet_workers_killed_memory_pressure.txt": [("host-oom", 2, None, None, NONE5, 1)],
+    "128_pytorch_book_issue62_dataloader_worker_killed_by_signal.txt": [("host-oom", 2, None, None, NONE5, 1)],
+    "129_hedwig_issue70_bare_killed_after_progress_bar.txt": [("host-oom", 5, None, None, NONE5, 1)],
+    # look-alikes: the NCCL watchdog's SIGABRT (-6), torchrun's own SIGKILL at shutdown, srun's exit codes
+    "130_picotron_issue6_nccl_watchdog_timeout_exitcode_minus6.txt": [],
+    "131_aws_eks_issue93_launcher_forced_sigkill_on_shutdown.txt": [],
+    "132_everyvoice_issue178_cuda_oom_then_srun_task_exits.txt": [
+        ("fragmentation", 2, 2, None, nums("112.00 MiB", "15.78 GiB", "27.19 MiB", "14.24 GiB", "177.74 MiB"), 1),
+    ],
 }
 
 KEYS = ("requested_bytes", "total_bytes", "free_bytes", "allocated_bytes", "reserved_unallocated_bytes")
@@ -469,7 +491,7 @@ ADVICE = {
     "69_torch_memory_saver_issue99_cumemcreate_then_resume_error.txt": ("sglang", [(None, None, "unknown")]),
     "70_torch_memory_saver_issue4_result_2_old_format.txt": ("sglang", [(None, None, "unknown")]),
     "71_torch_memory_saver_issue35_result_1_not_memory.txt": ("sglang", []),
-    "72_openrlhf_issue911_ray_host_memory_not_gpu.txt": ("openrlhf", []),
+    "72_openrlhf_issue911_ray_host_memory_not_gpu.txt": ("openrlhf", [(None, None, "unknown")]),
     "73_vllm_issue23230_engine_log_no_exception_class.txt": ("vllm", [("2.2", None, "accepted")]),
     "74_vllm_issue636_v012_reserved_total.txt": ("vllm", [("1.10", "2.1", "rejected")]),
     "75_llamafactory_issue7781_rank5_weight_loading.txt": ("hf-trainer", [("2.2", None, "accepted")]),
@@ -523,6 +545,21 @@ ADVICE = {
     "117_chatglm_finetuning_issue28_free_far_above_request.txt": (None, [("1.10", "2.1", "rejected")]),
     # with the >> escaped only the legacy total form dates it: 1.4 to before 2.1
     "118_vlm_rl_issue12_free_above_request_html_escaped.txt": (None, [("1.4", "2.1", "rejected")]),
+    # host OOM kills carry no PyTorch wording: the release stays unknown
+    "119_chatglm2_issue525_exitcode_minus9_loading_checkpoint_shards.txt": ("torchrun", [(None, None, "unknown")]),
+    "120_verl_issue2950_ray_node_low_on_memory_workerdict.txt": ("verl", [(None, None, "unknown")]),
+    "121_tranx_issue41_dmesg_out_of_memory_killed_process.txt": (None, [(None, None, "unknown")]),
+    "122_arjuna_users_issue52_slurm_oom_kill_event_bash_killed.txt": (None, [(None, None, "unknown")]),
+    "123_nextflow_issue5932_slurm_oom_kill_step_tasks_out_of_memory.txt": (None, [(None, None, "unknown")]),
+    "124_openpai_issue5464_k8s_oomkilled_code_137.txt": (None, [(None, None, "unknown")]),
+    "125_deepspeed_issue3232_sigkill_handler_return_code_minus9.txt": ("deepspeed", [(None, None, "unknown")]),
+    "126_open_sora_plan_issue512_sigterm_then_exitcode_minus9_saving.txt": ("torchrun", [(None, None, "unknown")]),
+    "127_wmpo_issue3_raylet_workers_killed_memory_pressure.txt": (None, [(None, None, "unknown")]),
+    "128_pytorch_book_issue62_dataloader_worker_killed_by_signal.txt": (None, [(None, None, "unknown")]),
+    "129_hedwig_issue70_bare_killed_after_progress_bar.txt": (None, [(None, None, "unknown")]),
+    "130_picotron_issue6_nccl_watchdog_timeout_exitcode_minus6.txt": (None, []),
+    "131_aws_eks_issue93_launcher_forced_sigkill_on_shutdown.txt": ("torchrun", []),
+    "132_everyvoice_issue178_cuda_oom_then_srun_task_exits.txt": (None, [("2.1", "2.2", "accepted")]),
 }
 
 

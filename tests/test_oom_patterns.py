@@ -26,6 +26,7 @@ DESIGN_KINDS = {
     "alloc-conf-invalid",
     "alloc-conf-deprecated",
     "unrecognized-gpu-memory-error",  # issue 11: a GPU memory failure is never an empty report
+    "host-oom",  # the node's CPU RAM ran out: an OOM-killer kill, not a GPU failure
 }
 PATTERNS = load_patterns()
 

@@ -34,7 +34,10 @@ the stack named in the text (Megatron, DeepSpeed, FSDP, vLLM, SGLang, verl, Open
 ComfyUI, ...) and the PyTorch release its wording dates (expandable_segments is never
 offered to a release that rejects it), evidence notes and a confidence; a summary says how
 many ranks failed, the worst one, and whether they all failed the same way.  A GPU memory
-failure in a wording no rule knows is still reported (unrecognized-gpu-memory-error)."""
+failure in a wording no rule knows is still reported (unrecognized-gpu-memory-error).
+A process the host killed for CPU RAM (kernel OOM killer, Slurm cgroup, Ray memory monitor,
+OOMKilled; or only torchrun's exitcode -9 / a bare "Killed", with less confidence) is
+host-oom: host-memory knobs, never GPU fixes."""
 
 EPILOG = """\
 examples:

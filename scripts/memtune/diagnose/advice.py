@@ -35,6 +35,25 @@ CONFIG_KINDS = frozenset(
     }
 )
 LIBRARY_KINDS = frozenset({"cuda-runtime-oom", "nccl-oom", "cublas-oom"})
+HOST_KINDS = frozenset({"host-oom"})  # the node's CPU RAM ran out: no GPU-side advice applies
+
+# Host-RAM cuts for a killed training process, most common cause first, with the Megatron-LM
+# flag and the Megatron Bridge config field where one exists.
+HOST_ACTIONS = (
+    "Load checkpoints sharded, not whole per rank: the distributed format (--ckpt-format torch_dist; Bridge "
+    "checkpoint.ckpt_format='torch_dist') reads only each rank's shard; a whole-file torch.load on every rank of a "
+    "node multiplies the file by the ranks per node (torch.load(..., mmap=True) maps it instead); convert HF "
+    "weights once, offline, on a node with more RAM",
+    "Fewer dataloader workers: each is a process with its own copy of the dataset state (--num-workers; Bridge "
+    "dataset.num_workers), and pinned prefetch buffers (dataset.pin_memory) add to it",
+    "Drop CPU initialization: --use-cpu-initialization (Bridge model.use_cpu_initialization) builds every weight in "
+    "host RAM before it moves to the GPU",
+    "Keep less optimizer state in host RAM: lower --optimizer-offload-fraction (Bridge "
+    "optimizer.optimizer_offload_fraction) or turn off --optimizer-cpu-offload (optimizer.optimizer_cpu_offload); "
+    "offloaded state sits in pinned memory, which cannot be swapped",
+    "Ask for more host memory per task, or put fewer ranks on a node: Slurm --mem / --mem-per-cpu, the pod's "
+    "resources.limits.memory, for Ray more CPUs (fewer tasks) per node",
+)
 
 _SLEEP_MODE = re.compile(r"cumem_allocator|torch_memory_saver")
 _CONF_TOKEN = re.compile(
@@ -291,6 +310,8 @@ def evidence_notes(f: Finding, fw: Framework, ev: Evidence, near: str | None) ->
         tok = _conf_token_note(f.evidence)
         if tok:
             notes.append(tok)
+    if f.kind in HOST_KINDS:
+        return notes  # the framework notes below send the reader to GPU memory helpers
     if fw.name is None and f.kind not in CONFIG_KINDS:
         notes.append(
             Note(
@@ -315,6 +336,14 @@ def confidence(f: Finding, ev: Evidence, near: str | None) -> tuple[str, str]:
         return "high", "the text is the guard's own message"
     if f.note_is_advice:
         return "high", "the engine's own start-up check, verbatim"
+    if f.kind in HOST_KINDS:
+        if f.signal_only:
+            return (
+                "medium",
+                "only a SIGKILL (exit code -9 / 137, 'Killed') and no OOM-killer message: host memory is the usual "
+                "cause, but a scheduler limit, a launcher teardown or a manual kill look the same; dmesg or sacct decides",
+            )
+        return "high", "the OOM killer's own report (kernel, Slurm cgroup, Ray memory monitor or container runtime)"
     if f.kind == "unrecognized-gpu-memory-error":
         return "low", "a GPU memory failure in a wording no rule knows; the full log would name the failing call"
     if f.note and "undecided" in f.note:
@@ -386,6 +415,8 @@ def actions(f: Finding, fw: Framework, rng: TorchRange, status: str, near: str |
     elif f.kind in ("cuda-runtime-oom", "cublas-oom"):
         out.extend(fw.advice.runtime)
         out.append(cap[0])
+    elif f.kind in HOST_KINDS:
+        out.extend(HOST_ACTIONS)
     elif f.kind == "unrecognized-gpu-memory-error":
         out.append(
             "Run diagnose.py on the full log (not an excerpt): the lines before this one name the failing call and the stack"

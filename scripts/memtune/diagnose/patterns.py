@@ -18,6 +18,7 @@ from memtune.files.paths import DATA_DIR
 PATTERNS_FILE: Path = DATA_DIR / "oom_patterns.yaml"
 
 ALLOCATOR_KINDS = ("fragmentation", "capacity", "impossible-request")
+MEMORIES = ("gpu", "host")  # a kind's `memory`: which memory ran out
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,9 @@ class Detector:
     fold_lines: int = 0
     numbers_from: str | None = None  # a parser of memtune.diagnose.parse for sizes the line states
     numbers_follow: int = 0  # the numbers may continue on up to this many following lines
+    # The line shows only a SIGKILL (exit code -9 / 137, "Killed"), not who sent it: reported
+    # with less confidence, and as a consequence when the same input holds a GPU failure.
+    signal_only: bool = False
 
     @property
     def is_allocator(self) -> bool:
@@ -63,8 +67,14 @@ class KindInfo:
     table_key: str
     next_step: str
     examples: tuple[str, ...]
-    memory_failure: bool = False  # the GPU ran out of memory (not a config error or warning)
-    last_resort: bool = False  # dropped when the same input holds a memory_failure finding
+    memory_failure: bool = False  # memory ran out (not a config error or warning)
+    memory: str = "gpu"  # which memory: "gpu", or "host" (the node's CPU RAM: an OOM-killer kill)
+    last_resort: bool = False  # dropped when the same input holds a GPU memory_failure finding
+
+    @property
+    def gpu_memory_failure(self) -> bool:
+        """A GPU ran out of memory: the failure a host kill or an unrecognized line may echo."""
+        return self.memory_failure and self.memory == "gpu"
 
 
 @dataclass(frozen=True)
@@ -183,6 +193,7 @@ def load_patterns(path: Path = PATTERNS_FILE) -> PatternSet:
                     fold_lines=int(entry.get("fold_lines") or 0),
                     numbers_from=str(entry["numbers_from"]) if entry.get("numbers_from") else None,
                     numbers_follow=int(entry.get("numbers_follow") or 0),
+                    signal_only=bool(entry.get("signal_only", False)),
                 )
             )
         kinds = {}
@@ -194,10 +205,13 @@ def load_patterns(path: Path = PATTERNS_FILE) -> PatternSet:
                 next_step=str(info["next_step"]),
                 examples=tuple(str(e) for e in info.get("examples", ())),
                 memory_failure=bool(info.get("memory_failure", False)),
+                memory=str(info.get("memory", "gpu")),
                 last_resort=bool(info.get("last_resort", False)),
             )
     except (KeyError, TypeError, re.error) as exc:
         raise PatternError(f"{path}: malformed pattern entry ({exc})") from exc
+    if bad := sorted(k.kind for k in kinds.values() if k.memory not in MEMORIES):
+        raise PatternError(f"{path}: `memory` must be one of {', '.join(MEMORIES)} (kinds {bad})")
     named = {d.kind for d in detectors if d.kind} | set(ALLOCATOR_KINDS)
     if named != set(kinds):
         raise PatternError(f"{path}: detectors and kinds disagree: {sorted(named ^ set(kinds))}")

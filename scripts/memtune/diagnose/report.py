@@ -4,7 +4,9 @@ Order matters because an agent (and a reader) acts on the first finding.  Findin
 in tiers, the tens digit of each kind's priority (data/oom_patterns.yaml): configuration
 errors first (they stop the run before anything can run out of memory), then allocator
 OOMs (they carry the numbers to act on), then driver/cuBLAS/NCCL OOMs (usually the echo of
-the same shortage, without numbers), the last-resort kind, the deprecation warning last.
+the same shortage, without numbers), the last-resort kind and host (CPU RAM) OOM kills (a
+kill in a log that also shows a GPU failure is most often that failure's teardown), the
+deprecation warning last.
 Within a tier the first failure in the log leads (inputs in the order given, then line):
 when several ranks run out of memory, the first to fail is the one a reader takes as the
 primary failure, and the later ones usually fail in the same step or as its consequence
@@ -51,8 +53,21 @@ def drop_last_resort(findings: list[Finding], patterns: PatternSet) -> list[Find
     message is understood, the unrecognized line only repeats it without numbers and asks
     for a log the user already gave.
     """
-    known = {f.file for f in findings if patterns.kinds[f.kind].memory_failure}
+    known = {f.file for f in findings if patterns.kinds[f.kind].gpu_memory_failure}
     return [f for f in findings if not (patterns.kinds[f.kind].last_resort and f.file in known)]
+
+
+def drop_consequent_kills(findings: list[Finding], patterns: PatternSet) -> list[Finding]:
+    """Leave out bare SIGKILLs (``signal_only``: torchrun's exitcode -9, a "Killed" line) of
+    an input that also holds a GPU memory failure.
+
+    Why: when one rank runs out of GPU memory, the launcher tears the job down and the other
+    ranks (or the failed one, if it hangs) end with SIGKILL; those exits are consequences,
+    and read as a host OOM they would send the reader to the wrong memory.  A kill the OOM
+    killer itself reports (kernel, Slurm cgroup, Ray, OOMKilled) is kept: it is evidence.
+    """
+    gpu = {f.file for f in findings if patterns.kinds[f.kind].gpu_memory_failure}
+    return [f for f in findings if not (f.signal_only and f.file in gpu)]
 
 
 def drop_numberless_echoes(findings: list[Finding]) -> list[Finding]:
@@ -283,7 +298,8 @@ def build_report(
     hints_seen: dict[str, list[str]] | None = None,
 ) -> dict[str, Any]:
     facts = facts or {}
-    kept = [with_stated_device(f) for f in drop_numberless_echoes(drop_last_resort(findings, patterns))]
+    kept = drop_consequent_kills(drop_last_resort(findings, patterns), patterns)
+    kept = [with_stated_device(f) for f in drop_numberless_echoes(kept)]
     ordered = order_findings(kept, patterns, inputs)
     table = {kind: row_for_kind(rows, kind, info.table_key) for kind, info in patterns.kinds.items()}
     # The GPU size any allocator message of the same file printed (all ranks share a type).

@@ -75,6 +75,7 @@ class Finding:
     hints: tuple[str, ...] = ()  # evidence lines near this failure (data/oom_evidence.yaml)
     note_is_advice: bool = False  # the note is the engine's own fix (replaces generic advice)
     torch: TorchRange | None = None  # releases whose message wording this is (allocator OOMs)
+    signal_only: bool = False  # only a SIGKILL was seen, not who sent it (data/oom_patterns.yaml)
 
     @property
     def source(self) -> str:
@@ -436,6 +437,12 @@ class Scanner:
         kind, numbers_rx = str(det.kind), det.numbers
         folded = self._fold(kind, prefix, line_no, det.fold_lines, body) if det.fold_lines else None
         if folded is not None:
+            prev = self.findings[folded]
+            if prev.signal_only and not det.signal_only:
+                # the OOM killer's own line names the sender of the SIGKILL seen just before
+                self._index.pop(prev.dedupe_key(), None)
+                self.findings[folded] = replace(prev, signal_only=False, note=det.note)
+                self._index.setdefault(self.findings[folded].dedupe_key(), folded)
             self._numbers_in_text(det, folded, body, line_no)
             return
         numbers = empty_numbers()
@@ -486,6 +493,7 @@ class Scanner:
                 details=details,
                 note=det.note,
                 note_is_advice=det.note_is_advice,
+                signal_only=det.signal_only,
             )
         )
         self._numbers_in_text(det, i, body, line_no)
