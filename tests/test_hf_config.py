@@ -81,15 +81,20 @@ def test_deepseek_v3_first_dense_layers_and_mtp():
     assert count_parameters(m, include_mtp=False).total == 671026419200
 
 
+#: A two-layer Llama-shaped config.json for checking one mechanism at a time
+#: (test_hf_real_configs.py uses it too).
+TINY_LLAMA_HF = {
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "intermediate_size": 128,
+    "vocab_size": 100,
+}
+
+
 def test_qwen2_has_qkv_bias():
-    base = {
-        "hidden_size": 64,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "intermediate_size": 128,
-        "vocab_size": 100,
-    }
+    base = TINY_LLAMA_HF
     assert count_parameters(model_from_hf({**base, "model_type": "qwen2"})).total - count_parameters(
         model_from_hf({**base, "model_type": "llama"})
     ).total == 2 * (64 + 2 * 32)

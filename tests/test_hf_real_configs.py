@@ -28,6 +28,7 @@ import pytest
 from memtune.errors import InputError
 from memtune.readers.hf_config import read_hf_config
 from memtune.spec.model_spec import count_parameters, embedding_params
+from test_hf_config import TINY_LLAMA_HF
 
 DATA = Path(__file__).parent / "data" / "hf-configs"
 UNITS = {"M": 1e6, "B": 1e9, "T": 1e12}
@@ -305,14 +306,7 @@ def test_known_families_carry_no_warning(real: Real):
 
 
 # ---------------------------------------------------------------- the mechanisms, on small shapes
-LLAMA_LIKE = {
-    "hidden_size": 64,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "intermediate_size": 128,
-    "vocab_size": 100,
-}
+LLAMA_LIKE = TINY_LLAMA_HF
 
 
 def _write(tmp_path: Path, cfg: dict) -> Path:

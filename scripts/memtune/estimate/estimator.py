@@ -748,8 +748,9 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
             per_layer_full = max(hybrid_acts[k].full for k in stage_kinds)
         ckpt = act_dense.checkpoint_input
         layer_acts = _recompute_layers(run, n, inflight_layers, per_layer_stored, ckpt)
-        stage_acts = [hybrid_acts[k] for k in set(stage_kinds)] if hybrid else []
-        if not hybrid:
+        if hybrid:
+            stage_acts = [hybrid_acts[k] for k in set(stage_kinds)]
+        else:
             stage_acts = ([act_dense] if dense_n else []) + ([act_moe] if moe_n else [])
         replay = _recompute_replay(run, n, per_layer_full, ckpt, stage_acts)
         graph_pool = 0.0
