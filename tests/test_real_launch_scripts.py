@@ -92,5 +92,7 @@ def test_estimator_reading(name: str, invoke: Any) -> None:
         assert getattr(inputs.run, field) == expected, field
     for text in answer.get("warnings_contain", []):
         assert any(text in note and note.startswith("WARNING") for note in inputs.notes), inputs.notes
+    for text in answer.get("estimate_notes_contain", []):
+        assert any(text in note for note in inputs.notes[:3]), inputs.notes  # stated among the first lines
     for text in answer.get("warnings_exclude", []):
         assert not any(text in note for note in inputs.notes), inputs.notes

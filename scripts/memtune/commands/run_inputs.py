@@ -252,9 +252,12 @@ def _load_source(args: Any) -> tuple[Any, Any, list[str], dict[str, Any]]:
         )
     notes = []
     tp, pp, cp = args.tp or 1, args.pp or 1, args.cp or 1
-    gpus = args.gpus or tp * pp * cp
+    from memtune.spec.run_spec import assumed_world_note, smallest_world
+
+    ep, etp = args.ep or 1, args.etp
+    gpus = args.gpus or smallest_world(tp, pp, cp, ep, etp, moe=base.is_moe)
     if not args.gpus:
-        notes.append(f"GPU count not given: assumed {gpus} (one data-parallel replica); pass --gpus")
+        notes.append(assumed_world_note(gpus, tp, pp, cp, ep, etp))
     if args.dist_opt is None:
         notes.append("distributed optimizer on (Megatron Bridge recipe default); --no-dist-opt to change")
     if args.mbs is None:

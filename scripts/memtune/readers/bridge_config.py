@@ -458,8 +458,12 @@ def specs_from_bridge(
     assumptions.extend(_misspelt_model_keys(model_s))
 
     if world_size is None:
-        world_size = tp * pp * cp
-        assumptions.append(f"GPU count not given: assumed {world_size} (one data-parallel replica); pass --gpus")
+        from memtune.spec.run_spec import assumed_world_note, smallest_world
+
+        ep_size = _int_field(model_s, "expert_model_parallel_size", "model", 1)
+        etp_size = _int_field(model_s, "expert_tensor_parallel_size", "model")
+        world_size = smallest_world(tp, pp, cp, ep_size, etp_size, moe=model.is_moe)
+        assumptions.insert(0, assumed_world_note(world_size, tp, pp, cp, ep_size, etp_size))
 
     params_dtype, fp8, grad_fp32, recipe_param_gather = "bf16", None, True, False
     if "_name" in mp:

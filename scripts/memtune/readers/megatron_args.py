@@ -101,52 +101,17 @@ def launch_flag_assumptions(text: str, source: str = "<text>") -> dict[str, tupl
 
 
 def launch_world_size(text: str, source: str = "<text>") -> tuple[int | None, str | None]:
-    """(GPU count, note) from the training command's launcher (torchrun --nproc_per_node x
-    --nnodes, srun / #SBATCH nodes and tasks per node), or (None, a loud warning) when the
-    count is built from variables the job only knows at run time ($NNODES, $GPUS_PER_NODE)."""
+    """(GPU count, note) from the training command's launcher and the scheduler
+    (memtune.readers.launch.world), or (None, a loud warning) when the count is built from
+    values the job only knows at run time."""
     from memtune.readers.launch.commands import parse_text
+    from memtune.readers.launch.world import read_world
 
     script = parse_text(text, source)
-    command = script.training_command()
-    if command is None:
+    reading = read_world(script, script.training_command())
+    if reading is None:
         return None, None
-    opts = dict(command.launcher_options)
-    per_node = (
-        opts.get("torchrun.nproc_per_node")
-        or opts.get("torchrun.nproc-per-node")
-        or opts.get("srun.ntasks-per-node")
-        or (script.sbatch.get("ntasks-per-node") or script.sbatch.get("gpus-per-node") or (None, 0))[0]
-    )
-    nodes = (
-        opts.get("torchrun.nnodes")
-        or opts.get("srun.nodes")
-        or opts.get("srun.N")
-        or (script.sbatch.get("nodes") or script.sbatch.get("N") or (None, 0))[0]
-    )
-    if per_node is None and nodes is None:
-        return None, None
-    words = {"GPUs per node": per_node, "nodes": nodes}
-    unresolved = [f"{k} {v}" for k, v in words.items() if v is not None and "$" in str(v)]
-    if unresolved:
-        return None, (
-            f"WARNING: world size unresolved: the launcher takes {' and '.join(unresolved)} from the "
-            f"environment at run time (line {command.line}); pass --gpus N - without it the "
-            "estimate assumes one data-parallel replica, which overstates sharded optimizer memory"
-        )
-    try:
-        gpn = int(str(per_node or 1).split(":")[-1])
-        n = int(str(nodes or 1).split(":")[-1])
-    except ValueError:
-        return None, f"WARNING: world size unreadable from the launcher ({per_node!r} x {nodes!r}); pass --gpus N"
-    from memtune.readers.launch.script import world_size_assumptions
-
-    guesses = world_size_assumptions(command)
-    if guesses:
-        return gpn * n, (
-            f"WARNING: world size {gpn * n} = {gpn} GPUs per node x {n} node(s) assumes: {'; '.join(guesses)}; "
-            "pass --gpus N for the real count"
-        )
-    return gpn * n, f"world size {gpn * n} = {gpn} GPUs per node x {n} node(s) from the launcher (line {command.line})"
+    return reading.gpus, reading.note
 
 
 def _mapping_flags(data: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -532,9 +497,15 @@ def specs_from_megatron_args(
         stage_layers, vpp = hybrid_pipeline_split(model.hybrid_layer_pattern, pp)
     if world_size is None:
         world_size = _int(a, "world_size")
+    world_note = None
     if world_size is None:
-        world_size = tp * pp * (_int(a, "context_parallel_size", 1) or 1)
-        assumptions.append(f"world size not given: assumed {world_size} (one data-parallel replica)")
+        from memtune.spec.run_spec import assumed_world_note, smallest_world
+
+        cp_size = _int(a, "context_parallel_size", 1) or 1
+        ep_size = _int(a, "expert_model_parallel_size", 1) or 1
+        etp_size = _int(a, "expert_tensor_parallel_size")
+        world_size = smallest_world(tp, pp, cp_size, ep_size, etp_size, moe=bool(experts))
+        world_note = assumed_world_note(world_size, tp, pp, cp_size, ep_size, etp_size)
     fp16 = _bool(a, "fp16")
     bf16 = _bool(a, "bf16")
     params_dtype = "fp16" if fp16 else ("bf16" if bf16 else "fp32")
@@ -627,6 +598,8 @@ def specs_from_megatron_args(
         )
     guessed = _guess_warnings(a, assumed or {})
     assumptions[:0] = guessed
+    if world_note:
+        assumptions.insert(0, world_note)
     ignored = ignored_flags(a)
     if ignored:
         assumptions.append(

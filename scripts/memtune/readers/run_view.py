@@ -31,7 +31,7 @@ from memtune.files.paths import DATA_DIR
 from memtune.files.textfile import one_line
 from memtune.readers.launch.args import parse_override, split_program_args
 from memtune.readers.launch.commands import parse_file
-from memtune.readers.launch.script import Command, Flag, LaunchScript, Override, is_branch_guess, world_size_assumptions
+from memtune.readers.launch.script import Command, Flag, LaunchScript, Override, is_branch_guess
 from memtune.spec.overrides import refuse_misspelt
 
 ALLOC_VARS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
@@ -604,32 +604,19 @@ def _apply_override(flat: dict[str, tuple[Any, str, str]], override: Override, s
 
 
 def _sbatch_world(view: RunView, script: LaunchScript, command: Command | None) -> None:
-    """GPU count from torchrun / srun / #SBATCH, when the script says."""
+    """GPU count from the launcher and the scheduler (memtune.readers.launch.world), with the
+    line that says which option decided it."""
     if "world_size" in view.settings:
         return
-    opts = dict(command.launcher_options) if command else {}
-    nproc = opts.get("torchrun.nproc_per_node")
-    nnodes = opts.get("torchrun.nnodes")
-    sb = script.sbatch
-    nodes = opts.get("srun.nodes") or opts.get("srun.N") or (sb.get("nodes") or sb.get("N") or (None, 0))[0]
-    per_node = (
-        nproc
-        or opts.get("srun.ntasks-per-node")
-        or (sb.get("ntasks-per-node") or sb.get("gpus-per-node") or (None, 0))[0]
-    )
-    if nnodes and ":" in str(nnodes):
-        nnodes = str(nnodes).split(":")[-1]
-    try:
-        if per_node is None:
-            return
-        total = int(str(per_node).split(":")[-1]) * int(nnodes or nodes or 1)
-    except ValueError:
+    from memtune.readers.launch.world import read_world
+
+    reading = read_world(script, command)
+    if reading is None:
         return
-    line = command.line if command else 0
-    view.settings["world_size"] = Value(total, f"{script.path}:{line}", "launcher GPU count", "derived")
-    if command is not None:
-        view.notes.extend(
-            f"{script.path}:{line}: world size {total} assumes: {note}" for note in world_size_assumptions(command)
+    view.notes.append(f"{script.path}:{reading.line}: {reading.note}")
+    if reading.gpus is not None:
+        view.settings["world_size"] = Value(
+            reading.gpus, f"{script.path}:{reading.line}", f"launcher GPU count: {reading.decided_by}", "derived"
         )
 
 

@@ -246,6 +246,26 @@ def model_parallel_problem(world_size: int, tp: int, pp: int, cp: int) -> str | 
     return None
 
 
+def smallest_world(tp: int, pp: int, cp: int, ep: int = 1, etp: int | None = None, moe: bool = False) -> int:
+    """The fewest GPUs Megatron-Core accepts for these parallel sizes: whole TP x CP x PP model
+    replicas, and (for an MoE model) GPUs per pipeline stage divisible by EP x ETP (ETP
+    defaults to TP). The count a reader assumes when a source names none, so an assumed
+    count can never be the reason a run is refused."""
+    from math import lcm
+
+    dense = tp * cp
+    per_stage = lcm(dense, ep * (etp or tp)) if moe else dense
+    return per_stage * pp
+
+
+def assumed_world_note(world: int, tp: int, pp: int, cp: int, ep: int = 1, etp: int | None = None) -> str:
+    """The line that says a GPU count was assumed and how it was chosen (shown first)."""
+    parts = f"TP x PP x CP = {tp}x{pp}x{cp}"
+    if ep > 1 or (etp not in (None, tp)):
+        parts += f" with EP x ETP = {ep}x{etp or tp} per pipeline stage"
+    return f"GPU count not given: assumed {world}, the smallest world {parts} allows; pass --gpus N for the real count"
+
+
 def expert_parallel_problem(num_experts: int, ep: int) -> str | None:
     """Each expert-parallel rank holds a whole number of experts (shared with MT023)."""
     if num_experts % ep:

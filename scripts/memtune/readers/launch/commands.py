@@ -116,6 +116,17 @@ def _split_launcher(words: Sequence[Word]) -> tuple[tuple[str, ...], str | None,
             if j < n:
                 return tuple(launchers), words[j].text, tuple(words[j + 1 :]), options
             return tuple(launchers), None, (), options
+        if base == "deepspeed":
+            # deepspeed [options] script.py args: the first word that is no option is the program
+            launchers.append("deepspeed")
+            i = _skip_torchrun_options(words, i + 1, options, "deepspeed")
+            if i < n and _PY.match(os.path.basename(words[i].text)):
+                continue  # `deepspeed python x.py` is unusual but legal: read the python command
+            if i < n and words[i].text in ("--module", "-m") and i + 1 < n:
+                return tuple(launchers), "-m " + words[i + 1].text, tuple(words[i + 2 :]), options
+            if i < n:
+                return tuple(launchers), words[i].text, tuple(words[i + 1 :]), options
+            return tuple(launchers), None, (), options
         if base in ("srun", "mpirun", "mpiexec"):
             launchers.append(base)
             i += 1
@@ -141,18 +152,22 @@ def _looks_like_program(text: str) -> bool:
     )
 
 
-def _skip_torchrun_options(words: Sequence[Word], i: int, options: dict[str, str]) -> int:
+def _skip_torchrun_options(words: Sequence[Word], i: int, options: dict[str, str], owner: str = "torchrun") -> int:
+    """Record a per-node launcher's options (``torchrun.nproc_per_node``, ``deepspeed.num_gpus``)
+    and return the index of the first word after them."""
     n = len(words)
     valueless = {"standalone", "no-python", "no_python", "module", "run-path", "run_path", "tee", "r"}
-    while i < n and words[i].text.startswith("-") and words[i].text != "-m":
+    if owner == "deepspeed":
+        valueless = {"no_python", "no_local_rank", "no_ssh_check", "force_multi", "autotuning", "elastic_training"}
+    while i < n and words[i].text.startswith("-") and words[i].text not in ("-m", "--module"):
         key, eq, value = words[i].text.lstrip("-").partition("=")
         if eq:
-            options[f"torchrun.{key.replace('-', '_')}"] = value
+            options[f"{owner}.{key.replace('-', '_')}"] = value
         elif key not in valueless and i + 1 < n and not words[i + 1].text.startswith("-"):
             if words[i + 1].text.endswith(".py"):
                 pass
             else:
-                options[f"torchrun.{key.replace('-', '_')}"] = words[i + 1].text
+                options[f"{owner}.{key.replace('-', '_')}"] = words[i + 1].text
                 i += 1
         i += 1
     return i
@@ -181,6 +196,7 @@ def parse_text(
     lexer = _Lexer(text, first_line, budget, spans)
     auto_export = False
     sbatch: dict[str, tuple[str, int]] = {}
+    _define_slurm_variables(text, first_line, known, known_lines, budget)
     while True:
         item = lexer.next_command(known)
         if lexer.heredocs:
@@ -277,6 +293,9 @@ def parse_text(
         inner = _inner_script(words)
         if inner is not None:
             sub = parse_text(inner.text, path, inner.line, known, known_lines, budget, inner.spans)
+            # `srun --nodes=4 --ntasks-per-node=4 bash -c "..."`: srun's options still decide
+            # how many copies of the inner command run
+            outer_launchers, _, _, outer_options = _split_launcher(words)
             for setting in sub.env:
                 env.append(setting)
                 if setting.value is not None:
@@ -286,10 +305,10 @@ def parse_text(
                     Command(
                         cmd.words,
                         tuple(prefix_settings) + cmd.env_prefix,
-                        cmd.launcher,
+                        outer_launchers + cmd.launcher,
                         cmd.program,
                         cmd.program_args,
-                        cmd.launcher_options,
+                        {**outer_options, **cmd.launcher_options},
                     )
                 )
             notes.extend(sub.notes)
@@ -300,6 +319,25 @@ def parse_text(
     return LaunchScript(
         path, tuple(env), tuple(commands), sbatch, tuple(notes), lexer.unclosed, None, dict(budget.substitutions)
     )
+
+
+def _define_slurm_variables(
+    text: str, first_line: int, known: dict[str, str], known_lines: dict[str, Any], budget: _Budget
+) -> None:
+    """The ``SLURM_*`` variables a job submitted with this text's ``#SBATCH`` lines starts with
+    (``--nodes=24`` -> ``SLURM_NNODES=24``), each remembering the directive it came from; a
+    variable the script or its submitter already set is left alone."""
+    if "#SBATCH" not in text:
+        return
+    from memtune.readers.launch.world import SLURM_SOURCE, sbatch_directives, slurm_variables
+
+    for name, (value, line, directive) in slurm_variables(sbatch_directives(text)).items():
+        if name in known:
+            continue
+        line += first_line - 1
+        known[name] = value
+        known_lines[name] = line
+        budget.origins[name] = (f"${name} = {value}, {SLURM_SOURCE} {directive} (line {line})",)
 
 
 _SHELLS = {"bash", "sh", "zsh", "dash"}
