@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
@@ -187,6 +188,43 @@ def parse_layer_pattern(value: Any, num_layers: int) -> tuple[int, ...] | None:
     return tuple(out)
 
 
+def deepspeed_pipeline_split(method: Any, layers: int, pp: int, tied: bool = True) -> tuple[int, ...] | None:
+    """Megatron-DeepSpeed ``--pp-partition-method``: decoder layers per stage, or None for the
+    uniform split Megatron-LM makes.
+
+    ``type:transformer|embedding`` balances the layers whose class matches (the transformer
+    layers and the embedding, plus the tied output embedding at the end) in equal parts, the
+    first stages taking one more when they do not divide (DeepSpeed's uniform partition); so 70
+    layers + 2 embeddings over PP 12 is 6 units a stage: 5 layers on the first and last stage,
+    6 between. ``parameters`` balances by parameter count, which is the same split for equal layers
+    with the embedding counted as layers, and is refused rather than guessed.
+    """
+    if method is None or pp <= 1:
+        return None
+    text = str(method).strip().strip("'\"").lower()
+    if text in ("uniform", "type:transformer"):
+        units = ["t"] * layers
+    elif text in ("type:transformer|embedding", "type:embedding|transformer"):
+        units = ["e"] + ["t"] * layers + (["e"] if tied else [])
+    else:
+        raise InputError(
+            f"--pp-partition-method {method}: only 'uniform', 'type:transformer' and 'type:transformer|embedding' "
+            "are modelled; pass the layers per stage with --first-stage-layers/--last-stage-layers or use one of those"
+        )
+    if len(units) < pp:
+        raise InputError(f"--pp-partition-method {method}: {len(units)} parts cannot fill {pp} pipeline stages")
+    size, extra = divmod(len(units), pp)
+    out: list[int] = []
+    start = 0
+    for stage in range(pp):
+        end = start + size + (1 if stage < extra else 0)
+        out.append(units[start:end].count("t"))
+        start = end
+    if text == "uniform" or (text == "type:transformer" and layers % pp == 0):
+        return None if layers % pp == 0 else tuple(out)
+    return tuple(out)
+
+
 def parse_pipeline_layout(layout: str, pp: int) -> tuple[tuple[int, ...], int]:
     """--pipeline-model-parallel-layout 'Et*3|(tt|)*6L' -> (decoder layers per stage, vpp)."""
     text = str(layout).replace(" ", "").replace('"', "").replace("'", "")
@@ -324,14 +362,17 @@ def vocab_from_tokenizer(a: Mapping[str, Any]) -> tuple[int, str]:
     if tokenizer == "GPT2BPETokenizer":
         return GPT2_VOCAB_SIZE, f"vocabulary {GPT2_VOCAB_SIZE} (GPT-2 BPE, Megatron's default tokenizer)"
     table = _tokenizer_table()
-    # The file name is enough, even behind an unresolved ${DATA_PATH}/ prefix.
-    model_file = str(a.get("tokenizer_model", "") or "").lower().rsplit("/", 1)[-1]
+    # The file name is enough, even behind an unresolved ${DATA_PATH}/ prefix; a Hugging Face
+    # name (meta-llama/Llama-2-7b-hf, Megatron-DeepSpeed's --tokenizer-name-or-path gpt2) is
+    # matched whole.
+    named = str(a.get("tokenizer_model", "") or a.get("tokenizer_name_or_path", "") or "").lower()
+    model_file = named.rsplit("/", 1)[-1]
     if model_file.startswith("$"):
-        model_file = ""
+        model_file = named = ""
     for key, entry in table.get("models", {}).items():
-        if model_file and key.lower() in model_file:
+        if model_file and (key.lower() in model_file or ("/" in key and key.lower() in named)):
             return int(entry["vocab_size"]), (
-                f"vocabulary {entry['vocab_size']} for tokenizer model {model_file} "
+                f"vocabulary {entry['vocab_size']} for tokenizer {named if '/' in key else model_file} "
                 f"({entry['source']}); pass --vocab-size if yours differs"
             )
     entry = table.get("types", {}).get(tokenizer)
@@ -382,6 +423,7 @@ def specs_from_megatron_args(
     from memtune.spec.run_spec import RunSpec, normalize_dtype
 
     a = _ReadFlags({normalize_flag(k): v for k, v in flags.items()})
+    refuse_unmodelled_models(a)
     assumptions: list[str] = []
     pattern = a.get("hybrid_layer_pattern") or a.get("hybrid_override_pattern")
     if pattern is not None and (not isinstance(pattern, str) or pattern.startswith("$")):
@@ -428,12 +470,15 @@ def specs_from_megatron_args(
     ffn = _int(a, "ffn_hidden_size")
     if ffn is None:
         ffn = int(4 * hidden * 2 / 3 / 64) * 64 if swiglu else 4 * hidden
-    vocab = _int(a, "vocab_size")
+    vocab = _int(a, "vocab_size") or _int(a, "pad_vocab_size_to")  # the second: Megatron-DeepSpeed (BLOOM)
     if vocab is None:
         vocab, note = vocab_from_tokenizer(a)
         assumptions.append(note)
     gqa = _bool(a, "group_query_attention")
     groups = _int(a, "num_query_groups") if gqa else None
+    kv_heads = _int(a, "num_key_value_heads")  # Megatron-DeepSpeed's spelling of grouped-query attention
+    if groups is None and kv_heads is not None and kv_heads != heads:
+        groups = kv_heads
     experts = _int(a, "num_experts")
     mla = _bool(a, "multi_latent_attention")
     mtp = _int(a, "mtp_num_layers", 0) or 0
@@ -489,7 +534,9 @@ def specs_from_megatron_args(
             + int(_bool(a, "account_for_loss_in_pipeline_split"))
         )
         vpp = max(1, virtual // pp // per_vstage)
-    stage_layers = None
+    stage_layers = deepspeed_pipeline_split(
+        _flag(a, "pp_partition_method"), layers, pp, tied=not _bool(a, "untie_embeddings_and_output_weights")
+    )
     layout = _flag(a, "pipeline_model_parallel_layout")
     if layout:
         stage_layers, vpp = parse_pipeline_layout(str(layout), pp)
@@ -506,6 +553,11 @@ def specs_from_megatron_args(
         etp_size = _int(a, "expert_tensor_parallel_size")
         world_size = smallest_world(tp, pp, cp_size, ep_size, etp_size, moe=bool(experts))
         world_note = assumed_world_note(world_size, tp, pp, cp_size, ep_size, etp_size)
+    # Megatron-DeepSpeed: --checkpoint-activations is full recompute of every
+    # --checkpoint-num-layers layers; ZeRO stage 1 shards the optimizer state over DP as the
+    # distributed optimizer does (stages 2 and 3 also shard gradients / weights: warned below)
+    legacy_full = _bool(a, "checkpoint_activations")
+    zero_stage = _int(a, "zero_stage", 0) or 0
     fp16 = _bool(a, "fp16")
     bf16 = _bool(a, "bf16")
     params_dtype = "fp16" if fp16 else ("bf16" if bf16 else "fp32")
@@ -534,7 +586,7 @@ def specs_from_megatron_args(
         grad_reduce_in_fp32=(bf16 and not _bool(a, "grad_reduce_in_bf16"))
         or _bool(a, "accumulate_allreduce_grads_in_fp32"),
         optimizer=_str(a, "optimizer", "adam"),
-        use_distributed_optimizer=_bool(a, "use_distributed_optimizer"),
+        use_distributed_optimizer=_bool(a, "use_distributed_optimizer") or zero_stage >= 1,
         num_distributed_optimizer_instances=_int(a, "num_distributed_optimizer_instances", 1) or 1,
         use_precision_aware_optimizer=_bool(a, "use_precision_aware_optimizer"),
         main_params_dtype=normalize_dtype(_flag(a, "main_params_dtype", "fp32")),
@@ -548,10 +600,12 @@ def specs_from_megatron_args(
         overlap_param_gather=_bool(a, "overlap_param_gather"),
         # --recompute-activations is Megatron's older spelling of selective (core-attention) recompute.
         recompute_granularity=_str(
-            a, "recompute_granularity", "selective" if _bool(a, "recompute_activations") else None
+            a,
+            "recompute_granularity",
+            "full" if legacy_full else ("selective" if _bool(a, "recompute_activations") else None),
         ),
-        recompute_method=_str(a, "recompute_method", None),
-        recompute_num_layers=_int(a, "recompute_num_layers"),
+        recompute_method=_str(a, "recompute_method", "uniform" if legacy_full else None),
+        recompute_num_layers=_int(a, "recompute_num_layers", _int(a, "checkpoint_num_layers", 1) if legacy_full else None),
         recompute_modules=recompute_modules,
         attention_backend=_str(a, "attention_backend", "auto"),
         attention_dropout=_float(a, "attention_dropout", 0.1),
@@ -600,10 +654,26 @@ def specs_from_megatron_args(
     assumptions[:0] = guessed
     if world_note:
         assumptions.insert(0, world_note)
+    unmodelled = memory_flags_not_modelled(a)
+    if zero_stage >= 2:
+        unmodelled.append(
+            ("zero_stage", f"ZeRO stage {zero_stage} also shards gradients{' and weights' if zero_stage >= 3 else ''} over DP; the estimate shards only the optimizer state (stage 1), so it is high")
+        )
+    if _flag(a, "deepspeed_config") is not None or _flag(a, "deepspeed_config_dict") is not None:
+        assumptions.append(
+            "DeepSpeed JSON config not read: its ZeRO stage and batch sizes count only when also given as flags "
+            "(--zero-stage, --micro-batch-size, --global-batch-size)"
+        )
+    if unmodelled:
+        assumptions.insert(
+            0,
+            "WARNING: flags that change memory are not modelled; the estimate is for the run without them: "
+            + "; ".join(f"--{f.replace('_', '-')} ({why})" for f, why in unmodelled),
+        )
     ignored = ignored_flags(a)
     if ignored:
         assumptions.append(
-            "ignored flags (not modelled; check they do not change memory): "
+            "ignored flags (not Megatron-LM flags this reader knows; check they do not change memory): "
             + ", ".join("--" + f.replace("_", "-") for f in ignored)
         )
     return model, run, assumptions
@@ -648,17 +718,91 @@ class _ReadFlags(dict[str, Any]):
 
 
 def ignored_flags(a: Mapping[str, Any]) -> list[str]:
-    """Flags given but neither read by the estimator nor known to leave memory unchanged."""
-    prefixes, names = _no_memory_flags()
+    """Flags given but neither read by the estimator nor classified in data/megatron_flags.yaml."""
+    table = flag_classes()
+    prefixes, names = table.prefixes, table.names
     read: set[str] = getattr(a, "read", set())
-    return sorted(k for k in a if k not in read and k not in names and not k.startswith(prefixes))
+    return sorted(
+        k
+        for k in a
+        if k not in read
+        and k not in names
+        and k not in table.warned
+        and k not in table.refused
+        and k not in table.deepspeed_neutral
+        and not k.startswith(prefixes)
+    )
+
+
+def _given(value: Any) -> bool:
+    """Is a flag switched on? (``--x false`` / ``--x none`` in a mapping is not.)"""
+    if value is None or value is False:
+        return False
+    return not (isinstance(value, str) and value.strip().lower() in ("false", "none", "0", ""))
+
+
+def memory_flags_not_modelled(a: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(flag, why) for each given flag that changes memory but is not modelled (the
+    ``warned`` class of data/megatron_flags.yaml), in the order given."""
+    warned = flag_classes().warned
+    out = [(k, warned[k]) for k in a if k in warned and _given(dict.get(a, k))]
+    if str(dict.get(a, "experimental_attention_variant", "")).strip().lower() == "dsa":
+        out.append(("experimental_attention_variant", "DeepSeek sparse attention adds an indexer per layer"))
+    return out
+
+
+def refuse_unmodelled_models(a: Mapping[str, Any]) -> None:
+    """Raise InputError naming the first given flag of the ``refused`` class: the estimate of
+    such a model (a linear-attention hybrid like Qwen3-Next) would be far off, so none is made."""
+    refused = flag_classes().refused
+    for k in a:
+        value = dict.get(a, k)
+        if k == "experimental_attention_variant" and str(value).strip().lower() == "dsa":
+            continue  # sparse attention (DeepSeek-V3.2): warned, the model is still a transformer
+        if k in refused and _given(value):
+            raise InputError(
+                f"--{k.replace('_', '-')}: {refused[k]} is not modelled and an estimate would be far off; "
+                "no estimate is made - measure one step with torch.cuda.max_memory_allocated()"
+            )
+
+
+@dataclass(frozen=True)
+class FlagClasses:
+    """data/megatron_flags.yaml: Megatron-LM's flags by what they do to memory."""
+
+    arguments: frozenset[str]
+    modelled: frozenset[str]
+    prefixes: tuple[str, ...]
+    names: frozenset[str]
+    warned: Mapping[str, str]
+    refused: Mapping[str, str]
+    deepspeed_neutral: frozenset[str] = frozenset()
+
+    def classify(self, name: str) -> str:
+        """'refused' | 'warned' | 'modelled' | 'neutral' | 'unclassified'."""
+        if name in self.refused:
+            return "refused"
+        if name in self.warned:
+            return "warned"
+        if name in self.modelled:
+            return "modelled"
+        if name in self.names or name.startswith(self.prefixes):
+            return "neutral"
+        return "unclassified"
 
 
 @lru_cache(maxsize=1)
-def _no_memory_flags() -> tuple[tuple[str, ...], frozenset[str]]:
-    """(prefixes, names) of flags known to leave GPU memory unchanged (data/megatron_flags.yaml)."""
+def flag_classes() -> FlagClasses:
     from memtune.files.data_yaml import load_data_yaml
     from memtune.files.paths import DATA_DIR
 
     table = load_data_yaml(DATA_DIR / "megatron_flags.yaml") or {}
-    return tuple(table.get("prefixes", ())), frozenset(table.get("names", ()))
+    return FlagClasses(
+        arguments=frozenset(table.get("arguments", ())),
+        modelled=frozenset(table.get("modelled", ())),
+        prefixes=tuple(table.get("prefixes", ())),
+        names=frozenset(table.get("names", ())),
+        warned=dict(table.get("warned", {})),
+        refused=dict(table.get("refused", {})),
+        deepspeed_neutral=frozenset(table.get("deepspeed_neutral", ())),
+    )

@@ -197,6 +197,7 @@ def parse_text(
     auto_export = False
     sbatch: dict[str, tuple[str, int]] = {}
     _define_slurm_variables(text, first_line, known, known_lines, budget)
+    loops: dict[str, tuple[str, ...]] = {}  # loop variable -> the values its passes take (when they differ)
     while True:
         item = lexer.next_command(known)
         if lexer.heredocs:
@@ -236,6 +237,12 @@ def parse_text(
                 env.append(EnvSetting(name, value, word.line, "export" if auto_export else "shell", file=path))
             continue
         head = words[0].text
+        if head == "for" and not words[0].quoted and len(words) >= 3 and words[2].text == "in":
+            _for_loop(words, known, known_lines, loops, budget, branches, env, notes, path)
+            continue
+        if head == "read" and not words[0].quoted:
+            _read_builtin(words, prefixes, known, known_lines, loops, budget, branches, env, notes, path)
+            continue
         if head in ("export", "declare", "typeset", "local", "readonly") and not words[0].quoted:
             exporting = head == "export"
             args = list(words[1:])
@@ -319,6 +326,120 @@ def parse_text(
     return LaunchScript(
         path, tuple(env), tuple(commands), sbatch, tuple(notes), lexer.unclosed, None, dict(budget.substitutions)
     )
+
+
+_LOOP_VALUE = re.compile(r"^\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?$")
+
+
+def _assign(
+    name: str,
+    value: str,
+    line: int,
+    known: dict[str, str],
+    known_lines: dict[str, Any],
+    budget: _Budget,
+    branches: _Branches,
+    env: list[EnvSetting],
+    path: str,
+) -> None:
+    """Record ``name=value`` made by a builtin (``for``, ``read``) as a plain assignment."""
+    word = Word(f"{name}={value}", line, False)
+    _remember(known, known_lines, name, value, word)
+    _note_origin(budget, branches, name, word, value)
+    env.append(EnvSetting(name, value, line, "shell", file=path))
+
+
+def _for_loop(
+    words: Sequence[Word],
+    known: dict[str, str],
+    known_lines: dict[str, Any],
+    loops: dict[str, tuple[str, ...]],
+    budget: _Budget,
+    branches: _Branches,
+    env: list[EnvSetting],
+    notes: list[str],
+    path: str,
+) -> None:
+    """``for NAME in a b c``: the body is read once, so NAME is known only when every pass
+    gives it the same value; otherwise its values are kept, and what the body derives from
+    them (``read TP PP <<< "$NAME"``) is known where all passes agree."""
+    name = words[1].text
+    values = tuple(w.text for w in words[3:] if w.text not in (";", "do"))
+    if not _IDENT.fullmatch(name) or not values or any("$" in v or "`" in v or "\0" in v for v in values):
+        known.pop(name, None)
+        loops.pop(name, None)
+        return
+    if len(set(values)) == 1:
+        loops.pop(name, None)
+        _assign(name, values[0], words[0].line, known, known_lines, budget, branches, env, path)
+        return
+    known.pop(name, None)
+    loops[name] = values
+    notes.append(
+        f"{path or 'script'}:{words[0].line}: the loop runs {len(values)} passes with {name} = "
+        + ", ".join(values[:6])
+        + ("..." if len(values) > 6 else "")
+        + "; a value that differs between passes is only known per pass"
+    )
+
+
+def _read_builtin(
+    words: Sequence[Word],
+    prefixes: Sequence[Word],
+    known: dict[str, str],
+    known_lines: dict[str, Any],
+    loops: dict[str, tuple[str, ...]],
+    budget: _Budget,
+    branches: _Branches,
+    env: list[EnvSetting],
+    notes: list[str],
+    path: str,
+) -> None:
+    """``IFS=',' read -r A B C <<< "$X"``: split the here-string as bash would (the last name
+    takes the rest). From a loop variable, each name is known when every pass splits to the
+    same value for it; a name whose value differs, or a read from stdin, stays unknown."""
+    names: list[str] = []
+    data: Word | None = None
+    i = 1
+    while i < len(words):
+        text = words[i].text
+        if text == "<<<":
+            data = words[i + 1] if i + 1 < len(words) else None
+            break
+        if text in ("-a", "-d", "-n", "-N", "-p", "-t", "-u"):
+            i += 2
+            continue
+        if not text.startswith("-") and _IDENT.fullmatch(text):
+            names.append(text)
+        i += 1
+    for name in names:
+        known.pop(name, None)
+        loops.pop(name, None)
+    if data is None or not names:
+        return
+    ifs = " \t\n"
+    for word in prefixes:
+        if word.text.startswith("IFS="):
+            ifs = _split_assignment(word.text, known)[1] or ifs
+
+    def split(text: str) -> list[str]:
+        pieces = re.split("[" + re.escape(ifs) + "]", text.strip(" \t\n"), maxsplit=len(names) - 1)
+        return pieces + [""] * (len(names) - len(pieces))
+
+    passes: list[list[str]]
+    source = _LOOP_VALUE.match(data.text)
+    if "$" not in data.text and "`" not in data.text:
+        passes = [split(data.text)]
+    elif source is not None and source.group(1) in loops:
+        passes = [split(value) for value in loops[source.group(1)]]
+    else:
+        return
+    for idx, name in enumerate(names):
+        got = {p[idx] for p in passes}
+        if len(got) == 1:
+            _assign(name, got.pop(), data.line, known, known_lines, budget, branches, env, path)
+        else:
+            loops[name] = tuple(p[idx] for p in passes)
 
 
 def _define_slurm_variables(
