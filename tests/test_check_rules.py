@@ -52,6 +52,7 @@ CASES = [
     ("mt022_world_not_divisible.sh", "MT022", "error", 11, {}),
     ("mt023_ep_experts.yaml", "MT023", "error", 11, {}),
     ("mt024_crlf.sh", "MT024", "error", 1, {}),
+    ("mt025_misspelt_key.yaml", "MT025", "error", 3, {}),
 ]
 
 

@@ -338,3 +338,9 @@ def experts_not_divisible(view: RunView) -> Iterable[Finding]:
         divisors=", ".join(map(str, options)),
         change=change_text(view, "ep", str(suggest)),
     )
+
+
+@rule("MT025")
+def misspelt_config_key(view: RunView) -> Iterable[Finding]:
+    for key, meant, source in view.misspelt:
+        yield make("MT025", source, key=key, meant=meant)

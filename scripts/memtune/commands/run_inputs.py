@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from memtune.errors import InputError
@@ -190,23 +189,17 @@ def _load_source(args: Any) -> tuple[Any, Any, list[str], dict[str, Any]]:
             raise InputError("give either --preset or --hf-config, not both")
         base = presets.load_preset(args.preset)
     if args.megatron_args:
-        from memtune.readers.megatron_args import load_megatron_args, specs_from_megatron_args
+        from memtune.readers.megatron_args import read_megatron_args, specs_from_megatron_args
 
         if base is not None:
             raise InputError("--megatron-args carries the model itself; drop --preset/--hf-config")
         if args.overrides:
             raise InputError("Hydra overrides apply to --config/--example, not to --megatron-args")
-        flags = load_megatron_args(args.megatron_args)
-        assumed: dict[str, tuple[str, ...]] = {}
+        reading = read_megatron_args(args.megatron_args)
+        flags, assumed = reading.flags, reading.assumed
         world, world_note = args.gpus, None
-        if Path(args.megatron_args).suffix.lower() not in (".json", ".yaml", ".yml"):
-            from memtune.files.textfile import read_text
-            from memtune.readers.megatron_args import launch_flag_assumptions, launch_world_size
-
-            text = read_text(Path(args.megatron_args), "a launch script", strict=False)
-            assumed = launch_flag_assumptions(text, str(args.megatron_args))
-            if world is None and "--world-size" not in flags:
-                world, world_note = launch_world_size(text, str(args.megatron_args))
+        if world is None and "--world-size" not in flags:
+            world, world_note = (reading.world.gpus, reading.world.note) if reading.world else (None, None)
         try:
             model, run, notes = specs_from_megatron_args(flags, world_size=world, assumed=assumed)
             if world_note:
@@ -241,7 +234,8 @@ def _load_source(args: Any) -> tuple[Any, Any, list[str], dict[str, Any]]:
             base = presets.load_preset(str(meta["preset"]))
         extras.update(meta)
         gpus = args.gpus or meta.get("gpus")
-        model, run, notes = specs_from_bridge(cfg, world_size=gpus, base=base)
+        forced = frozenset(o.lstrip("+").split("=", 1)[0] for o in args.overrides if o.startswith("+"))
+        model, run, notes = specs_from_bridge(cfg, world_size=gpus, base=base, forced=forced)
         return model, run, _with_model_notes(model_notes, notes), extras
     if args.overrides:
         raise InputError(f"override {args.overrides[0]!r} needs --config or --example")

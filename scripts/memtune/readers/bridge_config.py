@@ -212,10 +212,52 @@ def parse_bridge_yaml(path: str | Path, parse: Callable[[str], Any]) -> Any:
         raise InputError(f"{path}: the YAML {exc}: not a Megatron Bridge config; pass the real config") from None
 
 
+def recipe_summary(text: str) -> tuple[list[str], list[str]]:
+    """(recipe calls with their literal arguments, literal overrides) read from a Bridge Python
+    recipe's syntax tree - never executed: ``llama3_70b_pretrain_config(seq_length=8192)`` and
+    ``cfg.model.tensor_model_parallel_size = 4``."""
+    import ast
+
+    tree = ast.parse(text)
+    calls: list[str] = []
+    overrides: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if name.endswith(("_config", "_recipe")):
+                args = [
+                    f"{kw.arg}={kw.value.value!r}"
+                    for kw in node.keywords
+                    if kw.arg and isinstance(kw.value, ast.Constant)
+                ]
+                calls.append(f"{name}({', '.join(args)})")
+        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
+            for target in node.targets:
+                dotted = ast.unparse(target) if isinstance(target, ast.Attribute) else ""
+                parts = dotted.split(".")
+                if len(parts) >= 3:  # cfg.section.field = literal
+                    overrides.append(f"{'.'.join(parts[1:])}={node.value.value!r}")
+    return list(dict.fromkeys(calls)), list(dict.fromkeys(overrides))
+
+
 def load_bridge_yaml(path: str | Path) -> dict[str, Any]:
     from memtune.files import yaml_guard
 
     p = Path(path)
+    if p.suffix == ".py":
+        from memtune.files.textfile import read_text
+
+        try:
+            calls, overrides = recipe_summary(read_text(p, "a Megatron Bridge recipe", strict=False))
+        except (SyntaxError, ValueError, RecursionError):
+            calls, overrides = [], []
+        found = "; ".join(filter(None, (", ".join(calls[:3]), ", ".join(overrides[:8]))))
+        raise InputError(
+            f"{p}: a Python recipe is never run here{f' (it calls {found})' if found else ''}; pass --config "
+            "with the YAML the recipe writes (cfg.to_yaml() / the run's config dump) plus these overrides as "
+            "KEY=VALUE, or --hf-config with --tp/--pp/--mbs/--gbs/--seq-length"
+        )
     data = parse_bridge_yaml(p, yaml_guard.safe_load)
     if data is None:
         return {}
@@ -405,7 +447,7 @@ def _sequence_length(model_s: Mapping[str, Any], dataset: Mapping[str, Any], ass
     return where, value
 
 
-def _misspelt_model_keys(model_s: Mapping[str, Any]) -> list[str]:
+def _misspelt_model_keys(model_s: Mapping[str, Any], forced: frozenset[str] = frozenset()) -> list[str]:
     """A note per ``model`` key that misspells a field the reader uses (``sequence_parallelism``).
 
     A full dump holds a few hundred provider fields the estimator does not need, so unknown
@@ -417,20 +459,51 @@ def _misspelt_model_keys(model_s: Mapping[str, Any]) -> list[str]:
     used = set(model_field_names()) | set(_MODEL_ALIASES) | set(_RUN_MODEL_KEYS)
     notes = []
     for key in model_s:
-        if key in used or str(key).startswith("_"):
+        if f"model.{key}" in forced or key in used or str(key).startswith("_"):
             continue
         near = sorted(name for name in used if typo_of(str(key), name))
         if near:
-            notes.append(
-                f"WARNING: model.{key} is not a Megatron Bridge field (did you mean model.{near[0]}?); ignored"
+            raise InputError(
+                f"model.{key} is not a Megatron Bridge field (did you mean model.{near[0]}?); Bridge refuses "
+                "an unknown key (or the run trains without the setting meant): fix the key"
             )
     return notes
 
 
+def _refuse_misspelt_sections(cfg: Mapping[str, Any], forced: frozenset[str] = frozenset()) -> None:
+    """Raise InputError for a key outside ``model`` that misspells a field of its section
+    (``train.micro_batch_sizes``), as check_env's MT025 reports it."""
+    from memtune.readers.run_view import misspelt_config_keys
+
+    flat: dict[str, tuple[Any, str, str]] = {}
+
+    def walk(node: Mapping[str, Any], prefix: str) -> None:
+        for key, value in node.items():
+            dotted = f"{prefix}{key}"
+            if isinstance(value, Mapping):
+                walk(value, dotted + ".")
+            else:
+                flat[dotted] = (value, "config", f"{dotted}: ")
+
+    walk({k: v for k, v in cfg.items() if k != "model"}, "")
+    for key, meant, _ in misspelt_config_keys(flat):
+        if key in forced:
+            continue
+        raise InputError(
+            f"{key} is not a Megatron Bridge field (did you mean {meant}?); Bridge refuses an unknown key "
+            "(or the run trains without the setting meant): fix the key"
+        )
+
+
 def specs_from_bridge(
-    cfg: Mapping[str, Any], world_size: int | None = None, base: ModelSpec | None = None
+    cfg: Mapping[str, Any],
+    world_size: int | None = None,
+    base: ModelSpec | None = None,
+    forced: frozenset[str] = frozenset(),
 ) -> tuple[ModelSpec, RunSpec, list[str]]:
-    """(ModelSpec, RunSpec, assumptions) from a ConfigContainer mapping."""
+    """(ModelSpec, RunSpec, assumptions) from a ConfigContainer mapping. A key that misspells a
+    field of its section is refused (as Bridge refuses it) unless ``forced`` names it (a
+    ``+key=`` / ``++key=`` override: the user added it on purpose)."""
     assumptions: list[str] = []
     cfg = _tidy(cfg)
     unknown = [k for k in cfg if k not in SECTIONS and not str(k).startswith("_")]
@@ -455,7 +528,8 @@ def specs_from_bridge(
     dataset = _section(cfg, "dataset")
     comm = _section(cfg, "comm_overlap")
     model = model_from_bridge(model_s, base)
-    assumptions.extend(_misspelt_model_keys(model_s))
+    assumptions.extend(_misspelt_model_keys(model_s, forced))
+    _refuse_misspelt_sections(cfg, forced)
 
     if world_size is None:
         from memtune.spec.run_spec import assumed_world_note, smallest_world

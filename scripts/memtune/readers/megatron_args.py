@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, overload
 from memtune.errors import InputError
 
 if TYPE_CHECKING:  # imported lazily at run time (module doc)
+    from memtune.readers.launch.world import WorldReading
     from memtune.spec.model_spec import ModelSpec
     from memtune.spec.run_spec import RunSpec
 
@@ -62,57 +63,63 @@ def _flag_value(values: tuple[str, ...]) -> Any:
     return scalars[0] if len(scalars) == 1 else scalars
 
 
-def parse_launch_text(text: str, source: str = "<text>") -> dict[str, Any]:
-    """Every ``--flag`` of a launch script's Python command(s), later commands winning.
+@dataclass(frozen=True)
+class MegatronArgsReading:
+    """One source of Megatron-LM flags, read once: the flags, what the shell reader assumed to
+    produce each one, and the GPU count the launcher asks for (memtune.readers.launch.world).
 
-    The script is read by check_env's shell reader (:mod:`memtune.readers.launch`: line
-    continuations, comments, ``$VAR`` / ``${VAR:-x}`` expansion from earlier assignments,
-    ``srun`` / ``torchrun`` / ``python -m`` launchers), so both helpers see the same flags in
-    the same script. A file that is only a list of flags (no command) is read as one.
+    A YAML/JSON mapping of flags has no launcher, so ``assumed`` is empty and ``world`` None.
+    """
+
+    flags: dict[str, Any]
+    assumed: dict[str, tuple[str, ...]]
+    world: WorldReading | None
+    source: str
+
+    @property
+    def world_note(self) -> str | None:
+        return self.world.note if self.world is not None else None
+
+
+def read_launch_text(text: str, source: str = "<text>") -> MegatronArgsReading:
+    """Every ``--flag`` of a launch script's training command, with its assumptions and the
+    world size, from ONE pass of check_env's shell reader (:mod:`memtune.readers.launch`: line
+    continuations, comments, ``$VAR`` / ``${VAR:-x}`` expansion, ``srun`` / ``torchrun`` /
+    ``deepspeed`` / ``python -m`` launchers), so both helpers see the same flags in the same
+    script. The training command is the one check_env names; a file with none (only a list of
+    flags, or helper python calls) is read across its commands, later ones winning.
     """
     from memtune.readers.launch.args import split_program_args
     from memtune.readers.launch.commands import parse_text
+    from memtune.readers.launch.world import read_world
 
     script = parse_text(text, source)
-    commands = script.python_commands or script.commands
+    training = script.training_command()
+    if training is not None and training.program_args:
+        commands: tuple[Any, ...] = (training,)
+    else:
+        commands = script.python_commands or script.commands
     flags: dict[str, Any] = {}
+    assumed: dict[str, tuple[str, ...]] = {}
     for command in commands:
         words = command.program_args if command.is_python else command.words
         parsed, _ = split_program_args(words)
         for name, flag in parsed.items():
             flags["--" + name] = _flag_value(flag.values)
-    return flags
+            assumed["--" + name] = flag.assumed
+    return MegatronArgsReading(flags, assumed, read_world(script, training), source)
 
 
-def launch_flag_assumptions(text: str, source: str = "<text>") -> dict[str, tuple[str, ...]]:
-    """``{"--flag": notes}``: what the shell reader assumed to produce each flag of the
-    training command (an unset variable's default, a value picked between if/case branches
-    it could not decide), so the estimate can say so next to the numbers it used."""
-    from memtune.readers.launch.args import split_program_args
-    from memtune.readers.launch.commands import parse_text
-
-    script = parse_text(text, source)
-    out: dict[str, tuple[str, ...]] = {}
-    for command in script.python_commands or script.commands:
-        words = command.program_args if command.is_python else command.words
-        parsed, _ = split_program_args(words)
-        for name, flag in parsed.items():
-            out["--" + name] = flag.assumed
-    return out
+def parse_launch_text(text: str, source: str = "<text>") -> dict[str, Any]:
+    """The flags of :func:`read_launch_text` (for callers that need only those)."""
+    return read_launch_text(text, source).flags
 
 
 def launch_world_size(text: str, source: str = "<text>") -> tuple[int | None, str | None]:
-    """(GPU count, note) from the training command's launcher and the scheduler
-    (memtune.readers.launch.world), or (None, a loud warning) when the count is built from
-    values the job only knows at run time."""
-    from memtune.readers.launch.commands import parse_text
-    from memtune.readers.launch.world import read_world
-
-    script = parse_text(text, source)
-    reading = read_world(script, script.training_command())
-    if reading is None:
-        return None, None
-    return reading.gpus, reading.note
+    """(GPU count, note) of :func:`read_launch_text`: None with a loud warning when the count
+    is built from values the job only knows at run time."""
+    world = read_launch_text(text, source).world
+    return (None, None) if world is None else (world.gpus, world.note)
 
 
 def _mapping_flags(data: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -124,8 +131,11 @@ def _mapping_flags(data: Mapping[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def load_megatron_args(path: str | Path) -> dict[str, Any]:
-    """Read flags from a launch script, or a YAML/JSON mapping of flags."""
+def read_megatron_args(path: str | Path) -> MegatronArgsReading:
+    """Read Megatron flags from a launch script, or a YAML/JSON mapping of flags, once.
+
+    The reader decides which shape the file is (its suffix, or JSON text starting with ``{``),
+    so a caller never has to."""
     from memtune.files.textfile import read_text
 
     p = Path(path)
@@ -147,12 +157,17 @@ def load_megatron_args(path: str | Path) -> dict[str, Any]:
         if isinstance(data, Mapping):
             flags = _mapping_flags(data)
             if flags is not None:
-                return flags
+                return MegatronArgsReading(flags, {}, None, str(p))
         raise InputError(f"{p}: expected a mapping of Megatron flags like {{'--num-layers': 32}} (or MODEL_ARGS: ...)")
-    flags = parse_launch_text(text, str(p))
-    if not flags:
+    reading = read_launch_text(text, str(p))
+    if not reading.flags:
         raise InputError(f"{p}: no --flags found; pass a launch script or a YAML/JSON mapping of flags")
-    return flags
+    return reading
+
+
+def load_megatron_args(path: str | Path) -> dict[str, Any]:
+    """The flags of :func:`read_megatron_args`."""
+    return read_megatron_args(path).flags
 
 
 # ---------------------------------------------------------------------- to specs

@@ -75,6 +75,7 @@ class RunView:
     flat: dict[str, tuple[Any, str, str]] = field(default_factory=dict)  # config key -> (value, source, text)
     flags: dict[str, Flag] = field(default_factory=dict)  # training command's Megatron-LM flags
     crlf_scripts: list[tuple[LaunchScript, Command | None]] = field(default_factory=list)  # CR LF line endings
+    misspelt: list[tuple[str, str, str]] = field(default_factory=list)  # (config key, the field meant, source)
 
     def get(self, name: str, default: Any = None) -> Any:
         item = self.settings.get(name)
@@ -382,7 +383,7 @@ def build(inputs: Inputs) -> RunView:
             view.config_form = "hydra"
 
     _resolve_references(flat)
-    view.notes.extend(_misspelt_config_keys(flat))
+    view.misspelt.extend(misspelt_config_keys(flat))
     view.flat = flat
     view.flags = flag_values
     # --- canonical settings ------------------------------------------------------------
@@ -533,21 +534,23 @@ def _resolve_references(flat: dict[str, tuple[Any, str, str]]) -> None:
             flat[key] = (resolve_reference(value, lookup), source, text)
 
 
-def _misspelt_config_keys(flat: Mapping[str, tuple[Any, str, str]]) -> list[str]:
-    """A note per config key that misspells a key the checks read (``model.sequence_parallelism``):
-    Bridge has no such field, so the setting the user meant is not in the run."""
+def misspelt_config_keys(flat: Mapping[str, tuple[Any, str, str]]) -> list[tuple[str, str, str]]:
+    """(key, the field it misspells, source) for each config key a letter or a word away from a
+    field of its section (``model.tensor_model_paralel_size``): Bridge has no such field, so it
+    refuses the config, or the run trains without the setting the user meant."""
+    from memtune.spec.model_spec import model_field_names
     from memtune.spec.overrides import typo_of
 
-    known = known_paths()
-    notes = []
+    known = known_paths() | {f"model.{name}" for name in model_field_names()}
+    out = []
     for key, (_value, source, text) in flat.items():
         if key in known or not text.startswith(f"{key}: "):
             continue
         section, _, leaf = key.rpartition(".")
         near = sorted(p for p in known if p.rpartition(".")[0] == section and typo_of(leaf, p.rpartition(".")[2]))
         if near:
-            notes.append(f"{source}: {key} is not a Megatron Bridge field (did you mean {near[0]}?); ignored")
-    return notes
+            out.append((key, near[0], source))
+    return out
 
 
 def _shell_expansion(value: Any) -> bool:
