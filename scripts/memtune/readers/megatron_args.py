@@ -385,7 +385,11 @@ def vocab_from_tokenizer(a: Mapping[str, Any]) -> tuple[int, str]:
     if model_file.startswith("$"):
         model_file = named = ""
     for key, entry in table.get("models", {}).items():
-        if model_file and (key.lower() in model_file or ("/" in key and key.lower() in named)):
+        if entry.get("exact"):
+            hit = model_file == key.lower()
+        else:
+            hit = key.lower() in model_file or ("/" in key and key.lower() in named)
+        if model_file and hit:
             return int(entry["vocab_size"]), (
                 f"vocabulary {entry['vocab_size']} for tokenizer {named if '/' in key else model_file} "
                 f"({entry['source']}); pass --vocab-size if yours differs"

@@ -156,7 +156,7 @@ def _skip_torchrun_options(words: Sequence[Word], i: int, options: dict[str, str
     """Record a per-node launcher's options (``torchrun.nproc_per_node``, ``deepspeed.num_gpus``)
     and return the index of the first word after them."""
     n = len(words)
-    valueless = {"standalone", "no-python", "no_python", "module", "run-path", "run_path", "tee", "r"}
+    valueless = {"standalone", "no-python", "no_python", "module", "run-path", "run_path"}  # --tee / -r take a value
     if owner == "deepspeed":
         valueless = {"no_python", "no_local_rank", "no_ssh_check", "force_multi", "autotuning", "elastic_training"}
     while i < n and words[i].text.startswith("-") and words[i].text not in ("-m", "--module"):
@@ -316,6 +316,9 @@ def parse_text(
                         cmd.program,
                         cmd.program_args,
                         {**outer_options, **cmd.launcher_options},
+                        # words expanded from a variable set before the inner script run where
+                        # the expansion stands in it: at the latest, its end
+                        inner.line + inner.text.count("\n") if cmd.line < inner.line else cmd.run_line,
                     )
                 )
             notes.extend(sub.notes)
