@@ -48,7 +48,12 @@ def test_every_argument_is_classified() -> None:
 
 def test_the_classes_do_not_overlap() -> None:
     table = flag_classes()
-    groups = {"modelled": table.modelled, "names": table.names, "warned": set(table.warned), "refused": set(table.refused)}
+    groups = {
+        "modelled": table.modelled,
+        "names": table.names,
+        "warned": set(table.warned),
+        "refused": set(table.refused),
+    }
     for a, first in groups.items():
         for b, second in groups.items():
             if a < b:

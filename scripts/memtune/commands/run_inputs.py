@@ -2,10 +2,16 @@
 
 Both helpers take the same inputs - one model/run source (preset, HF config, Megatron-LM
 flags, Megatron Bridge YAML + Hydra overrides, or the embedded seed example), plain flags
-that change the run, and the GPU memory - so they share one argument set and one loader:
-:func:`add_input_arguments` adds the flags to a parser and :func:`load_model_and_run`
-turns the parsed namespace into a :class:`RunInputs`. Keeping it in one module means a new
-flag reaches both helpers, and neither reaches into the other's private functions.
+that change the run, and the GPU memory. The click options live once in
+:mod:`memtune.commands.options` (the ``run_input_options`` decorators both commands wear);
+:func:`load_model_and_run` turns the parsed option values into a :class:`RunInputs`, so a new
+option reaches both helpers and neither reaches into the other's private functions.
+
+Reading a source is the readers' job: each source has one entry point that reads its file
+once and says what it assumed (``read_hf_config``, ``read_megatron_args`` - flags, assumptions
+and the launcher's world size from one parse - and ``load_bridge_yaml``, which also turns a
+Python recipe away with what to pass instead). This module only picks the source the user
+named, checks that the sources do not conflict, and applies the plain flags on top.
 
 Only the standard library and stdlib-only memtune modules are imported at top level
 (``--help`` must work without PyYAML); loaders that need YAML are imported lazily.
@@ -195,11 +201,11 @@ def _load_source(args: Any) -> tuple[Any, Any, list[str], dict[str, Any]]:
             raise InputError("--megatron-args carries the model itself; drop --preset/--hf-config")
         if args.overrides:
             raise InputError("Hydra overrides apply to --config/--example, not to --megatron-args")
-        reading = read_megatron_args(args.megatron_args)
-        flags, assumed = reading.flags, reading.assumed
+        launch = read_megatron_args(args.megatron_args)
+        flags, assumed = launch.flags, launch.assumed
         world, world_note = args.gpus, None
-        if world is None and "--world-size" not in flags:
-            world, world_note = (reading.world.gpus, reading.world.note) if reading.world else (None, None)
+        if world is None and "--world-size" not in flags and launch.world is not None:
+            world, world_note = launch.world.gpus, launch.world.note
         try:
             model, run, notes = specs_from_megatron_args(flags, world_size=world, assumed=assumed)
             if world_note:

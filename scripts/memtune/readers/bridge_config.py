@@ -355,8 +355,32 @@ def _str_field(section: Mapping[str, Any], key: str, where: str, default: str | 
     return str(value)
 
 
+_LINEAR_VARIANTS = ("gdn", "gdn2", "gated_delta_net")
+
+
+def _refuse_linear_attention(model: Mapping[str, Any]) -> None:
+    """A linear-attention hybrid (Gated DeltaNet layers, Qwen3-Next) is not modelled and an
+    estimate of it as a transformer would be far off: refuse in one line, as the Megatron-args
+    and HF-config readers do."""
+    variant = str(model.get("experimental_attention_variant") or "").strip().lower()
+    target = str(model.get("_target_") or "")
+    found = None
+    if variant in _LINEAR_VARIANTS:
+        found = f"model.experimental_attention_variant {variant}"
+    elif model.get("linear_attention_freq") not in (None, "", False):
+        found = f"model.linear_attention_freq {model['linear_attention_freq']}"
+    elif "Qwen3Next" in target:
+        found = f"model._target_ {target}"
+    if found:
+        raise InputError(
+            f"{found}: a linear-attention hybrid (Gated DeltaNet layers, as in Qwen3-Next) is not modelled and an "
+            "estimate would be far off; no estimate is made - measure one step with torch.cuda.max_memory_allocated()"
+        )
+
+
 def model_from_bridge(model: Mapping[str, Any], base: ModelSpec | None = None) -> ModelSpec:
     """Architecture from the ``model`` section (on top of ``base`` when given)."""
+    _refuse_linear_attention(model)
     known = set(model_field_names())
     values: dict[str, Any] = {}
     if base is not None:
@@ -457,7 +481,7 @@ def _misspelt_model_keys(model_s: Mapping[str, Any], forced: frozenset[str] = fr
     from memtune.spec.overrides import typo_of
 
     used = set(model_field_names()) | set(_MODEL_ALIASES) | set(_RUN_MODEL_KEYS)
-    notes = []
+    notes: list[str] = []
     for key in model_s:
         if f"model.{key}" in forced or key in used or str(key).startswith("_"):
             continue

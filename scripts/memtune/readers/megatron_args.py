@@ -624,7 +624,9 @@ def specs_from_megatron_args(
             "full" if legacy_full else ("selective" if _bool(a, "recompute_activations") else None),
         ),
         recompute_method=_str(a, "recompute_method", "uniform" if legacy_full else None),
-        recompute_num_layers=_int(a, "recompute_num_layers", _int(a, "checkpoint_num_layers", 1) if legacy_full else None),
+        recompute_num_layers=_int(
+            a, "recompute_num_layers", _int(a, "checkpoint_num_layers", 1) if legacy_full else None
+        ),
         recompute_modules=recompute_modules,
         attention_backend=_str(a, "attention_backend", "auto"),
         attention_dropout=_float(a, "attention_dropout", 0.1),
@@ -676,7 +678,10 @@ def specs_from_megatron_args(
     unmodelled = memory_flags_not_modelled(a)
     if zero_stage >= 2:
         unmodelled.append(
-            ("zero_stage", f"ZeRO stage {zero_stage} also shards gradients{' and weights' if zero_stage >= 3 else ''} over DP; the estimate shards only the optimizer state (stage 1), so it is high")
+            (
+                "zero_stage",
+                f"ZeRO stage {zero_stage} also shards gradients{' and weights' if zero_stage >= 3 else ''} over DP; the estimate shards only the optimizer state (stage 1), so it is high",
+            )
         )
     if _flag(a, "deepspeed_config") is not None or _flag(a, "deepspeed_config_dict") is not None:
         assumptions.append(
@@ -753,6 +758,11 @@ def ignored_flags(a: Mapping[str, Any]) -> list[str]:
     )
 
 
+def _peek(a: Mapping[str, Any], key: str) -> Any:
+    """A flag's value without marking it read (a _ReadFlags lists what the estimate used)."""
+    return dict.get(a, key) if isinstance(a, dict) else a.get(key)
+
+
 def _given(value: Any) -> bool:
     """Is a flag switched on? (``--x false`` / ``--x none`` in a mapping is not.)"""
     if value is None or value is False:
@@ -764,8 +774,8 @@ def memory_flags_not_modelled(a: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(flag, why) for each given flag that changes memory but is not modelled (the
     ``warned`` class of data/megatron_flags.yaml), in the order given."""
     warned = flag_classes().warned
-    out = [(k, warned[k]) for k in a if k in warned and _given(dict.get(a, k))]
-    if str(dict.get(a, "experimental_attention_variant", "")).strip().lower() == "dsa":
+    out = [(k, warned[k]) for k in a if k in warned and _given(_peek(a, k))]
+    if str(_peek(a, "experimental_attention_variant") or "").strip().lower() == "dsa":
         out.append(("experimental_attention_variant", "DeepSeek sparse attention adds an indexer per layer"))
     return out
 
@@ -775,7 +785,7 @@ def refuse_unmodelled_models(a: Mapping[str, Any]) -> None:
     such a model (a linear-attention hybrid like Qwen3-Next) would be far off, so none is made."""
     refused = flag_classes().refused
     for k in a:
-        value = dict.get(a, k)
+        value = _peek(a, k)
         if k == "experimental_attention_variant" and str(value).strip().lower() == "dsa":
             continue  # sparse attention (DeepSeek-V3.2): warned, the model is still a transformer
         if k in refused and _given(value):
