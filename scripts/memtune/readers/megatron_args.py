@@ -577,6 +577,10 @@ def specs_from_megatron_args(
     # distributed optimizer does (stages 2 and 3 also shard gradients / weights: warned below)
     legacy_full = _bool(a, "checkpoint_activations")
     zero_stage = _int(a, "zero_stage", 0) or 0
+    # DeepSpeed trains bf16 at ZeRO stage 0 with its BF16_Optimizer, which partitions the fp32
+    # master weights and Adam state over data-parallel ranks like stage 1 (BigScience's BLOOM
+    # scripts: "bf16 must use z0! it implements its own zero stage 1 equivalent")
+    ds_bf16_sharded = _bool(a, "deepspeed") and _bool(a, "bf16") and zero_stage == 0
     fp16 = _bool(a, "fp16")
     bf16 = _bool(a, "bf16")
     params_dtype = "fp16" if fp16 else ("bf16" if bf16 else "fp32")
@@ -605,7 +609,7 @@ def specs_from_megatron_args(
         grad_reduce_in_fp32=(bf16 and not _bool(a, "grad_reduce_in_bf16"))
         or _bool(a, "accumulate_allreduce_grads_in_fp32"),
         optimizer=_str(a, "optimizer", "adam"),
-        use_distributed_optimizer=_bool(a, "use_distributed_optimizer") or zero_stage >= 1,
+        use_distributed_optimizer=_bool(a, "use_distributed_optimizer") or zero_stage >= 1 or ds_bf16_sharded,
         num_distributed_optimizer_instances=_int(a, "num_distributed_optimizer_instances", 1) or 1,
         use_precision_aware_optimizer=_bool(a, "use_precision_aware_optimizer"),
         main_params_dtype=normalize_dtype(_flag(a, "main_params_dtype", "fp32")),
@@ -682,6 +686,11 @@ def specs_from_megatron_args(
                 "zero_stage",
                 f"ZeRO stage {zero_stage} also shards gradients{' and weights' if zero_stage >= 3 else ''} over DP; the estimate shards only the optimizer state (stage 1), so it is high",
             )
+        )
+    if ds_bf16_sharded:
+        assumptions.append(
+            "DeepSpeed bf16 at ZeRO stage 0 runs its BF16_Optimizer, which shards the fp32 master weights and "
+            "optimizer state over data-parallel ranks like stage 1: modelled as the distributed optimizer"
         )
     if _flag(a, "deepspeed_config") is not None or _flag(a, "deepspeed_config_dict") is not None:
         assumptions.append(

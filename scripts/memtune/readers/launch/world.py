@@ -65,9 +65,9 @@ def slurm_variables(sbatch: Mapping[str, tuple[str, int]]) -> dict[str, tuple[st
         value = given if value is None else value
         if not value.isdigit():
             return
-        dashes = "--" if len(key) > 1 else "-"
+        written = f"--{key}={given}" if len(key) > 1 else f"-{key} {given}"
         for name in names:
-            out[name] = (value, line, f"{dashes}{key}={given}")
+            out[name] = (value, line, written)
 
     for key in ("nodes", "N"):
         if key in sbatch:
