@@ -111,6 +111,8 @@ def test_a_bridge_python_recipe_is_read_not_run(invoke: Any) -> None:
     assert len(line.splitlines()) == 1
     assert "llama32_1b_pretrain_config()" in line and "train.train_iters=10" in line
     assert "pass --config with the YAML the recipe writes" in line and "--hf-config" in line
+    checked = invoke("check_env", "--config", str(recipe))  # check_env says the same, not "invalid YAML"
+    assert checked.exit_code == 2 and "a Python recipe is never run here" in checked.stderr
 
 
 def test_a_megatron_args_walk_parses_the_script_once(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -241,23 +241,32 @@ def recipe_summary(text: str) -> tuple[list[str], list[str]]:
     return list(dict.fromkeys(calls)), list(dict.fromkeys(overrides))
 
 
+def refuse_python_recipe(path: str | Path) -> None:
+    """Raise InputError for a Bridge Python recipe (``*.py``): it is never run, so the config it
+    builds is unknown here; the one line names the recipe call and the literal overrides read
+    from its syntax tree, and what to pass instead."""
+    p = Path(path)
+    if p.suffix != ".py":
+        return
+    from memtune.files.textfile import read_text
+
+    try:
+        calls, overrides = recipe_summary(read_text(p, "a Megatron Bridge recipe", strict=False))
+    except (SyntaxError, ValueError, RecursionError):
+        calls, overrides = [], []
+    found = "; ".join(filter(None, (", ".join(calls[:3]), ", ".join(overrides[:8]))))
+    raise InputError(
+        f"{p}: a Python recipe is never run here{f' (it calls {found})' if found else ''}; pass --config "
+        "with the YAML the recipe writes (cfg.to_yaml() / the run's config dump) plus these overrides as "
+        "KEY=VALUE, or --hf-config with --tp/--pp/--mbs/--gbs/--seq-length"
+    )
+
+
 def load_bridge_yaml(path: str | Path) -> dict[str, Any]:
     from memtune.files import yaml_guard
 
     p = Path(path)
-    if p.suffix == ".py":
-        from memtune.files.textfile import read_text
-
-        try:
-            calls, overrides = recipe_summary(read_text(p, "a Megatron Bridge recipe", strict=False))
-        except (SyntaxError, ValueError, RecursionError):
-            calls, overrides = [], []
-        found = "; ".join(filter(None, (", ".join(calls[:3]), ", ".join(overrides[:8]))))
-        raise InputError(
-            f"{p}: a Python recipe is never run here{f' (it calls {found})' if found else ''}; pass --config "
-            "with the YAML the recipe writes (cfg.to_yaml() / the run's config dump) plus these overrides as "
-            "KEY=VALUE, or --hf-config with --tp/--pp/--mbs/--gbs/--seq-length"
-        )
+    refuse_python_recipe(p)
     data = parse_bridge_yaml(p, yaml_guard.safe_load)
     if data is None:
         return {}
