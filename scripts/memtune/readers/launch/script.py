@@ -196,7 +196,21 @@ class LaunchScript:
         return [s for s in self.env if s.name == name and s.how != "prefix" and s.line > command.starts_at]
 
 
-_WORLD_OPTIONS = ("nproc_per_node", "nproc-per-node", "nnodes", "ntasks-per-node", "nodes", "N")
+_WORLD_OPTIONS = (
+    "nproc_per_node",
+    "nproc-per-node",
+    "nnodes",
+    "ntasks-per-node",
+    "nodes",
+    "N",
+    "num_gpus",
+    "num-gpus",
+    "num_nodes",
+    "num-nodes",
+    "np",
+    "npernode",
+    "ntasks",
+)
 
 
 def world_size_assumptions(command: Command) -> list[str]:
