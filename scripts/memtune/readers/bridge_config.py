@@ -212,58 +212,9 @@ def parse_bridge_yaml(path: str | Path, parse: Callable[[str], Any]) -> Any:
         raise InputError(f"{path}: the YAML {exc}: not a Megatron Bridge config; pass the real config") from None
 
 
-def recipe_summary(text: str) -> tuple[list[str], list[str]]:
-    """(recipe calls with their literal arguments, literal overrides) read from a Bridge Python
-    recipe's syntax tree - never executed: ``llama3_70b_pretrain_config(seq_length=8192)`` and
-    ``cfg.model.tensor_model_parallel_size = 4``."""
-    import ast
-
-    tree = ast.parse(text)
-    calls: list[str] = []
-    overrides: list[str] = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call):
-            func = node.func
-            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-            if name.endswith(("_config", "_recipe")):
-                args = [
-                    f"{kw.arg}={kw.value.value!r}"
-                    for kw in node.keywords
-                    if kw.arg and isinstance(kw.value, ast.Constant)
-                ]
-                calls.append(f"{name}({', '.join(args)})")
-        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
-            for target in node.targets:
-                dotted = ast.unparse(target) if isinstance(target, ast.Attribute) else ""
-                parts = dotted.split(".")
-                if len(parts) >= 3:  # cfg.section.field = literal
-                    overrides.append(f"{'.'.join(parts[1:])}={node.value.value!r}")
-    return list(dict.fromkeys(calls)), list(dict.fromkeys(overrides))
-
-
-def refuse_python_recipe(path: str | Path) -> None:
-    """Raise InputError for a Bridge Python recipe (``*.py``): it is never run, so the config it
-    builds is unknown here; the one line names the recipe call and the literal overrides read
-    from its syntax tree, and what to pass instead."""
-    p = Path(path)
-    if p.suffix != ".py":
-        return
-    from memtune.files.textfile import read_text
-
-    try:
-        calls, overrides = recipe_summary(read_text(p, "a Megatron Bridge recipe", strict=False))
-    except (SyntaxError, ValueError, RecursionError):
-        calls, overrides = [], []
-    found = "; ".join(filter(None, (", ".join(calls[:3]), ", ".join(overrides[:8]))))
-    raise InputError(
-        f"{p}: a Python recipe is never run here{f' (it calls {found})' if found else ''}; pass --config "
-        "with the YAML the recipe writes (cfg.to_yaml() / the run's config dump) plus these overrides as "
-        "KEY=VALUE, or --hf-config with --tp/--pp/--mbs/--gbs/--seq-length"
-    )
-
-
 def load_bridge_yaml(path: str | Path) -> dict[str, Any]:
     from memtune.files import yaml_guard
+    from memtune.readers.bridge_recipe import refuse_python_recipe
 
     p = Path(path)
     refuse_python_recipe(p)
@@ -424,7 +375,7 @@ def model_from_bridge(model: Mapping[str, Any], base: ModelSpec | None = None) -
         raise InputError(str(exc)) from None
     pattern = values.get("moe_layer_pattern")
     if pattern is not None:
-        from memtune.readers.megatron_args import parse_layer_pattern
+        from memtune.readers.megatron_layout import parse_layer_pattern
 
         values["moe_layer_pattern"] = parse_layer_pattern(pattern, values["num_layers"])
     return ModelSpec(**values)
@@ -624,7 +575,7 @@ def specs_from_bridge(
     stage_layers = None
     layout = model_s.get("pipeline_model_parallel_layout")
     if isinstance(layout, str) and layout:
-        from memtune.readers.megatron_args import parse_pipeline_layout
+        from memtune.readers.megatron_layout import parse_pipeline_layout
 
         stage_layers, vpp = parse_pipeline_layout(layout, pp)
     run = RunSpec(

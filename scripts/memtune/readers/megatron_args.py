@@ -27,6 +27,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
 from memtune.errors import InputError
+from memtune.readers.megatron_flags import (
+    flag_classes as flag_classes,  # re-exported: the classification callers look up here
+)
+from memtune.readers.megatron_flags import ignored_flags, memory_flags_not_modelled, refuse_unmodelled_models
+from memtune.readers.megatron_layout import (  # re-exported: callers read layouts through this module
+    deepspeed_pipeline_split as deepspeed_pipeline_split,
+)
+from memtune.readers.megatron_layout import hybrid_pipeline_split as hybrid_pipeline_split
+from memtune.readers.megatron_layout import parse_layer_pattern as parse_layer_pattern
+from memtune.readers.megatron_layout import parse_pipeline_layout as parse_pipeline_layout
 
 if TYPE_CHECKING:  # imported lazily at run time (module doc)
     from memtune.readers.launch.world import WorldReading
@@ -171,108 +181,6 @@ def load_megatron_args(path: str | Path) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------- to specs
-def parse_layer_pattern(value: Any, num_layers: int) -> tuple[int, ...] | None:
-    """--moe-layer-freq: an int N (every N-th layer is MoE), a list, or '([0]*3+[1]*12)'."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        raise InputError(f"--moe-layer-freq: expected an integer or a pattern, got {value!r}")
-    if isinstance(value, int):
-        if value <= 0:
-            raise InputError(f"--moe-layer-freq must be positive, got {value}")
-        return tuple(1 if i % value == 0 else 0 for i in range(num_layers))
-    if isinstance(value, (list, tuple)):
-        if not all(str(x).strip() in ("0", "1") for x in value):
-            raise InputError(f"--moe-layer-freq: a list must hold 0/1 flags, got {value!r}")
-        if len(value) != num_layers:
-            raise InputError(f"--moe-layer-freq pattern has {len(value)} entries but --num-layers is {num_layers}")
-        return tuple(int(str(x).strip()) for x in value)
-    text = str(value).replace(" ", "")
-    if text.isdigit():
-        return parse_layer_pattern(int(text), num_layers)
-    text = text.strip("()")
-    out: list[int] = []
-    for part in text.split("+"):
-        m = re.fullmatch(r"\[([0-9,]*)\](?:\*(\d+))?", part)
-        if not m:
-            raise InputError(f"--moe-layer-freq: cannot read pattern {value!r}; use e.g. '([0]*3+[1]*12)'")
-        items = [int(x) for x in m.group(1).split(",") if x]
-        out.extend(items * int(m.group(2) or 1))
-    if len(out) != num_layers:
-        raise InputError(f"--moe-layer-freq pattern has {len(out)} entries but --num-layers is {num_layers}")
-    return tuple(out)
-
-
-def deepspeed_pipeline_split(method: Any, layers: int, pp: int, tied: bool = True) -> tuple[int, ...] | None:
-    """Megatron-DeepSpeed ``--pp-partition-method``: decoder layers per stage, or None for the
-    uniform split Megatron-LM makes.
-
-    ``type:transformer|embedding`` balances the layers whose class matches (the transformer
-    layers and the embedding, plus the tied output embedding at the end) in equal parts, the
-    first stages taking one more when they do not divide (DeepSpeed's uniform partition); so 70
-    layers + 2 embeddings over PP 12 is 6 units a stage: 5 layers on the first and last stage,
-    6 between. ``parameters`` balances by parameter count, which is the same split for equal layers
-    with the embedding counted as layers, and is refused rather than guessed.
-    """
-    if method is None or pp <= 1:
-        return None
-    text = str(method).strip().strip("'\"").lower()
-    if text in ("uniform", "type:transformer"):
-        units = ["t"] * layers
-    elif text in ("type:transformer|embedding", "type:embedding|transformer"):
-        units = ["e"] + ["t"] * layers + (["e"] if tied else [])
-    else:
-        raise InputError(
-            f"--pp-partition-method {method}: only 'uniform', 'type:transformer' and 'type:transformer|embedding' "
-            "are modelled; pass the layers per stage with --first-stage-layers/--last-stage-layers or use one of those"
-        )
-    if len(units) < pp:
-        raise InputError(f"--pp-partition-method {method}: {len(units)} parts cannot fill {pp} pipeline stages")
-    size, extra = divmod(len(units), pp)
-    out: list[int] = []
-    start = 0
-    for stage in range(pp):
-        end = start + size + (1 if stage < extra else 0)
-        out.append(units[start:end].count("t"))
-        start = end
-    if text == "uniform" or (text == "type:transformer" and layers % pp == 0):
-        return None if layers % pp == 0 else tuple(out)
-    return tuple(out)
-
-
-def parse_pipeline_layout(layout: str, pp: int) -> tuple[tuple[int, ...], int]:
-    """--pipeline-model-parallel-layout 'Et*3|(tt|)*6L' -> (decoder layers per stage, vpp)."""
-    text = str(layout).replace(" ", "").replace('"', "").replace("'", "")
-    # expand '(x)*n' then 't*n'
-    for _ in range(10):
-        new = re.sub(r"\(([^()]*)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), text)
-        if new == text:
-            break
-        text = new
-    text = re.sub(r"([A-Za-z])\*(\d+)", lambda m: m.group(1) * int(m.group(2)), text)
-    chunks = text.split("|")
-    if len(chunks) % pp:
-        raise InputError(f"--pipeline-model-parallel-layout has {len(chunks)} stages, not a multiple of PP {pp}")
-    vpp = len(chunks) // pp
-    per_stage = [0] * pp
-    for i, chunk in enumerate(chunks):
-        per_stage[i % pp] += chunk.count("t")
-    return tuple(per_stage), vpp
-
-
-def hybrid_pipeline_split(pattern: str, pp: int) -> tuple[tuple[int, ...], int]:
-    """'M-M*|M-M-|...' -> (layers per PP stage, VPP chunks): in a hybrid pattern '|' ends a
-    pipeline segment, and segment i runs on stage i mod PP (Megatron's hybrid layer
-    allocation), so segments / PP is the number of virtual stages."""
-    segments = str(pattern).split("/")[0].split("|")
-    if len(segments) % pp:
-        raise InputError(f"hybrid layer pattern has {len(segments)} pipeline segments, not a multiple of PP {pp}")
-    per_stage = [0] * pp
-    for i, segment in enumerate(segments):
-        per_stage[i % pp] += len(segment.strip())
-    return tuple(per_stage), len(segments) // pp
-
-
 def _flag(args: Mapping[str, Any], name: str, default: Any = None) -> Any:
     """The flag's value, or ``default`` when it is shell text only the job can fill in
     (``$7``, ``${TP}``, ``$(nproc)``); such a flag is recorded on a _ReadFlags mapping so
@@ -748,99 +656,3 @@ class _ReadFlags(dict[str, Any]):
     def __contains__(self, key: object) -> bool:
         self.read.add(str(key))
         return super().__contains__(key)
-
-
-def ignored_flags(a: Mapping[str, Any]) -> list[str]:
-    """Flags given but neither read by the estimator nor classified in data/megatron_flags.yaml."""
-    table = flag_classes()
-    prefixes, names = table.prefixes, table.names
-    read: set[str] = getattr(a, "read", set())
-    return sorted(
-        k
-        for k in a
-        if k not in read
-        and k not in names
-        and k not in table.warned
-        and k not in table.refused
-        and k not in table.deepspeed_neutral
-        and not k.startswith(prefixes)
-    )
-
-
-def _peek(a: Mapping[str, Any], key: str) -> Any:
-    """A flag's value without marking it read (a _ReadFlags lists what the estimate used)."""
-    return dict.get(a, key) if isinstance(a, dict) else a.get(key)
-
-
-def _given(value: Any) -> bool:
-    """Is a flag switched on? (``--x false`` / ``--x none`` in a mapping is not.)"""
-    if value is None or value is False:
-        return False
-    return not (isinstance(value, str) and value.strip().lower() in ("false", "none", "0", ""))
-
-
-def memory_flags_not_modelled(a: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """(flag, why) for each given flag that changes memory but is not modelled (the
-    ``warned`` class of data/megatron_flags.yaml), in the order given."""
-    warned = flag_classes().warned
-    out = [(k, warned[k]) for k in a if k in warned and _given(_peek(a, k))]
-    if str(_peek(a, "experimental_attention_variant") or "").strip().lower() == "dsa":
-        out.append(("experimental_attention_variant", "DeepSeek sparse attention adds an indexer per layer"))
-    return out
-
-
-def refuse_unmodelled_models(a: Mapping[str, Any]) -> None:
-    """Raise InputError naming the first given flag of the ``refused`` class: the estimate of
-    such a model (a linear-attention hybrid like Qwen3-Next) would be far off, so none is made."""
-    refused = flag_classes().refused
-    for k in a:
-        value = _peek(a, k)
-        if k == "experimental_attention_variant" and str(value).strip().lower() == "dsa":
-            continue  # sparse attention (DeepSeek-V3.2): warned, the model is still a transformer
-        if k in refused and _given(value):
-            raise InputError(
-                f"--{k.replace('_', '-')}: {refused[k]} is not modelled and an estimate would be far off; "
-                "no estimate is made - measure one step with torch.cuda.max_memory_allocated()"
-            )
-
-
-@dataclass(frozen=True)
-class FlagClasses:
-    """data/megatron_flags.yaml: Megatron-LM's flags by what they do to memory."""
-
-    arguments: frozenset[str]
-    modelled: frozenset[str]
-    prefixes: tuple[str, ...]
-    names: frozenset[str]
-    warned: Mapping[str, str]
-    refused: Mapping[str, str]
-    deepspeed_neutral: frozenset[str] = frozenset()
-
-    def classify(self, name: str) -> str:
-        """'refused' | 'warned' | 'modelled' | 'neutral' | 'unclassified'."""
-        if name in self.refused:
-            return "refused"
-        if name in self.warned:
-            return "warned"
-        if name in self.modelled:
-            return "modelled"
-        if name in self.names or name.startswith(self.prefixes):
-            return "neutral"
-        return "unclassified"
-
-
-@lru_cache(maxsize=1)
-def flag_classes() -> FlagClasses:
-    from memtune.files.data_yaml import load_data_yaml
-    from memtune.files.paths import DATA_DIR
-
-    table = load_data_yaml(DATA_DIR / "megatron_flags.yaml") or {}
-    return FlagClasses(
-        arguments=frozenset(table.get("arguments", ())),
-        modelled=frozenset(table.get("modelled", ())),
-        prefixes=tuple(table.get("prefixes", ())),
-        names=frozenset(table.get("names", ())),
-        warned=dict(table.get("warned", {})),
-        refused=dict(table.get("refused", {})),
-        deepspeed_neutral=frozenset(table.get("deepspeed_neutral", ())),
-    )

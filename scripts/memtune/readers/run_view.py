@@ -164,7 +164,8 @@ def load_yaml_lines(path: str) -> dict[str, tuple[Any, int]]:
     import yaml  # lazy
 
     from memtune.files import yaml_guard
-    from memtune.readers.bridge_config import parse_bridge_yaml, python_tag, python_tag_refusal, refuse_python_recipe
+    from memtune.readers.bridge_config import parse_bridge_yaml, python_tag, python_tag_refusal
+    from memtune.readers.bridge_recipe import refuse_python_recipe
 
     refuse_python_recipe(path)
     node = parse_bridge_yaml(path, yaml_guard.compose)
