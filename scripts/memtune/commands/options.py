@@ -22,7 +22,7 @@ import click
 from memtune.cli import FC, Command, argument, option
 from memtune.commands.run_inputs import GPU_NAMES_FOR_HELP, GivenSize, parse_memory
 from memtune.errors import InputError
-from memtune.spec.run_spec import FP8_RECIPES
+from memtune.spec.names import FP8_RECIPES
 
 if TYPE_CHECKING:  # ParamType is generic in recent click, not in 8.1: subscript it for the checker only
     _SizeBase = click.ParamType[GivenSize]
