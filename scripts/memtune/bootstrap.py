@@ -140,6 +140,10 @@ class SourceOnlyLoader(importlib.machinery.SourceFileLoader):
         return self.source_to_code(self.get_data(self.path), self.path)
 
 
+#: The trees :func:`load_sources_only` already covers in this process.
+_SOURCE_ONLY_ROOTS: set[str] = set()
+
+
 def _inside(path: str, root: str) -> bool:
     real = os.path.realpath(path or os.getcwd())
     return real == root or real.startswith(root + os.sep)
@@ -159,13 +163,15 @@ def load_sources_only(root: Path) -> None:
     stays set: nothing is written anywhere.
     """
     top = os.path.realpath(root)
+    if top not in _SOURCE_ONLY_ROOTS:  # once per process (tests run several helpers in one)
+        _SOURCE_ONLY_ROOTS.add(top)
 
-    def hook(path: str) -> importlib.machinery.FileFinder:
-        if not _inside(path, top):
-            raise ImportError("not a folder of the skill")  # the next path hook takes it
-        return importlib.machinery.FileFinder(path, (SourceOnlyLoader, [".py"]))
+        def hook(path: str) -> importlib.machinery.FileFinder:
+            if not _inside(path, top) or not os.path.isdir(path or "."):
+                raise ImportError("not a folder of the skill")  # the next path hook takes it
+            return importlib.machinery.FileFinder(path, (SourceOnlyLoader, [".py"]))
 
-    sys.path_hooks.insert(0, hook)
+        sys.path_hooks.insert(0, hook)
     for cached in [p for p in sys.path_importer_cache if isinstance(p, str) and _inside(p, top)]:
         del sys.path_importer_cache[cached]  # the finders made while bootstrapping: made again by the hook
     sys.pycache_prefix = None

@@ -8,10 +8,13 @@ Kept apart from the rules so that each rule module reads as a list of checks, an
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from memtune.estimate import regather
 from memtune.readers import alloc_conf as ac
 from memtune.readers.run_view import EnvValue, RunView, rules_data
+
+if TYPE_CHECKING:
+    from memtune.estimate.regather import RegatherInputs
 
 GRAPH_IMPLS = ("local", "transformer_engine", "te", "full_iteration")
 
@@ -161,7 +164,12 @@ def _is_moe(view: RunView) -> bool:
     return (isinstance(experts, int) and experts > 1) or (isinstance(ep, int) and ep > 1)
 
 
-def regather_inputs(view: RunView) -> regather.RegatherInputs:
+def regather_inputs(view: RunView) -> RegatherInputs:
+    """What the re-gather decision needs from the run (MT010 and regather_config.py).
+
+    The decision module is imported here, not at the top: only a LoRA run asks for it."""
+    from memtune.estimate import regather
+
     targets = view.get("lora_target_modules") or list(regather.DEFAULT_TARGETS)
     graphs, _, _ = cuda_graphs(view)
     pp = view.get("pp", 1) if isinstance(view.get("pp", 1), int) else 1

@@ -13,7 +13,6 @@ from typing import Any
 
 from memtune.check.facts import change_text, cuda_graphs, divisors, regather_inputs
 from memtune.check.registry import Finding, make, rule
-from memtune.estimate import regather
 from memtune.readers import alloc_conf as ac
 from memtune.readers.run_view import RunView
 
@@ -85,6 +84,8 @@ def pp_divisibility(view: RunView) -> Iterable[Finding]:
 def lora_regather(view: RunView) -> Iterable[Finding]:
     if view.get("peft") not in ("lora", "dora"):
         return
+    from memtune.estimate import regather  # only a LoRA run needs the decision
+
     inp = regather_inputs(view)
     decision = regather.decide(inp)
     regather_on = view.get("regather") is True

@@ -15,15 +15,11 @@ from typing import Any
 
 from memtune.errors import InputError
 from memtune.spec.model_spec import ModelSpec
+from memtune.spec.names import CROSS_ENTROPY_FUSION_IMPLS, FP8_RECIPES  # noqa: F401  (FP8_RECIPES: re-exported)
 
 RECOMPUTE_MODULES = ("core_attn", "mlp", "layernorm", "moe_act", "moe", "shared_experts", "mla_up_proj")
 DEFAULT_RECOMPUTE_MODULES = ("core_attn",)
 LORA_DEFAULT_TARGETS = ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")
-#: Megatron-Core's Fp8Recipe names (megatron/core/enums.py), which Megatron Bridge's
-#: mixed-precision recipes map to; any other name is refused at start-up.
-FP8_RECIPES = ("delayed", "tensorwise", "mxfp8", "blockwise")
-#: Megatron-Core's ``cross_entropy_fusion_impl`` values (TransformerConfig).
-CROSS_ENTROPY_FUSION_IMPLS = ("native", "te")
 
 
 @dataclass(frozen=True)
