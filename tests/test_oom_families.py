@@ -15,6 +15,7 @@ from memtune.diagnose.evidence import load_evidence
 from memtune.diagnose.frameworks import load_frameworks
 from memtune.diagnose.patterns import load_patterns
 from memtune.diagnose.scan import numbered, scan_lines
+from memtune.diagnose.symptom_route import load_routes
 
 P = load_patterns()
 
@@ -150,6 +151,7 @@ def _data_regexes() -> list[tuple[str, str]]:
     out += [(f"hint {h.name}", h.regex.pattern) for h in load_evidence().hints]
     out += [(f"framework {fw.name}", fw.line_regex.pattern) for fw in load_frameworks().frameworks if fw.line_regex]
     out += [(f"context {i}", rx.pattern) for i, rx in enumerate(P.context)]
+    out += [(f"symptom route {r.name}", rx.pattern) for r in load_routes() for rx in r.regexes]
     return out
 
 
