@@ -100,7 +100,7 @@ def simple_rows(source: str) -> list[Row] | None:
     split = [_cells(line) for line in table]
     if any(c is None for c in split) or [_simple_plain(c) for c in split[0] or ()] != list(COLUMNS):
         return None
-    rows = []
+    rows: list[Row] = []
     for cells in split[2:]:
         if cells is None or len(cells) != len(COLUMNS):
             return None  # GFM pads a short row and cuts a long one: markdown-it's business
