@@ -29,8 +29,9 @@ and the machine's load treat both alike:
 
 Printed: best and median wall time, CPU time and peak RSS (GNU time %M, else os.wait4)
 side by side, the median of the paired ratios (diagnose.py over grep in the same round:
-robust on a loaded machine), and the load average.  Bar (issue 26): median paired ratio
-<= 1.5, peak RSS under 200 MB, every buried failure found.  The temporary directory is
+robust on a loaded machine), and the load average.  Bar: median paired ratio <= 1.5 on
+the ordinary log and on --log logs (issue 26), <= 2 on the trigger-dense stress log (issue
+11); peak RSS under 200 MB; every buried failure found.  The temporary directory is
 always removed.
 
     python3 benchmarks/diagnose_speed.py            # 2 x 1 GiB
@@ -186,7 +187,7 @@ def generate(path: Path, size: int, seed: int = 7, dense: bool = False) -> int:
             else:
                 fh.write(block)
             written += len(block)
-    return len(where) + (2 if dense else 0)  # the retry loop's OOM and NCCL warning fold into one each
+    return len(failures) + (2 if dense else 0)  # the retry loop's OOM and NCCL warning fold into one each
 
 
 TIME = "/usr/bin/time"
@@ -269,7 +270,11 @@ def _median(values: list[float]) -> float:
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
-RATIO_BAR = 1.5  # diagnose.py's wall time over a full grep pass with its own triggers (issue 26)
+# diagnose.py's wall time over a full grep pass with its own triggers: 1.5x on an ordinary
+# training log (issue 26; also a log given with --log), 2x on the trigger-dense stress log,
+# where one line in 40 must be parsed (issue 11)
+RATIO_BARS = {"dense": 2.0}
+RATIO_BAR = 1.5
 RSS_BAR = 200e6
 
 
@@ -375,13 +380,14 @@ def command(**params: Any) -> int:
             rss = max(d["rss"])
             found = len(results[name]["report"]["findings"])
             found_ok = buried[name] is None or found == buried[name]
-            ok = ok and paired <= RATIO_BAR and rss < RSS_BAR and found_ok
-            rows["paired"].append(f"{paired:{width - 6}.2f}x {'PASS' if paired <= RATIO_BAR else 'FAIL'}")
+            bar = RATIO_BARS.get(name, RATIO_BAR) if not args.logs else RATIO_BAR
+            ok = ok and paired <= bar and rss < RSS_BAR and found_ok
+            rows["paired"].append(f"{paired:{width - 11}.2f}x <={bar:.1f} {'PASS' if paired <= bar else 'FAIL'}")
             rows["best"].append(f"{best:{width - 1}.2f}x")
             rows["rss"].append(f"{rss / 1e6:{width - 5}.1f} {'PASS' if rss < RSS_BAR else 'FAIL'}")
             want = "?" if buried[name] is None else str(buried[name])
             rows["found"].append(f"{found:>{width - 9}}/{want:<3} {'PASS' if found_ok else 'FAIL'}")
-        print(f"{f'median paired ratio (<= {RATIO_BAR}x)':34}" + " ".join(rows["paired"]))
+        print(f"{'median paired ratio':34}" + " ".join(rows["paired"]))
         print(f"{'ratio of best walls':34}" + "".join(rows["best"]))
         print(f"{'diagnose peak RSS MB (< 200)':34}" + " ".join(rows["rss"]))
         print(f"{'failures found':34}" + " ".join(rows["found"]))
