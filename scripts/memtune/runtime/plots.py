@@ -44,11 +44,11 @@ def runtime_chart(measurements: Measurements, limit_bytes: int | None) -> str:
         points = [(float(p.iteration or 0), p.allocated_bytes or 0) for p in iteration_series(r)]
         series.append((f"rank {r.rank} allocated", points))
     top = with_series[0]
-    reserved = [
+    top_reserved: list[tuple[float, int]] = [
         (float(p.iteration or 0), p.reserved_bytes) for p in iteration_series(top) if p.reserved_bytes is not None
     ]
-    if reserved:
-        series.append((f"rank {top.rank} reserved", [(x, int(b)) for x, b in reserved]))
+    if top_reserved:
+        series.append((f"rank {top.rank} reserved", top_reserved))
     title = "Memory after each iteration"
     if len(with_series) > MAX_RANK_LINES:
         title += f" ({MAX_RANK_LINES} of {len(with_series)} ranks: highest peaks)"
