@@ -277,12 +277,14 @@ def snapshot_verdicts(snapshot: SnapshotSummary) -> list[Verdict]:
     if snapshot.free_bytes < FRAGMENTATION_MIN_BYTES or not snapshot.reserved_bytes:
         return []
     share = snapshot.free_bytes / snapshot.reserved_bytes
-    if share < FRAGMENTATION_SHARE:
+    # Free reserve in one large block is a cache ready for the next step; split into blocks
+    # far smaller than the total, it cannot serve a large request.
+    if share < FRAGMENTATION_SHARE or snapshot.largest_free_block_bytes >= snapshot.free_bytes / 2:
         return []
     return [
         Verdict(
             "fragmentation",
-            snapshot.device,
+            snapshot.rank if snapshot.rank is not None else snapshot.device,
             "warning",
             f"snapshot {snapshot.source} (device {snapshot.device}): {_fmt(snapshot.free_bytes)} ({share:.0%} of "
             f"{_fmt(snapshot.reserved_bytes)} reserved) is free inside {snapshot.segments} segments, in "
