@@ -130,6 +130,7 @@ def build_document(
                 "used_bytes": g.used_bytes,
                 "total_bytes": g.total_bytes,
                 "processes_bytes": g.processes_bytes,
+                "processes": g.processes,
                 "source": g.source,
                 "line": g.line,
             }

@@ -89,6 +89,8 @@ def iteration_series(rank: RankMeasurements) -> list[Reading]:
     for p in chosen:
         if series and series[-1].iteration == p.iteration:
             series[-1] = p
+        elif series and (p.iteration or 0) < (series[-1].iteration or 0):
+            series = [p]  # the job started again (a new run appended to the log): judge the latest run
         else:
             series.append(p)
     return series
