@@ -332,3 +332,46 @@ def test_estimate_memory_without_plot_writes_nothing(tmp_path: Path, monkeypatch
     monkeypatch.chdir(tmp_path)
     assert invoke("estimate_memory", "--example").exit_code == 0
     assert list(tmp_path.iterdir()) == []
+
+
+def test_big_plain_file_is_read_in_place_with_grep_finding_its_tables(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The mapped path (files of 64 MiB and more) on a small file: same answers as the stream.
+    from memtune.diagnose.grep_prefilter import gnu_grep
+    from memtune.runtime import block_offsets, read
+
+    if gnu_grep() is None:
+        pytest.skip("needs GNU grep")
+    monkeypatch.setattr(read, "MAPPED_MIN_BYTES", 1)
+    monkeypatch.setattr(block_offsets, "GREP_MIN_BYTES", 1)
+    monkeypatch.setenv("MEMTUNE_PREFILTER", "grep")
+    rows = []
+    for it in range(1, 3001):
+        for r in (0, 1):
+            a = 2000.0 + (0.5 * it if r == 1 else 0.0)
+            rows.append(
+                f"[default{r}]:[Rank {r}] (after {it} iterations) memory (MB) | allocated: {a:.2f} | "
+                f"max allocated: {a + 900:.2f} | reserved: {a + 1000:.2f} | max reserved: {a + 1000:.2f}"
+            )
+    summary = (DATA / "h200-mcore" / "memory_summary_c07_h8192_l4_tied_distopt.txt").read_text()
+    smi = (DATA / "h200-mcore" / "nvidia_smi_c07_h8192_l4_tied_distopt.txt").read_text()
+    log = tmp_path / "big.log"
+    log.write_text(
+        "\n".join(rows[:3000])
+        + "\n"
+        + smi
+        + "\n".join(rows[3000:])
+        + "\n"
+        + "[default3]:"
+        + summary.replace("\n", "\n[default3]:")
+        + "\n"
+    )
+    m = read_measurements([str(log)], chunk_size=16 << 10)
+    assert m.sources[0].sampled
+    assert trend_verdict(m.rank(1)).kind == "leak" and trend_verdict(m.rank(0)).kind == "stable"  # type: ignore[arg-type]
+    assert m.rank(1).peak_allocated_bytes == round((2000 + 1500 + 900) * MIB)  # type: ignore[union-attr]
+    assert m.rank(3).peak_reserved_bytes == 58470 * MIB  # type: ignore[union-attr]  the table at the end
+    gpu = m.gpus[0]
+    last_row = smi.splitlines().index("61335, 143771")  # the last reading of GPU 0 in that text
+    assert gpu.used_bytes == 61335 * MIB and gpu.line == 3000 + last_row + 1  # grep's line numbers

@@ -32,6 +32,7 @@ class BlockOffsets:
         self.triggers = triggers
         self.proc: subprocess.Popen[bytes] | None = None
         self.pending: deque[int] = deque()
+        self.lines: dict[int, int] = {}  # offset -> 1-based line number, as grep counted it
         self.pulled_upto = -1
         self._tail = b""
         self._done = False
@@ -45,7 +46,7 @@ class BlockOffsets:
         if grep is None or size < GREP_MIN_BYTES or choose(path, size) != "grep":
             return
         env = {"LC_ALL": "C", **({"PATH": os.environ["PATH"]} if "PATH" in os.environ else {})}
-        cmd = [grep, "-E", "-a", "-b", "-e", ere_alternation(triggers), "--", str(path)]
+        cmd = [grep, "-E", "-a", "-n", "-b", "-e", ere_alternation(triggers), "--", str(path)]
         self.proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env, bufsize=1 << 16
         )
@@ -77,18 +78,24 @@ class BlockOffsets:
             return
         lines = (self._tail + chunk).split(b"\n")
         self._tail = lines.pop()
-        if len(self._tail) > 1 << 20:  # a giant matched line: its offset is all we need
-            head = self._tail.split(b":", 1)[0]
-            self._tail = head + b":"
+        if len(self._tail) > 1 << 20:  # a giant matched line: its line and offset are all we need
+            self._tail = b":".join(self._tail.split(b":", 2)[:2]) + b":"
         for line in lines:
             self._take(line)
 
     def _take(self, line: bytes) -> None:
-        head = line.split(b":", 1)[0]
-        if head.isdigit():
-            offset = int(head)
+        parts = line.split(b":", 2)
+        if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit():
+            offset = int(parts[1])
             self.pending.append(offset)
+            self.lines[offset] = int(parts[0])
             self.pulled_upto = max(self.pulled_upto, offset)
+
+    def all_hits(self) -> list[tuple[int, int]]:
+        """Every (offset, line) grep reports, reading its output to the end (mapped files)."""
+        while not self._done:
+            self._pull()
+        return sorted(self.lines.items())
 
     def close(self) -> None:
         if self.proc is None:

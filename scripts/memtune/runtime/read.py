@@ -22,12 +22,13 @@ which is more than a verdict or a plot needs.
 
 from __future__ import annotations
 
+import mmap
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from memtune.diagnose.log_reader import Source, TextStream, find_hits
+from memtune.diagnose.log_reader import Source, TextStream
 from memtune.errors import InputError
 from memtune.runtime.block_offsets import BlockOffsets
 from memtune.runtime.blocks import BLOCK_PARSERS, BlockParser
@@ -49,6 +50,11 @@ MAX_POINTS = 4096
 PINNED_POINTS = 64  # the first points of every rank are never thinned away (warm-up)
 BLOCK_WINDOW = 1 << 20  # the longest multi-line text read whole (a pretty-printed stats dump is ~12 KiB)
 SNAPSHOT_SUFFIXES = (".pickle", ".pkl", ".pt", ".snapshot")
+MAPPED_MIN_BYTES = 64 << 20  # a plain file this large is mapped and sampled in place (see _read_mapped)
+MAPPED_WINDOW_CHUNKS = 4  # a mapped file is sampled in windows of this many chunks after the first
+
+#: What the line readers search: a chunk's bytes, or a whole file mapped into memory.
+Buffer = bytes | mmap.mmap
 
 
 @dataclass
@@ -215,6 +221,8 @@ def read_measurements(paths: Sequence[str | Path], chunk_size: int = CHUNK_SIZE)
         path = Path(label)
         if label != "-" and _is_snapshot(path):
             _read_snapshot(path, label, collector)
+        elif label != "-" and _mappable(path):
+            _read_mapped(path, label, collector, chunk_size)
         else:
             _read_text(Source(label), collector, chunk_size)
     if not collector.ranks and not collector.gpus and not collector.snapshots:
@@ -380,6 +388,101 @@ def _read_text(source: Source, collector: _Collector, chunk_size: int) -> None:
     )
 
 
+def _mappable(path: Path) -> bool:
+    """A large plain (not gzip, not UTF-16) regular file, with GNU grep to find its tables."""
+    try:
+        if not path.is_file() or path.stat().st_size < MAPPED_MIN_BYTES:
+            return False
+        with path.open("rb") as handle:
+            head = handle.read(2)
+    except OSError:
+        return False
+    from memtune.diagnose.grep_prefilter import choose
+
+    return head not in (b"\x1f\x8b", b"\xff\xfe", b"\xfe\xff") and choose(path, path.stat().st_size) == "grep"
+
+
+def _read_mapped(path: Path, label: str, collector: _Collector, chunk_size: int) -> None:
+    """A large plain log, read in place: its tables from GNU grep's offsets (one pass in a
+    child process, in parallel), its per-iteration lines chunk by chunk from the mapped
+    file, touching only the pages a sample needs (each chunk's pages are released after it).
+    Only the first chunk is read line by line with line numbers; later sampled readings
+    carry line 0 (unknown), tables keep grep's line numbers."""
+    state = _SourceState(label)
+    with path.open("rb") as handle:
+        try:
+            mm = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError) as exc:
+            raise InputError(
+                f"{label}: cannot map the file ({exc}); pipe it in instead: cat {label} | runtime_memory.py -"
+            ) from exc
+    with mm:
+        size = len(mm)
+        if b"\x00" in mm[: 64 << 10]:
+            raise InputError(
+                f"{label}: looks like a binary file (NUL bytes), not a text log; pass the training log (plain or .gz)"
+            )
+        # grep looks for the tables in a child process while this one samples the memory lines
+        blocks = BlockOffsets(path, tuple(p.trigger for p in BLOCK_PARSERS))
+        try:
+            state.bytes_read = size
+            pos = 0
+            first = True
+            window = chunk_size * MAPPED_WINDOW_CHUNKS
+            while pos < size:
+                end = min(size, pos + (chunk_size if first else window))
+                if end < size:
+                    newline = mm.find(b"\n", end)
+                    end = size if newline < 0 else newline + 1
+                if first:
+                    region = mm[pos:end]
+                    _read_iteration_lines(region, len(region), 1, True, state, collector)
+                else:
+                    _read_iteration_lines(mm, end, 0, False, state, collector, begin=pos, numbered=False)
+                _release(mm, pos, end)
+                first = False
+                pos = end
+            hits = blocks.all_hits() if blocks.by_grep else []
+        finally:
+            blocks.close()
+        # Tables are applied after the memory lines: they are few (often one, at an OOM at the end).
+        consumed_until = 0
+        for offset, line in hits:
+            if offset < consumed_until:
+                continue
+            text = mm[offset : min(size, offset + BLOCK_WINDOW)].decode("utf-8", "replace").split("\n")
+            outcome = _parse_block(text, label, line, True)
+            if outcome and outcome[0]:
+                for reading in outcome[0]:
+                    _record(reading, state, collector)
+                consumed_until = _advance_lines(mm, offset, outcome[1])
+    collector.sources.append(
+        SourceSummary(
+            source=state.label,
+            kinds=tuple(k for k in KINDS if k in state.kinds),
+            memory_lines=state.memory_lines,
+            readings=state.readings,
+            sampled=state.sampled,
+            bytes_read=state.bytes_read,
+        )
+    )
+
+
+def _release(mm: mmap.mmap, start: int, end: int) -> None:
+    """Drop the chunk's pages from this process (they stay in the page cache): keeps the
+    resident size at a chunk or so whatever the file's size."""
+    advise = getattr(mm, "madvise", None)
+    dontneed = getattr(mmap, "MADV_DONTNEED", None)
+    if advise is None or dontneed is None:
+        return
+    page = mmap.PAGESIZE
+    first = start - start % page
+    try:
+        advise(dontneed, first, max(0, end - first))
+    except (OSError, ValueError):
+        pass
+
+
 def _line_numbers(region: bytes, base_line: int, starts: Iterable[int]) -> dict[int, int]:
     """Line number of each start offset, counting newlines once across the sorted offsets."""
     numbers = {}
@@ -439,7 +542,7 @@ def _process_region(
     return keep
 
 
-def _advance_lines(region: bytes, start: int, count: int) -> int:
+def _advance_lines(region: Buffer, start: int, count: int) -> int:
     pos = start
     for _ in range(count):
         nxt = region.find(b"\n", pos)
@@ -467,65 +570,97 @@ def _has_trigger(line: str, parser: BlockParser) -> bool:
 
 
 def _read_iteration_lines(
-    region: bytes, end: int, base_line: int, first: bool, state: _SourceState, collector: _Collector
+    region: Buffer,
+    end: int,
+    base_line: int,
+    first: bool,
+    state: _SourceState,
+    collector: _Collector,
+    begin: int = 0,
+    numbered: bool = True,
 ) -> None:
+    """Per-iteration memory lines in ``region[begin:end]`` (whole lines). ``numbered=False``
+    (a mapped file past its first chunk) leaves line numbers at 0: counting every newline
+    of a multi-GB log would cost more than reading it."""
     if first:
-        hits = find_hits(region, TRIGGERS, end)
-        found = tuple(t for t in TRIGGERS if region.find(t, 0, end) >= 0)
+        hits = _hits(region, TRIGGERS, begin, end, FIRST_CHUNK_LINES + 1)
+        found = tuple(t for t in TRIGGERS if region.find(t, begin, end) >= 0)
         if found:  # later chunks look only for the families this log prints
             state.triggers = found
-        state.memory_lines += len(hits)
+        state.memory_lines += min(len(hits), FIRST_CHUNK_LINES)
         if len(hits) <= FIRST_CHUNK_LINES:
-            _parse_lines(region, hits, base_line, state, collector)
+            _parse_lines(region, hits, base_line, state, collector, numbered)
             return
         # warm-up lives at the start: read its lines one by one, then sample the rest
-        _parse_lines(region, hits[:FIRST_CHUNK_LINES], base_line, state, collector)
+        _parse_lines(region, hits[:FIRST_CHUNK_LINES], base_line, state, collector, numbered)
         state.sampled = True
         rest = hits[FIRST_CHUNK_LINES]
         sample = [s for s in _sample_starts(region, end, collector, rest, state.triggers) if s >= rest]
-        _parse_lines(region, sample, base_line, state, collector)
+        _parse_lines(region, sample, base_line, state, collector, numbered)
         return
-    sample = _sample_starts(region, end, collector, 0, state.triggers)
+    sample = _sample_starts(region, end, collector, begin, state.triggers)
     if not sample:
         return
     if len(set(sample)) < SAMPLES_PER_CHUNK // 2:
         # sparse (memory every N iterations): the sample already holds nearly every line; read them all
-        hits = find_hits(region, state.triggers, end)
+        hits = _hits(region, state.triggers, begin, end)
         state.memory_lines += len(hits)
-        _parse_lines(region, hits, base_line, state, collector)
+        _parse_lines(region, hits, base_line, state, collector, numbered)
         return
-    readings = _readings_at(region, sample, base_line, state.label)
+    readings = _readings_at(region, sample, base_line, state.label, numbered)
     if _consistent(readings, collector):
         state.sampled = True
         for reading in readings:
             _record(reading, state, collector)
     else:
-        hits = find_hits(region, state.triggers, end)
+        hits = _hits(region, state.triggers, begin, end)
         state.memory_lines += len(hits)
-        _parse_lines(region, hits, base_line, state, collector)
+        _parse_lines(region, hits, base_line, state, collector, numbered)
 
 
-def _readings_at(region: bytes, starts: list[int], base_line: int, source: str) -> list[Reading]:
-    numbers = _line_numbers(region, base_line, starts)
+def _hits(region: Buffer, triggers: tuple[bytes, ...], begin: int, end: int, limit: int | None = None) -> list[int]:
+    """Start offsets of the lines in ``region[begin:end]`` holding a trigger (sorted, unique);
+    with ``limit``, the first ``limit`` of them (each trigger stops after that many)."""
+    starts: set[int] = set()
+    for trigger in triggers:
+        pos = region.find(trigger, begin, end)
+        found = 0
+        while pos != -1 and (limit is None or found < limit):
+            found += 1
+            starts.add(region.rfind(b"\n", begin, pos) + 1 if pos > begin else begin)
+            line_end = region.find(b"\n", pos, end)
+            if line_end == -1:
+                break
+            pos = region.find(trigger, line_end, end)
+    ordered = sorted(max(s, begin) for s in starts)
+    return ordered if limit is None else ordered[:limit]
+
+
+def _readings_at(
+    region: Buffer, starts: list[int], base_line: int, source: str, numbered: bool = True
+) -> list[Reading]:
+    numbers = _line_numbers(region, base_line, starts) if numbered and isinstance(region, bytes) else {}
     out = []
     for start in sorted(set(starts)):
         end = region.find(b"\n", start)
         text = region[start : end if end >= 0 else len(region)].decode("utf-8", "replace")
-        out.extend(parse_reports(text, source, numbers[start]))
+        out.extend(parse_reports(text, source, numbers.get(start, 0)))
     return out
 
 
-def _parse_lines(region: bytes, starts: list[int], base_line: int, state: _SourceState, collector: _Collector) -> None:
-    for reading in _readings_at(region, starts, base_line, state.label):
+def _parse_lines(
+    region: Buffer, starts: list[int], base_line: int, state: _SourceState, collector: _Collector, numbered: bool = True
+) -> None:
+    for reading in _readings_at(region, starts, base_line, state.label, numbered):
         _record(reading, state, collector)
 
 
-def _line_start(region: bytes, pos: int) -> int:
-    return region.rfind(b"\n", 0, pos) + 1
+def _line_start(region: Buffer, pos: int, begin: int = 0) -> int:
+    return region.rfind(b"\n", begin, pos) + 1 or begin
 
 
 def _sample_starts(
-    region: bytes, end: int, collector: _Collector, begin: int, triggers: tuple[bytes, ...]
+    region: Buffer, end: int, collector: _Collector, begin: int, triggers: tuple[bytes, ...]
 ) -> list[int]:
     """Evenly spaced memory lines plus, walking back from the end, the last line of every
     rank seen so far (so each rank's latest figures are always read)."""
@@ -534,17 +669,17 @@ def _sample_starts(
         offset = begin + k * (end - begin) // SAMPLES_PER_CHUNK
         hits = [p for p in (region.find(t, offset, end) for t in triggers) if p >= 0]
         if hits:
-            starts.append(_line_start(region, min(hits)))
+            starts.append(_line_start(region, min(hits), begin))
     wanted = set(collector.ranks)
     budget = 4 * len(wanted) + 16
     pos = end
-    while budget > 0 and pos > 0:
-        hits = [p for p in (region.rfind(t, 0, pos) for t in triggers) if p >= 0]
+    while budget > 0 and pos > begin:
+        hits = [p for p in (region.rfind(t, begin, pos) for t in triggers) if p >= 0]
         if not hits:
             break
-        start = _line_start(region, max(hits))
+        start = _line_start(region, max(hits), begin)
         starts.append(start)
-        line_end = region.find(b"\n", start)
+        line_end = region.find(b"\n", start, end)
         reading = parse_line(region[start : line_end if line_end >= 0 else end].decode("utf-8", "replace"), "", 0)
         if reading is not None and reading.rank is not None:
             wanted.discard(reading.rank)
