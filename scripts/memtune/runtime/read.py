@@ -1,20 +1,25 @@
 """Read every memory figure a run printed, from any number of logs, tables and snapshots.
 
 ``read_measurements(paths)`` is the one entry point (runtime_memory and trace_regression
-both call it). Logs are streamed in 8 MiB chunks, never held whole, so a multi-GB,
-multi-rank ``.gz`` log costs a bounded amount of memory:
+both call it). A multi-GB, multi-rank log costs a bounded amount of memory and little more
+time than grep needs to count its lines:
 
-* the literal triggers of every format are searched with ``bytes.find``/``bytes.count``
-  (C speed, like grep) and only the lines that hold one are decoded;
+* the literal triggers of every format are searched with ``bytes.find`` (C speed) and only
+  the lines that hold one are decoded;
 * multi-line texts (memory_summary tables, memory_stats dumps, nvidia-smi output) are read
-  whole from their first line, carried into the next chunk when they straddle it;
-* per-iteration lines (report_memory, Bridge, DeepSpeed) are all parsed in small logs and
-  in the first chunk of every log (warm-up lives there). In a later chunk holding more than
-  ``FULL_PARSE_LINES`` of them, the chunk's lines are all counted but only a sample is
-  parsed: evenly spaced ones plus the last line of every rank. The peaks stay exact because
-  ``max allocated`` / ``max reserved`` are running maxima that only grow, and the sample
-  checks that: when a sampled peak or iteration number goes down (a reset, a restarted job
-  appending to the same log), that chunk is parsed line by line instead.
+  whole from their first line;
+* per-iteration lines (report_memory, Bridge, DeepSpeed, NeMo) are all parsed in small logs,
+  and the first ``FIRST_CHUNK_LINES`` of every log (warm-up lives there). Past them, a chunk
+  dense with memory lines is sampled: evenly spaced lines plus the last line of every rank.
+  The peaks stay exact because ``max allocated`` / ``max reserved`` are running maxima that
+  only grow, and the sample checks that: when a sampled peak or iteration number goes down
+  (a reset, a restarted job appending to the same log), that chunk is parsed line by line.
+
+Plain files of ``MAPPED_MIN_BYTES`` or more (with GNU grep present) are mapped, not copied:
+one grep pass in a child process finds the tables' lines while this process samples the
+memory lines in place, touching only the pages it reads and releasing each window after it.
+Other inputs (stdin, .gz, UTF-16, smaller files) stream through 8 MiB chunks, a table that
+straddles two chunks carried into the next one.
 
 Each rank's series is thinned evenly past ``MAX_POINTS`` (the first points always kept),
 which is more than a verdict or a plot needs.
@@ -52,6 +57,11 @@ BLOCK_WINDOW = 1 << 20  # the longest multi-line text read whole (a pretty-print
 SNAPSHOT_SUFFIXES = (".pickle", ".pkl", ".pt", ".snapshot")
 MAPPED_MIN_BYTES = 64 << 20  # a plain file this large is mapped and sampled in place (see _read_mapped)
 MAPPED_WINDOW_CHUNKS = 4  # a mapped file is sampled in windows of this many chunks after the first
+#: What grep looks for in a mapped file: the tables a training log prints anywhere (a summary
+#: at an OOM, nvidia-smi at start-up). Two long literals cost grep almost nothing; the other
+#: formats (memory_stats dumps, nvidia-smi CSV and -q), which come as files of their own, are
+#: looked for in the first chunk of a mapped file, and everywhere in every other input.
+MAPPED_GREP_TRIGGERS = (b"PyTorch CUDA memory summary", b"NVIDIA-SMI ")
 
 #: What the line readers search: a chunk's bytes, or a whole file mapped into memory.
 Buffer = bytes | mmap.mmap
@@ -423,7 +433,8 @@ def _read_mapped(path: Path, label: str, collector: _Collector, chunk_size: int)
                 f"{label}: looks like a binary file (NUL bytes), not a text log; pass the training log (plain or .gz)"
             )
         # grep looks for the tables in a child process while this one samples the memory lines
-        blocks = BlockOffsets(path, tuple(p.trigger for p in BLOCK_PARSERS))
+        blocks = BlockOffsets(path, MAPPED_GREP_TRIGGERS)
+        early: list[tuple[int, int]] = []
         try:
             state.bytes_read = size
             pos = 0
@@ -437,12 +448,15 @@ def _read_mapped(path: Path, label: str, collector: _Collector, chunk_size: int)
                 if first:
                     region = mm[pos:end]
                     _read_iteration_lines(region, len(region), 1, True, state, collector)
+                    others = tuple(p.trigger for p in BLOCK_PARSERS if p.trigger not in MAPPED_GREP_TRIGGERS)
+                    starts = _hits(region, others, 0, len(region))
+                    early = sorted(_line_numbers(region, 1, starts).items())
                 else:
                     _read_iteration_lines(mm, end, 0, False, state, collector, begin=pos, numbered=False)
                 _release(mm, pos, end)
                 first = False
                 pos = end
-            hits = blocks.all_hits() if blocks.by_grep else []
+            hits = sorted(set(early) | set(blocks.all_hits() if blocks.by_grep else []))
         finally:
             blocks.close()
         # Tables are applied after the memory lines: they are few (often one, at an OOM at the end).
