@@ -373,6 +373,6 @@ def test_big_plain_file_is_read_in_place_with_grep_finding_its_tables(
     assert m.rank(1).peak_allocated_bytes == round((2000 + 1500 + 900) * MIB)  # type: ignore[union-attr]
     assert m.rank(3).peak_reserved_bytes == 58470 * MIB  # type: ignore[union-attr]  the table at the end
     gpu = m.gpus[0]
-    # past the first chunk of a mapped log grep finds the table (not the CSV queries after it)
-    row = next(i for i, text in enumerate(smi.splitlines()) if text.startswith("|") and "NVIDIA H200" in text)
-    assert gpu.used_bytes == 61335 * MIB and gpu.line == 3000 + row + 1  # grep's line numbers
+    # past the first chunk of a mapped log grep finds the table (not the CSV queries after it);
+    # its line number is not counted there (0: unknown)
+    assert gpu.used_bytes == 61335 * MIB and gpu.line == 0

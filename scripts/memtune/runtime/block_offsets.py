@@ -28,11 +28,11 @@ GREP_MIN_BYTES = 16 << 20
 class BlockOffsets:
     """Offsets of trigger lines, asked for one chunk after another (increasing ranges)."""
 
-    def __init__(self, path: Path | None, triggers: tuple[bytes, ...]) -> None:
+    def __init__(self, path: Path | None, triggers: tuple[bytes, ...], fixed: bool = False) -> None:
         self.triggers = triggers
         self.proc: subprocess.Popen[bytes] | None = None
         self.pending: deque[int] = deque()
-        self.lines: dict[int, int] = {}  # offset -> 1-based line number, as grep counted it
+        self.found: list[int] = []  # every offset grep reported, in order
         self.pulled_upto = -1
         self._tail = b""
         self._done = False
@@ -46,7 +46,15 @@ class BlockOffsets:
         if grep is None or size < GREP_MIN_BYTES or choose(path, size) != "grep":
             return
         env = {"LC_ALL": "C", **({"PATH": os.environ["PATH"]} if "PATH" in os.environ else {})}
-        cmd = [grep, "-E", "-a", "-n", "-b", "-e", ere_alternation(triggers), "--", str(path)]
+        # -b (byte offsets) but not -n: counting every newline of the file would cost grep
+        # more than finding the tables
+        # A few long literals run fastest as -F -e ... (Boyer-Moore skips); a longer list with
+        # short literals as one ERE alternation (what benchmarks/diagnose_speed.py measured).
+        if fixed:
+            patterns = [arg for t in triggers for arg in ("-e", t.decode("utf-8"))]
+            cmd = [grep, "-F", "-a", "-b", *patterns, "--", str(path)]
+        else:
+            cmd = [grep, "-E", "-a", "-b", "-e", ere_alternation(triggers), "--", str(path)]
         self.proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env, bufsize=1 << 16
         )
@@ -78,24 +86,24 @@ class BlockOffsets:
             return
         lines = (self._tail + chunk).split(b"\n")
         self._tail = lines.pop()
-        if len(self._tail) > 1 << 20:  # a giant matched line: its line and offset are all we need
-            self._tail = b":".join(self._tail.split(b":", 2)[:2]) + b":"
+        if len(self._tail) > 1 << 20:  # a giant matched line: its offset is all we need
+            self._tail = self._tail.split(b":", 1)[0] + b":"
         for line in lines:
             self._take(line)
 
     def _take(self, line: bytes) -> None:
-        parts = line.split(b":", 2)
-        if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit():
-            offset = int(parts[1])
+        head = line.split(b":", 1)[0]
+        if head.isdigit():
+            offset = int(head)
             self.pending.append(offset)
-            self.lines[offset] = int(parts[0])
+            self.found.append(offset)
             self.pulled_upto = max(self.pulled_upto, offset)
 
-    def all_hits(self) -> list[tuple[int, int]]:
-        """Every (offset, line) grep reports, reading its output to the end (mapped files)."""
+    def all_hits(self) -> list[int]:
+        """Every offset grep reports, reading its output to the end (mapped files)."""
         while not self._done:
             self._pull()
-        return sorted(self.lines.items())
+        return sorted(set(self.found))
 
     def close(self) -> None:
         if self.proc is None:

@@ -416,8 +416,7 @@ def _read_mapped(path: Path, label: str, collector: _Collector, chunk_size: int)
     """A large plain log, read in place: its tables from GNU grep's offsets (one pass in a
     child process, in parallel), its per-iteration lines chunk by chunk from the mapped
     file, touching only the pages a sample needs (each chunk's pages are released after it).
-    Only the first chunk is read line by line with line numbers; later sampled readings
-    carry line 0 (unknown), tables keep grep's line numbers."""
+    Only the first chunk is read with line numbers; readings past it carry line 0 (unknown)."""
     state = _SourceState(label)
     with path.open("rb") as handle:
         try:
@@ -433,7 +432,7 @@ def _read_mapped(path: Path, label: str, collector: _Collector, chunk_size: int)
                 f"{label}: looks like a binary file (NUL bytes), not a text log; pass the training log (plain or .gz)"
             )
         # grep looks for the tables in a child process while this one samples the memory lines
-        blocks = BlockOffsets(path, MAPPED_GREP_TRIGGERS)
+        blocks = BlockOffsets(path, MAPPED_GREP_TRIGGERS, fixed=True)
         early: list[tuple[int, int]] = []
         try:
             state.bytes_read = size
@@ -456,7 +455,10 @@ def _read_mapped(path: Path, label: str, collector: _Collector, chunk_size: int)
                 _release(mm, pos, end)
                 first = False
                 pos = end
-            hits = sorted(set(early) | set(blocks.all_hits() if blocks.by_grep else []))
+            # grep gives offsets, not line numbers (counting lines would cost it a full pass):
+            # a table found past the first chunk has line 0, unknown
+            numbered = dict(early)
+            hits = sorted({**{o: 0 for o in (blocks.all_hits() if blocks.by_grep else [])}, **numbered}.items())
         finally:
             blocks.close()
         # Tables are applied after the memory lines: they are few (often one, at an OOM at the end).
@@ -468,7 +470,7 @@ def _read_mapped(path: Path, label: str, collector: _Collector, chunk_size: int)
             outcome = _parse_block(text, label, line, True)
             if outcome and outcome[0]:
                 for reading in outcome[0]:
-                    _record(reading, state, collector)
+                    _record(reading if line else replace(reading, line=0), state, collector)
                 consumed_until = _advance_lines(mm, offset, outcome[1])
     collector.sources.append(
         SourceSummary(
