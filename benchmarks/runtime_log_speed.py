@@ -80,7 +80,9 @@ def write_log(path: Path, size: int) -> int:
     written = 0
     it = 0
     with path.open("w", buffering=1 << 22) as out:
-        out.write("using world size: 64, data-parallel size: 4, tensor-model-parallel size: 4, pipeline-model-parallel size: 4\n")
+        out.write(
+            "using world size: 64, data-parallel size: 4, tensor-model-parallel size: 4, pipeline-model-parallel size: 4\n"
+        )
         while written < size - 16384:
             it += 1
             block = [
@@ -96,7 +98,9 @@ def write_log(path: Path, size: int) -> int:
                     f"max allocated: {m:.2f} | reserved: {r:.2f} | max reserved: {r:.2f}\n"
                 )
             if it % 97 == 0:
-                block.append(f"{it % 64}: node{it % 8}:12345:12399 [3] NCCL INFO Channel 02/0 : 3[3] -> 4[4] via P2P/IPC\n")
+                block.append(
+                    f"{it % 64}: node{it % 8}:12345:12399 [3] NCCL INFO Channel 02/0 : 3[3] -> 4[4] via P2P/IPC\n"
+                )
             text = "".join(block)
             out.write(text)
             written += len(text)
@@ -168,7 +172,9 @@ def main(size_gib: float, repeat: int) -> None:
                     problems.append(f"grep counted {out.strip().decode()} lines, expected {memory_lines}")
                 if name == "runtime_memory.py":
                     problems.extend(check_answer(json.loads(out), last))
-        print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs; {repeat} runs each")
+        print(
+            f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs; {repeat} runs each"
+        )
         print(f"{'command':<20} {'best wall s':>12} {'median wall s':>14} {'median CPU s':>13} {'peak RSS MB':>12}")
         for name, rows in results.items():
             walls = [r[0] for r in rows]
@@ -183,7 +189,8 @@ def main(size_gib: float, repeat: int) -> None:
         rss = max(r[2] for r in results["runtime_memory.py"]) / 1e6
         print(f"runtime_memory / grep -c wall time: {ratio_best:.2f}x best, {ratio_median:.2f}x median (target <= 3x)")
         print(f"runtime_memory peak RSS: {rss:.1f} MB (target < 200 MB)")
-        print("answer: " + ("right (leak on rank %d only, every peak exact, summary read)" % LEAK_RANK if not problems else "; ".join(sorted(set(problems)))))
+        verdict = f"right (leak on rank {LEAK_RANK} only, every peak exact, summary read)"
+        print("answer: " + (verdict if not problems else "; ".join(sorted(set(problems)))))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
