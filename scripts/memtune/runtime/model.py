@@ -37,7 +37,7 @@ class Reading:
 
     kind: str
     source: str  # file label as given
-    line: int  # 1-based line where the reading starts (0: a binary snapshot)
+    line: int  # 1-based line where the reading starts (0: unknown: a snapshot, or past the first chunk of a mapped log)
     rank: int | None = None  # global rank when the text names one
     gpu: int | None = None  # device index (nvidia-smi GPU, memory_summary "device ID", snapshot device)
     iteration: int | None = None  # "(after K iterations)", "... for iteration K"
