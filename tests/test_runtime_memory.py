@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from helper_cli import invoke
+from memtune.errors import InputError
 from memtune.runtime.lines import parse_reports
 from memtune.runtime.read import read_measurements
 from memtune.runtime.verdicts import trend_verdict
@@ -376,3 +377,18 @@ def test_big_plain_file_is_read_in_place_with_grep_finding_its_tables(
     # past the first chunk of a mapped log grep finds the table (not the CSV queries after it);
     # its line number is not counted there (0: unknown)
     assert gpu.used_bytes == 61335 * MIB and gpu.line == 0
+
+
+def test_headerless_nvidia_smi_csv_saved_alone(tmp_path: Path) -> None:
+    path = tmp_path / "smi.csv"
+    path.write_text("61335, 143771\n100, 143771\n")  # --format=csv,noheader,nounits, two GPUs
+    m = read_measurements([str(path)])
+    assert [(g.gpu, g.used_bytes, g.total_bytes) for g in m.gpus] == [
+        (0, 61335 * MIB, 143771 * MIB),
+        (1, 100 * MIB, 143771 * MIB),
+    ]
+    assert any("without a header" in n for n in m.notes)
+    for text in ("143771, 61335\n", "1, 2, 3\n", "loss, 2\n"):  # used > total, three columns, words: not this
+        path.write_text(text)
+        with pytest.raises(InputError):
+            read_measurements([str(path)])

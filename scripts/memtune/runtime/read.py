@@ -47,6 +47,7 @@ from memtune.runtime.model import (
     SnapshotSummary,
     SourceSummary,
 )
+from memtune.units import MIB
 
 CHUNK_SIZE = 8 << 20
 FIRST_CHUNK_LINES = 4096  # per-iteration lines of a log's first chunk read one by one (warm-up)
@@ -55,6 +56,7 @@ MAX_POINTS = 4096
 PINNED_POINTS = 64  # the first points of every rank are never thinned away (warm-up)
 BLOCK_WINDOW = 1 << 20  # the longest multi-line text read whole (a pretty-printed stats dump is ~12 KiB)
 SNAPSHOT_SUFFIXES = (".pickle", ".pkl", ".pt", ".snapshot")
+BARE_CSV_MAX_BYTES = 4096
 MAPPED_MIN_BYTES = 64 << 20  # a plain file this large is mapped and sampled in place (see _read_mapped)
 MAPPED_WINDOW_CHUNKS = 4  # a mapped file is sampled in windows of this many chunks after the first
 #: What grep looks for in a mapped file: the tables a training log prints anywhere (a summary
@@ -215,6 +217,7 @@ class _SourceState:
     bytes_read: int = 0
     smi_sections: int = 0
     triggers: tuple[bytes, ...] = TRIGGERS  # narrowed to the families found in the first chunk
+    whole: bytes = b""  # a small input's whole text, for the headerless-CSV fallback
 
 
 def read_measurements(paths: Sequence[str | Path], chunk_size: int = CHUNK_SIZE) -> Measurements:
@@ -376,6 +379,8 @@ def _read_text(source: Source, collector: _Collector, chunk_size: int) -> None:
                 if limit == 0:
                     break
                 region = bytes(buf[:limit])
+                if first and len(region) <= BARE_CSV_MAX_BYTES:
+                    state.whole = region
                 keep = _process_region(region, base_line, absolute, first, eof, state, collector, blocks)
                 first = False
                 if keep == 0 and not eof and valid >= BLOCK_WINDOW + chunk_size:
@@ -386,6 +391,8 @@ def _read_text(source: Source, collector: _Collector, chunk_size: int) -> None:
                 carry = valid - keep
         finally:
             blocks.close()
+    if not state.readings and state.whole and len(state.whole) == state.bytes_read:
+        _read_bare_csv(state.whole, state, collector)
     collector.sources.append(
         SourceSummary(
             source=state.label,
@@ -396,6 +403,42 @@ def _read_text(source: Source, collector: _Collector, chunk_size: int) -> None:
             bytes_read=state.bytes_read,
         )
     )
+
+
+_BARE_ROW = re.compile(rb"^\s*(\d+)(?:\s*MiB)?\s*,\s*(\d+)(?:\s*MiB)?\s*$")
+
+
+def _read_bare_csv(text: bytes, state: _SourceState, collector: _Collector) -> None:
+    """A file holding only ``61335, 143771`` rows: the output of ``nvidia-smi
+    --query-gpu=memory.used,memory.total --format=csv,noheader,nounits`` saved without the
+    command. Nothing names the columns, so two-column rows are read as that query (the one
+    people run for memory) only when every row has used <= total, and a note says so."""
+    rows = [line for line in text.splitlines() if line.strip()]
+    matches = [_BARE_ROW.match(line) for line in rows]
+    if not rows or len(rows) > 64 or not all(matches):
+        return
+    pairs = [(int(m.group(1)), int(m.group(2))) for m in matches if m]
+    if not all(used <= total and total > 0 for used, total in pairs):
+        return
+    for index, (used, total) in enumerate(pairs):
+        _record(
+            Reading(
+                kind="nvidia_smi",
+                source=state.label,
+                line=index + 1,
+                gpu=index,
+                label="nvidia-smi --query-gpu (no header)",
+                device_used_bytes=used * MIB,
+                device_total_bytes=total * MIB,
+                resolution_bytes=MIB,
+            ),
+            state,
+            collector,
+        )
+    collector.notes[
+        f"{state.label}: rows without a header read as nvidia-smi --query-gpu=memory.used,memory.total "
+        "(MiB, one row per GPU); keep the header or the command line to be sure"
+    ] = None
 
 
 def _mappable(path: Path) -> bool:
