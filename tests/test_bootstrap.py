@@ -18,6 +18,7 @@ HELPERS = [
     "diagnose",
     "check_env",
     "regather_config",
+    "runtime_memory",
     "sign_skill",
     "run_benchmark",
     "lint_skill",
