@@ -1,0 +1,365 @@
+"""trace_regression.py: memory went up between two runs or two commits; which change did it?
+
+Imports only the stdlib, click and stdlib-only memtune modules at the top, so --help works
+in a bare interpreter; the readers and the estimator are imported after parsing.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from memtune.cli import Command, argument, invoke, option, print_json
+from memtune.commands.options import GPU, SIZE, json_option
+from memtune.commands.run_inputs import parse_memory
+from memtune.errors import EXIT_FINDINGS, EXIT_OK, InputError
+from memtune.units import GIB
+
+if TYPE_CHECKING:
+    from memtune.runtime.attribution import Attribution
+
+    _ThresholdBase = click.ParamType["Threshold"]
+else:
+    _ThresholdBase = click.ParamType
+
+DESCRIPTION = """\
+Say which change moved GPU memory between two runs A (before) and B (after).
+
+Two configurations (Megatron-LM launch scripts or flag mappings, Megatron Bridge YAMLs, or one
+file at two git revisions with --git A..B -- FILE): the estimated peak per GPU of each, its
+change (delta_bytes), and each changed knob applied ALONE on top of A (changes[].delta_bytes).
+What no knob explains alone is interaction_bytes (the knobs' effect on each other), so the
+knobs plus the interaction add up to the change exactly. A knob the estimator does not read is
+listed as "unmodelled" with no byte figure: its effect is unknown, not zero. With --git, every
+commit in the range that touched FILE is estimated and the first one whose peak exceeds the
+GPU (--gpu, --gpu-memory, or the file's own) is named.
+
+Values are bytes in --json (GiB in the text: 2^30 bytes)."""
+
+EPILOG = """\
+examples:
+  python3 scripts/trace_regression.py before.sh after.sh --gpu H100-80GB
+  python3 scripts/trace_regression.py old.yaml new.yaml --preset llama3-70b --gpus 32 --json
+  python3 scripts/trace_regression.py --git v1..HEAD -- launch/train_70b.sh --gpu H100-80GB
+
+exit codes: 0 traced (whatever the change); 2 bad input (one line naming it)."""
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """How much growth counts as a regression: a share of A's peak or an absolute size."""
+
+    text: str
+    share: float | None = None
+    size: int | None = None
+
+    def bytes_of(self, base: int) -> int:
+        return int(base * self.share) if self.share is not None else int(self.size or 0)
+
+
+class ThresholdType(_ThresholdBase):
+    """``5%`` of A's peak, or a size such as ``2GiB``."""
+
+    name = "threshold"
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return "PCT|SIZE"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Threshold:
+        if isinstance(value, Threshold):
+            return value
+        text = str(value).strip()
+        if text.startswith("-"):
+            self.fail(f"{text!r}: a threshold cannot be negative; use e.g. 5% or 2GiB", param, ctx)
+        if text.endswith("%"):
+            try:
+                share = float(text[:-1])
+            except ValueError:
+                self.fail(f"{text!r} is not a percentage; use e.g. 5% or 2GiB", param, ctx)
+            if not 0 <= share <= 1000:
+                self.fail(f"{text!r}: give a percentage from 0% to 1000%", param, ctx)
+            return Threshold(text, share=share / 100)
+        try:
+            return Threshold(text, size=parse_memory(text, allow_zero=True))
+        except InputError:
+            self.fail(f"{text!r}: expected a share of the peak like 5% or a size like 2GiB", param, ctx)
+
+
+SOURCE = "run description"
+
+
+@click.command(
+    "trace-regression",
+    cls=Command,
+    short_help="which change (knob or commit) moved GPU memory between two runs",
+    help=DESCRIPTION,
+    epilog=EPILOG,
+)
+@argument("inputs", nargs=-1, metavar="A B | FILE", help_text="two inputs (before, after); with --git the one file")
+@option("--git", "git_range", metavar="A..B", help="trace one file across the commits of a git range")
+@option(
+    "--threshold",
+    type=ThresholdType(),
+    default="5%",
+    help="growth that counts as a regression: a share of A's peak (5%, the default) or a size (2GiB)",
+)
+@option("--preset", metavar="NAME", help="model preset for a Bridge YAML that does not name its model", section=SOURCE)
+@option("--hf-config", metavar="FILE", help="Hugging Face config.json for a Bridge YAML's model", section=SOURCE)
+@option("--gpus", "--world-size", "gpus", type=click.IntRange(min=1), help="total GPUs, when a file does not say")
+@option("--gpu", type=GPU, help="the GPU model: its usable memory is the limit (e.g. H100-80GB)")
+@option("--gpu-memory", type=SIZE, help="the limit as a size (81559MiB, 79.6GiB); instead of --gpu")
+@json_option("print one JSON document (every field: references/json-output.md)")
+def command(**params: Any) -> int:
+    return _trace(SimpleNamespace(**params))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return invoke(command, "trace_regression.py", argv)
+
+
+# ------------------------------------------------------------------------------ loading
+@dataclass(frozen=True)
+class Side:
+    """One configuration side, loaded: where it came from, its specs and the GPU limit."""
+
+    label: str
+    kind: str
+    model: Any
+    run: Any
+    notes: tuple[str, ...]
+    gpu_memory_bytes: int | None
+
+
+def _run_argv(args: Any, kind: str, path: str) -> list[str]:
+    """The estimate_memory.py options that describe ``path`` under this command's options."""
+    from memtune.runtime.sources import BRIDGE
+
+    argv = ["--config" if kind == BRIDGE else "--megatron-args", path]
+    if kind == BRIDGE:
+        if args.preset:
+            argv += ["--preset", args.preset]
+        if args.hf_config:
+            argv += ["--hf-config", args.hf_config]
+    if args.gpus:
+        argv += ["--gpus", str(args.gpus)]
+    if args.gpu:
+        argv += ["--gpu", args.gpu]
+    if args.gpu_memory is not None:
+        argv += ["--gpu-memory", args.gpu_memory.text]
+    return argv
+
+
+def load_config(args: Any, path: str, label: str | None = None) -> Side:
+    """The specs of the configuration at ``path`` (``label`` names it in messages)."""
+    from memtune.commands.options import parse_run_options
+    from memtune.commands.run_inputs import load_model_and_run
+    from memtune.runtime.sources import MEASUREMENT, classify
+
+    name = label or path
+    kind = classify(path)
+    if kind == MEASUREMENT:
+        raise InputError(f"{name}: this is a run's measurement; comparing measurements needs two logs or snapshots")
+    if kind != "bridge-config" and (args.preset or args.hf_config):
+        raise InputError(f"{name}: a Megatron-LM launch script carries its model; drop --preset/--hf-config")
+    try:
+        inputs = load_model_and_run(parse_run_options(_run_argv(args, kind, path)))
+    except InputError as exc:
+        text = str(exc)
+        raise InputError(text if label is None else text.replace(path, label)) from None
+    return Side(name, kind, inputs.model, inputs.run, inputs.notes, inputs.gpu_memory_bytes)
+
+
+def _limit(a: Side, b: Side) -> int | None:
+    """The GPU memory to compare with: the flag's (same on both sides), else B's file's, else A's."""
+    return b.gpu_memory_bytes or a.gpu_memory_bytes
+
+
+# ------------------------------------------------------------------------------ running
+def _trace(args: Any) -> int:
+    if args.gpu and args.gpu_memory is not None:
+        raise InputError("give --gpu or --gpu-memory, not both")
+    if args.git_range:
+        return _trace_git(args)
+    if len(args.inputs) != 2:
+        raise InputError(
+            f"give two inputs A (before) and B (after), got {len(args.inputs)}; or --git A..B -- FILE (see --help)"
+        )
+    a, b = (load_config(args, p) for p in args.inputs)
+    from memtune.runtime.attribution import attribute
+
+    attribution = attribute(a.model, a.run, b.model, b.run)
+    doc = _config_document(a, b, attribution, _limit(a, b), args.threshold)
+    _emit(args, doc)
+    return EXIT_OK
+
+
+def _trace_git(args: Any) -> int:
+    from memtune.runtime import sources
+    from memtune.runtime.attribution import attribute
+
+    if len(args.inputs) != 1:
+        raise InputError("--git A..B traces one file: give its path after the range (--git A..B -- FILE)")
+    path = args.inputs[0]
+    cwd = Path.cwd()
+    start, end = sources.split_range(args.git_range)
+    first, last = sources.resolve(start, cwd), sources.resolve(end, cwd)
+    revisions = sources.commits_between(first, last, path, cwd)
+    with tempfile.TemporaryDirectory(prefix="memtune-trace-") as tmp:
+
+        def at(rev: str) -> Side:
+            folder = Path(tmp) / rev
+            folder.mkdir(exist_ok=True)
+            copy = folder / Path(path).name
+            copy.write_bytes(sources.show(rev, path, cwd))
+            return load_config(args, str(copy), label=f"{path}@{rev[:12]}")
+
+        a = at(first)
+        b = at(last)
+        attribution = attribute(a.model, a.run, b.model, b.run)
+        limit = _limit(a, b)
+        from memtune.estimate.estimator import estimate
+
+        steps = []
+        crossing = None
+        over_before = limit is not None and estimate(a.model, a.run).peak_bytes > limit
+        for rev in revisions:
+            try:
+                side = b if rev.commit == last else at(rev.commit)
+                peak: int | None = estimate(side.model, side.run).peak_bytes
+                problem = ""
+            except InputError as exc:
+                peak, problem = None, str(exc)
+            fits = None if limit is None or peak is None else peak <= limit
+            step = {
+                "commit": rev.commit,
+                "subject": rev.subject,
+                "peak_bytes": peak,
+                "fits": fits,
+                "problem": problem,
+            }
+            steps.append(step)
+            if crossing is None and not over_before and fits is False:
+                crossing = step
+    doc = _config_document(a, b, attribution, limit, args.threshold)
+    doc["git"] = {
+        "range": args.git_range,
+        "path": path,
+        "start": first,
+        "end": last,
+        "over_limit_at_start": over_before,
+        "commits": steps,
+        "first_over_limit": crossing,
+    }
+    if limit is None:
+        doc["notes"].append("no GPU limit (--gpu NAME or --gpu-memory SIZE): the crossing commit cannot be named")
+    _emit(args, doc)
+    return EXIT_OK
+
+
+def _config_document(a: Side, b: Side, at: Attribution, limit: int | None, threshold: Threshold) -> dict[str, Any]:
+    cause = at.main_cause()
+    allowed = threshold.bytes_of(at.peak_a)
+    notes = [f"A: {n}" for n in a.notes if n.startswith("WARNING")] + [
+        f"B: {n}" for n in b.notes if n.startswith("WARNING")
+    ]
+    return {
+        "mode": "config",
+        "a": {"source": a.label, "kind": a.kind, "peak_bytes": at.peak_a, "peak_stage": at.peak_stage_a},
+        "b": {"source": b.label, "kind": b.kind, "peak_bytes": at.peak_b, "peak_stage": at.peak_stage_b},
+        "delta_bytes": at.delta_bytes,
+        "changes": [c.to_json() for c in at.changes],
+        "interaction_bytes": at.interaction_bytes,
+        "main_cause": cause.knob.name if cause else None,
+        "unmodelled": [c.knob.name for c in at.unmodelled],
+        "gpu_memory_bytes": limit,
+        "fits_a": None if limit is None else at.peak_a <= limit,
+        "fits_b": None if limit is None else at.peak_b <= limit,
+        "threshold_bytes": allowed,
+        "regressed": at.delta_bytes > allowed,
+        "notes": notes,
+    }
+
+
+# ------------------------------------------------------------------------------ output
+def _g(value: int | None, signed: bool = False) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value / GIB:+.2f} GiB" if signed else f"{value / GIB:.2f} GiB"
+
+
+def _value(v: Any) -> str:
+    if isinstance(v, list):
+        return "[" + ", ".join(str(x) for x in v) + "]"
+    return str(v)
+
+
+def render_config(doc: dict[str, Any]) -> str:
+    a, b = doc["a"], doc["b"]
+    lines = [
+        f"Estimated peak per GPU: A {_g(a['peak_bytes'])} (stage {a['peak_stage']}) -> "
+        f"B {_g(b['peak_bytes'])} (stage {b['peak_stage']}): {_g(doc['delta_bytes'], signed=True)}",
+        f"  A = {a['source']} ({a['kind']}); B = {b['source']} ({b['kind']})",
+        "",
+    ]
+    if not doc["changes"]:
+        lines.append("No knob the readers see differs between A and B.")
+    else:
+        lines.append("Each change applied alone on top of A:")
+        width = max(len(c["knob"]) for c in doc["changes"])
+        for c in doc["changes"]:
+            what = f"{_value(c['before'])} -> {_value(c['after'])}"
+            if c["status"] == "modelled":
+                lines.append(f"  {c['knob']:<{width}}  {what:<28} {_g(c['delta_bytes'], signed=True):>12}")
+            else:
+                lines.append(f"  {c['knob']:<{width}}  {what:<28} {c['status']:>12}: {c['note']}")
+        lines.append(f"  {'interaction':<{width}}  {'(the changes together)':<28} {_g(doc['interaction_bytes'], True):>12}")
+    lines.append("")
+    if doc["main_cause"]:
+        top = next(c for c in doc["changes"] if c["knob"] == doc["main_cause"])
+        lines.append(
+            f"Largest modelled cause: {top['knob']} {_value(top['before'])} -> {_value(top['after'])} "
+            f"({_g(top['delta_bytes'], signed=True)} of {_g(doc['delta_bytes'], signed=True)})."
+        )
+    if doc["unmodelled"]:
+        lines.append(
+            "Not modelled by the estimator (their effect is unknown, not zero): "
+            + ", ".join(doc["unmodelled"])
+            + ". A measured change beyond the estimate may come from them."
+        )
+    limit = doc["gpu_memory_bytes"]
+    if limit:
+        lines.append(
+            f"GPU limit {_g(limit)}: A {'fits' if doc['fits_a'] else 'DOES NOT FIT'}, "
+            f"B {'fits' if doc['fits_b'] else 'DOES NOT FIT'}."
+        )
+    git = doc.get("git")
+    if git:
+        lines.append("")
+        lines.append(f"Commits in {git['range']} that changed {git['path']} (oldest first):")
+        for step in git["commits"]:
+            mark = "" if step["fits"] is None else ("  fits" if step["fits"] else "  OVER THE LIMIT")
+            peak = _g(step["peak_bytes"]) if step["peak_bytes"] is not None else f"not estimable: {step['problem']}"
+            lines.append(f"  {step['commit'][:12]} {peak}{mark}  {step['subject']}")
+        crossing = git["first_over_limit"]
+        if crossing:
+            lines.append(f"First commit over the limit: {crossing['commit'][:12]} {crossing['subject']}")
+        elif git["over_limit_at_start"]:
+            lines.append("A was already over the limit at the start of the range.")
+        elif limit:
+            lines.append("No commit in the range goes over the limit.")
+    for note in doc["notes"]:
+        lines.append(note)
+    return "\n".join(lines)
+
+
+def _emit(args: Any, doc: dict[str, Any]) -> None:
+    if args.as_json:
+        print_json(doc)
+    else:
+        print(render_config(doc))

@@ -1,0 +1,1 @@
+"""Reading what a run measured and tracing memory regressions (see each module)."""
