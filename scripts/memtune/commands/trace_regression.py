@@ -18,7 +18,7 @@ import click
 from memtune.cli import Command, argument, invoke, option, print_json
 from memtune.commands.options import GPU, SIZE, json_option
 from memtune.commands.run_inputs import parse_memory
-from memtune.errors import EXIT_FINDINGS, EXIT_OK, InputError
+from memtune.errors import EXIT_OK, InputError
 from memtune.units import GIB
 
 if TYPE_CHECKING:
@@ -318,7 +318,9 @@ def render_config(doc: dict[str, Any]) -> str:
                 lines.append(f"  {c['knob']:<{width}}  {what:<28} {_g(c['delta_bytes'], signed=True):>12}")
             else:
                 lines.append(f"  {c['knob']:<{width}}  {what:<28} {c['status']:>12}: {c['note']}")
-        lines.append(f"  {'interaction':<{width}}  {'(the changes together)':<28} {_g(doc['interaction_bytes'], True):>12}")
+        lines.append(
+            f"  {'interaction':<{width}}  {'(the changes together)':<28} {_g(doc['interaction_bytes'], True):>12}"
+        )
     lines.append("")
     if doc["main_cause"]:
         top = next(c for c in doc["changes"] if c["knob"] == doc["main_cause"])

@@ -163,7 +163,9 @@ def attribute(
     with B's layer split but not A's) is reported as ``illegal-alone`` and its effect falls
     into the interaction."""
     if estimator is None:
-        from memtune.estimate.estimator import estimate as estimator
+        from memtune.estimate.estimator import estimate
+
+        estimator = estimate
     est_a, read_a = estimate_watching(estimator, model_a, run_a)
     est_b, read_b = estimate_watching(estimator, model_b, run_b)
     effects: list[KnobEffect] = []
