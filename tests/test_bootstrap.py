@@ -18,6 +18,7 @@ HELPERS = [
     "diagnose",
     "check_env",
     "regather_config",
+    "trace_regression",
     "sign_skill",
     "run_benchmark",
     "lint_skill",

@@ -22,6 +22,7 @@ from memtune.commands import (
     regather_config,
     run_benchmark,
     sign_skill,
+    trace_regression,
 )
 from memtune.errors import InputError
 
@@ -36,6 +37,7 @@ examples:
   memtune estimate-memory --example
   memtune plan-memory --preset llama3-70b --gpus 32 --tp 4 --pp 4 --gpu H100-80GB
   memtune check-env --script train.sh --torch-version 2.9.1
+  memtune trace-regression before.sh after.sh --gpu H100-80GB
   memtune sign-skill verify
 
 exit codes: 0 fine, 1 findings (check-env errors, lint errors, a failed verification), 2 bad usage or input."""
@@ -47,6 +49,7 @@ COMMANDS: dict[str, click.Command] = {
     "plan-memory": plan_memory.command,
     "check-env": check_env.command,
     "regather-config": regather_config.command,
+    "trace-regression": trace_regression.command,
     "lint-skill": lint_skill.command,
     "sign-skill": sign_skill.command,
     "run-benchmark": run_benchmark.command,
