@@ -1,0 +1,152 @@
+"""One-line memory reports printed every iteration (or every --log-memory-interval): parse one line.
+
+Three families, each in every spelling its history printed:
+
+* Megatron-LM ``report_memory`` (``megatron/training/utils.py``, since 2019):
+  ``[Rank 0] (after 10 iterations) memory (MB) | allocated: 1234.56 | max allocated: ... |
+  reserved: ... | max reserved: ...``. Until 2020 the last two were ``cached`` / ``max cached``
+  and no ``[Rank N]`` was printed (``print_rank_0``); until 2026 the values were the plain
+  float repr (``1234.5678901234``), since then two decimals, with an optional
+  ``| total device memory used: ...``. "MB" there is 1024 x 1024 bytes (``mega_bytes =
+  1024.0 * 1024.0``), so it is read as MiB. Forks (Megatron-DeepSpeed, GPT-NeoX) print the same.
+* Megatron Bridge (``training/utils/train_utils.py``): ``[Rank 0] (after 10 iterations)
+  memory (GB) | mem-allocated-gigabytes: 12.345 | ... | mem-max-reserved-gigabytes: ... |
+  mem-alloc-retires: 0 | mem-allocated-count: 123``: torch.cuda.memory_stats() keys renamed,
+  bytes / 1e9 rounded to 5 significant digits, so "GB" is 10^9 bytes. The names are
+  configurable (``logger.memory_keys``), so they are matched by their words, not exactly.
+* DeepSpeed ``see_memory_usage`` (Megatron-DeepSpeed logs): ``MA 1.2 GB  Max_MA 2.3 GB
+  CA 3.4 GB  Max_CA 4 GB`` in GiB (``/ (1024 * 1024 * 1024)``, two decimals).
+
+Launcher prefixes (``[default3]:``, ``3:``, ``[rank3]:``, timestamps) are peeled with the
+diagnose reader's :func:`strip_prefixes`, which also gives the rank when the message has none.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from memtune.diagnose.log_reader import strip_prefixes
+from memtune.runtime.model import Reading
+from memtune.units import GIB, MIB
+
+#: Literal byte strings that mark a line worth parsing: the stream reader counts and finds
+#: them at C speed and hands only those lines here.
+TRIGGERS = (b"memory (", b"Max_MA ")
+
+_NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
+_HEAD = re.compile(r"\bmemory \((MB|GB|MiB|GiB)\)\s*\|")
+_RANK = re.compile(r"\[Rank (\d+)\]\s*")
+_FIELDS = re.compile(r"\|\s*([A-Za-z][\w .\-/]*?)\s*:\s*(" + _NUMBER + r")\s*(?=\||$)")
+_ITERATION = re.compile(r"\b(?:after|before)\s+(\d+)\s+iterations?\b|\bfor iteration\s+(\d+)\b|\biteration\s+(\d+)\b")
+_DEEPSPEED = re.compile(
+    r"\bMA\s+(?P<ma>" + _NUMBER + r")\s*GB\s+Max_MA\s+(?P<max_ma>" + _NUMBER + r")\s*GB\s+"
+    r"CA\s+(?P<ca>" + _NUMBER + r")\s*GB\s+Max_CA\s+(?P<max_ca>" + _NUMBER + r")\s*GB"
+)
+_UNIT_BYTES = {"MB": MIB, "MiB": MIB, "GB": 10**9, "GiB": GIB}
+_SIZE_FIELDS = frozenset({"allocated_bytes", "max_allocated_bytes", "reserved_bytes", "max_reserved_bytes"})
+
+
+@lru_cache(maxsize=256)
+def _field_name(key: str) -> str | None:
+    """Which Reading field a report key fills, from its words: Megatron's ``max allocated``,
+    Bridge's ``mem-max-allocated-gigabytes`` or a user's own ``memory_keys`` name."""
+    k = key.lower().replace("-", " ").replace("_", " ")
+    words = set(k.split())
+    if "device" in words and "used" in words:
+        return "device_used_bytes"
+    if "retires" in words or "retries" in words or "retry" in words:
+        return "alloc_retries"
+    if "count" in words:
+        return None  # mem-allocated-count: a number of tensors, not a size
+    peak = bool(words & {"max", "peak"})
+    if "inactive" in words:
+        return None if peak else "inactive_split_bytes"
+    if "active" in words:
+        return None  # active ~ allocated; allocated is the figure everyone reports
+    if "allocated" in words or "alloc" in words:
+        return "max_allocated_bytes" if peak else "allocated_bytes"
+    if "reserved" in words or "cached" in words:
+        return "max_reserved_bytes" if peak else "reserved_bytes"
+    return None
+
+
+def parse_line(text: str, source: str, line: int) -> Reading | None:
+    """The reading in one log line, or None when the line holds no memory report.
+
+    The common case (a ``[Rank N]`` tag in the message) needs no prefix peeling: the rank
+    and label sit right before ``memory (MB)``; only a line without one asks
+    :func:`strip_prefixes` for the launcher's rank label.
+    """
+    head = _HEAD.search(text)
+    if head is None:
+        prefix = strip_prefixes(text)
+        return _parse_deepspeed(prefix.text, prefix.rank, source, line)
+    before = text[: head.start()]
+    unit = head.group(1)
+    rank_match = None
+    for rank_match in _RANK.finditer(before):
+        pass  # the last [Rank N] tag before "memory" is Megatron's own
+    if rank_match is not None:
+        rank: int | None = int(rank_match.group(1))
+        label = before[rank_match.end() :].strip()
+    else:
+        prefix = strip_prefixes(before)
+        rank, label = prefix.rank, prefix.text.strip()
+    scale = _UNIT_BYTES[unit]
+    values: dict[str, int] = {}
+    for key, number in _FIELDS.findall(text, head.end() - 1):
+        name = _field_name(key)
+        if name is None or name in values:
+            continue
+        values[name] = int(float(number)) if name == "alloc_retries" else int(round(float(number) * scale))
+    if not values.keys() & _SIZE_FIELDS:
+        return None
+    kind = "bridge_memory" if unit in ("GB", "GiB") else "report_memory"
+    # Two decimals of MiB are exact to ~10 kB; Bridge's 5 significant digits of GB are not.
+    resolution = MIB if kind == "report_memory" else 10**6 * 10
+    return Reading(
+        kind=kind,
+        source=source,
+        line=line,
+        rank=rank,
+        iteration=_iteration(label),
+        label=label,
+        resolution_bytes=resolution,
+        allocated_bytes=values.get("allocated_bytes"),
+        max_allocated_bytes=values.get("max_allocated_bytes"),
+        reserved_bytes=values.get("reserved_bytes"),
+        max_reserved_bytes=values.get("max_reserved_bytes"),
+        inactive_split_bytes=values.get("inactive_split_bytes"),
+        device_used_bytes=values.get("device_used_bytes"),
+        alloc_retries=values.get("alloc_retries"),
+    )
+
+
+def _iteration(label: str) -> int | None:
+    m = _ITERATION.search(label)
+    if m is None:
+        return None
+    return int(next(g for g in m.groups() if g is not None))
+
+
+def _parse_deepspeed(message: str, rank: int | None, source: str, line: int) -> Reading | None:
+    m = _DEEPSPEED.search(message)
+    if m is None:
+        return None
+
+    def gib(name: str) -> int:
+        return int(round(float(m.group(name)) * GIB))
+
+    return Reading(
+        kind="deepspeed_memory",
+        source=source,
+        line=line,
+        rank=rank,
+        label=message[: m.start()].strip(),
+        allocated_bytes=gib("ma"),
+        max_allocated_bytes=gib("max_ma"),
+        reserved_bytes=gib("ca"),
+        max_reserved_bytes=gib("max_ca"),
+        resolution_bytes=GIB // 100,
+    )
