@@ -18,7 +18,7 @@ import click
 from memtune.cli import Command, argument, invoke, option, print_json
 from memtune.commands.options import GPU, SIZE, json_option
 from memtune.commands.run_inputs import parse_memory
-from memtune.errors import EXIT_OK, InputError
+from memtune.errors import EXIT_FINDINGS, EXIT_OK, InputError
 from memtune.units import GIB
 
 if TYPE_CHECKING:
@@ -186,17 +186,157 @@ def _trace(args: Any) -> int:
         raise InputError("give --gpu or --gpu-memory, not both")
     if args.git_range:
         return _trace_git(args)
-    if len(args.inputs) != 2:
-        raise InputError(
-            f"give two inputs A (before) and B (after), got {len(args.inputs)}; or --git A..B -- FILE (see --help)"
-        )
-    a, b = (load_config(args, p) for p in args.inputs)
-    from memtune.runtime.attribution import attribute
+    from memtune.runtime.sources import MEASUREMENT, classify
 
-    attribution = attribute(a.model, a.run, b.model, b.run)
-    doc = _config_document(a, b, attribution, _limit(a, b), args.threshold)
+    if len(args.inputs) not in (2, 4):
+        raise InputError(
+            f"give two inputs A (before) and B (after), or two measurements and two configurations; got "
+            f"{len(args.inputs)} (or --git A..B -- FILE; see --help)"
+        )
+    kinds = [classify(p) for p in args.inputs]
+    measured = [p for p, k in zip(args.inputs, kinds, strict=True) if k == MEASUREMENT]
+    configs = [p for p, k in zip(args.inputs, kinds, strict=True) if k != MEASUREMENT]
+    if len(measured) not in (0, 2) or len(configs) not in (0, 2):
+        raise InputError(
+            f"A and B must be the same kind: got {len(measured)} measurement(s) ({', '.join(measured) or '-'}) "
+            f"and {len(configs)} configuration(s) ({', '.join(configs) or '-'}); give two of each kind"
+        )
+    doc: dict[str, Any] = {}
+    if configs:
+        a, b = (load_config(args, p) for p in configs)
+        from memtune.runtime.attribution import attribute
+
+        attribution = attribute(a.model, a.run, b.model, b.run)
+        doc = _config_document(a, b, attribution, _limit(a, b), args.threshold)
+    if not measured:
+        _emit(args, doc)
+        return EXIT_OK
+    measurement = _measurement_document(args, measured[0], measured[1])
+    if doc:
+        doc["mode"] = "measurement+config"
+        doc["measured"] = measurement
+        doc["explanation"] = _explain(doc, measurement)
+        doc["regressed"] = measurement["regressed"]
+        doc["threshold_bytes"] = measurement["threshold_bytes"]
+    else:
+        doc = measurement
     _emit(args, doc)
-    return EXIT_OK
+    return EXIT_FINDINGS if doc["regressed"] else EXIT_OK
+
+
+def _measurement_document(args: Any, path_a: str, path_b: str) -> dict[str, Any]:
+    """Per-rank deltas of two measurements (E1's reader does the reading)."""
+    from memtune.runtime.measured_diff import Threshold as Limit
+    from memtune.runtime.measured_diff import compare
+    from memtune.runtime.read import read_measurements
+
+    a, b = read_measurements([path_a]), read_measurements([path_b])
+    threshold: Threshold = args.threshold
+    diff = compare(a, b, Limit(share=threshold.share, size=threshold.size))
+    notes = [f"A: {n}" for n in a.notes] + [f"B: {n}" for n in b.notes]
+    if diff.only_in_a or diff.only_in_b:
+        notes.append(
+            f"ranks measured on one side only (not compared): A {list(diff.only_in_a)}, B {list(diff.only_in_b)}"
+        )
+    if diff.figure is None:
+        raise InputError(
+            f"{path_a} and {path_b} share no memory figure to compare (e.g. one is nvidia-smi only and the other "
+            "a report_memory log without device memory); give two measurements of the same kind"
+        )
+    return {
+        "mode": "measurement",
+        "a": {"source": path_a, "kind": "measurement", "formats": list(a.kinds), "peak_bytes": diff.peak_a},
+        "b": {"source": path_b, "kind": "measurement", "formats": list(b.kinds), "peak_bytes": diff.peak_b},
+        "figure": diff.figure,
+        "delta_bytes": diff.delta_bytes,
+        "threshold_bytes": diff.threshold_bytes,
+        "resolution_bytes": diff.resolution_bytes,
+        "regressed": diff.regressed,
+        "regressed_ranks": list(diff.regressed_ranks),
+        "ranks": [
+            {
+                "rank": r.rank,
+                "figure": r.figure,
+                "a_bytes": r.a_bytes,
+                "b_bytes": r.b_bytes,
+                "delta_bytes": r.delta_bytes,
+                "threshold_bytes": r.threshold_bytes,
+                "regressed": r.regressed,
+                "figures": [
+                    {"figure": f.figure, "a_bytes": f.a_bytes, "b_bytes": f.b_bytes, "delta_bytes": f.delta_bytes}
+                    for f in r.figures
+                    if f.a_bytes is not None or f.b_bytes is not None
+                ],
+            }
+            for r in diff.ranks
+        ],
+        "only_in_a": list(diff.only_in_a),
+        "only_in_b": list(diff.only_in_b),
+        "notes": notes,
+    }
+
+
+#: The estimate "accounts for" a measured change when what is left is within this share of it
+#: (or within EXPLAINED_FLOOR bytes, for small changes): allocator rounding and the reserve the
+#: estimate does not model move a measurement by about that much.
+EXPLAINED_SHARE = 0.2
+EXPLAINED_FLOOR = 512 * 2**20
+
+
+def _worst_figure(measured: dict[str, Any], figure: str, side: str) -> int | None:
+    values = [
+        f[f"{side}_bytes"]
+        for r in measured["ranks"]
+        for f in r["figures"]
+        if f["figure"] == figure and f[f"{side}_bytes"] is not None
+    ]
+    return max(values) if values else None
+
+
+def _explain(doc: dict[str, Any], measured: dict[str, Any]) -> dict[str, Any]:
+    """Which changed knob explains the measured change, and what the estimate leaves over.
+
+    The estimator prices tensors (what max_memory_allocated counts), so the knobs are held
+    against the measured change of peak *allocated* when both sides have it; the growth of the
+    allocator's reserve on top of that (peak reserved minus peak allocated) is reported apart,
+    as no knob of the estimate moves it."""
+    headline = int(measured["delta_bytes"])
+    alloc_a = _worst_figure(measured, "peak_allocated_bytes", "a")
+    alloc_b = _worst_figure(measured, "peak_allocated_bytes", "b")
+    allocated = None if alloc_a is None or alloc_b is None else alloc_b - alloc_a
+    reserve = headline - allocated if allocated is not None and measured["figure"] == "peak_reserved_bytes" else None
+    measured_delta = allocated if allocated is not None else headline
+    estimated_delta = int(doc["delta_bytes"])
+    left = measured_delta - estimated_delta
+    tolerance = max(int(abs(measured_delta) * EXPLAINED_SHARE), EXPLAINED_FLOOR)
+    shares = [
+        {
+            "knob": c["knob"],
+            "delta_bytes": c["delta_bytes"],
+            "share_of_measured": (c["delta_bytes"] / measured_delta) if measured_delta else None,
+        }
+        for c in doc["changes"]
+        if c["delta_bytes"] is not None
+    ]
+    candidates = list(doc["unmodelled"])
+    if abs(left) <= tolerance:
+        verdict = "explained"
+    elif candidates:
+        verdict = "unmodelled-candidates"
+    else:
+        verdict = "unexplained"
+    return {
+        "verdict": verdict,
+        "figure": "peak_allocated_bytes" if allocated is not None else measured["figure"],
+        "measured_delta_bytes": measured_delta,
+        "allocator_reserve_delta_bytes": reserve,
+        "estimated_delta_bytes": estimated_delta,
+        "unexplained_bytes": left,
+        "tolerance_bytes": tolerance,
+        "main_cause": doc["main_cause"],
+        "knobs": shares,
+        "candidates": candidates,
+    }
 
 
 def _trace_git(args: Any) -> int:
@@ -360,8 +500,89 @@ def render_config(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+_FIGURE_NAMES = {
+    "peak_reserved_bytes": "peak reserved",
+    "peak_allocated_bytes": "peak allocated",
+    "last_reserved_bytes": "last reserved",
+    "last_allocated_bytes": "last allocated",
+    "inactive_split_bytes": "inactive split",
+    "device_used_bytes": "device used",
+}
+
+
+def render_measurement(doc: dict[str, Any]) -> str:
+    a, b = doc["a"], doc["b"]
+    name = _FIGURE_NAMES.get(doc["figure"], doc["figure"])
+    verdict = "REGRESSED" if doc["regressed"] else "no regression"
+    lines = [
+        f"Measured {name}, worst rank: A {_g(a['peak_bytes'])} -> B {_g(b['peak_bytes'])}: "
+        f"{_g(doc['delta_bytes'], signed=True)} ({verdict}; threshold {_g(doc['threshold_bytes'])})",
+        f"  A = {a['source']} ({', '.join(a['formats'])}); B = {b['source']} ({', '.join(b['formats'])})",
+    ]
+    if doc["ranks"]:
+        lines.append("")
+        lines.append("Per rank (GiB, A -> B, change):")
+        for r in doc["ranks"]:
+            mark = "  REGRESSED" if r["regressed"] else ""
+            cells = [
+                f"{_FIGURE_NAMES[f['figure']]} {_g(f['a_bytes'])} -> {_g(f['b_bytes'])} "
+                f"({_g(f['delta_bytes'], signed=True)})"
+                for f in r["figures"]
+                if f["figure"] in ("peak_reserved_bytes", "peak_allocated_bytes", "device_used_bytes")
+            ]
+            lines.append(f"  rank {r['rank']}: " + "; ".join(cells) + mark)
+    for note in doc["notes"]:
+        lines.append(note)
+    return "\n".join(lines)
+
+
+def render_explanation(ex: dict[str, Any]) -> str:
+    measured, estimated = ex["measured_delta_bytes"], ex["estimated_delta_bytes"]
+    name = _FIGURE_NAMES.get(ex["figure"], ex["figure"])
+    lines = [
+        f"Measured change of {name} {_g(measured, signed=True)}; the configuration change, estimated, "
+        f"{_g(estimated, signed=True)}; left unexplained {_g(ex['unexplained_bytes'], signed=True)}.",
+    ]
+    if ex["allocator_reserve_delta_bytes"] is not None:
+        lines.append(
+            f"The allocator's reserve above that (peak reserved minus peak allocated) changed by "
+            f"{_g(ex['allocator_reserve_delta_bytes'], signed=True)}: no knob of the estimate moves it "
+            "(expandable_segments shrinks it)."
+        )
+    moving = [k for k in ex["knobs"] if abs(k["delta_bytes"]) >= 2**20]
+    for k in moving[:8]:
+        share = "" if k["share_of_measured"] is None else f" ({k['share_of_measured']:.0%} of the measured change)"
+        lines.append(f"  {k['knob']}: {_g(k['delta_bytes'], signed=True)}{share}")
+    if len(moving) > 8:
+        lines.append(f"  ... and {len(moving) - 8} smaller")
+    if ex["verdict"] == "explained":
+        cause = f"; most of it from {ex['main_cause']}" if ex["main_cause"] else ""
+        lines.append(f"The modelled changes account for the measured change{cause}.")
+    elif ex["verdict"] == "unmodelled-candidates":
+        lines.append(
+            f"{_g(ex['unexplained_bytes'], signed=True)} is beyond what the modelled changes explain; changed knobs the "
+            f"estimator does not model: {', '.join(ex['candidates'])} - the likely source. Confirm by measuring "
+            "with only that change reverted."
+        )
+    else:
+        lines.append(
+            "No changed knob explains the rest: the estimator's own gap for this model (see "
+            "estimate_memory.py on each side), memory outside PyTorch (nvidia-smi minus reserved), or a change "
+            "the configs do not show (software versions, data)."
+        )
+    return "\n".join(lines)
+
+
 def _emit(args: Any, doc: dict[str, Any]) -> None:
     if args.as_json:
         print_json(doc)
+    elif doc["mode"] == "measurement":
+        print(render_measurement(doc))
+    elif doc["mode"] == "measurement+config":
+        print(render_measurement(doc["measured"]))
+        print()
+        print(render_config(doc))
+        print()
+        print(render_explanation(doc["explanation"]))
     else:
         print(render_config(doc))

@@ -35,6 +35,12 @@ _MEASUREMENT_MARKS = re.compile(
 )
 #: A pickle (a torch.cuda.memory snapshot) starts with the PROTO opcode.
 _PICKLE_START = b"\x80"
+_GZIP_START = b"\x1f\x8b"  # a compressed log
+#: Flags every Megatron-LM launch names (model shape or layout): a text with none is not a launch.
+_LAUNCH_MARKS = re.compile(
+    r"--(num-layers|hidden-size|tensor-model-parallel-size|pipeline-model-parallel-size|micro-batch-size|"
+    r"seq-length|num-attention-heads|global-batch-size)\b"
+)
 _SNIFF = 1 << 20
 
 
@@ -45,14 +51,16 @@ def classify(path: str | Path) -> str:
         raise InputError(f"{p}: no such file; give a launch script, a Bridge YAML, a flag mapping or a run's log")
     with open(p, "rb") as handle:
         head = handle.read(_SNIFF)
-    if head.startswith(_PICKLE_START):
+    if head.startswith((_PICKLE_START, _GZIP_START)):
         return MEASUREMENT
     text = head.decode("utf-8", errors="replace")
     if _MEASUREMENT_MARKS.search(text):
         return MEASUREMENT
     if p.suffix.lower() in (".yaml", ".yml", ".json") or text.lstrip().startswith("{"):
         return _mapping_kind(p)
-    return MEGATRON
+    if _LAUNCH_MARKS.search(text):
+        return MEGATRON
+    return MEASUREMENT  # the measurement reader says what it expected when it finds nothing
 
 
 def _mapping_kind(p: Path) -> str:
