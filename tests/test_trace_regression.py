@@ -127,11 +127,12 @@ def test_changes_plus_interaction_equal_the_delta_exactly(seed: int) -> None:
         pytest.skip("A or B is an impossible run for this model")
     assert result.delta_bytes == estimate(model, b).peak_bytes - estimate(model, a).peak_bytes
     assert result.explained_bytes + result.interaction_bytes == result.delta_bytes
-    assert {c.knob.name for c in result.changes} == {k.name for k in knob_changes(model, a, model, b)}
+    names = [n for c in result.changes for n in c.knob.name.split("+")]
+    assert sorted(names) == sorted(k.name for k in knob_changes(model, a, model, b))  # each knob once
     for c in result.changes:
-        if c.status == MODELLED:  # each figure is the estimator's, for A with only that knob changed
-            alone = a.with_(**{c.knob.name: c.knob.after})
-            assert c.delta_bytes == estimate(model, alone).peak_bytes - estimate(model, a).peak_bytes
+        if c.status == MODELLED:  # each figure is the estimator's, for A with only that change
+            after = c.knob.after if "+" in c.knob.name else {c.knob.name: c.knob.after}
+            assert c.delta_bytes == estimate(model, a.with_(**after)).peak_bytes - estimate(model, a).peak_bytes
         else:
             assert c.delta_bytes is None
 
@@ -166,12 +167,24 @@ def test_unmodelled_is_observed_from_what_the_estimator_reads() -> None:
     assert (by["seq_length"].status, by["seq_length"].delta_bytes) == (UNMODELLED, None)
 
 
-def test_a_knob_impossible_alone_falls_into_the_interaction() -> None:
+def test_knobs_that_only_make_sense_together_are_priced_as_one_change() -> None:
+    """Micro-batch 1 -> 2 with global batch 1 -> 2 (the H200 g01 -> g05 pair): mbs alone is
+    impossible (gbs 1 is not a multiple of 2), so the two are one entry, mbs+gbs."""
+    doc = invoke_json(HELPER, str(DATA / "g01_base.sh"), str(DATA / "g05_mbs2.sh"), "--gpus", "1", "--json")
+    assert [c["knob"] for c in doc["changes"]] == ["mbs+gbs"]
+    joined = doc["changes"][0]
+    assert joined["before"] == {"mbs": 1, "gbs": 1} and joined["after"] == {"mbs": 2, "gbs": 2}
+    assert joined["status"] == MODELLED and joined["delta_bytes"] == doc["delta_bytes"] > 0
+    assert doc["interaction_bytes"] == 0 and doc["main_cause"] == "mbs+gbs"
+
+
+def test_a_knob_no_partner_rescues_stays_illegal_alone() -> None:
     model = presets.load_preset("llama3-8b")  # 32 layers
     a = RunSpec(world_size=12, pp=4)
-    b = a.with_(pp=3, num_layers_in_first_pipeline_stage=10, num_layers_in_last_pipeline_stage=11)
+    b = a.with_(pp=3, num_layers_in_first_pipeline_stage=9, num_layers_in_last_pipeline_stage=9)
     result = attribute(model, a, model, b)
     by = {c.knob.name: c for c in result.changes}
+    assert set(by) == {"pp", "num_layers_in_first_pipeline_stage+num_layers_in_last_pipeline_stage"}
     assert by["pp"].status == "illegal-alone" and by["pp"].delta_bytes is None
     assert result.explained_bytes + result.interaction_bytes == result.delta_bytes
 

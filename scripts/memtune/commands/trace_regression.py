@@ -29,7 +29,8 @@ else:
     _ThresholdBase = click.ParamType
 
 DESCRIPTION = """\
-Say which change moved GPU memory between two runs A (before) and B (after).
+Say which change moved GPU memory between two runs A (before) and B (after). Each input's
+kind is recognised from its content; nothing in a file is executed.
 
 Two configurations (Megatron-LM launch scripts or flag mappings, Megatron Bridge YAMLs, or one
 file at two git revisions with --git A..B -- FILE): the estimated peak per GPU of each, its
@@ -40,6 +41,14 @@ listed as "unmodelled" with no byte figure: its effect is unknown, not zero. Wit
 commit in the range that touched FILE is estimated and the first one whose peak exceeds the
 GPU (--gpu, --gpu-memory, or the file's own) is named.
 
+Two measurements (Megatron report_memory / Bridge memory logs, memory_summary, memory_stats,
+nvidia-smi, memory snapshots): per-rank deltas of every figure and the change on the worst
+rank; B regressed when a rank grew by more than --threshold (a CI gate: exit 1).
+
+Two measurements and two configurations (the first of each kind is A): both of the above,
+and which changed knob explains the measured change - or how much no modelled knob explains
+(then the unmodelled knobs that changed are the candidates).
+
 Values are bytes in --json (GiB in the text: 2^30 bytes)."""
 
 EPILOG = """\
@@ -47,8 +56,11 @@ examples:
   python3 scripts/trace_regression.py before.sh after.sh --gpu H100-80GB
   python3 scripts/trace_regression.py old.yaml new.yaml --preset llama3-70b --gpus 32 --json
   python3 scripts/trace_regression.py --git v1..HEAD -- launch/train_70b.sh --gpu H100-80GB
+  python3 scripts/trace_regression.py main.log pr.log --threshold 3%        # CI gate
+  python3 scripts/trace_regression.py before.log after.log before.sh after.sh --gpus 64
 
-exit codes: 0 traced (whatever the change); 2 bad input (one line naming it)."""
+exit codes: 0 traced, no measured regression (two configurations always 0); 1 the measurements
+show B regressed beyond --threshold; 2 bad input (one line naming it)."""
 
 
 @dataclass(frozen=True)
@@ -101,7 +113,12 @@ SOURCE = "run description"
     help=DESCRIPTION,
     epilog=EPILOG,
 )
-@argument("inputs", nargs=-1, metavar="A B | FILE", help_text="two inputs (before, after); with --git the one file")
+@argument(
+    "inputs",
+    nargs=-1,
+    metavar="A B | FILE",
+    help_text="A and B (before, after): two configurations, two measurements, or two of each; with --git the one file",
+)
 @option("--git", "git_range", metavar="A..B", help="trace one file across the commits of a git range")
 @option(
     "--threshold",
@@ -313,7 +330,9 @@ def _explain(doc: dict[str, Any], measured: dict[str, Any]) -> dict[str, Any]:
         {
             "knob": c["knob"],
             "delta_bytes": c["delta_bytes"],
-            "share_of_measured": (c["delta_bytes"] / measured_delta) if measured_delta else None,
+            "share_of_measured": (c["delta_bytes"] / measured_delta)
+            if abs(measured_delta) >= EXPLAINED_FLOOR
+            else None,
         }
         for c in doc["changes"]
         if c["delta_bytes"] is not None
@@ -563,6 +582,11 @@ def render_explanation(ex: dict[str, Any]) -> str:
             f"{_g(ex['unexplained_bytes'], signed=True)} is beyond what the modelled changes explain; changed knobs the "
             f"estimator does not model: {', '.join(ex['candidates'])} - the likely source. Confirm by measuring "
             "with only that change reverted."
+        )
+    elif ex["unexplained_bytes"] < 0:
+        lines.append(
+            "The estimate predicts more growth than was measured: the estimator overstates these knobs for this "
+            "run (see estimate_memory.py on each side); the measurement is the fact."
         )
     else:
         lines.append(

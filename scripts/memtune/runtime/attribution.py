@@ -103,6 +103,8 @@ class Attribution:
 
 def _plain(value: Any) -> Any:
     """A JSON-ready value: tuples become lists, anything exotic its text."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, tuple):
         return [_plain(v) for v in value]
     if value is None or isinstance(value, (bool, int, float, str)):
@@ -146,6 +148,56 @@ def _watched(run: RunSpec, reads: set[str]) -> RunSpec:
     return WatchedRunSpec(**{f.name: getattr(run, f.name) for f in fields(RunSpec)})
 
 
+def _apply(model: ModelSpec, run: RunSpec, knobs: tuple[Knob, ...]) -> tuple[ModelSpec, RunSpec]:
+    """A's specs with ``knobs`` set to B's values."""
+    model_changes = {k.name: k.after for k in knobs if k.scope == "model"}
+    run_changes = {k.name: k.after for k in knobs if k.scope == "run"}
+    return (model.with_(**model_changes) if model_changes else model, run.with_(**run_changes) if run_changes else run)
+
+
+def _pair_illegal(
+    estimator: Estimator,
+    model_a: ModelSpec,
+    run_a: RunSpec,
+    peak_a: int,
+    effects: list[KnobEffect],
+    illegal: dict[Knob, str],
+) -> list[KnobEffect]:
+    """Knobs that only make sense together (micro-batch with global batch, PP with the layer
+    split) are priced as one change: an impossible knob is tried with each other changed
+    knob, and the first partner that makes A legal joins it in one entry (``mbs+gbs``),
+    taking the partner's own entry with it so nothing is counted twice. A knob no single
+    partner rescues stays ``illegal-alone`` and its effect is in the interaction."""
+    out = list(effects)
+    taken: set[Knob] = set()
+    for knob, reason in illegal.items():
+        if knob in taken:
+            continue
+        partners = [e.knob for e in out if e.knob not in taken and e.status == MODELLED] + [
+            k for k in illegal if k is not knob and k not in taken
+        ]
+        for partner in partners:
+            pair = (knob, partner)
+            try:
+                est = estimator(*_apply(model_a, run_a, pair))
+            except (InputError, ValueError):
+                continue
+            taken.update(pair)
+            out = [e for e in out if e.knob is not partner]
+            joined = Knob(
+                knob.scope if knob.scope == partner.scope else "run",
+                f"{knob.name}+{partner.name}",
+                {knob.name: knob.before, partner.name: partner.before},
+                {knob.name: knob.after, partner.name: partner.after},
+            )
+            note = f"applied together: {knob.name} alone on top of A is impossible ({reason})"
+            out.append(KnobEffect(joined, MODELLED, int(est.peak_bytes) - peak_a, note))
+            break
+        else:
+            out.append(KnobEffect(knob, ILLEGAL_ALONE, None, f"alone on top of A: {reason}"))
+    return out
+
+
 def estimate_watching(estimator: Estimator, model: ModelSpec, run: RunSpec) -> tuple[Any, frozenset[str]]:
     """The estimate of ``run`` and the run fields the estimator read to make it."""
     reads: set[str] = set()
@@ -168,16 +220,14 @@ def attribute(
         estimator = estimate
     est_a, read_a = estimate_watching(estimator, model_a, run_a)
     est_b, read_b = estimate_watching(estimator, model_b, run_b)
+    knobs = knob_changes(model_a, run_a, model_b, run_b)
     effects: list[KnobEffect] = []
-    for knob in knob_changes(model_a, run_a, model_b, run_b):
-        if knob.scope == "model":
-            alone_model, alone_run = model_a.with_(**{knob.name: knob.after}), run_a
-        else:
-            alone_model, alone_run = model_a, run_a.with_(**{knob.name: knob.after})
+    illegal: dict[Knob, str] = {}
+    for knob in knobs:
         try:
-            est_alone, read_alone = estimate_watching(estimator, alone_model, alone_run)
+            est_alone, read_alone = estimate_watching(estimator, *_apply(model_a, run_a, (knob,)))
         except (InputError, ValueError) as exc:
-            effects.append(KnobEffect(knob, ILLEGAL_ALONE, None, f"alone on top of A: {str(exc).splitlines()[0]}"))
+            illegal[knob] = str(exc).splitlines()[0]
             continue
         read = read_a | read_b | read_alone
         if knob.scope == "run" and knob.name not in read:
@@ -186,6 +236,7 @@ def attribute(
             )
             continue
         effects.append(KnobEffect(knob, MODELLED, int(est_alone.peak_bytes) - int(est_a.peak_bytes)))
+    effects = _pair_illegal(estimator, model_a, run_a, int(est_a.peak_bytes), effects, illegal)
     effects.sort(key=lambda e: (e.delta_bytes is None, -abs(e.delta_bytes or 0)))
     return Attribution(
         peak_a=int(est_a.peak_bytes),
