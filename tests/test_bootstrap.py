@@ -19,6 +19,7 @@ HELPERS = [
     "check_env",
     "regather_config",
     "trace_regression",
+    "runtime_memory",
     "sign_skill",
     "run_benchmark",
     "lint_skill",

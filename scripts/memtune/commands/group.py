@@ -21,6 +21,7 @@ from memtune.commands import (
     plan_memory,
     regather_config,
     run_benchmark,
+    runtime_memory,
     sign_skill,
     trace_regression,
 )
@@ -38,6 +39,7 @@ examples:
   memtune plan-memory --preset llama3-70b --gpus 32 --tp 4 --pp 4 --gpu H100-80GB
   memtune check-env --script train.sh --torch-version 2.9.1
   memtune trace-regression before.sh after.sh --gpu H100-80GB
+  memtune runtime-memory train.log --gpu H100-80GB
   memtune sign-skill verify
 
 exit codes: 0 fine, 1 findings (check-env errors, lint errors, a failed verification), 2 bad usage or input."""
@@ -50,6 +52,7 @@ COMMANDS: dict[str, click.Command] = {
     "check-env": check_env.command,
     "regather-config": regather_config.command,
     "trace-regression": trace_regression.command,
+    "runtime-memory": runtime_memory.command,
     "lint-skill": lint_skill.command,
     "sign-skill": sign_skill.command,
     "run-benchmark": run_benchmark.command,

@@ -180,10 +180,12 @@ def overrides_argument(metavar: str, help_text: str) -> Callable[[FC], FC]:
     return argument("overrides", nargs=-1, metavar=metavar, help_text=help_text)
 
 
-def model_source_options() -> Callable[[FC], FC]:
+def model_source_options(overrides: bool = True) -> Callable[[FC], FC]:
     """Where the model and run come from: one preset, HF config, Megatron-LM flags, Bridge
-    YAML (+ Hydra overrides) or the seed example."""
-    return compose(
+    YAML (+ Hydra overrides) or the seed example. ``overrides=False`` leaves out the
+    positional overrides, for a helper whose positionals are files (runtime_memory reads
+    them from among its FILE arguments)."""
+    decorators = [
         option("--preset", metavar="NAME", help="model preset name (see --list-presets)", section=SOURCE),
         option("--list-presets", is_flag=True, help="print the known presets and exit", section=SOURCE),
         option("--hf-config", metavar="FILE", help="Hugging Face config.json", section=SOURCE),
@@ -200,10 +202,14 @@ def model_source_options() -> Callable[[FC], FC]:
             help="the seed's Llama3-70B SFT run (TP4/PP4/VPP5/DP2, 32 x H100 80GB)",
             section=SOURCE,
         ),
-        overrides_argument(
-            "[key.path=value]...", "Hydra-style overrides for --config/--example (a.b=v, +a.b=v, ++a.b=v, ~a.b)"
-        ),
-    )
+    ]
+    if overrides:
+        decorators.append(
+            overrides_argument(
+                "[key.path=value]...", "Hydra-style overrides for --config/--example (a.b=v, +a.b=v, ++a.b=v, ~a.b)"
+            )
+        )
+    return compose(*decorators)
 
 
 def _switch(name: str, dest: str, help_text: str | None, section: str) -> Callable[[FC], FC]:
@@ -317,9 +323,12 @@ def gpu_options(memory_default: str = "") -> Callable[[FC], FC]:
     )
 
 
-def run_input_options(memory_default: str = "") -> Callable[[FC], FC]:
-    """Everything that describes a run to estimate_memory.py and plan_memory.py."""
-    return compose(model_source_options(), parallelism_options(), memory_feature_options(), gpu_options(memory_default))
+def run_input_options(memory_default: str = "", overrides: bool = True) -> Callable[[FC], FC]:
+    """Everything that describes a run to estimate_memory.py and plan_memory.py (and to
+    runtime_memory.py, without the positional overrides)."""
+    return compose(
+        model_source_options(overrides), parallelism_options(), memory_feature_options(), gpu_options(memory_default)
+    )
 
 
 def parse_run_options(argv: list[str], memory_default: str = "") -> SimpleNamespace:

@@ -17,7 +17,17 @@ from memtune.diagnose.log_reader import strip_prefixes
 from memtune.runtime.model import Reading
 from memtune.units import GIB, KIB, MIB, TIB
 
-_SIZE_UNITS = {"b": 1, "kib": KIB, "mib": MIB, "gib": GIB, "tib": TIB, "pib": TIB * 1024, "kb": KIB, "mb": MIB, "gb": GIB}
+_SIZE_UNITS = {
+    "b": 1,
+    "kib": KIB,
+    "mib": MIB,
+    "gib": GIB,
+    "tib": TIB,
+    "pib": TIB * 1024,
+    "kb": KIB,
+    "mb": MIB,
+    "gb": GIB,
+}
 
 BlockResult = tuple[list[Reading], int] | None
 
@@ -144,7 +154,20 @@ def parse_memory_stats(lines: Sequence[str], source: str, first_line: int, at_eo
         if current.keys() & {"allocated_bytes.all.current", "allocated_bytes.all.peak", "reserved_bytes.all.peak"}:
             values = {_STAT_FIELDS[k]: v for k, v in current.items() if k in _STAT_FIELDS}
             readings.append(
-                Reading(kind="memory_stats", source=source, line=start, rank=rank, label="memory_stats", **values)  # type: ignore[arg-type]
+                Reading(
+                    kind="memory_stats",
+                    source=source,
+                    line=start,
+                    rank=rank,
+                    label="memory_stats",
+                    allocated_bytes=values.get("allocated_bytes"),
+                    max_allocated_bytes=values.get("max_allocated_bytes"),
+                    reserved_bytes=values.get("reserved_bytes"),
+                    max_reserved_bytes=values.get("max_reserved_bytes"),
+                    inactive_split_bytes=values.get("inactive_split_bytes"),
+                    alloc_retries=values.get("alloc_retries"),
+                    ooms=values.get("ooms"),
+                )
             )
         current.clear()
 
@@ -250,7 +273,7 @@ def _csv_rows(
         cells = [c.strip() for c in msg.split(",")]
         if not msg or len(cells) != len(fields):
             break
-        row = dict(zip(fields, cells))
+        row = dict(zip(fields, cells, strict=True))
         values: dict[str, int] = {}
         for key, target in (("memory.used", "device_used_bytes"), ("memory.total", "device_total_bytes")):
             if key in row:
@@ -271,7 +294,8 @@ def _csv_rows(
                 gpu_name=row.get("name") or None,
                 label="nvidia-smi --query-gpu",
                 resolution_bytes=MIB,
-                **values,  # type: ignore[arg-type]
+                device_used_bytes=values.get("device_used_bytes"),
+                device_total_bytes=values.get("device_total_bytes"),
             )
         )
         consumed = offset + 1

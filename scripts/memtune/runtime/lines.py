@@ -84,9 +84,8 @@ def parse_line(text: str, source: str, line: int) -> Reading | None:
         return _parse_deepspeed(prefix.text, prefix.rank, source, line)
     before = text[: head.start()]
     unit = head.group(1)
-    rank_match = None
-    for rank_match in _RANK.finditer(before):
-        pass  # the last [Rank N] tag before "memory" is Megatron's own
+    tags = list(_RANK.finditer(before))
+    rank_match = tags[-1] if tags else None  # the last [Rank N] before "memory" is Megatron's own
     if rank_match is not None:
         rank: int | None = int(rank_match.group(1))
         label = before[rank_match.end() :].strip()
@@ -103,8 +102,8 @@ def parse_line(text: str, source: str, line: int) -> Reading | None:
     if not values.keys() & _SIZE_FIELDS:
         return None
     kind = "bridge_memory" if unit in ("GB", "GiB") else "report_memory"
-    # Two decimals of MiB are exact to ~10 kB; Bridge's 5 significant digits of GB are not.
-    resolution = MIB if kind == "report_memory" else 10**6 * 10
+    # Two decimals of MiB are exact to ~10 kB; Bridge's 5 significant digits of GB to 10 MB at 100 GB.
+    resolution = MIB // 100 if kind == "report_memory" else 10**7
     return Reading(
         kind=kind,
         source=source,

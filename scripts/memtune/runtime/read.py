@@ -288,6 +288,7 @@ def _read_snapshot(path: Path, label: str, collector: _Collector) -> None:
 
 # ----------------------------------------------------------------------------- text
 
+
 def _read_text(source: Source, collector: _Collector, chunk_size: int) -> None:
     state = _SourceState(source.label)
     buf = bytearray(chunk_size)
@@ -296,9 +297,7 @@ def _read_text(source: Source, collector: _Collector, chunk_size: int) -> None:
     absolute = 0  # file offset of buf[0]
     first = True
     with TextStream(source) as stream:
-        blocks = BlockOffsets(
-            Path(source.name) if stream.plain_file else None, tuple(p.trigger for p in BLOCK_PARSERS)
-        )
+        blocks = BlockOffsets(Path(source.name) if stream.plain_file else None, tuple(p.trigger for p in BLOCK_PARSERS))
         try:
             eof = False
             while not eof:

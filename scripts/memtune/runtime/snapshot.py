@@ -100,6 +100,11 @@ def load_plain_pickle(data: bytes, source: str) -> Any:
         del stack[start:]
         return items
 
+    def pairs(items: list[Any]) -> list[Any]:
+        if len(items) % 2:
+            raise _refuse(source, f"corrupt pickle (a key without a value) at byte {pos}; {_FIX}")
+        return items
+
     def top() -> Any:
         if not stack:
             raise _refuse(source, f"corrupt pickle (empty stack) at byte {pos}; {_FIX}")
@@ -210,8 +215,8 @@ def load_plain_pickle(data: bytes, source: str) -> Any:
             elif op == 0x87:
                 stack[-3:] = [(stack[-3], stack[-2], stack[-1])]
             elif op == ord("d"):
-                items = pop_mark()
-                stack.append(dict(zip(items[::2], items[1::2])))
+                items = pairs(pop_mark())
+                stack.append(dict(zip(items[::2], items[1::2], strict=True)))
             elif op == ord("a"):
                 value = stack.pop()
                 top().append(value)
@@ -223,9 +228,9 @@ def load_plain_pickle(data: bytes, source: str) -> Any:
                 key = stack.pop()
                 top()[key] = value
             elif op == ord("u"):
-                items = pop_mark()
+                items = pairs(pop_mark())
                 target = top()
-                for key, value in zip(items[::2], items[1::2]):
+                for key, value in zip(items[::2], items[1::2], strict=True):
                     target[key] = value
             elif op == 0x90:
                 items = pop_mark()
@@ -299,12 +304,16 @@ def _frame_label(frames: Any) -> str | None:
 
 
 def _segments(value: Any, source: str) -> tuple[list[dict[str, Any]], list[Any], dict[str, Any]]:
+    traces: list[Any] = []
+    settings: dict[str, Any] = {}
     if isinstance(value, dict) and isinstance(value.get("segments"), list):
-        traces = value.get("device_traces") if isinstance(value.get("device_traces"), list) else []
-        settings = value.get("allocator_settings") if isinstance(value.get("allocator_settings"), dict) else {}
+        if isinstance(value.get("device_traces"), list):
+            traces = value["device_traces"]
+        if isinstance(value.get("allocator_settings"), dict):
+            settings = value["allocator_settings"]
         segments = value["segments"]
     elif isinstance(value, list):
-        segments, traces, settings = value, [], {}  # torch.cuda.memory_snapshot(): the segment list alone
+        segments = value  # torch.cuda.memory_snapshot(): the segment list alone
     else:
         raise InputError(
             f"{source}: a pickle of plain data, but not a memory snapshot (no 'segments' list); "
