@@ -366,7 +366,10 @@ def test_nvidia_smi_only_compares_device_memory() -> None:
     idle, busy = _path("env_nvidia_smi_idle.txt"), _path("nvidia_smi_c07_h8192_l4_tied_distopt.txt")
     doc = invoke_json(HELPER, idle, busy, "--json", codes=(1,))
     assert doc["figure"] == "device_used_bytes"
-    assert doc["delta_bytes"] == read_measurements([busy]).gpus[0].used_bytes - read_measurements([idle]).gpus[0].used_bytes
+    assert (
+        doc["delta_bytes"]
+        == read_measurements([busy]).gpus[0].used_bytes - read_measurements([idle]).gpus[0].used_bytes
+    )
     # nvidia-smi printed MiB: the c07 run's device memory, as measured.json records it, to the MiB
     assert abs(doc["b"]["peak_bytes"] - 64314212352) < 2**20
 
@@ -388,7 +391,9 @@ def test_measured_change_held_against_the_knobs() -> None:
     assert ex["unexplained_bytes"] == ex["measured_delta_bytes"] - ex["estimated_delta_bytes"]
     assert ex["verdict"] == ("explained" if abs(ex["unexplained_bytes"]) <= ex["tolerance_bytes"] else "unexplained")
     # the order of the four files does not matter within a kind's pair
-    again = invoke_json(HELPER, _path("g01_base.sh"), G01, _path("g05_mbs2.sh"), G05, "--gpus", "1", "--json", codes=(1,))
+    again = invoke_json(
+        HELPER, _path("g01_base.sh"), G01, _path("g05_mbs2.sh"), G05, "--gpus", "1", "--json", codes=(1,)
+    )
     assert again["explanation"] == ex
 
 
@@ -433,3 +438,40 @@ def test_hostile_snapshot_runs_nothing(tmp_path: Path) -> None:
     out = invoke(HELPER, C01, str(hostile))
     assert out.exit_code == 2 and "snapshot.pickle" in out.stderr
     assert not marker.exists()
+
+
+# ------------------------------------------------------------------ multi-rank logs (H200, 4 ranks)
+BASE, LONGER, LEAK = (_path(f"torchrun_{n}.log") for n in ("base", "longer", "leak"))
+
+
+def test_every_rank_regressed_when_the_sequence_doubles() -> None:
+    doc = invoke_json(HELPER, BASE, LONGER, "--json", codes=(1,))
+    assert_schema(doc)
+    assert [r["rank"] for r in doc["ranks"]] == [0, 1, 2, 3]
+    assert doc["regressed_ranks"] == [0, 1, 2, 3]
+    assert all(r["delta_bytes"] > 2 * 2**30 for r in doc["ranks"])
+
+
+def test_a_leak_on_one_rank_is_that_rank_and_is_called_a_leak() -> None:
+    doc = invoke_json(HELPER, BASE, LEAK, "--json", codes=(1,))
+    assert doc["regressed_ranks"] == [3]
+    by = {r["rank"]: r for r in doc["ranks"]}
+    assert by[3]["trend_b"] == "leak" and by[3]["trend_a"] != "leak"
+    assert all(by[r]["trend_b"] != "leak" and abs(by[r]["delta_bytes"]) <= 2**20 for r in (0, 1, 2))
+    # the worst rank's change is rank 3's: the leaked bytes, within the log's rounding
+    assert doc["delta_bytes"] == by[3]["delta_bytes"]
+    text = invoke(HELPER, BASE, LEAK).stdout
+    assert "rank 3:" in text and "B leaks here" in text
+
+
+def test_same_log_twice_is_no_regression() -> None:
+    doc = invoke_json(HELPER, BASE, BASE, "--json")
+    assert doc["regressed"] is False and doc["delta_bytes"] == 0 and doc["regressed_ranks"] == []
+
+
+def test_schema_trend_enum_is_the_verdicts_own() -> None:
+    from memtune.runtime.verdicts import TREND_KINDS
+
+    schema = json.loads(SCHEMA.read_text())
+    rank = schema["$defs"]["measurement"]["properties"]["ranks"]["items"]["properties"]
+    assert [k for k in rank["trend_b"]["enum"] if k is not None] == list(TREND_KINDS)

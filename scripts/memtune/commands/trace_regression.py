@@ -246,8 +246,14 @@ def _measurement_document(args: Any, path_a: str, path_b: str) -> dict[str, Any]
     from memtune.runtime.measured_diff import Threshold as Limit
     from memtune.runtime.measured_diff import compare
     from memtune.runtime.read import read_measurements
+    from memtune.runtime.verdicts import trend_verdict
 
     a, b = read_measurements([path_a]), read_measurements([path_b])
+
+    def trend(side: Any, rank: int) -> str | None:
+        measured = side.rank(rank)
+        return None if measured is None else trend_verdict(measured).kind
+
     threshold: Threshold = args.threshold
     diff = compare(a, b, Limit(share=threshold.share, size=threshold.size))
     notes = [f"A: {n}" for n in a.notes] + [f"B: {n}" for n in b.notes]
@@ -279,6 +285,8 @@ def _measurement_document(args: Any, path_a: str, path_b: str) -> dict[str, Any]
                 "delta_bytes": r.delta_bytes,
                 "threshold_bytes": r.threshold_bytes,
                 "regressed": r.regressed,
+                "trend_a": trend(a, r.rank),
+                "trend_b": trend(b, r.rank),
                 "figures": [
                     {"figure": f.figure, "a_bytes": f.a_bytes, "b_bytes": f.b_bytes, "delta_bytes": f.delta_bytes}
                     for f in r.figures
@@ -543,6 +551,8 @@ def render_measurement(doc: dict[str, Any]) -> str:
         lines.append("Per rank (GiB, A -> B, change):")
         for r in doc["ranks"]:
             mark = "  REGRESSED" if r["regressed"] else ""
+            if r["trend_b"] == "leak" and r["trend_a"] != "leak":
+                mark += " - and B leaks here: allocated keeps growing after warm-up (runtime_memory.py on B)"
             cells = [
                 f"{_FIGURE_NAMES[f['figure']]} {_g(f['a_bytes'])} -> {_g(f['b_bytes'])} "
                 f"({_g(f['delta_bytes'], signed=True)})"
