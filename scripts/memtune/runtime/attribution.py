@@ -161,7 +161,7 @@ def _pair_illegal(
     run_a: RunSpec,
     peak_a: int,
     effects: list[KnobEffect],
-    illegal: dict[Knob, str],
+    illegal: list[tuple[Knob, str]],
 ) -> list[KnobEffect]:
     """Knobs that only make sense together (micro-batch with global batch, PP with the layer
     split) are priced as one change: an impossible knob is tried with each other changed
@@ -169,20 +169,18 @@ def _pair_illegal(
     taking the partner's own entry with it so nothing is counted twice. A knob no single
     partner rescues stays ``illegal-alone`` and its effect is in the interaction."""
     out = list(effects)
-    taken: set[Knob] = set()
-    for knob, reason in illegal.items():
-        if knob in taken:
+    taken: set[int] = set()  # id() of the knobs already priced in a pair (a joined knob holds dicts: unhashable)
+    for knob, reason in illegal:
+        if id(knob) in taken:
             continue
-        partners = [e.knob for e in out if e.knob not in taken and e.status == MODELLED] + [
-            k for k in illegal if k is not knob and k not in taken
-        ]
+        partners = [e.knob for e in out if id(e.knob) not in taken and e.status == MODELLED and "+" not in e.knob.name]
+        partners += [k for k, _ in illegal if k is not knob and id(k) not in taken]
         for partner in partners:
-            pair = (knob, partner)
             try:
-                est = estimator(*_apply(model_a, run_a, pair))
+                est = estimator(*_apply(model_a, run_a, (knob, partner)))
             except (InputError, ValueError):
                 continue
-            taken.update(pair)
+            taken.update((id(knob), id(partner)))
             out = [e for e in out if e.knob is not partner]
             joined = Knob(
                 knob.scope if knob.scope == partner.scope else "run",
@@ -222,12 +220,12 @@ def attribute(
     est_b, read_b = estimate_watching(estimator, model_b, run_b)
     knobs = knob_changes(model_a, run_a, model_b, run_b)
     effects: list[KnobEffect] = []
-    illegal: dict[Knob, str] = {}
+    illegal: list[tuple[Knob, str]] = []
     for knob in knobs:
         try:
             est_alone, read_alone = estimate_watching(estimator, *_apply(model_a, run_a, (knob,)))
         except (InputError, ValueError) as exc:
-            illegal[knob] = str(exc).splitlines()[0]
+            illegal.append((knob, str(exc).splitlines()[0]))
             continue
         read = read_a | read_b | read_alone
         if knob.scope == "run" and knob.name not in read:

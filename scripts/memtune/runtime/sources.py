@@ -60,7 +60,16 @@ def classify(path: str | Path) -> str:
         return _mapping_kind(p)
     if _LAUNCH_MARKS.search(text):
         return MEGATRON
-    return MEASUREMENT  # the measurement reader says what it expected when it finds nothing
+    # Neither shape is obvious (a launcher that passes recipe overrides, a stats dump in an
+    # unusual layout): it is a measurement when the measurement reader finds one, else a
+    # launch script, whose reader then names what it expected.
+    from memtune.runtime.read import read_measurements
+
+    try:
+        read_measurements([p])
+    except InputError:
+        return MEGATRON
+    return MEASUREMENT
 
 
 def _mapping_kind(p: Path) -> str:
