@@ -475,3 +475,41 @@ def test_schema_trend_enum_is_the_verdicts_own() -> None:
     schema = json.loads(SCHEMA.read_text())
     rank = schema["$defs"]["measurement"]["properties"]["ranks"]["items"]["properties"]
     assert [k for k in rank["trend_b"]["enum"] if k is not None] == list(TREND_KINDS)
+
+
+# ------------------------------------------------------------------ flags as written
+def test_flags_name_the_users_spelling_and_the_knob_each_moves() -> None:
+    doc = invoke_json(HELPER, PP4, PP2, "--json")
+    flags = {f["flag"]: f for f in doc["flags"]}
+    assert flags["--pipeline-model-parallel-size"] == {
+        "flag": "--pipeline-model-parallel-size",
+        "before": 4,
+        "after": 2,
+        "status": "mapped",
+        "knobs": ["pp"],
+    }
+    assert flags["--overlap-param-gather"]["before"] is None and flags["--overlap-param-gather"]["knobs"] == [
+        "overlap_param_gather"
+    ]
+
+
+def test_a_flag_no_reader_maps_is_unmodelled_not_dropped(tmp_path: Path) -> None:
+    """A flag that moves no spec field would vanish from the knob split; it is listed as
+    unmodelled (unknown effect), while a logging flag is known to leave memory alone."""
+    text = Path(PP2).read_text()
+    after = tmp_path / "after.sh"
+    after.write_text(
+        text.replace("    --overlap-param-gather\n", "    --overlap-param-gather\n    --moe-permute-fusion\n")
+    )
+    after_log = tmp_path / "after_log.sh"
+    after_log.write_text(text.replace("--log-interval 1 ", "--log-interval 10 "))
+    doc = invoke_json(HELPER, PP4, str(after), "--json")
+    assert_schema(doc)
+    flags = {f["flag"]: f for f in doc["flags"]}
+    assert flags["--moe-permute-fusion"]["status"] == "not-modelled"
+    assert "--moe-permute-fusion" in doc["unmodelled"]
+    assert known_sum(doc) + doc["interaction_bytes"] == doc["delta_bytes"]
+    doc = invoke_json(HELPER, PP4, str(after_log), "--json")
+    flags = {f["flag"]: f for f in doc["flags"]}
+    assert flags["--log-interval"]["status"] == "no-memory-effect"
+    assert "--log-interval" not in doc["unmodelled"]

@@ -151,6 +151,7 @@ class Side:
     run: Any
     notes: tuple[str, ...]
     gpu_memory_bytes: int | None
+    flags: dict[str, Any] | None = None  # the Megatron-LM flags as written (launch scripts and flag mappings)
 
 
 def _run_argv(args: Any, kind: str, path: str) -> list[str]:
@@ -176,7 +177,7 @@ def load_config(args: Any, path: str, label: str | None = None) -> Side:
     """The specs of the configuration at ``path`` (``label`` names it in messages)."""
     from memtune.commands.options import parse_run_options
     from memtune.commands.run_inputs import load_model_and_run
-    from memtune.runtime.sources import MEASUREMENT, classify
+    from memtune.runtime.sources import MEASUREMENT, MEGATRON, classify
 
     name = label or path
     kind = classify(path)
@@ -189,7 +190,12 @@ def load_config(args: Any, path: str, label: str | None = None) -> Side:
     except InputError as exc:
         text = str(exc)
         raise InputError(text if label is None else text.replace(path, label)) from None
-    return Side(name, kind, inputs.model, inputs.run, inputs.notes, inputs.gpu_memory_bytes)
+    flags = None
+    if kind == MEGATRON:
+        from memtune.readers.megatron_args import load_megatron_args
+
+        flags = load_megatron_args(path)
+    return Side(name, kind, inputs.model, inputs.run, inputs.notes, inputs.gpu_memory_bytes, flags)
 
 
 def _limit(a: Side, b: Side) -> int | None:
@@ -432,6 +438,11 @@ def _trace_git(args: Any) -> int:
 def _config_document(a: Side, b: Side, at: Attribution, limit: int | None, threshold: Threshold) -> dict[str, Any]:
     cause = at.main_cause()
     allowed = threshold.bytes_of(at.peak_a)
+    flag_rows: list[dict[str, Any]] | None = None
+    if a.flags is not None and b.flags is not None:
+        from memtune.runtime.flag_diff import flag_changes
+
+        flag_rows = [c.to_json() for c in flag_changes(a.flags, b.flags, a.run.world_size)]
     notes = [f"A: {n}" for n in a.notes if n.startswith("WARNING")] + [
         f"B: {n}" for n in b.notes if n.startswith("WARNING")
     ]
@@ -443,14 +454,15 @@ def _config_document(a: Side, b: Side, at: Attribution, limit: int | None, thres
         "changes": [c.to_json() for c in at.changes],
         "interaction_bytes": at.interaction_bytes,
         "main_cause": cause.knob.name if cause else None,
-        "unmodelled": [c.knob.name for c in at.unmodelled],
+        "unmodelled": [c.knob.name for c in at.unmodelled]
+        + [f["flag"] for f in flag_rows or () if f["status"] == "not-modelled"],
         "gpu_memory_bytes": limit,
         "fits_a": None if limit is None else at.peak_a <= limit,
         "fits_b": None if limit is None else at.peak_b <= limit,
         "threshold_bytes": allowed,
         "regressed": at.delta_bytes > allowed,
         "notes": notes,
-    }
+    } | ({"flags": flag_rows} if flag_rows is not None else {})
 
 
 # ------------------------------------------------------------------------------ output
@@ -488,6 +500,19 @@ def render_config(doc: dict[str, Any]) -> str:
         lines.append(
             f"  {'interaction':<{width}}  {'(the changes together)':<28} {_g(doc['interaction_bytes'], True):>12}"
         )
+    flag_lines = {
+        "mapped": "knob {knobs}",
+        "no-memory-effect": "does not change memory (data/megatron_flags.yaml)",
+        "not-modelled": "NOT MODELLED: the estimator reads nothing it sets; effect unknown",
+        "unreadable-alone": "cannot be read alone on top of A",
+    }
+    if doc.get("flags"):
+        lines.append("Flags that differ in the files:")
+        for f in doc["flags"]:
+            before = "(absent)" if f["before"] is None else _value(f["before"])
+            after = "(absent)" if f["after"] is None else _value(f["after"])
+            what = flag_lines[f["status"]].format(knobs=", ".join(f["knobs"]))
+            lines.append(f"  {f['flag']} {before} -> {after}: {what}")
     lines.append("")
     if doc["main_cause"]:
         top = next(c for c in doc["changes"] if c["knob"] == doc["main_cause"])
