@@ -47,6 +47,8 @@ _SNIFF = 1 << 20
 def classify(path: str | Path) -> str:
     """One of :data:`KINDS` for the file at ``path``; InputError when it is none of them."""
     p = Path(path)
+    if p.is_dir():
+        raise InputError(f"{p}: a directory; give one file per side (a launch script, a Bridge YAML or a run's log)")
     if not p.is_file():
         raise InputError(f"{p}: no such file; give a launch script, a Bridge YAML, a flag mapping or a run's log")
     with open(p, "rb") as handle:
