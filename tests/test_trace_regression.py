@@ -513,3 +513,17 @@ def test_a_flag_no_reader_maps_is_unmodelled_not_dropped(tmp_path: Path) -> None
     flags = {f["flag"]: f for f in doc["flags"]}
     assert flags["--log-interval"]["status"] == "no-memory-effect"
     assert "--log-interval" not in doc["unmodelled"]
+
+
+@pytest.mark.parametrize("build", ["yaml_bomb_unused", "yaml_deep"])
+def test_hostile_yaml_side_is_one_line_exit_2(tmp_path: Path, build: str) -> None:
+    import attack_inputs as attack
+
+    config = getattr(attack, build)(tmp_path / "bridge.yaml")
+    out = invoke(HELPER, str(config), str(config))
+    assert out.exit_code == 2 and len(out.stderr.strip().splitlines()) == 1 and "bridge.yaml" in out.stderr
+
+
+def test_a_device_is_not_a_side() -> None:
+    out = invoke(HELPER, "/dev/zero", PP4)
+    assert out.exit_code == 2 and "/dev/zero" in out.stderr and "regular file" in out.stderr

@@ -49,6 +49,8 @@ def classify(path: str | Path) -> str:
     p = Path(path)
     if p.is_dir():
         raise InputError(f"{p}: a directory; give one file per side (a launch script, a Bridge YAML or a run's log)")
+    if p.exists() and not p.is_file():
+        raise InputError(f"{p}: not a regular file (a device or a pipe); give a saved file per side")
     if not p.is_file():
         raise InputError(f"{p}: no such file; give a launch script, a Bridge YAML, a flag mapping or a run's log")
     with open(p, "rb") as handle:
