@@ -22,7 +22,20 @@ CLI_LAYER = frozenset({"cli", "commands", "bootstrap"})
 #: Every group a library module may belong to; a new top-level module or package must be
 #: placed in one on purpose (the test below fails until it is named here).
 LIBRARY_GROUPS = frozenset(
-    {"spec", "readers", "estimate", "diagnose", "check", "release", "bench", "lint", "files", "errors", "units", "runtime"}
+    {
+        "spec",
+        "readers",
+        "estimate",
+        "diagnose",
+        "check",
+        "release",
+        "bench",
+        "lint",
+        "files",
+        "errors",
+        "units",
+        "runtime",
+    }
 )
 
 #: Files (relative to the repository) that may import argparse: none. Every helper, the
