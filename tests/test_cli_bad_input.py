@@ -423,7 +423,10 @@ JSON_ROWS = [
     pytest.param("estimate_memory", ("--example", "--json"), id="estimate_memory --json"),
     pytest.param(
         "runtime_memory",
-        (str(Path(__file__).resolve().parent / "data" / "runtime-samples"), "--json"),
+        (
+            str(Path(__file__).resolve().parent / "data" / "runtime-samples" / "h200-runtime" / "torchrun_leak.log"),
+            "--json",
+        ),
         id="runtime_memory --json",
     ),
     pytest.param(

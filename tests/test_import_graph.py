@@ -27,6 +27,7 @@ LIBRARY_GROUPS = frozenset(
         "readers",
         "estimate",
         "diagnose",
+        "runtime",
         "check",
         "release",
         "bench",
@@ -34,7 +35,6 @@ LIBRARY_GROUPS = frozenset(
         "files",
         "errors",
         "units",
-        "runtime",
     }
 )
 

@@ -57,6 +57,7 @@ def test_every_helper_with_json_output_has_a_schema():
         "lint_skill",
         "run_benchmark",
         "list_presets",
+        "runtime_memory",
     } <= names
 
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import click
 
-from memtune.cli import Command, invoke, print_json
-from memtune.commands.options import json_option, run_input_options
+from memtune.cli import Command, invoke, option, print_json
+from memtune.commands.options import OUTPUT, json_option, run_input_options
 from memtune.commands.run_inputs import load_model_and_run, print_presets
 from memtune.units import GIB
 
@@ -125,6 +125,7 @@ def render_text(model: Any, run: Any, est: Any, notes: list[str], gpu_memory: in
 )
 @run_input_options()
 @json_option()
+@option("--plot", metavar="FILE.svg", help="also draw each stage's components against the GPU (SVG)", section=OUTPUT)
 def command(**params: Any) -> int:
     return _estimate(SimpleNamespace(**params))
 
@@ -139,6 +140,11 @@ def _estimate(args: Any) -> int:
         return 0
     from memtune.estimate.estimator import estimate
 
+    plot = None
+    if args.plot is not None:
+        from memtune.runtime.svg import check_plot_path
+
+        plot = check_plot_path(args.plot)
     inputs = load_model_and_run(args)
     model, run, notes = inputs.model, inputs.run, list(inputs.notes)
     if run.gbs is None and run.pp > 1:
@@ -157,6 +163,11 @@ def _estimate(args: Any) -> int:
         )
     est = estimate(model, run)
     gpu_memory = inputs.gpu_memory_bytes
+    if plot is not None:
+        from memtune.runtime.plots import estimate_chart
+        from memtune.runtime.svg import write_svg
+
+        write_svg(plot, estimate_chart(est, gpu_memory, model.name))
     warnings = [n for n in notes if n.startswith("WARNING")]
     if args.as_json:
         doc = est.to_json()
@@ -173,4 +184,6 @@ def _estimate(args: Any) -> int:
     if warnings:
         print()
     print(render_text(model, run, est, notes, gpu_memory))
+    if plot is not None:
+        print(f"\nChart written to {plot}")
     return 0

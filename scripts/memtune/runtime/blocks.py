@@ -207,7 +207,9 @@ def parse_smi_table(lines: Sequence[str], source: str, first_line: int, at_eof: 
     per-process memory column when the Processes table follows."""
     gpus: dict[int, Reading] = {}
     processes: dict[int, int] = {}
+    process_count: dict[int, int] = {}
     current: int | None = None
+    since_row = 0
     in_processes = False
     blank_run = 0
     consumed = 1
@@ -223,14 +225,20 @@ def parse_smi_table(lines: Sequence[str], source: str, first_line: int, at_eof: 
         if "Processes:" in msg:
             in_processes = True
             continue
+        if "MIG devices:" in msg:
+            current = None  # MIG instance rows also hold "used / total": not the whole GPU
+            continue
         if in_processes:
             proc = _SMI_PROCESS.match(msg)
             if proc:
                 gpu = int(proc.group("gpu"))
                 processes[gpu] = processes.get(gpu, 0) + int(proc.group("used")) * MIB
+                process_count[gpu] = process_count.get(gpu, 0) + 1
             continue
         row = _SMI_GPU_ROW.match(msg)
+        since_row += 1
         if row:
+            since_row = 0
             current = int(row.group("index"))
             gpus[current] = Reading(
                 kind="nvidia_smi",
@@ -243,7 +251,7 @@ def parse_smi_table(lines: Sequence[str], source: str, first_line: int, at_eof: 
             )
             continue
         memory = _SMI_MEMORY.search(msg)
-        if memory and current is not None and gpus[current].device_used_bytes is None:
+        if memory and current is not None and since_row <= 2 and gpus[current].device_used_bytes is None:
             gpus[current] = replace(
                 gpus[current],
                 device_used_bytes=int(memory.group("used")) * MIB,
@@ -253,7 +261,9 @@ def parse_smi_table(lines: Sequence[str], source: str, first_line: int, at_eof: 
         if not at_eof:
             return None
     readings = [
-        replace(g, processes_bytes=processes.get(index)) for index, g in gpus.items() if g.device_used_bytes is not None
+        replace(g, processes_bytes=processes.get(index), processes=process_count.get(index) if in_processes else None)
+        for index, g in gpus.items()
+        if g.device_used_bytes is not None
     ]
     return readings, consumed
 

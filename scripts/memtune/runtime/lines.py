@@ -32,12 +32,12 @@ from memtune.units import GIB, MIB
 
 #: Literal byte strings that mark a line worth parsing: the stream reader counts and finds
 #: them at C speed and hands only those lines here.
-TRIGGERS = (b"memory (", b"Max_MA ")
+TRIGGERS = (b"memory (", b"Max_MA ", b"max_memory_allocated: ")
 
 _NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
 _HEAD = re.compile(r"\bmemory \((MB|GB|MiB|GiB)\)\s*\|")
 _RANK = re.compile(r"\[Rank (\d+)\]\s*")
-_FIELDS = re.compile(r"\|\s*([A-Za-z][\w .\-/]*?)\s*:\s*(" + _NUMBER + r")\s*(?=\||$)")
+_FIELDS = re.compile(r"\|\s*([A-Za-z][\w .\-/]*?)\s*:\s*(" + _NUMBER + r")\s*(?=\||$|\[)")
 _ITERATION = re.compile(r"\b(?:after|before)\s+(\d+)\s+iterations?\b|\bfor iteration\s+(\d+)\b|\biteration\s+(\d+)\b")
 _DEEPSPEED = re.compile(
     r"\bMA\s+(?P<ma>" + _NUMBER + r")\s*GB\s+Max_MA\s+(?P<max_ma>" + _NUMBER + r")\s*GB\s+"
@@ -72,29 +72,59 @@ def _field_name(key: str) -> str | None:
 
 
 def parse_line(text: str, source: str, line: int) -> Reading | None:
-    """The reading in one log line, or None when the line holds no memory report.
+    """The first reading in one log line, or None when the line holds no memory report."""
+    readings = parse_reports(text, source, line)
+    return readings[0] if readings else None
 
-    The common case (a ``[Rank N]`` tag in the message) needs no prefix peeling: the rank
-    and label sit right before ``memory (MB)``; only a line without one asks
-    :func:`strip_prefixes` for the launcher's rank label.
+
+def parse_reports(text: str, source: str, line: int) -> list[Reading]:
+    """Every memory report in one log line.
+
+    Ranks writing to one stream without a lock glue their reports together
+    (``... mem-allocated-count: 433[Rank 3] (after 2 iterations) memory (GB) | ...``), or glue
+    a report to the end of another rank's iteration line, so each ``memory (..) |`` head
+    starts a report whose fields run to the next report's ``[Rank N]`` tag. The common case
+    (a ``[Rank N]`` tag before the head) needs no prefix peeling; only a report without one
+    asks :func:`strip_prefixes` for the launcher's rank label.
     """
-    head = _HEAD.search(text)
-    if head is None:
+    heads = list(_HEAD.finditer(text))
+    if not heads:
         prefix = strip_prefixes(text)
-        return _parse_deepspeed(prefix.text, prefix.rank, source, line)
-    before = text[: head.start()]
+        reading = _parse_deepspeed(prefix.text, prefix.rank, source, line) or _parse_nemo(
+            prefix.text, prefix.rank, source, line
+        )
+        return [reading] if reading is not None else []
+    readings: list[Reading] = []
+    start = 0
+    for index, head in enumerate(heads):
+        before = text[start : head.start()]
+        tags = list(_RANK.finditer(before))
+        if index + 1 < len(heads):
+            following = text[head.end() : heads[index + 1].start()]
+            next_tags = list(_RANK.finditer(following))
+            stop = head.end() + next_tags[-1].start() if next_tags else heads[index + 1].start()
+        else:
+            stop = len(text)
+        reading = _report(text, head, before, tags[-1] if tags else None, stop, source, line)
+        if reading is not None:
+            readings.append(reading)
+        start = stop
+    return readings
+
+
+def _report(
+    text: str, head: re.Match[str], before: str, tag: re.Match[str] | None, stop: int, source: str, line: int
+) -> Reading | None:
     unit = head.group(1)
-    tags = list(_RANK.finditer(before))
-    rank_match = tags[-1] if tags else None  # the last [Rank N] before "memory" is Megatron's own
-    if rank_match is not None:
-        rank: int | None = int(rank_match.group(1))
-        label = before[rank_match.end() :].strip()
+    if tag is not None:
+        rank: int | None = int(tag.group(1))  # the last [Rank N] before "memory" is Megatron's own
+        label = before[tag.end() :].strip()
     else:
         prefix = strip_prefixes(before)
         rank, label = prefix.rank, prefix.text.strip()
     scale = _UNIT_BYTES[unit]
     values: dict[str, int] = {}
-    for key, number in _FIELDS.findall(text, head.end() - 1):
+    for key, number in _FIELDS.findall(text[head.end() - 1 : stop]):
         name = _field_name(key)
         if name is None or name in values:
             continue
@@ -127,6 +157,38 @@ def _iteration(label: str) -> int | None:
     if m is None:
         return None
     return int(next(g for g in m.groups() if g is not None))
+
+
+_NEMO_FIELD = re.compile(r"\b(max_memory_reserved|max_memory_allocated|memory_reserved|memory_allocated):\s*(\d+)\b")
+_NEMO_STEP = re.compile(r"\biteration\s+(\d+)(?:/\d+)?|\bglobal_step:\s*(\d+)")
+_NEMO_TARGET = {
+    "max_memory_reserved": "max_reserved_bytes",
+    "max_memory_allocated": "max_allocated_bytes",
+    "memory_reserved": "reserved_bytes",
+    "memory_allocated": "allocated_bytes",
+}
+
+
+def _parse_nemo(message: str, rank: int | None, source: str, line: int) -> Reading | None:
+    """NeMo 2 step lines (``Training epoch 0, iteration 8/29 | ... | max_memory_reserved:
+    57466159104 | max_memory_allocated: 53930270720 | ...``): bytes, the running peaks."""
+    values = {_NEMO_TARGET[k]: int(v) for k, v in _NEMO_FIELD.findall(message)}
+    if not values:
+        return None
+    step = _NEMO_STEP.search(message)
+    iteration = int(step.group(1) or step.group(2)) if step else None
+    return Reading(
+        kind="nemo_memory",
+        source=source,
+        line=line,
+        rank=rank,
+        iteration=iteration,
+        label=f"(after {iteration} iterations)" if iteration is not None else "",
+        allocated_bytes=values.get("allocated_bytes"),
+        max_allocated_bytes=values.get("max_allocated_bytes"),
+        reserved_bytes=values.get("reserved_bytes"),
+        max_reserved_bytes=values.get("max_reserved_bytes"),
+    )
 
 
 def _parse_deepspeed(message: str, rank: int | None, source: str, line: int) -> Reading | None:

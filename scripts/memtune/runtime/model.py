@@ -17,6 +17,7 @@ KINDS = (
     "report_memory",  # Megatron-LM report_memory: "[Rank N] (after K iterations) memory (MB) | allocated: ..."
     "bridge_memory",  # Megatron Bridge: "[Rank N] (after K iterations) memory (GB) | mem-allocated-gigabytes: ..."
     "deepspeed_memory",  # DeepSpeed see_memory_usage: "MA 1.2 GB  Max_MA 2.3 GB  CA 3.4 GB  Max_CA 4 GB"
+    "nemo_memory",  # NeMo 2 step lines: "... | max_memory_reserved: 57466159104 | max_memory_allocated: 53930270720 | ..."
     "memory_summary",  # torch.cuda.memory_summary() table
     "memory_stats",  # torch.cuda.memory_stats() printed dict, OrderedDict or JSON
     "nvidia_smi",  # nvidia-smi table, --query-gpu CSV, or -q "FB Memory Usage"
@@ -52,6 +53,7 @@ class Reading:
     ooms: int | None = None  # CUDA OOMs the allocator counted
     gpu_name: str | None = None
     processes_bytes: int | None = None  # nvidia-smi: sum of the per-process "GPU Memory Usage" column
+    processes: int | None = None  # nvidia-smi: compute processes listed on this GPU
     resolution_bytes: int = 1  # the unit the source rounded to (1 MiB for "39779 MiB"), so comparisons allow it
 
 
@@ -80,6 +82,7 @@ class SnapshotSummary:
     expandable_segments: bool | None
     top_allocations: tuple[FrameGroup, ...]
     trace_entries: int  # device_traces events (history recorded with _record_memory_history)
+    rank: int | None = None  # the rank its file name gives (snapshot_rank3.pickle); else its device is used
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,7 @@ class GpuReading:
     processes_bytes: int | None  # sum of the per-process "GPU Memory Usage" column, when listed
     source: str
     line: int
+    processes: int | None = None  # compute processes listed on it (more than one: the GPU is shared)
 
 
 @dataclass(frozen=True)

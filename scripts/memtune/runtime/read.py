@@ -22,15 +22,16 @@ which is more than a verdict or a plot needs.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from memtune.diagnose.log_reader import Source, TextStream, find_hits
 from memtune.errors import InputError
 from memtune.runtime.block_offsets import BlockOffsets
 from memtune.runtime.blocks import BLOCK_PARSERS, BlockParser
-from memtune.runtime.lines import TRIGGERS, parse_line
+from memtune.runtime.lines import TRIGGERS, parse_line, parse_reports
 from memtune.runtime.model import (
     KINDS,
     GpuReading,
@@ -159,8 +160,24 @@ class _Collector:
         return acc
 
     def add(self, r: Reading) -> None:
+        if r.rank is None and r.kind != "nvidia_smi":
+            named = rank_from_name(r.source)
+            if named is not None:
+                r = replace(r, rank=named)
         if r.kind == "nvidia_smi":
-            self.gpus[r.gpu if r.gpu is not None else len(self.gpus)] = r
+            index = r.gpu if r.gpu is not None else len(self.gpus)
+            old = self.gpus.get(index)
+            if old is not None and old.source == r.source:
+                # one file often holds the table and the CSV queries of the same moment: keep
+                # what only the table says (model name, the processes on the GPU)
+                r = replace(
+                    r,
+                    gpu_name=r.gpu_name or old.gpu_name,
+                    processes=r.processes if r.processes is not None else old.processes,
+                    processes_bytes=r.processes_bytes if r.processes_bytes is not None else old.processes_bytes,
+                    device_total_bytes=r.device_total_bytes or old.device_total_bytes,
+                )
+            self.gpus[index] = r
             return
         rank = r.rank
         if rank is None and r.kind == "memory_summary" and r.gpu is not None:
@@ -226,7 +243,18 @@ def _gpu_reading(gpu: int, r: Reading) -> GpuReading:
         processes_bytes=r.processes_bytes,
         source=r.source,
         line=r.line,
+        processes=r.processes,
     )
+
+
+_RANK_IN_NAME = re.compile(r"(?:^|[^a-z0-9])rank[_-]?(\d+)(?![0-9])")
+
+
+def rank_from_name(label: str) -> int | None:
+    """``memory_stats_rank3.json``, ``rank-12.log``, ``snapshot_rank_0.pickle`` -> the rank:
+    per-rank files are named so, and their texts often do not say whose they are."""
+    m = _RANK_IN_NAME.search(Path(label).name.lower())
+    return int(m.group(1)) if m else None
 
 
 def _join_gpus(collector: _Collector) -> None:
@@ -241,6 +269,13 @@ def _join_gpus(collector: _Collector) -> None:
         pairs = [(r, collector.gpus[r]) for r in ranks if r in collector.gpus]
         if pairs:
             collector.notes["nvidia-smi GPU i is taken as rank i (one node, one GPU per rank)"] = None
+    shared = [g for _, g in pairs if (g.processes or 0) > 1]
+    if shared:
+        collector.notes[
+            f"GPU {shared[0].gpu} runs {shared[0].processes} processes: its nvidia-smi total is not one rank's, "
+            "so memory outside PyTorch is not computed for it"
+        ] = None
+        pairs = [(r, g) for r, g in pairs if (g.processes or 0) <= 1]
     for rank, gpu in pairs:
         acc = collector.ranks[rank]
         if acc.device_used is None:
@@ -265,7 +300,10 @@ def _read_snapshot(path: Path, label: str, collector: _Collector) -> None:
     from memtune.runtime.snapshot import read_snapshot, summarize
 
     value = read_snapshot(path, label)
+    named = rank_from_name(label)
     summaries = summarize(value, label)
+    if named is not None and len(summaries) == 1:
+        summaries = [replace(summaries[0], rank=named)]
     collector.snapshots.extend(summaries)
     for s in summaries:
         reading = Reading(
@@ -273,13 +311,13 @@ def _read_snapshot(path: Path, label: str, collector: _Collector) -> None:
             source=label,
             line=0,
             gpu=s.device,
-            rank=s.device,
+            rank=named if named is not None and len(summaries) == 1 else s.device,
             label="snapshot",
             allocated_bytes=s.allocated_bytes,
             reserved_bytes=s.reserved_bytes,
         )
         collector.add(reading)
-    if summaries:
+    if summaries and (named is None or len(summaries) > 1):
         collector.notes["a snapshot's device index is taken as its rank"] = None
     collector.sources.append(
         SourceSummary(label, ("snapshot",), 0, len(summaries), False, path.stat().st_size if path.exists() else 0)
@@ -355,8 +393,6 @@ def _line_numbers(region: bytes, base_line: int, starts: Iterable[int]) -> dict[
 
 def _record(reading: Reading, state: _SourceState, collector: _Collector) -> None:
     if reading.kind == "nvidia_smi" and reading.label == "nvidia-smi -q":
-        from dataclasses import replace
-
         reading = replace(reading, gpu=state.smi_sections)
         state.smi_sections += 1
     state.kinds[reading.kind] = None
@@ -475,9 +511,7 @@ def _readings_at(region: bytes, starts: list[int], base_line: int, source: str) 
     for start in sorted(set(starts)):
         end = region.find(b"\n", start)
         text = region[start : end if end >= 0 else len(region)].decode("utf-8", "replace")
-        reading = parse_line(text, source, numbers[start])
-        if reading is not None:
-            out.append(reading)
+        out.extend(parse_reports(text, source, numbers[start]))
     return out
 
 

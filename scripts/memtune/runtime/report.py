@@ -130,6 +130,7 @@ def build_document(
                 "used_bytes": g.used_bytes,
                 "total_bytes": g.total_bytes,
                 "processes_bytes": g.processes_bytes,
+                "processes": g.processes,
                 "source": g.source,
                 "line": g.line,
             }
@@ -139,6 +140,7 @@ def build_document(
             {
                 "source": s.source,
                 "device": s.device,
+                "rank": s.rank,
                 "segments": s.segments,
                 "reserved_bytes": s.reserved_bytes,
                 "allocated_bytes": s.allocated_bytes,
@@ -171,7 +173,9 @@ def _size(value: int | None) -> str:
         return "-"
     if abs(value) >= GIB:
         return f"{value / GIB:.2f} GiB"
-    return f"{value / MIB:.0f} MiB"
+    if abs(value) >= MIB:
+        return f"{value / MIB:.0f} MiB"
+    return f"{value / 1024:.0f} KiB"
 
 
 def _ranks_text(ranks: list[int]) -> str:

@@ -89,6 +89,8 @@ def iteration_series(rank: RankMeasurements) -> list[Reading]:
     for p in chosen:
         if series and series[-1].iteration == p.iteration:
             series[-1] = p
+        elif series and (p.iteration or 0) < (series[-1].iteration or 0):
+            series = [p]  # the job started again (a new run appended to the log): judge the latest run
         else:
             series.append(p)
     return series
@@ -166,15 +168,21 @@ def trend_verdict(rank: RankMeasurements) -> Verdict:
     low, high = post[0].iteration or 0, post[-1].iteration or 0
     width = max(1, high - low + 1)
     quarters: list[list[int]] = [[], [], [], []]
+    centers: list[list[int]] = [[], [], [], []]
     for p in post:
-        quarters[min(3, ((p.iteration or 0) - low) * 4 // width)].append(p.allocated_bytes or 0)
+        k = min(3, ((p.iteration or 0) - low) * 4 // width)
+        quarters[k].append(p.allocated_bytes or 0)
+        centers[k].append(p.iteration or 0)
     levels = [int(median(q)) for q in quarters if q]
+    middles = [float(median(c)) for c in centers if c]
     growth = levels[-1] - levels[0]
     noise = max(LEAK_MIN_BYTES, 2 * rank.resolution_bytes)
     # A leak keeps growing: every quarter of the run above the one before. Warm-up that
     # ends early leaves the later quarters level; jitter leaves them unordered.
     rising = len(levels) >= 3 and all(b - a > rank.resolution_bytes for a, b in zip(levels, levels[1:], strict=False))
-    span = (post[-1].iteration or 0) - (post[0].iteration or 0)
+    # the rate between the first and last quarter's middles: a leak that starts after warm-up
+    # is not diluted by the flat iterations before it
+    span = middles[-1] - middles[0] if len(middles) > 1 else 0.0
     evidence: dict[str, int | float | str | None] = {
         "from_iteration": post[0].iteration,
         "to_iteration": post[-1].iteration,
@@ -185,14 +193,16 @@ def trend_verdict(rank: RankMeasurements) -> Verdict:
     }
     if rising and growth > noise:
         per_iteration = growth / span if span > 0 else float(growth)
+        total = values[-1] - values[0]
+        evidence["growth_bytes"] = total
         evidence["growth_bytes_per_iteration"] = round(per_iteration, 1)
         return Verdict(
             "leak",
             rank.rank,
             "error",
-            f"rank {rank.rank}: allocated memory after each iteration grows from {_fmt(levels[0])} to "
-            f"{_fmt(levels[-1])} between iterations {post[0].iteration} and {post[-1].iteration} "
-            f"(+{_fmt(growth)}, ~{_fmt(int(per_iteration))} per iteration, higher in every quarter of the run): "
+            f"rank {rank.rank}: allocated memory after each iteration grows from {_fmt(values[0])} to "
+            f"{_fmt(values[-1])} between iterations {post[0].iteration} and {post[-1].iteration} "
+            f"(+{_fmt(total)}, ~{_fmt(int(per_iteration))} per iteration, higher in every quarter of the run): "
             "something keeps tensors alive across iterations (losses or outputs kept with their graph, "
             "a growing cache or list)",
             evidence,
@@ -229,6 +239,25 @@ def condition_verdicts(rank: RankMeasurements, fig: RankFigures) -> list[Verdict
                 {
                     "reserved_unallocated_bytes": fig.reserved_unallocated_bytes,
                     "reserved_unallocated_share": round(fig.reserved_unallocated_share, 4),
+                    "threshold_share": FRAGMENTATION_SHARE,
+                },
+            )
+        )
+    idle = _idle_reserve_after_failure(rank)
+    if idle is not None and not any(v.kind == "fragmentation" for v in out):
+        unused, share = idle
+        out.append(
+            Verdict(
+                "fragmentation",
+                rank.rank,
+                "warning",
+                f"rank {rank.rank}: after the allocator failed ({rank.ooms or 0} OOM(s), {rank.alloc_retries or 0} "
+                f"retr{'y' if rank.alloc_retries == 1 else 'ies'}), {_fmt(unused)} ({share:.0%} of reserved) was "
+                "reserved but unallocated: free memory split into blocks too small for the request; set "
+                "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+                {
+                    "reserved_unallocated_bytes": unused,
+                    "reserved_unallocated_share": round(share, 4),
                     "threshold_share": FRAGMENTATION_SHARE,
                 },
             )
@@ -272,17 +301,33 @@ def condition_verdicts(rank: RankMeasurements, fig: RankFigures) -> list[Verdict
     return out
 
 
+def _idle_reserve_after_failure(rank: RankMeasurements) -> tuple[int, float] | None:
+    """(reserved - allocated, its share) now, when the allocator has failed or retried: the
+    figure an OOM message calls "reserved by PyTorch but unallocated"."""
+    if not (rank.ooms or rank.alloc_retries):
+        return None
+    if rank.last_reserved_bytes is None or rank.last_allocated_bytes is None or not rank.last_reserved_bytes:
+        return None
+    unused = rank.last_reserved_bytes - rank.last_allocated_bytes
+    share = unused / rank.last_reserved_bytes
+    if unused >= FRAGMENTATION_MIN_BYTES and share >= FRAGMENTATION_SHARE:
+        return unused, share
+    return None
+
+
 def snapshot_verdicts(snapshot: SnapshotSummary) -> list[Verdict]:
     """A snapshot whose free reserve is split into blocks much smaller than the whole."""
     if snapshot.free_bytes < FRAGMENTATION_MIN_BYTES or not snapshot.reserved_bytes:
         return []
     share = snapshot.free_bytes / snapshot.reserved_bytes
-    if share < FRAGMENTATION_SHARE:
+    # Free reserve in one large block is a cache ready for the next step; split into blocks
+    # far smaller than the total, it cannot serve a large request.
+    if share < FRAGMENTATION_SHARE or snapshot.largest_free_block_bytes >= snapshot.free_bytes / 2:
         return []
     return [
         Verdict(
             "fragmentation",
-            snapshot.device,
+            snapshot.rank if snapshot.rank is not None else snapshot.device,
             "warning",
             f"snapshot {snapshot.source} (device {snapshot.device}): {_fmt(snapshot.free_bytes)} ({share:.0%} of "
             f"{_fmt(snapshot.reserved_bytes)} reserved) is free inside {snapshot.segments} segments, in "
