@@ -313,6 +313,26 @@ def test_bridge_yaml_pair(tmp_path: Path) -> None:
     assert doc["a"]["kind"] == doc["b"]["kind"] == "bridge-config"
     assert {"pp", "vpp"} <= {c["knob"] for c in doc["changes"]}
     assert known_sum(doc) + doc["interaction_bytes"] == doc["delta_bytes"]
+    keys = {f["flag"]: f for f in doc["flags"]}
+    assert keys["model.pipeline_model_parallel_size"]["knobs"] == ["pp"]
+    assert keys["model.pipeline_model_parallel_size"]["status"] == "mapped"
+
+
+def test_bridge_keys_no_reader_maps_are_unmodelled_and_paths_are_not(tmp_path: Path) -> None:
+    from memtune.files.paths import DATA_DIR
+
+    base = (DATA_DIR / "examples" / "llama3-70b-sft-32gpu.yaml").read_text()
+    before = tmp_path / "before.yaml"
+    before.write_text(base)
+    after = tmp_path / "after.yaml"
+    after.write_text(base + "comm_overlap:\n  tp_comm_overlap: true\ncheckpoint:\n  save: /ckpt/run2\n")
+    doc = invoke_json(HELPER, str(before), str(after), "--json")
+    assert_schema(doc)
+    keys = {f["flag"]: f for f in doc["flags"]}
+    assert keys["comm_overlap.tp_comm_overlap"]["status"] == "not-modelled"
+    assert keys["checkpoint.save"]["status"] == "no-memory-effect"
+    assert "comm_overlap.tp_comm_overlap" in doc["unmodelled"] and "checkpoint.save" not in doc["unmodelled"]
+    assert doc["changes"] == [] and doc["delta_bytes"] == 0  # no spec field moved
 
 
 # ------------------------------------------------------------------ two measurements

@@ -151,7 +151,7 @@ class Side:
     run: Any
     notes: tuple[str, ...]
     gpu_memory_bytes: int | None
-    flags: dict[str, Any] | None = None  # the Megatron-LM flags as written (launch scripts and flag mappings)
+    flags: dict[str, Any] | None = None  # Megatron-LM flags, or the Bridge config mapping, as written
 
 
 def _run_argv(args: Any, kind: str, path: str) -> list[str]:
@@ -195,7 +195,33 @@ def load_config(args: Any, path: str, label: str | None = None) -> Side:
         from memtune.readers.megatron_args import load_megatron_args
 
         flags = load_megatron_args(path)
+    else:
+        from memtune.readers.bridge_config import load_bridge_yaml
+
+        flags = load_bridge_yaml(path)
     return Side(name, kind, inputs.model, inputs.run, inputs.notes, inputs.gpu_memory_bytes, flags)
+
+
+def _bridge_reader(args: Any, folder: str) -> Any:
+    """Reads a Bridge config mapping the way side A was read (same options), through a file:
+    the loader takes paths, and going through it keeps presets and ``_memtune`` metadata."""
+    from memtune.commands.options import parse_run_options
+    from memtune.commands.run_inputs import load_model_and_run
+    from memtune.runtime.sources import BRIDGE
+
+    count = 0
+
+    def read(cfg: dict[str, Any]) -> tuple[Any, Any]:
+        import yaml
+
+        nonlocal count
+        count += 1
+        path = Path(folder) / f"trial{count}.yaml"
+        path.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
+        inputs = load_model_and_run(parse_run_options(_run_argv(args, BRIDGE, str(path))))
+        return inputs.model, inputs.run
+
+    return read
 
 
 def _limit(a: Side, b: Side) -> int | None:
@@ -230,7 +256,7 @@ def _trace(args: Any) -> int:
         from memtune.runtime.attribution import attribute
 
         attribution = attribute(a.model, a.run, b.model, b.run)
-        doc = _config_document(a, b, attribution, _limit(a, b), args.threshold)
+        doc = _config_document(a, b, attribution, _limit(a, b), args.threshold, args)
     if not measured:
         _emit(args, doc)
         return EXIT_OK
@@ -419,7 +445,7 @@ def _trace_git(args: Any) -> int:
             steps.append(step)
             if crossing is None and not over_before and fits is False:
                 crossing = step
-    doc = _config_document(a, b, attribution, limit, args.threshold)
+    doc = _config_document(a, b, attribution, limit, args.threshold, args)
     doc["git"] = {
         "range": args.git_range,
         "path": path,
@@ -435,14 +461,21 @@ def _trace_git(args: Any) -> int:
     return EXIT_OK
 
 
-def _config_document(a: Side, b: Side, at: Attribution, limit: int | None, threshold: Threshold) -> dict[str, Any]:
+def _config_document(
+    a: Side, b: Side, at: Attribution, limit: int | None, threshold: Threshold, args: Any = None
+) -> dict[str, Any]:
     cause = at.main_cause()
     allowed = threshold.bytes_of(at.peak_a)
     flag_rows: list[dict[str, Any]] | None = None
-    if a.flags is not None and b.flags is not None:
+    if a.flags is not None and b.flags is not None and a.kind == b.kind == "megatron-args":
         from memtune.runtime.flag_diff import flag_changes
 
         flag_rows = [c.to_json() for c in flag_changes(a.flags, b.flags, a.run.world_size)]
+    elif a.flags is not None and b.flags is not None and a.kind == b.kind == "bridge-config" and args is not None:
+        from memtune.runtime.config_diff import key_changes
+
+        with tempfile.TemporaryDirectory(prefix="memtune-keys-") as folder:
+            flag_rows = [c.to_json() for c in key_changes(a.flags, b.flags, _bridge_reader(args, folder))]
     notes = [f"A: {n}" for n in a.notes if n.startswith("WARNING")] + [
         f"B: {n}" for n in b.notes if n.startswith("WARNING")
     ]
@@ -502,12 +535,12 @@ def render_config(doc: dict[str, Any]) -> str:
         )
     flag_lines = {
         "mapped": "knob {knobs}",
-        "no-memory-effect": "does not change memory (data/megatron_flags.yaml)",
+        "no-memory-effect": "does not change memory (listed in data/)",
         "not-modelled": "NOT MODELLED: the estimator reads nothing it sets; effect unknown",
         "unreadable-alone": "cannot be read alone on top of A",
     }
     if doc.get("flags"):
-        lines.append("Flags that differ in the files:")
+        lines.append("Flags / config keys that differ in the files:")
         for f in doc["flags"]:
             before = "(absent)" if f["before"] is None else _value(f["before"])
             after = "(absent)" if f["after"] is None else _value(f["after"])

@@ -62,7 +62,7 @@ def _no_memory_table() -> tuple[tuple[str, ...], frozenset[str]]:
     return tuple(table.get("prefixes", ())), frozenset(table.get("names", ()))
 
 
-def _spec_fields(model: Any, run: Any) -> dict[str, Any]:
+def spec_fields(model: Any, run: Any) -> dict[str, Any]:
     out = {f"model.{f.name}": getattr(model, f.name) for f in fields(model) if f.name not in ("name", "extra")}
     out.update({f.name: getattr(run, f.name) for f in fields(run)})
     return out
@@ -75,7 +75,7 @@ def flag_changes(flags_a: Mapping[str, Any], flags_b: Mapping[str, Any], world_s
     a = {normalize_flag(k): v for k, v in flags_a.items()}
     b = {normalize_flag(k): v for k, v in flags_b.items()}
     model0, run0, _ = specs_from_megatron_args(a, world_size=world_size)
-    base = _spec_fields(model0, run0)
+    base = spec_fields(model0, run0)
     prefixes, names = _no_memory_table()
     out: list[FlagChange] = []
     for name in [*a, *(k for k in b if k not in a)]:
@@ -93,7 +93,7 @@ def flag_changes(flags_a: Mapping[str, Any], flags_b: Mapping[str, Any], world_s
         except (InputError, ValueError):
             status = UNREADABLE
         else:
-            moved = _spec_fields(model, run)
+            moved = spec_fields(model, run)
             knobs = tuple(k for k, v in moved.items() if base.get(k) != v)
             if knobs:
                 status = MAPPED
