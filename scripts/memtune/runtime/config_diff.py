@@ -76,7 +76,10 @@ def key_changes(cfg_a: Mapping[str, Any], cfg_b: Mapping[str, Any], read: Reader
     base = spec_fields(*read(copy.deepcopy(dict(cfg_a))))
     out: list[FlagChange] = []
     order = [*leaves_a, *(p for p in leaves_b if p not in leaves_a)]
-    changed = [p for p in order if p and leaves_a.get(p, _ABSENT) != leaves_b.get(p, _ABSENT)]
+    # a section that is empty or null on one side and filled on the other is compared key by
+    # key (its leaves), not also as one changed "section" value
+    sections = {p[:i] for p in order for i in range(1, len(p))}
+    changed = [p for p in order if p and p not in sections and leaves_a.get(p, _ABSENT) != leaves_b.get(p, _ABSENT)]
     for path in changed[:MAX_KEYS]:
         before, after = leaves_a.get(path, _ABSENT), leaves_b.get(path, _ABSENT)
         knobs: tuple[str, ...] = ()
