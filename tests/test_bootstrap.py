@@ -18,6 +18,7 @@ HELPERS = [
     "diagnose",
     "check_env",
     "regather_config",
+    "trace_regression",
     "runtime_memory",
     "sign_skill",
     "run_benchmark",

@@ -348,6 +348,17 @@ ROWS = [
     row("runtime_memory", "{tmp}/empty.txt model.num_layers=4", "model.num_layers=4", "--config"),
     row("runtime_memory", "- -", "standard input"),
     row("runtime_memory", "{tmp}/empty.txt --preset nope", "nope"),
+    # ---------------------------------------------------------------- trace_regression.py
+    row("trace_regression", "", "two inputs"),
+    row("trace_regression", "--json", "two inputs"),
+    row("trace_regression", "{tmp}/missing.log {tmp}/missing.log", "missing.log", "no such file"),
+    row("trace_regression", "{tmp}/folder {tmp}/empty.txt", "folder", "directory"),
+    row("trace_regression", "{tmp}/ls.bin {tmp}/ls.bin --json", "ls.bin", "binary"),
+    row("trace_regression", "{tmp}/empty.txt {tmp}/empty.txt", "empty.txt"),
+    row("trace_regression", "{tmp}/cut.log.gz {tmp}/cut.log.gz", "cut.log.gz"),
+    row("trace_regression", "--git HEAD -- {tmp}/empty.txt", "--git", "main..HEAD"),
+    row("trace_regression", "{tmp}/empty.txt {tmp}/empty.txt --threshold -1%", "--threshold", "negative"),
+    row("trace_regression", "{tmp}/empty.txt {tmp}/empty.txt --gpu NoSuchGPU", "--gpu", "NoSuchGPU"),
     row("run_benchmark", "--json", "choose a command"),
     row("run_benchmark", "run --agent nosuch", "nosuch", "command:"),
     row("run_benchmark", "run --agent command:{tmp}/missing", "missing", "not executable"),
@@ -363,6 +374,7 @@ PROGS = {
     "check_env": "check_env.py",
     "regather_config": "regather_config.py",
     "runtime_memory": "runtime_memory.py",
+    "trace_regression": "trace_regression.py",
     "sign_skill": "sign_skill.py",
     "lint_skill": "lint_skill.py",
     "run_benchmark": "run_benchmark.py",
@@ -416,6 +428,15 @@ JSON_ROWS = [
             "--json",
         ),
         id="runtime_memory --json",
+    ),
+    pytest.param(
+        "trace_regression",
+        tuple(
+            str(Path(__file__).resolve().parent / "data" / "trace" / n)
+            for n in ("torchrun_base.log", "torchrun_leak.log")
+        )
+        + ("--json",),
+        id="trace_regression --json",
     ),
     pytest.param("estimate_memory", ("--list-presets", "--json"), id="estimate_memory --list-presets --json"),
     pytest.param("plan_memory", ("--list-presets", "--json"), id="plan_memory --list-presets --json"),

@@ -23,6 +23,7 @@ from memtune.commands import (
     run_benchmark,
     runtime_memory,
     sign_skill,
+    trace_regression,
 )
 from memtune.errors import InputError
 
@@ -37,6 +38,7 @@ examples:
   memtune estimate-memory --example
   memtune plan-memory --preset llama3-70b --gpus 32 --tp 4 --pp 4 --gpu H100-80GB
   memtune check-env --script train.sh --torch-version 2.9.1
+  memtune trace-regression before.sh after.sh --gpu H100-80GB
   memtune runtime-memory train.log --gpu H100-80GB
   memtune sign-skill verify
 
@@ -49,6 +51,7 @@ COMMANDS: dict[str, click.Command] = {
     "plan-memory": plan_memory.command,
     "check-env": check_env.command,
     "regather-config": regather_config.command,
+    "trace-regression": trace_regression.command,
     "runtime-memory": runtime_memory.command,
     "lint-skill": lint_skill.command,
     "sign-skill": sign_skill.command,
