@@ -71,10 +71,22 @@ FP8_WEIGHT_CACHE_BYTES = 2
 #: With fp8 primary weights (--fp8-param-gather) the parameter is the row-wise data; the
 #: column-wise copy for the backward GEMM is the 1 B/param extra.
 FP8_TRANSPOSE_BYTES = 1
-#: Bytes per score element of unfused (non-flash) attention: the softmax output (2) that
-#: backward needs; dropout adds its mask (1) and its output (2).
+#: Unfused (``local``) attention keeps per score element (b x heads x sq x sk) what autograd
+#: saves between forward and backward, and needs more while one layer's softmax runs backward.
+#: See :func:`unfused_score_bytes` and references/memory-model.md (H200 grid, g01-g20).
 UNFUSED_SOFTMAX_BYTES = 2
 UNFUSED_DROPOUT_BYTES = 3
+#: cuBLAS + cuBLASLt workspaces PyTorch allocates through its caching allocator on Hopper
+#: (2 x 32 MiB), measured as the 64 MiB that stays allocated after the first step of a
+#: Megatron-Core run without Transformer Engine (H200 grid: 0.1875 GiB left after g01 =
+#: the 0.125 GiB score buffer + 0.0625 GiB).
+TORCH_WORKSPACE_BYTES = 64 * MIB
+#: fp32 temporaries of torch.optim.AdamW's foreach path (``_multi_tensor_adamw``:
+#: ``exp_avg_sq_sqrt = torch._foreach_sqrt(device_exp_avg_sqs)`` over the whole parameter
+#: list), 4 bytes per parameter the optimizer steps; measured 4.00 B/param on every H200 grid
+#: point (g01 1.161 GiB over 311.4 M parameters, g12 2.629 GiB over 705.7 M, c07 7.726 GiB
+#: over 2.07 B).
+FOREACH_ADAM_TEMP_BYTES = 4
 #: Backward materialises the gradients of one layer's activations while that layer's saved
 #: tensors are still alive; we charge one extra layer's activations as working set.
 BACKWARD_WORKING_LAYERS = 1.0
@@ -310,8 +322,13 @@ def layer_activation_terms(model: ModelSpec, run: RunSpec, moe: bool) -> dict[st
         if run.fp8:
             core += act * tokens * ctx_dim / t  # the kernel keeps its bf16 output; proj keeps an fp8 copy
     else:
-        scores = run.mbs * (a / t) * (run.seq_length / max(1, run.cp)) * run.seq_length
-        core = scores * (UNFUSED_SOFTMAX_BYTES + (UNFUSED_DROPOUT_BYTES if run.attention_dropout > 0 else 0))
+        core = score_elements(model, run) * unfused_score_bytes(run)[0]
+        if not model.multi_latent_attention and torch_softmax_attention(run):
+            # DotProductAttention (local) multiplies full-head tensors: the rotated query (a new
+            # tensor from the unfused rotary embedding) and the key and value expanded to every
+            # head (``key.repeat_interleave(heads // groups, dim=2)``) are what baddbmm and bmm save,
+            # a x d each, in place of the grouped Q/K/V.
+            terms["qkv"] = act * tokens * 3 * a * model.head_dim / t
     terms["core_attn"] = core
     terms["attn_dropout"] = drop_h * tokens * h / spt
     terms["mlp_norm_in"] = act * tokens * h / spt
@@ -369,6 +386,48 @@ def layer_activation_terms(model: ModelSpec, run: RunSpec, moe: bool) -> dict[st
                 terms["shared_glu_parts"] = 2 * act * tokens * fs / t
     terms["mlp_dropout"] = drop_h * tokens * h / spt
     return terms
+
+
+def score_elements(model: ModelSpec, run: RunSpec) -> float:
+    """Attention-score elements of one layer on one GPU: micro-batch x local heads x sq x sk."""
+    return run.mbs * (model.num_attention_heads / max(1, run.tp)) * (run.seq_length / max(1, run.cp)) * run.seq_length
+
+
+def torch_softmax_attention(run: RunSpec) -> bool:
+    """Megatron-Core's local attention with the softmax in PyTorch (``--no-masked-softmax-fusion``):
+    the path the H200 grid measured term by term. With the fused scale-mask-softmax kernel the
+    constants calibrated on the Megatron-LM goldens (which run it) stay in force."""
+    return run.transformer_impl == "local" and attention_kernel(run) == "unfused" and not run.masked_softmax_fusion
+
+
+def unfused_score_bytes(run: RunSpec) -> tuple[float, float]:
+    """(bytes saved per score element until backward, extra bytes per element while one
+    layer's attention runs backward) for unfused attention.
+
+    Megatron-Core's ``FusedScaleMaskSoftmax`` without its fused kernel
+    (``forward_torch_softmax``) casts the bf16 scores to fp32 when softmax runs in fp32,
+    masks, runs ``torch.nn.Softmax`` (which saves its fp32 output) and casts the
+    probabilities back to bf16, which the probabilities-times-value ``bmm`` saves: 4 + 2 bytes.
+    In backward the softmax holds its saved fp32 output, the fp32 gradient coming in and the
+    fp32 gradient it writes, while the bf16 probabilities' gradient is still alive: the
+    measured peak is 10 bytes per element above the saved 6 (H200 grid: g06 - g01 and
+    g04 - g05 give 9.9 and 10.4). With softmax in bf16 the softmax output is the tensor both
+    keep (2 bytes) and backward adds its gradient and the gradient it writes (4); the fused
+    scale-mask-softmax kernel writes its gradient in place (2).
+
+    Attention dropout (``torch.nn.Dropout`` in training) keeps a 1-byte mask; its output
+    replaces the bf16 probabilities as what ``bmm`` saves, so on the fp32 path the probabilities
+    are freed and only the mask is new (g08 - g01: +0.21 GiB measured, 4 layers x 1 byte x
+    67.1 M elements = 0.25 GiB less the mask of the layer already in backward). On the bf16 paths
+    the softmax still keeps its output, so the dropout output (2) is new as well.
+    """
+    dropout = run.attention_dropout > 0
+    if run.masked_softmax_fusion:
+        # The kernel reads bf16 scores, computes in fp32 internally and returns bf16.
+        return (2.0 + (3 if dropout else 0), 2.0 - (1 if dropout else 0))
+    if run.attention_softmax_in_fp32:
+        return (6.0 + (1 if dropout else 0), 10.0 - (1 if dropout else 0))
+    return (2.0 + (3 if dropout else 0), 4.0 - (1 if dropout else 0))
 
 
 def expert_load_factor(run: RunSpec) -> float:
@@ -676,6 +735,14 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
     dp_shard = max(1, run.dp * run.cp // max(1, run.num_distributed_optimizer_instances))
     edp_shard = max(1, run.expert_dp // max(1, run.num_distributed_optimizer_instances))
     overhead = CUDA_CONTEXT_BYTES + NCCL_BYTES_PER_GROUP * _process_groups(run)
+    local_attention = torch_softmax_attention(run)
+    workspace = WORKSPACE_BYTES
+    if local_attention:
+        # PyTorch's own cuBLAS workspaces, and the baddbmm input of Megatron-Core's local
+        # DotProductAttention (one layer's bf16 scores, used with beta=0) that the global memory
+        # buffer keeps for the run (H200 grid: 0.125 GiB after g01, 0.375 GiB more after g04 at
+        # twice the sequence).
+        workspace = TORCH_WORKSPACE_BYTES + int(score_elements(model, run) * (2 if run.params_dtype != "fp32" else 4))
 
     stages: list[StageEstimate] = []
     start = 0
@@ -786,6 +853,10 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
                     mtp_layer_activations(run, act_moe.stored, tokens * h / spt) + logits * 4
                 )
         working = BACKWARD_WORKING_LAYERS * per_layer_full + replay if n else 0.0
+        if n and not hybrid and local_attention:
+            working = unfused_working_set(model, run, act_moe if moe_n else act_dense, replay)
+        if is_first and is_last and not model.untie_embeddings_and_output_weights:
+            working += tied_output_grad_bytes(model, run)
         # The loss peak (logits + fp32 softmax) and a decoder layer's backward working set
         # (its gradients and what recompute re-materialises for it) are never alive together:
         # cross entropy's backward turns the saved softmax into the logits gradient, the output
@@ -807,10 +878,10 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
                 gradients=int(grads),
                 optimizer=int(optim),
                 activations=int(activations),
-                workspace=WORKSPACE_BYTES,
+                workspace=workspace,
                 overhead=int(overhead),
                 params=int(stage_params),
-                optimizer_step=int(max(0.0, step_copy - activations)),
+                optimizer_step=int(max(0.0, step_copy + foreach_adam_bytes(run, optim, opt_b) - activations)),
                 cuda_graphs=int(graph_pool),
                 capture_bytes=int(_capture_bytes(run, weights, grads, optim, graph_pool)),
                 in_flight_microbatches=round(inflight_layers / n, 3) if n else float(mb),
@@ -824,6 +895,50 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
         parameters_per_gpu_max=max(s.params for s in stages),
         assumptions=tuple(assumptions),
     )
+
+
+def unfused_working_set(model: ModelSpec, run: RunSpec, last: LayerActivations, replay: float) -> float:
+    """What the last decoder layer's backward adds to the saved activations under unfused attention.
+
+    Backward runs the layer's MLP first, which frees the MLP's saved tensors; its attention then
+    re-materialises what recompute dropped (``replay``) and the softmax backward needs its
+    transient (:func:`unfused_score_bytes`) next to the gradients of the attention output and of
+    the residual stream (two hidden-sized tensors). Read by difference on the H200 grid: the
+    peak is (layers x saved layer) + 10 bytes x scores - the MLP's saved tensors, within 2% on
+    g01-g20 (references/memory-model.md).
+    """
+    tokens = run.seq_length / max(1, run.cp) * run.mbs
+    act = 2 if run.params_dtype != "fp32" else 4
+    mlp_saved = sum(v for k, v in last.terms if k in _MLP_TERMS)
+    transient = score_elements(model, run) * unfused_score_bytes(run)[1]
+    return max(0.0, replay + transient + 2 * act * tokens * model.hidden_size / _sp_div(run) - mlp_saved)
+
+
+def tied_output_grad_bytes(model: ModelSpec, run: RunSpec) -> float:
+    """The output layer's weight gradient held through the whole backward with tied embeddings.
+
+    Without gradient-accumulation fusion the output layer returns its bf16 weight gradient to
+    autograd; the tied weight's single AccumulateGrad node waits for the embedding's gradient,
+    which comes last, so the first one stays in its input buffer until then (H200 grid: g13 tied
+    +0.122 GiB over g01 = 32000 x 2048 x 2 bytes).
+    """
+    if run.gradient_accumulation_fusion or run.pp > 1:
+        return 0.0
+    return (2 if run.params_dtype != "fp32" else 4) * model.padded_vocab_size(run.tp) * model.hidden_size / max(1, run.tp)
+
+
+def foreach_adam_bytes(run: RunSpec, optim: float, opt_b: float) -> float:
+    """fp32 temporaries of torch's foreach AdamW at the step (4 bytes per parameter it steps).
+
+    Megatron-Core falls back to ``torch.optim.AdamW`` when neither Transformer Engine nor apex is
+    installed (optimizer/__init__.py). The launch line cannot say what is installed; the local
+    transformer with the softmax in PyTorch (:func:`torch_softmax_attention`) is the H200 grid's
+    such environment, and is taken as the sign of it (an assumption line says so). TE's and
+    apex's fused Adam update in place.
+    """
+    if not torch_softmax_attention(run) or run.optimizer != "adam" or run.use_precision_aware_optimizer or not opt_b:
+        return 0.0
+    return FOREACH_ADAM_TEMP_BYTES * optim / opt_b
 
 
 def mtp_layer_activations(run: RunSpec, layer_stored: float, hidden_elems: float) -> float:

@@ -586,6 +586,10 @@ def specs_from_megatron_args(
         attention_dropout=_float(a, "attention_dropout", 0.1),
         hidden_dropout=_float(a, "hidden_dropout", 0.1),
         transformer_impl=_str(a, "transformer_impl", "transformer_engine"),
+        attention_softmax_in_fp32=_bool(a, "attention_softmax_in_fp32"),
+        masked_softmax_fusion=_bool(a, "masked_softmax_fusion", True) and not _bool(a, "no_masked_softmax_fusion"),
+        gradient_accumulation_fusion=_bool(a, "gradient_accumulation_fusion", True)
+        and not _bool(a, "no_gradient_accumulation_fusion"),
         cross_entropy_loss_fusion=_bool(a, "cross_entropy_loss_fusion"),
         # --bias-swiglu-fusion is on unless --no-bias-swiglu-fusion (Megatron-LM arguments.py);
         # an arguments dump spells it bias_swiglu_fusion: False.

@@ -69,6 +69,14 @@ class RunSpec:
     attention_dropout: float = 0.0
     hidden_dropout: float = 0.0
     transformer_impl: str = "transformer_engine"  # transformer_engine | local
+    # Unfused (local) attention only: softmax in fp32 (--attention-softmax-in-fp32; Megatron-LM's
+    # CLI default is off, Megatron-Core's TransformerConfig default on) and the fused
+    # scale-mask-softmax kernel (--no-masked-softmax-fusion turns it off).
+    attention_softmax_in_fp32: bool = False
+    masked_softmax_fusion: bool = True
+    # Weight gradients written straight into the fp32 main-grad buffer (--no-gradient-accumulation-fusion
+    # turns it off: each linear's bf16 weight gradient is materialised, then added).
+    gradient_accumulation_fusion: bool = True
     cross_entropy_loss_fusion: bool = False
     cross_entropy_fusion_impl: str = "native"  # native (Megatron's kernel) | te (TE's in-place kernel)
     # Fused bias + SwiGLU/GeGLU kernel. Megatron-LM's --bias-swiglu-fusion defaults on; Megatron
