@@ -24,7 +24,7 @@ one call takes well under a millisecond, so the planner can call it in a loop.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
@@ -97,10 +97,23 @@ OFFLOAD_RESIDENT_LAYERS = 2
 #: cuBLAS/cuBLASLt workspace of PyTorch and Transformer Engine's per-stream GEMM workspaces,
 #: about 4 x 32 MiB on Hopper.
 WORKSPACE_BYTES = 128 * MIB
-#: CUDA context + cuBLAS/cuDNN handles outside the caching allocator (H100, CUDA 12).
-CUDA_CONTEXT_BYTES = int(0.6 * GIB)
-#: NCCL communicator buffers per process group in use (intra-node NVLink defaults).
-NCCL_BYTES_PER_GROUP = int(0.1 * GIB)
+#: GPU memory outside PyTorch's allocator, measured on one H200 (CUDA 13, PyTorch 2.11,
+#: environment_and_probes.json and measured.json): the CUDA context after ``torch.cuda.init``
+#: (650,969,088 B used), the first NCCL communicator (1,236,074,496 B used after
+#: ``init_process_group``), and the libraries' handles and kernel images loaded on first use
+#: during the first training step (device used minus PyTorch reserved after every step:
+#: 2,595,028,992 B). A further communicator (the distributed optimizer's group, g17 onwards)
+#: added 408,944,640 B.
+CUDA_CONTEXT_BYTES = 650_969_088
+CUDA_LIBRARIES_BYTES = 2_595_028_992 - 1_236_074_496
+NCCL_FIRST_GROUP_BYTES = 1_236_074_496 - 650_969_088
+NCCL_BYTES_PER_GROUP = 408_944_640
+#: Memory PyTorch's caching allocator reserves above its allocated peak (default allocator):
+#: the median of max reserved / max allocated - 1 over the 22 dense H200 runs (7.1%, P90 15.9%);
+#: MoE runs hold more (H200 MoE 9.4% and 11.7%; Megatron-LM's DeepSeek-V3 proxy report 12.5-17%).
+#: With ``expandable_segments:True`` the dense median is 3.1% and MoE 0.3-1.7%.
+ALLOCATOR_RESERVE_FRACTION = 0.071
+ALLOCATOR_RESERVE_FRACTION_MOE = 0.12
 
 
 # ---------------------------------------------------------------------- results
@@ -121,6 +134,7 @@ class StageEstimate:
     optimizer_step: int = 0  # fp32 gradient copies at the optimizer step beyond the (freed) activations
     cuda_graphs: int = 0  # activations held in CUDA-graph private pools (reserved, not "allocated")
     capture_bytes: int = 0  # allocated while the CUDA graphs are being captured
+    reserve: int = 0  # caching-allocator reserve above the allocated peak (device view only)
 
     @property
     def allocated_bytes(self) -> int:
@@ -133,11 +147,14 @@ class StageEstimate:
 
     @property
     def total_bytes(self) -> int:
-        """What the GPU must hold: tensors, CUDA-graph pools and the runtime overhead line."""
-        steady = (
-            self.weights + self.gradients + self.optimizer + self.activations + self.workspace + self.optimizer_step
-        )
-        return steady + self.cuda_graphs + self.overhead
+        """The device view (what nvidia-smi shows at the peak): the allocated peak, the
+        allocator's reserve above it, CUDA-graph pools and memory outside PyTorch."""
+        return self.allocated_bytes + self.reserve + self.cuda_graphs + self.overhead
+
+    @property
+    def model_state_bytes(self) -> int:
+        """Weights + gradients + optimizer states: the static part people ask for first."""
+        return self.weights + self.gradients + self.optimizer
 
     def components(self) -> dict[str, int]:
         return {
@@ -148,6 +165,7 @@ class StageEstimate:
             "optimizer_step": self.optimizer_step,
             "workspace": self.workspace,
             "cuda_graphs": self.cuda_graphs,
+            "allocator_reserve": self.reserve,
             "overhead": self.overhead,
         }
 
@@ -157,6 +175,7 @@ class StageEstimate:
             "layers": self.layers,
             "total_bytes": self.total_bytes,
             "allocated_bytes": self.allocated_bytes,
+            "model_state_bytes": self.model_state_bytes,
             "components": self.components(),
             "parameters": self.params,
             "in_flight_microbatches": self.in_flight_microbatches,
@@ -734,7 +753,13 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
     opt_b = _optimizer_bytes_per_param(run)
     dp_shard = max(1, run.dp * run.cp // max(1, run.num_distributed_optimizer_instances))
     edp_shard = max(1, run.expert_dp // max(1, run.num_distributed_optimizer_instances))
-    overhead = CUDA_CONTEXT_BYTES + NCCL_BYTES_PER_GROUP * _process_groups(run)
+    overhead = (
+        CUDA_CONTEXT_BYTES
+        + CUDA_LIBRARIES_BYTES
+        + NCCL_FIRST_GROUP_BYTES
+        + NCCL_BYTES_PER_GROUP * (_process_groups(run) - 1)
+    )
+    reserve_fraction = ALLOCATOR_RESERVE_FRACTION_MOE if model.is_moe else ALLOCATOR_RESERVE_FRACTION
     local_attention = torch_softmax_attention(run)
     workspace = WORKSPACE_BYTES
     if local_attention:
@@ -870,23 +895,22 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
         activations = layer_acts + extra + working
         activations = _apply_offload(run, activations, layer_acts, n)
 
-        stages.append(
-            StageEstimate(
-                stage=stage,
-                layers=n,
-                weights=int(weights),
-                gradients=int(grads),
-                optimizer=int(optim),
-                activations=int(activations),
-                workspace=workspace,
-                overhead=int(overhead),
-                params=int(stage_params),
-                optimizer_step=int(max(0.0, step_copy + foreach_adam_bytes(run, optim, opt_b) - activations)),
-                cuda_graphs=int(graph_pool),
-                capture_bytes=int(_capture_bytes(run, weights, grads, optim, graph_pool)),
-                in_flight_microbatches=round(inflight_layers / n, 3) if n else float(mb),
-            )
+        stage_estimate = StageEstimate(
+            stage=stage,
+            layers=n,
+            weights=int(weights),
+            gradients=int(grads),
+            optimizer=int(optim),
+            activations=int(activations),
+            workspace=workspace,
+            overhead=int(overhead),
+            params=int(stage_params),
+            optimizer_step=int(max(0.0, step_copy + foreach_adam_bytes(run, optim, opt_b) - activations)),
+            cuda_graphs=int(graph_pool),
+            capture_bytes=int(_capture_bytes(run, weights, grads, optim, graph_pool)),
+            in_flight_microbatches=round(inflight_layers / n, 3) if n else float(mb),
         )
+        stages.append(replace(stage_estimate, reserve=int(reserve_fraction * stage_estimate.allocated_bytes)))
 
     assumptions.extend(_describe(model, run, vocab))
     return MemoryEstimate(
@@ -924,7 +948,9 @@ def tied_output_grad_bytes(model: ModelSpec, run: RunSpec) -> float:
     """
     if run.gradient_accumulation_fusion or run.pp > 1:
         return 0.0
-    return (2 if run.params_dtype != "fp32" else 4) * model.padded_vocab_size(run.tp) * model.hidden_size / max(1, run.tp)
+    return (
+        (2 if run.params_dtype != "fp32" else 4) * model.padded_vocab_size(run.tp) * model.hidden_size / max(1, run.tp)
+    )
 
 
 def foreach_adam_bytes(run: RunSpec, optim: float, opt_b: float) -> float:
@@ -1184,7 +1210,10 @@ def _describe(model: ModelSpec, run: RunSpec, vocab: int) -> list[str]:
         + (" (distributed over DP x CP)" if run.use_distributed_optimizer else " (replicated)")
         + (", Megatron-FSDP " + run.data_parallel_sharding_strategy if run.use_megatron_fsdp else ""),
         f"vocabulary padded to {vocab} (multiple of {model.make_vocab_size_divisible_by} x TP); logits and cross entropy in fp32 on the last stage",
-        "overhead = CUDA context + NCCL buffers (not PyTorch tensors: excluded from allocated_bytes); allocator fragmentation is not included (set expandable_segments:True)",
+        "device view (total) = allocated peak + allocator reserve "
+        f"({(ALLOCATOR_RESERVE_FRACTION_MOE if model.is_moe else ALLOCATOR_RESERVE_FRACTION):.1%}, default allocator; "
+        "about 3% with expandable_segments:True) + memory outside PyTorch (CUDA context, libraries, NCCL); "
+        "peak_allocated_bytes is what torch.cuda.max_memory_allocated reports",
     ]
     if model.gated_linear_unit and not run.bias_activation_fusion:
         out.append("gated MLP unfused (bias_activation_fusion off): activation output and linear half kept too")
