@@ -67,7 +67,8 @@ def render_text(model: Any, run: Any, est: Any, notes: list[str], gpu_memory: in
     show_graphs = any(s.cuda_graphs for s in est.stages)
     header = f"  {'stage':>5} {'layers':>6} {'weights':>8} {'grads':>8} {'optim':>8} {'activ':>8}"
     header += f" {'step+':>8}" if show_step else ""
-    header += f" {'wkspace':>8}" + (f" {'graphs':>8}" if show_graphs else "") + f" {'overhead':>8} {'total':>8}"
+    header += f" {'wkspace':>8}" + (f" {'graphs':>8}" if show_graphs else "")
+    header += f" {'alloc':>8} {'reserve':>8} {'outside':>8} {'device':>8}"
     lines.append(header)
     peak = est.peak_bytes
     for s in est.stages:
@@ -75,13 +76,21 @@ def render_text(model: Any, run: Any, est: Any, notes: list[str], gpu_memory: in
         row = f" {mark}{s.stage:>5} {s.layers:>6} {gib(s.weights)} {gib(s.gradients)} {gib(s.optimizer)} {gib(s.activations)}"
         row += f" {gib(s.optimizer_step)}" if show_step else ""
         row += f" {gib(s.workspace)}" + (f" {gib(s.cuda_graphs)}" if show_graphs else "")
-        row += f" {gib(s.overhead)} {gib(s.total_bytes)}  {_bar(s.total_bytes, peak)}"
+        row += f" {gib(s.allocated_bytes)} {gib(s.reserve)} {gib(s.overhead)} {gib(s.total_bytes)}"
+        row += f"  {_bar(s.total_bytes, peak)}"
         lines.append(row)
     top = est.stages[est.peak_stage]
     lines.append(
-        f"  * most-loaded stage: {top.stage} ({top.total_bytes / GIB:.2f} GiB = {top.total_bytes / 1e9:.2f} GB; "
-        f"max allocated by PyTorch {top.allocated_bytes / GIB:.2f} GiB, runtime overhead {top.overhead / GIB:.2f} GiB; "
-        f"activations of {top.in_flight_microbatches:g} in-flight micro-batch(es))"
+        f"  * most-loaded stage: {top.stage}: device view {top.total_bytes / GIB:.2f} GiB "
+        f"= {top.total_bytes / 1e9:.2f} GB (what nvidia-smi shows) = max allocated by PyTorch "
+        f"{top.allocated_bytes / GIB:.2f} GiB + allocator reserve {top.reserve / GIB:.2f} GiB + outside PyTorch "
+        f"{top.overhead / GIB:.2f} GiB"
+        + (f" + CUDA graphs {top.cuda_graphs / GIB:.2f} GiB" if top.cuda_graphs else "")
+        + f"; activations of {top.in_flight_microbatches:g} in-flight micro-batch(es)"
+    )
+    lines.append(
+        f"  model state (weights + gradients + optimizer states) {top.model_state_bytes / GIB:.2f} GiB on that GPU; "
+        f"whole model {est.model_state_total_bytes / GIB:.2f} GiB over all GPUs"
     )
     if show_step:
         lines.append(
@@ -97,22 +106,10 @@ def render_text(model: Any, run: Any, est: Any, notes: list[str], gpu_memory: in
     for a in [*notes, *est.assumptions]:
         lines.append(f"  - {a}")
     if gpu_memory:
+        from memtune.estimate.verdict import fit_verdict
+
         lines.append("")
-        head = gpu_memory - est.peak_bytes
-        pct = head / gpu_memory
-        if head < 0:
-            verdict = (
-                f"DOES NOT FIT: needs {est.peak_bytes / GIB:.1f} GiB, GPU has {gpu_memory / GIB:.1f} GiB "
-                f"(short by {-head / GIB:.1f} GiB). Next: plan_memory.py with the same arguments."
-            )
-        elif pct < 0.10:
-            verdict = (
-                f"BORDERLINE: {head / GIB:.1f} GiB ({pct:.0%}) headroom of {gpu_memory / GIB:.1f} GiB; allocator "
-                "fragmentation can still OOM - set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True."
-            )
-        else:
-            verdict = f"FITS: {head / GIB:.1f} GiB ({pct:.0%}) headroom of {gpu_memory / GIB:.1f} GiB."
-        lines.append(f"Verdict: {verdict}")
+        lines.append(f"Verdict: {fit_verdict(est.peak_bytes, gpu_memory).sentence()}")
     return "\n".join(lines)
 
 
@@ -164,8 +161,12 @@ def _estimate(args: Any) -> int:
         doc["warnings"] = warnings
         doc["model"] = model.name
         if gpu_memory:
+            from memtune.estimate.verdict import fit_verdict
+
+            verdict = fit_verdict(est.peak_bytes, gpu_memory)
             doc["gpu_memory_bytes"] = gpu_memory
-            doc["fits"] = est.peak_bytes <= gpu_memory
+            doc["fits"] = verdict.fits
+            doc["verdict"] = verdict.to_json()
         print_json(doc)
         return 0
     for warning in warnings:  # first, where nobody can miss them

@@ -47,7 +47,7 @@ from memtune.spec.run_spec import (
     stage_layer_counts,
     validate,
 )
-from memtune.units import GIB, MIB
+from memtune.units import MIB
 
 DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "fp8": 1, "uint8": 1}
 
@@ -114,6 +114,21 @@ NCCL_BYTES_PER_GROUP = 408_944_640
 #: With ``expandable_segments:True`` the dense median is 3.1% and MoE 0.3-1.7%.
 ALLOCATOR_RESERVE_FRACTION = 0.071
 ALLOCATOR_RESERVE_FRACTION_MOE = 0.12
+ALLOCATOR_RESERVE_FRACTION_EXPANDABLE = 0.031
+ALLOCATOR_RESERVE_FRACTION_EXPANDABLE_MOE = 0.017
+
+
+def reserve_fraction(model: ModelSpec, expandable: bool = False) -> float:
+    """The allocator's reserve as a share of the allocated step peak (see the constants)."""
+    if expandable:
+        return ALLOCATOR_RESERVE_FRACTION_EXPANDABLE_MOE if model.is_moe else ALLOCATOR_RESERVE_FRACTION_EXPANDABLE
+    return ALLOCATOR_RESERVE_FRACTION_MOE if model.is_moe else ALLOCATOR_RESERVE_FRACTION
+
+
+def device_peak_bytes(model: ModelSpec, est: MemoryEstimate, expandable: bool) -> int:
+    """The device view of the most-loaded GPU with (True) or without expandable segments."""
+    share = reserve_fraction(model, expandable)
+    return max(s.total_bytes - s.reserve + int(share * (s.step_bytes + s.cuda_graphs)) for s in est.stages)
 
 
 # ---------------------------------------------------------------------- results
@@ -137,19 +152,21 @@ class StageEstimate:
     reserve: int = 0  # caching-allocator reserve above the allocated peak (device view only)
 
     @property
+    def step_bytes(self) -> int:
+        """Tensors allocated at the training step's peak."""
+        return self.weights + self.gradients + self.optimizer + self.activations + self.workspace + self.optimizer_step
+
+    @property
     def allocated_bytes(self) -> int:
         """What torch.cuda.max_memory_allocated would report (tensors only): the larger of
         the training-step peak and the CUDA-graph capture peak."""
-        steady = (
-            self.weights + self.gradients + self.optimizer + self.activations + self.workspace + self.optimizer_step
-        )
-        return max(steady, self.capture_bytes)
+        return max(self.step_bytes, self.capture_bytes)
 
     @property
     def total_bytes(self) -> int:
-        """The device view (what nvidia-smi shows at the peak): the allocated peak, the
-        allocator's reserve above it, CUDA-graph pools and memory outside PyTorch."""
-        return self.allocated_bytes + self.reserve + self.cuda_graphs + self.overhead
+        """The device view (what nvidia-smi shows at the peak): the step's tensors, the
+        allocator's reserve above them, CUDA-graph pools and memory outside PyTorch."""
+        return self.step_bytes + self.reserve + self.cuda_graphs + self.overhead
 
     @property
     def model_state_bytes(self) -> int:
@@ -188,6 +205,7 @@ class MemoryEstimate:
     parameters_total: int
     parameters_per_gpu_max: int
     assumptions: tuple[str, ...]
+    gpus_per_stage: int = 1
 
     @property
     def peak_stage(self) -> int:
@@ -202,6 +220,12 @@ class MemoryEstimate:
         return max(s.allocated_bytes for s in self.stages)
 
     @property
+    def model_state_total_bytes(self) -> int:
+        """Weights + gradients + optimizer states summed over every GPU of the run
+        (each stage's GPU times the GPUs that hold a copy or a shard like it)."""
+        return sum(s.model_state_bytes for s in self.stages) * self.gpus_per_stage
+
+    @property
     def last_stage(self) -> StageEstimate:
         return self.stages[-1]
 
@@ -211,6 +235,8 @@ class MemoryEstimate:
             "peak_bytes": self.peak_bytes,
             "peak_stage": self.peak_stage,
             "peak_allocated_bytes": self.peak_allocated_bytes,
+            "model_state_bytes": self.stages[self.peak_stage].model_state_bytes,
+            "model_state_total_bytes": self.model_state_total_bytes,
             "stages": [s.to_json() for s in self.stages],
             "parameters": {"total": self.parameters_total, "per_gpu_max": self.parameters_per_gpu_max},
             "assumptions": list(self.assumptions),
@@ -759,7 +785,7 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
         + NCCL_FIRST_GROUP_BYTES
         + NCCL_BYTES_PER_GROUP * (_process_groups(run) - 1)
     )
-    reserve_fraction = ALLOCATOR_RESERVE_FRACTION_MOE if model.is_moe else ALLOCATOR_RESERVE_FRACTION
+    reserve_share = reserve_fraction(model)
     local_attention = torch_softmax_attention(run)
     workspace = WORKSPACE_BYTES
     if local_attention:
@@ -910,7 +936,8 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
             capture_bytes=int(_capture_bytes(run, weights, grads, optim, graph_pool)),
             in_flight_microbatches=round(inflight_layers / n, 3) if n else float(mb),
         )
-        stages.append(replace(stage_estimate, reserve=int(reserve_fraction * stage_estimate.allocated_bytes)))
+        pooled = stage_estimate.step_bytes + stage_estimate.cuda_graphs  # both live in allocator segments
+        stages.append(replace(stage_estimate, reserve=int(reserve_share * pooled)))
 
     assumptions.extend(_describe(model, run, vocab))
     return MemoryEstimate(
@@ -918,6 +945,7 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
         parameters_total=pcount.total,
         parameters_per_gpu_max=max(s.params for s in stages),
         assumptions=tuple(assumptions),
+        gpus_per_stage=max(1, run.world_size // max(1, pp)),
     )
 
 
@@ -1211,8 +1239,8 @@ def _describe(model: ModelSpec, run: RunSpec, vocab: int) -> list[str]:
         + (", Megatron-FSDP " + run.data_parallel_sharding_strategy if run.use_megatron_fsdp else ""),
         f"vocabulary padded to {vocab} (multiple of {model.make_vocab_size_divisible_by} x TP); logits and cross entropy in fp32 on the last stage",
         "device view (total) = allocated peak + allocator reserve "
-        f"({(ALLOCATOR_RESERVE_FRACTION_MOE if model.is_moe else ALLOCATOR_RESERVE_FRACTION):.1%}, default allocator; "
-        "about 3% with expandable_segments:True) + memory outside PyTorch (CUDA context, libraries, NCCL); "
+        f"({reserve_fraction(model):.1%} of it, default allocator; {reserve_fraction(model, True):.1%} with "
+        "expandable_segments:True) + memory outside PyTorch (CUDA context, libraries, NCCL); "
         "peak_allocated_bytes is what torch.cuda.max_memory_allocated reports",
     ]
     if model.gated_linear_unit and not run.bias_activation_fusion:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 from memtune.estimate import throughput_cost as tc
-from memtune.estimate.estimator import estimate, regather_eligible
+from memtune.estimate.estimator import device_peak_bytes, estimate, regather_eligible
 from memtune.spec import model_spec as ms
 from memtune.spec import run_spec as rs
 from memtune.spec.run_spec import RunSpec
@@ -155,16 +155,16 @@ class Plan:
 # ------------------------------------------------------------------ memory
 def fragmentation_note() -> str:
     return (
-        "expandable segments does not shrink the tensors; it removes the allocator's fragmentation "
-        "(reserved-but-unusable memory), so the estimate shown is the tensor + runtime peak"
+        "expandable segments does not shrink the tensors; it lowers what the allocator reserves above "
+        "them (measured on an H200: 7.1% -> 3.1% of the allocated peak, dense median), which the device "
+        "view shown includes"
     )
 
 
 def estimate_peak(model: ms.ModelSpec, run: RunSpec, expandable: bool | None) -> int:
-    """Peak bytes on the most-loaded GPU (tensors + runtime overhead), as the estimator
-    computes them. ``expandable`` is accepted so an estimator that models allocator
-    fragmentation can be plugged in; the current one leaves fragmentation out."""
-    return int(estimate(model, run).peak_bytes)
+    """Device view of the most-loaded GPU (tensors, allocator reserve, memory outside PyTorch),
+    with the reserve of the default allocator unless expandable segments are known to be on."""
+    return device_peak_bytes(model, estimate(model, run), bool(expandable))
 
 
 # ------------------------------------------------------------------ legality
