@@ -154,7 +154,7 @@ def _estimate(args: Any) -> int:
         )
     est = estimate(model, run)
     gpu_memory = inputs.gpu_memory_bytes
-    warnings = [n for n in notes if n.startswith("WARNING")]
+    warnings = [n for n in notes if n.startswith("WARNING")] + list(est.warnings)
     if args.as_json:
         doc = est.to_json()
         doc["assumptions"] = [*notes, *doc["assumptions"]]

@@ -109,6 +109,10 @@ class RunSpec:
     cuda_graph_scope: tuple[str, ...] = ()  # non-empty = CUDA graphs captured for these
     cuda_graph_warmup_steps: int = 3  # training steps before capture (Megatron default 3)
     use_nccl_ub: bool = False
+    # Memory-relevant features the input declares that no estimator term models (a reader fills
+    # it: one short name each, e.g. "Gated DeltaNet linear attention (--experimental-attention-variant
+    # gated_delta_net)"). The estimator refuses such a run instead of estimating something else.
+    unmodelled: tuple[str, ...] = ()
 
     # ------------------------------------------------------------ derived quantities
     @cached_property
