@@ -67,7 +67,7 @@ def test_seed_pp8_ranks_above_tp8_and_tp8_is_last(seed_plan):
 
 def test_seed_mlp_recompute_sits_between_pp8_and_tp8(seed_plan):
     names = titles(seed_plan.ranked)
-    mlp = names.index("recompute selective [mlp]")
+    mlp = names.index("recompute selective [core_attn, mlp] (adds mlp to selective [core_attn])")
     assert names.index("PP 4->8, VPP 5") < mlp < names.index("TP 4->8")
 
 
@@ -88,7 +88,9 @@ def test_seed_rejections_name_the_constraint(seed_plan):
     r = rejected(seed_plan)
     assert any("num_query_groups 8 is not divisible by TP 16" in x for x in r["TP 4->16"])
     assert any("world size 32 is not divisible" in x for x in r["CP 1->4"])
-    assert any("full-iteration CUDA graphs" in x for x in r["recompute full uniform x1"])
+    assert any(
+        "full-iteration CUDA graphs" in x for x in r["recompute full uniform x1 (replaces selective [core_attn])"]
+    )
 
 
 def test_every_ranked_row_fits_and_lowers_memory(seed_plan):

@@ -342,6 +342,26 @@ def full_recompute_block_options(model: ms.ModelSpec, run: RunSpec) -> list[dict
     ]
 
 
+def recompute_change(base: RunSpec, run: RunSpec) -> tuple[RunSpec, str]:
+    """The recompute candidate as a change to what the run already has, and its title.
+
+    Selective recompute on top of selective recompute *adds* modules: the run keeps what it
+    recomputes now (``[core_attn]`` plus ``[layernorm]``, not ``[layernorm]`` instead), so
+    the estimate and the throughput price are those of the addition. A change that does
+    drop the current setting (full recompute over selective, or the reverse) says so in its title.
+    """
+    if base.recompute_granularity == "selective" and run.recompute_granularity == "selective":
+        merged = list(dict.fromkeys((*base.recompute_modules, *run.recompute_modules)))
+        if "moe" in merged and "moe_act" in merged:  # moe recomputes the whole block, moe_act inside it
+            merged.remove("moe_act")
+        run = run.with_(recompute_modules=tuple(sorted(merged)))
+        added = [m for m in run.recompute_modules if m not in base.recompute_modules]
+        return run, f"recompute {run.recompute} (adds {', '.join(added)} to {base.recompute})"
+    if base.recompute_granularity is not None and run.recompute != base.recompute:
+        return run, f"recompute {run.recompute} (replaces {base.recompute})"
+    return run, f"recompute {run.recompute}"
+
+
 def _sp_for(base: RunSpec, tp: int) -> bool:
     """Keep SP as configured; a run that moves off TP=1 gets SP (the usual pairing)."""
     if tp == 1:
@@ -360,12 +380,15 @@ def candidates(model: ms.ModelSpec, base: RunSpec, settings: PlanSettings) -> It
         yield Candidate("LoRA input re-gather", "peft", base.with_(sequence_parallel_input_regather=True))
     if base.tp > 1 and not base.sequence_parallel:
         yield Candidate("sequence parallel on", "tensor", base.with_(sequence_parallel=True))
+    seen: set[RunSpec] = set()
     for option in recompute_options(model, base) + full_recompute_block_options(model, base):
-        run = base.with_(**option)
-        if tc.recompute_set(run) == tc.recompute_set(base) and run.recompute_granularity == base.recompute_granularity:
+        run, title = recompute_change(base, base.with_(**option))
+        if run in seen or (
+            tc.recompute_set(run) == tc.recompute_set(base) and run.recompute_granularity == base.recompute_granularity
+        ):
             continue
-        label = run.recompute
-        yield Candidate(f"recompute {label}", "recompute", run)
+        seen.add(run)
+        yield Candidate(title, "recompute", run)
     if not base.use_distributed_optimizer and not base.use_megatron_fsdp:
         yield Candidate("distributed optimizer", "optimizer", base.with_(use_distributed_optimizer=True))
     if not base.use_megatron_fsdp:
@@ -465,8 +488,12 @@ class Evaluator:
         expandable = cand.expandable or bool(self.settings.expandable_segments)
         peak = self.peak(cand.run, expandable)
         saved = (base_peak - peak) / base_peak if base_peak else 0.0
-        # expandable segments lowers what the allocator reserves, not the tensor peak
-        reduces = peak < base_peak or (cand.expandable and not self.settings.expandable_segments)
+        # A change that saves less than MIN_SAVING_SHARE of the peak saves nothing the estimate can
+        # resolve (recompute of core_attn under flash attention keeps only the softmax statistics):
+        # it is not offered as a memory fix. Expandable segments lowers the allocator's reserve.
+        reduces = peak < base_peak * (1 - MIN_SAVING_SHARE) or (
+            cand.expandable and not self.settings.expandable_segments
+        )
         cost = tc.throughput_change(
             self.model,
             self.base,
@@ -478,6 +505,11 @@ class Evaluator:
         return Evaluated(
             cand, peak_bytes=peak, fits=peak <= self.settings.limit_bytes, reduces_memory=reduces, cost=cost
         )
+
+
+#: A change must save at least this share of the current peak to count as reducing memory:
+#: below it the saving is inside the estimator's own error.
+MIN_SAVING_SHARE = 0.005
 
 
 #: Evidence kinds too weak to rank a predicted speed-up on (the row still shows it).
