@@ -1281,6 +1281,14 @@ def _describe(model: ModelSpec, run: RunSpec, vocab: int) -> list[str]:
         "expandable_segments:True) + memory outside PyTorch (CUDA context, libraries, NCCL); "
         "peak_allocated_bytes is what torch.cuda.max_memory_allocated reports",
     ]
+    if torch_softmax_attention(run):
+        saved, transient = unfused_score_bytes(run)
+        out.append(
+            f"local attention with the softmax in PyTorch ({'fp32' if run.attention_softmax_in_fp32 else 'bf16'}): "
+            f"{saved:g} B per score element kept per layer, {transient:g} B more while a layer runs backward, and a "
+            "one-layer score buffer kept for the run; torch AdamW's foreach temporaries (+4 B per parameter at the "
+            "step) assumed - Megatron-Core's fallback without Transformer Engine or apex"
+        )
     if model.gated_linear_unit and not run.bias_activation_fusion:
         out.append("gated MLP unfused (bias_activation_fusion off): activation output and linear half kept too")
     if run.cross_entropy_loss_fusion and run.cross_entropy_fusion_impl == "te":

@@ -380,14 +380,14 @@ def candidates(model: ms.ModelSpec, base: RunSpec, settings: PlanSettings) -> It
         yield Candidate("LoRA input re-gather", "peft", base.with_(sequence_parallel_input_regather=True))
     if base.tp > 1 and not base.sequence_parallel:
         yield Candidate("sequence parallel on", "tensor", base.with_(sequence_parallel=True))
-    seen: set[RunSpec] = set()
+    offered: set[RunSpec] = set()
     for option in recompute_options(model, base) + full_recompute_block_options(model, base):
         run, title = recompute_change(base, base.with_(**option))
-        if run in seen or (
+        if run in offered or (
             tc.recompute_set(run) == tc.recompute_set(base) and run.recompute_granularity == base.recompute_granularity
         ):
             continue
-        seen.add(run)
+        offered.add(run)
         yield Candidate(title, "recompute", run)
     if not base.use_distributed_optimizer and not base.use_megatron_fsdp:
         yield Candidate("distributed optimizer", "optimizer", base.with_(use_distributed_optimizer=True))
