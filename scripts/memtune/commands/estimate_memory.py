@@ -21,10 +21,13 @@ from memtune.units import GIB
 DESCRIPTION = """\
 Estimate peak GPU memory per pipeline stage of a Megatron-Core / Megatron Bridge training run:
 weights, gradients, optimizer states, activations (for the micro-batches in flight under the
-1F1B / interleaved schedule), allocator-visible workspaces, and - on a separate line - runtime
-overhead that PyTorch does not count (CUDA context, NCCL). Compares the peak with the GPU's usable
-memory: --gpu NAME (the size the driver reports) or --gpu-memory SIZE (units: MiB/GiB = 2^20/2^30
-bytes, MB/GB = 10^6/10^9 bytes; a bare number is GiB).
+1F1B / interleaved schedule) and allocator-visible workspaces - the allocated view, what
+torch.cuda.max_memory_allocated reports - and the device view nvidia-smi shows: that plus the
+allocator's reserve and memory outside PyTorch (CUDA context, libraries, NCCL), measured on an H200.
+The verdict compares the device view with the GPU's usable memory: FITS, BORDERLINE (under 10% free)
+or DOES NOT FIT; --gpu NAME (the size the driver reports) or --gpu-memory SIZE (units: MiB/GiB =
+2^20/2^30 bytes, MB/GB = 10^6/10^9 bytes; a bare number is GiB). A run that declares a feature the
+model has no term for (linear-attention variants) is refused rather than estimated as something else.
 
 Model from exactly one of --preset, --hf-config, --megatron-args, --config (a Bridge YAML; may be
 combined with --preset/--hf-config for the architecture) or --example. Flags then override the run."""
