@@ -282,6 +282,11 @@ def h200_cases():
                 yield record["name"] + " [device]", f"{group} (device)", model, run, device, "peak-total"
 
 
+def view_of(compare: str) -> str:
+    """Which of the estimate's views a row compares: device (nvidia-smi) or allocated (torch)."""
+    return "device" if compare == "peak-total" else "allocated"
+
+
 def compared_bytes(est: MemoryEstimate, compare: str) -> int:
     """Our figure for a measured one: the last stage's or the peak stage's allocated bytes
     (torch max allocated), or the peak stage's total with overhead (nvidia-smi)."""
@@ -401,7 +406,7 @@ def command(**params: Any) -> int:
         *external_cases(),
         *h200_cases(),
     ]:
-        row = {"case": name, "group": group, "measured": measured}
+        row = {"case": name, "group": group, "measured": measured, "view": view_of(compare)}
         if isinstance(model, Exception):
             row["ours_error"] = row["ref_error"] = f"{type(model).__name__}: {model}"
             rows.append(row)
@@ -468,6 +473,14 @@ def command(**params: Any) -> int:
             print(
                 f"  {group:<26} {label:<10} {s['covered']}/{s['cases']} cases, median |err| "
                 f"{s['median_abs_err']:.1%}, P90 |err| {s['p90_abs_err']:.1%}"
+            )
+    ext = [r for r in rows if r["group"] == "external measured" and "ours_err" in r]
+    for view in ("allocated", "device"):
+        errs = [abs(r["ours_err"]) for r in ext if r["view"] == view]
+        if errs:
+            print(
+                f"  external measured, {view} view: {len(errs)} cases, median |err| "
+                f"{statistics.median(errs):.1%}, P90 |err| {_percentile(errs, 0.9):.1%}, max {max(errs):.1%}"
             )
     for label, key in (("ours", "ours"), ("Megatron-LM theoretical_memory_usage", "reference")):
         s = result[key]
