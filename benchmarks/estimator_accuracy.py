@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from memtune.estimate.estimator import MemoryEstimate, estimate  # noqa: E402
+from memtune.estimate.estimator import MemoryEstimate, device_peak_bytes, estimate  # noqa: E402
 from memtune.readers.hf_config import model_from_hf  # noqa: E402
 from memtune.readers.megatron_args import specs_from_megatron_args  # noqa: E402
 from memtune.spec.model_spec import ModelSpec  # noqa: E402
@@ -207,6 +207,12 @@ H200_SETS = (
     ("h200-mcore validation", DATA / "h200-mcore" / "validation.json"),
     ("h200-mcore validation", DATA / "h200-mcore" / "validation_deep.json"),
 )
+#: The same configs under PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: only their device view
+#: differs (the allocator's smaller reserve), compared with the estimate's expandable device view.
+H200_EXPANDABLE_SETS = (
+    ("h200-mcore grid", DATA / "h200-mcore" / "measured_expandable_segments.json"),
+    ("h200-mcore validation", DATA / "h200-mcore" / "validation_expandable_segments.json"),
+)
 #: Records whose reserved figures the allocator's cache after an earlier OOM polluted (the
 #: measurement's README): compared on the allocated view only.
 H200_ALLOCATED_ONLY = ("w05_full_l16_mbs4", "w06_selective_l16_mbs4_s4096")
@@ -280,16 +286,26 @@ def h200_cases():
             yield record["name"], f"{group} (allocated)", model, run, allocated, "peak"
             if record["name"] not in H200_ALLOCATED_ONLY:
                 yield record["name"] + " [device]", f"{group} (device)", model, run, device, "peak-total"
+    for group, path in H200_EXPANDABLE_SETS:
+        for record in json.loads(path.read_text()):
+            model, run, _ = specs_from_megatron_args(
+                flag_mapping([*record["flags"], *H200_HARNESS_FLAGS]), world_size=1
+            )
+            _, device = h200_measured(record, estimate(model, run))
+            name, where = record["name"] + " [device, expandable]", f"{group} (device, expandable segments)"
+            yield name, where, model, run, device, "peak-total-expandable"
 
 
 def view_of(compare: str) -> str:
     """Which of the estimate's views a row compares: device (nvidia-smi) or allocated (torch)."""
-    return "device" if compare == "peak-total" else "allocated"
+    return "device" if compare.startswith("peak-total") else "allocated"
 
 
-def compared_bytes(est: MemoryEstimate, compare: str) -> int:
+def compared_bytes(est: MemoryEstimate, compare: str, model: ModelSpec | None = None) -> int:
     """Our figure for a measured one: the last stage's or the peak stage's allocated bytes
     (torch max allocated), or the peak stage's total with overhead (nvidia-smi)."""
+    if compare == "peak-total-expandable" and model is not None:
+        return device_peak_bytes(model, est, expandable=True)
     if compare == "last":
         return est.last_stage.allocated_bytes
     if compare == "peak-total":
@@ -413,7 +429,7 @@ def command(**params: Any) -> int:
             continue
         try:
             est = estimate(model, run)
-            ours = compared_bytes(est, compare)
+            ours = compared_bytes(est, compare, model)
             row["ours"] = ours
             row["ours_err"] = ours / measured - 1
         except Exception as exc:  # noqa: BLE001 - a case we cannot estimate is reported, not hidden
