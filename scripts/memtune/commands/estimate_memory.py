@@ -138,6 +138,7 @@ def _estimate(args: Any) -> int:
         print_presets(args.as_json)
         return 0
     from memtune.estimate.estimator import estimate
+    from memtune.estimate.softmax_dtype import softmax_dtype_note
 
     inputs = load_model_and_run(args)
     model, run, notes = inputs.model, inputs.run, list(inputs.notes)
@@ -156,12 +157,19 @@ def _estimate(args: Any) -> int:
             "(pipeline warm-up then holds fewer micro-batches; pass --gbs)"
         )
     est = estimate(model, run)
+    # An unstated softmax dtype that moves the peak (unfused attention): the other reading
+    # leads the output, so nobody quotes one of two defaults as the answer.
+    softmax = softmax_dtype_note(model, run, est)
+    if softmax is not None:
+        notes.insert(0, softmax.warning())
     gpu_memory = inputs.gpu_memory_bytes
     warnings = [n for n in notes if n.startswith("WARNING")] + list(est.warnings)
     if args.as_json:
         doc = est.to_json()
         doc["assumptions"] = [*notes, *doc["assumptions"]]
         doc["warnings"] = warnings
+        if softmax is not None:
+            doc["softmax_dtype"] = softmax.to_json()
         doc["model"] = model.name
         if gpu_memory:
             from memtune.estimate.verdict import fit_verdict

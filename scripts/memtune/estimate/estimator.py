@@ -329,7 +329,10 @@ def _describe(model: ModelSpec, run: RunSpec, vocab: int) -> list[str]:
     if torch_softmax_attention(run):
         saved, transient = unfused_score_bytes(run)
         out.append(
-            f"local attention with the softmax in PyTorch ({'fp32' if run.attention_softmax_in_fp32 else 'bf16'}): "
+            "local attention with the softmax in PyTorch ("
+            + ("fp32" if run.attention_softmax_in_fp32 else "bf16")
+            + (", not stated: Megatron-LM's CLI default" if run.attention_softmax_in_fp32 is None else "")
+            + "): "
             f"{saved:g} B per score element kept per layer, {transient:g} B more while a layer runs backward, and a "
             "one-layer score buffer kept for the run; torch AdamW's foreach temporaries (+4 B per parameter at the "
             "step) assumed - Megatron-Core's fallback without Transformer Engine or apex"

@@ -333,6 +333,20 @@ def _bool(args: Mapping[str, Any], name: str, default: bool = False) -> bool:
     return bool(value)
 
 
+def _softmax_in_fp32(args: Mapping[str, Any]) -> bool | None:
+    """Whether attention's softmax runs in fp32, or None when the flags do not say.
+
+    ``--attention-softmax-in-fp32`` is a store_true switch (off unless given) and
+    ``--apply-query-key-layer-scaling`` turns it on (Megatron-LM arguments.py). Leaving both out
+    is the CLI's off, but the same model built from Megatron-Core's ``TransformerConfig`` runs it
+    in fp32 (that default is True), so "not said" is kept apart from "said off"."""
+    if _bool(args, "apply_query_key_layer_scaling"):
+        return True
+    if _flag(args, "attention_softmax_in_fp32", None) is None:
+        return None
+    return _bool(args, "attention_softmax_in_fp32")
+
+
 def _list(value: Any) -> tuple[str, ...]:
     if value is None or value is True:
         return ()
@@ -586,7 +600,7 @@ def specs_from_megatron_args(
         attention_dropout=_float(a, "attention_dropout", 0.1),
         hidden_dropout=_float(a, "hidden_dropout", 0.1),
         transformer_impl=_str(a, "transformer_impl", "transformer_engine"),
-        attention_softmax_in_fp32=_bool(a, "attention_softmax_in_fp32"),
+        attention_softmax_in_fp32=_softmax_in_fp32(a),
         masked_softmax_fusion=_bool(a, "masked_softmax_fusion", True) and not _bool(a, "no_masked_softmax_fusion"),
         gradient_accumulation_fusion=_bool(a, "gradient_accumulation_fusion", True)
         and not _bool(a, "no_gradient_accumulation_fusion"),

@@ -71,8 +71,10 @@ class RunSpec:
     transformer_impl: str = "transformer_engine"  # transformer_engine | local
     # Unfused (local) attention only: softmax in fp32 (--attention-softmax-in-fp32; Megatron-LM's
     # CLI default is off, Megatron-Core's TransformerConfig default on) and the fused
-    # scale-mask-softmax kernel (--no-masked-softmax-fusion turns it off).
-    attention_softmax_in_fp32: bool = False
+    # scale-mask-softmax kernel (--no-masked-softmax-fusion turns it off). None = the input did
+    # not say: estimated as off (Megatron-LM's CLI) and estimate/softmax_dtype.py tells the user
+    # what fp32 would give, because on the PyTorch-softmax path the two differ by up to a third.
+    attention_softmax_in_fp32: bool | None = None
     masked_softmax_fusion: bool = True
     # Weight gradients written straight into the fp32 main-grad buffer (--no-gradient-accumulation-fusion
     # turns it off: each linear's bf16 weight gradient is materialised, then added).
