@@ -45,9 +45,13 @@ def test_stages_first_to_last_and_json_contract():
     assert set(doc["parameters"]) == {"total", "per_gpu_max"}
     comps = doc["stages"][0]["components"]
     assert {"weights", "gradients", "optimizer", "activations", "overhead"} <= set(comps)
-    # total = tensors + the separately labelled overhead; allocated excludes the overhead
+    # device view (total) = allocated + allocator reserve + CUDA-graph pools + memory outside PyTorch
     s = doc["stages"][0]
-    assert s["total_bytes"] == s["allocated_bytes"] + comps["overhead"]
+    assert s["total_bytes"] == (
+        s["allocated_bytes"] + comps["allocator_reserve"] + comps["cuda_graphs"] + comps["overhead"]
+    )
+    assert comps["allocator_reserve"] > 0 and comps["overhead"] > 2 * 2**30
+    assert s["model_state_bytes"] == comps["weights"] + comps["gradients"] + comps["optimizer"]
     assert json.loads(json.dumps(doc)) == doc
 
 

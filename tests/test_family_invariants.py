@@ -40,7 +40,7 @@ from helper_cli import invoke
 from memtune.errors import InputError
 from memtune.estimate import ladder as ld
 from memtune.estimate import planner as pl
-from memtune.estimate.estimator import MemoryEstimate, StageEstimate, estimate
+from memtune.estimate.estimator import MemoryEstimate, StageEstimate, device_peak_bytes, estimate
 from memtune.readers.hf_config import read_hf_config
 from memtune.spec.gpus import lookup_gpu, usable_memory
 from memtune.spec.model_spec import (
@@ -385,14 +385,18 @@ def check_plan_runs(m: ModelSpec, run: RunSpec, gpu: str) -> list[str]:
     settings_ = pl.PlanSettings(gpu_memory_bytes=usable, headroom_bytes=usable // 10)
     out = []
     plan = pl.plan(m, run, settings_)
-    proposed = [(e.candidate.title, e.candidate.run, e.peak_bytes) for e in plan.ranked]
-    proposed += [(r.title, r.run, r.peak_bytes) for r in ld.climb(m, run, settings_).rungs]
-    for title, changed, peak in proposed:
+    proposed = [(e.candidate.title, e.candidate.run, e.peak_bytes, e.candidate.expandable) for e in plan.ranked]
+    rungs = ld.climb(m, run, settings_).rungs
+    # once the ladder sets expandable segments (rung 0), every later rung is estimated with it on
+    climbed_expandable = bool(rungs) and rungs[0].expandable
+    proposed += [(r.title, r.run, r.peak_bytes, climbed_expandable) for r in rungs]
+    for title, changed, peak, expandable in proposed:
         problems = violations(m, changed)
+        expected = device_peak_bytes(m, estimate(m, changed), expandable)
         if problems:
             out.append(f"{title!r} proposes an illegal run: {problems[0]}")
-        elif peak != estimate(m, changed).peak_bytes:
-            out.append(f"{title!r} peak {peak} is not the estimate {estimate(m, changed).peak_bytes}")
+        elif peak != expected:
+            out.append(f"{title!r} peak {peak} is not the estimate {expected}")
     return out
 
 

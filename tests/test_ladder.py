@@ -123,7 +123,9 @@ SCENARIOS = (
             sequence_parallel=True,
             peft="lora",
             gpu_memory=A100_40,
-            headroom="25%",
+            # 15%: the device view (allocator reserve + memory outside PyTorch, 4.5 GiB here) used
+            # to be left out, and 25% then made the same gap
+            headroom="15%",
         ),
         ("recompute selective [layernorm]", "LoRA input re-gather"),
         "LoRA: layernorm recompute re-runs only memory-bound norms (~0.5% modelled) while re-gather's "
@@ -186,6 +188,10 @@ def test_scenario_ladder_fits_and_every_rung_is_honest(scenario):
     assert lad["fits"] and lad["final_peak_bytes"] <= doc["limit_bytes"], sc.name
     assert doc["recommendation"]["source"] == "ladder"
     peak, ratio = lad["start_peak_bytes"], 1.0
+    first = lad["rungs"][0]
+    if first["change"] == "set expandable segments":  # rung 0: the allocator reserve it removes
+        assert first["saved_bytes"] > 0 and first["peak_bytes"] == peak - first["saved_bytes"]
+        peak = first["peak_bytes"]
     for r in lad["rungs"][1:]:
         assert r["saved_bytes"] > 0 and r["peak_bytes"] == peak - r["saved_bytes"], r["change"]
         assert r["evidence"] and r["exact_change"]["bridge_overrides"], r["change"]
@@ -209,9 +215,9 @@ def test_13b_text_shows_saving_cumulative_peak_cost_evidence_and_exact_change():
     out = invoke("plan_memory", *SCENARIOS[0].args)
     assert out.returncode == 0, out.stderr
     text = out.stdout
-    assert text.index("Ladder - apply in order") < text.index("Changes that fit")
+    assert text.index("Ladder - apply in order") < text.index("that fit")
     for needle in (
-        "distributed optimizer    27.3 GiB  60.5 GiB",
+        "distributed optimizer      28.1 GiB  64.6 GiB",
         "optimizer.use_distributed_optimizer=true",
         "--use-distributed-optimizer",
         "model.sequence_parallel=true",
@@ -258,7 +264,9 @@ def test_a_rung_set_again_later_is_folded_into_its_first_place(table):
         vocab_size=32000,
     )
     run = RunSpec(world_size=16, tp=2, pp=2, mbs=2, gbs=256, seq_length=4096)
-    lad = ld.climb(model, run, pl.PlanSettings(40 * GIB, 4 * GIB), table)
+    # 36 GiB: the device view (allocator reserve, memory outside PyTorch) makes 40 GiB stop at
+    # selective recompute now; one card size down the climb still ends in full recompute.
+    lad = ld.climb(model, run, pl.PlanSettings(36 * GIB, 4 * GIB), table)
     recompute = [r for r in lad.rungs if r.category == "recompute"]
     assert len(recompute) == 1 and recompute[0].run.recompute_granularity == "full"
     assert "model.recompute_modules" not in " ".join(recompute[0].exact_change()["bridge_overrides"])

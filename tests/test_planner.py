@@ -67,7 +67,7 @@ def test_seed_pp8_ranks_above_tp8_and_tp8_is_last(seed_plan):
 
 def test_seed_mlp_recompute_sits_between_pp8_and_tp8(seed_plan):
     names = titles(seed_plan.ranked)
-    mlp = names.index("recompute selective [mlp]")
+    mlp = names.index("recompute selective [core_attn, mlp] (adds mlp to selective [core_attn])")
     assert names.index("PP 4->8, VPP 5") < mlp < names.index("TP 4->8")
 
 
@@ -88,7 +88,9 @@ def test_seed_rejections_name_the_constraint(seed_plan):
     r = rejected(seed_plan)
     assert any("num_query_groups 8 is not divisible by TP 16" in x for x in r["TP 4->16"])
     assert any("world size 32 is not divisible" in x for x in r["CP 1->4"])
-    assert any("full-iteration CUDA graphs" in x for x in r["recompute full uniform x1"])
+    assert any(
+        "full-iteration CUDA graphs" in x for x in r["recompute full uniform x1 (replaces selective [core_attn])"]
+    )
 
 
 def test_every_ranked_row_fits_and_lowers_memory(seed_plan):
@@ -419,3 +421,38 @@ def test_a_change_no_factor_prices_is_unknown(table):
     base = RunSpec(world_size=8, tp=2, mbs=1, gbs=8, seq_length=4096, sequence_parallel=True)
     cost = tc.throughput_change(model, base, base.with_(attention_dropout=0.1), table)
     assert cost.kind == tc.UNKNOWN and not cost.known and cost.evidence[0].startswith("unknown")
+
+
+# ------------------------------------------------------------- issue 25: honest recompute rungs
+def test_a_recompute_rung_keeps_what_the_run_already_recomputes(seed_plan, seed):
+    """The seed run recomputes [core_attn]: a selective rung adds to it, and says so; a rung
+    that drops it (full recompute) says what it replaces. None silently swaps core_attn out."""
+    _model, base = seed
+    assert base.recompute_modules == ("core_attn",)
+    evaluated = [*seed_plan.ranked, *seed_plan.rejected, *seed_plan.no_saving]
+    recompute = [e.candidate for e in evaluated if e.candidate.category == "recompute"]
+    assert recompute
+    for cand in recompute:
+        if cand.run.recompute_granularity == "selective":
+            assert "core_attn" in cand.run.recompute_modules, cand.title
+            assert "(adds " in cand.title and "to selective [core_attn])" in cand.title, cand.title
+        else:
+            assert cand.title.endswith("(replaces selective [core_attn])"), cand.title
+    layernorm = next(e for e in seed_plan.ranked if "adds layernorm to" in e.candidate.title)
+    assert layernorm.cost is not None and layernorm.cost.change < 0  # adding recompute never reads as a gain
+
+
+def test_a_change_that_saves_nothing_is_not_offered(table):
+    """Flash attention keeps only softmax statistics: core_attn recompute saves < 0.5% and is
+    listed as saving nothing, never ranked or climbed."""
+    from memtune.estimate import ladder as ld
+    from memtune.spec.presets import load_preset
+
+    model = load_preset("llama3-8b")
+    run = RunSpec(world_size=8, tp=2, mbs=2, gbs=64, seq_length=8192, sequence_parallel=True)
+    s = settings(gpu_memory_bytes=40 * GIB, headroom_bytes=4 * GIB)
+    plan = pl.plan(model, run, s, table)
+    core_attn = "recompute selective [core_attn]"
+    assert core_attn in titles(plan.no_saving)
+    assert core_attn not in titles(plan.ranked)
+    assert core_attn not in [r.title for r in ld.climb(model, run, s, table).rungs]

@@ -21,10 +21,13 @@ from memtune.units import GIB
 DESCRIPTION = """\
 Estimate peak GPU memory per pipeline stage of a Megatron-Core / Megatron Bridge training run:
 weights, gradients, optimizer states, activations (for the micro-batches in flight under the
-1F1B / interleaved schedule), allocator-visible workspaces, and - on a separate line - runtime
-overhead that PyTorch does not count (CUDA context, NCCL). Compares the peak with the GPU's usable
-memory: --gpu NAME (the size the driver reports) or --gpu-memory SIZE (units: MiB/GiB = 2^20/2^30
-bytes, MB/GB = 10^6/10^9 bytes; a bare number is GiB).
+1F1B / interleaved schedule) and allocator-visible workspaces - the allocated view, what
+torch.cuda.max_memory_allocated reports - and the device view nvidia-smi shows: that plus the
+allocator's reserve and memory outside PyTorch (CUDA context, libraries, NCCL), measured on an H200.
+The verdict compares the device view with the GPU's usable memory: FITS, BORDERLINE (under 10% free)
+or DOES NOT FIT; --gpu NAME (the size the driver reports) or --gpu-memory SIZE (units: MiB/GiB =
+2^20/2^30 bytes, MB/GB = 10^6/10^9 bytes; a bare number is GiB). A run that declares a feature the
+model has no term for (linear-attention variants) is refused rather than estimated as something else.
 
 Model from exactly one of --preset, --hf-config, --megatron-args, --config (a Bridge YAML; may be
 combined with --preset/--hf-config for the architecture) or --example. Flags then override the run."""
@@ -67,7 +70,8 @@ def render_text(model: Any, run: Any, est: Any, notes: list[str], gpu_memory: in
     show_graphs = any(s.cuda_graphs for s in est.stages)
     header = f"  {'stage':>5} {'layers':>6} {'weights':>8} {'grads':>8} {'optim':>8} {'activ':>8}"
     header += f" {'step+':>8}" if show_step else ""
-    header += f" {'wkspace':>8}" + (f" {'graphs':>8}" if show_graphs else "") + f" {'overhead':>8} {'total':>8}"
+    header += f" {'wkspace':>8}" + (f" {'graphs':>8}" if show_graphs else "")
+    header += f" {'alloc':>8} {'reserve':>8} {'outside':>8} {'device':>8}"
     lines.append(header)
     peak = est.peak_bytes
     for s in est.stages:
@@ -75,13 +79,21 @@ def render_text(model: Any, run: Any, est: Any, notes: list[str], gpu_memory: in
         row = f" {mark}{s.stage:>5} {s.layers:>6} {gib(s.weights)} {gib(s.gradients)} {gib(s.optimizer)} {gib(s.activations)}"
         row += f" {gib(s.optimizer_step)}" if show_step else ""
         row += f" {gib(s.workspace)}" + (f" {gib(s.cuda_graphs)}" if show_graphs else "")
-        row += f" {gib(s.overhead)} {gib(s.total_bytes)}  {_bar(s.total_bytes, peak)}"
+        row += f" {gib(s.allocated_bytes)} {gib(s.reserve)} {gib(s.overhead)} {gib(s.total_bytes)}"
+        row += f"  {_bar(s.total_bytes, peak)}"
         lines.append(row)
     top = est.stages[est.peak_stage]
     lines.append(
-        f"  * most-loaded stage: {top.stage} ({top.total_bytes / GIB:.2f} GiB = {top.total_bytes / 1e9:.2f} GB; "
-        f"max allocated by PyTorch {top.allocated_bytes / GIB:.2f} GiB, runtime overhead {top.overhead / GIB:.2f} GiB; "
-        f"activations of {top.in_flight_microbatches:g} in-flight micro-batch(es))"
+        f"  * most-loaded stage: {top.stage}: device view {top.total_bytes / GIB:.2f} GiB "
+        f"= {top.total_bytes / 1e9:.2f} GB (what nvidia-smi shows) = max allocated by PyTorch "
+        f"{top.allocated_bytes / GIB:.2f} GiB + allocator reserve {top.reserve / GIB:.2f} GiB + outside PyTorch "
+        f"{top.overhead / GIB:.2f} GiB"
+        + (f" + CUDA graphs {top.cuda_graphs / GIB:.2f} GiB" if top.cuda_graphs else "")
+        + f"; activations of {top.in_flight_microbatches:g} in-flight micro-batch(es)"
+    )
+    lines.append(
+        f"  model state (weights + gradients + optimizer states) {top.model_state_bytes / GIB:.2f} GiB on that GPU; "
+        f"whole model {est.model_state_total_bytes / GIB:.2f} GiB over all GPUs"
     )
     if show_step:
         lines.append(
@@ -97,22 +109,10 @@ def render_text(model: Any, run: Any, est: Any, notes: list[str], gpu_memory: in
     for a in [*notes, *est.assumptions]:
         lines.append(f"  - {a}")
     if gpu_memory:
+        from memtune.estimate.verdict import fit_verdict
+
         lines.append("")
-        head = gpu_memory - est.peak_bytes
-        pct = head / gpu_memory
-        if head < 0:
-            verdict = (
-                f"DOES NOT FIT: needs {est.peak_bytes / GIB:.1f} GiB, GPU has {gpu_memory / GIB:.1f} GiB "
-                f"(short by {-head / GIB:.1f} GiB). Next: plan_memory.py with the same arguments."
-            )
-        elif pct < 0.10:
-            verdict = (
-                f"BORDERLINE: {head / GIB:.1f} GiB ({pct:.0%}) headroom of {gpu_memory / GIB:.1f} GiB; allocator "
-                "fragmentation can still OOM - set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True."
-            )
-        else:
-            verdict = f"FITS: {head / GIB:.1f} GiB ({pct:.0%}) headroom of {gpu_memory / GIB:.1f} GiB."
-        lines.append(f"Verdict: {verdict}")
+        lines.append(f"Verdict: {fit_verdict(est.peak_bytes, gpu_memory).sentence()}")
     return "\n".join(lines)
 
 
@@ -139,6 +139,7 @@ def _estimate(args: Any) -> int:
         print_presets(args.as_json)
         return 0
     from memtune.estimate.estimator import estimate
+    from memtune.estimate.softmax_dtype import softmax_dtype_note
 
     plot = None
     if args.plot is not None:
@@ -162,21 +163,32 @@ def _estimate(args: Any) -> int:
             "(pipeline warm-up then holds fewer micro-batches; pass --gbs)"
         )
     est = estimate(model, run)
+    # An unstated softmax dtype that moves the peak (unfused attention): the other reading
+    # leads the output, so nobody quotes one of two defaults as the answer.
+    softmax = softmax_dtype_note(model, run, est)
+    if softmax is not None:
+        notes.insert(0, softmax.warning())
     gpu_memory = inputs.gpu_memory_bytes
     if plot is not None:
         from memtune.runtime.plots import estimate_chart
         from memtune.runtime.svg import write_svg
 
         write_svg(plot, estimate_chart(est, gpu_memory, model.name))
-    warnings = [n for n in notes if n.startswith("WARNING")]
+    warnings = [n for n in notes if n.startswith("WARNING")] + list(est.warnings)
     if args.as_json:
         doc = est.to_json()
         doc["assumptions"] = [*notes, *doc["assumptions"]]
         doc["warnings"] = warnings
+        if softmax is not None:
+            doc["softmax_dtype"] = softmax.to_json()
         doc["model"] = model.name
         if gpu_memory:
+            from memtune.estimate.verdict import fit_verdict
+
+            verdict = fit_verdict(est.peak_bytes, gpu_memory)
             doc["gpu_memory_bytes"] = gpu_memory
-            doc["fits"] = est.peak_bytes <= gpu_memory
+            doc["fits"] = verdict.fits
+            doc["verdict"] = verdict.to_json()
         print_json(doc)
         return 0
     for warning in warnings:  # first, where nobody can miss them

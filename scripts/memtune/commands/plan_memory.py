@@ -11,6 +11,7 @@ import click
 from memtune.cli import Command, invoke, option, print_json
 from memtune.commands.options import HEADROOM, POSITIVE, json_option, run_input_options
 from memtune.errors import InputError
+from memtune.estimate.verdict import BORDERLINE_SHARE
 
 PLANNER = "planner"
 
@@ -69,6 +70,7 @@ def default_gpu_memory() -> tuple[int, str]:
 
 
 #: Static text: --help must run without PyYAML, so it cannot read the size from gpus.yaml.
+_DEFAULT_HEADROOM = f"{BORDERLINE_SHARE:.0%}"
 _MEMORY_DEFAULT = f"; default when no size is given: the usable memory of --gpu {DEFAULT_GPU}"
 
 
@@ -84,8 +86,9 @@ _MEMORY_DEFAULT = f"; default when no size is given: the usable memory of --gpu 
 @option(
     "--headroom",
     type=HEADROOM,
-    default="10%",
-    help="memory to keep free per GPU: a share of --gpu-memory (default 10%) or a size (4GiB)",
+    default=_DEFAULT_HEADROOM,
+    help=f"memory to keep free per GPU: a share of --gpu-memory (default {_DEFAULT_HEADROOM}, the band under "
+    "which estimate_memory calls a fitting run BORDERLINE) or a size (4GiB)",
     section=PLANNER,
 )
 @option("--top", type=POSITIVE, default=10, metavar="N", help="show the N best rows (default 10)", section=PLANNER)

@@ -247,8 +247,7 @@ def estimate_saving(
     view: Any, model: Any, model_notes: list[str], inp: Any, decision: Any
 ) -> tuple[int | None, list[str], str | None]:
     """Bytes per GPU saved, from the estimator's activation model (None when no model)."""
-    from memtune.estimate import estimator, regather
-    from memtune.spec.run_spec import RunSpec
+    from memtune.estimate import regather
 
     assumptions = list(model_notes)
     if model is None:
@@ -259,32 +258,9 @@ def estimate_saving(
         )
     if not decision.any_eligible:
         return 0, ["no eligible adapter: nothing is saved"], model.name
-    seq = view.get("seq_length")
-    if not isinstance(seq, int):
-        seq = 4096
-        assumptions.append("sequence length 4096 (not given; pass --seq-length)")
-    mbs = view.get("mbs") if isinstance(view.get("mbs"), int) else 1
-    if not view.has("mbs"):
-        assumptions.append("micro-batch size 1 (not given; pass --mbs)")
-    tp = inp.tp
-    pp = view.get("pp", 1) if isinstance(view.get("pp", 1), int) else 1
-    world = view.get("world_size") if isinstance(view.get("world_size"), int) else tp * pp
-    run = RunSpec(
-        world_size=max(world, tp * pp),
-        tp=tp,
-        pp=pp,
-        vpp=view.get("vpp"),
-        mbs=mbs,
-        gbs=view.get("gbs"),
-        seq_length=seq,
-        sequence_parallel=True,
-        peft="lora",
-        lora_dim=view.get("lora_dim") if isinstance(view.get("lora_dim"), int) else 32,
-        lora_target_modules=tuple(regather.base_module(t) for t in inp.targets),
-        recompute_granularity=None if inp.recompute_granularity == "full" else inp.recompute_granularity,
-        recompute_modules=inp.recompute_modules or ("core_attn",),
-    )
-    saving = estimator.regather_saving_bytes(model, run)
+    given = {key: view.get(key) for key in ("seq_length", "mbs", "pp", "vpp", "gbs", "world_size", "lora_dim")}
+    saving, defaulted = regather.saving_estimate(model, inp, given)
+    assumptions.extend(defaulted)
     fraction = min((d.eligible_layer_fraction for d in decision.decisions if d.eligible), default=1.0)
     if fraction < 1.0:
         saving = int(saving * fraction)

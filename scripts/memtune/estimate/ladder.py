@@ -27,7 +27,7 @@ priced change saves memory, or as the finishing step when that is cheapest overa
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from memtune.estimate import planner as pl
@@ -55,7 +55,7 @@ KNOBS: dict[str, tuple[str, ...]] = {
 
 #: A rung must save at least this share of the current peak: below it the saving is inside
 #: the estimator's own error and the rung would only lengthen the ladder.
-MIN_SAVING = 0.005
+MIN_SAVING = pl.MIN_SAVING_SHARE
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ class Rung:
     run: RunSpec  # the whole run after this rung
     expandable: bool
     peak_bytes: int  # est. peak per GPU after this rung
-    saved_bytes: int  # peak before minus peak after (0 for expandable segments)
+    saved_bytes: int  # peak before minus peak after (expandable segments: the allocator reserve it removes)
     step_cost: tc.Cost  # throughput vs the rung before
     cumulative_change: float  # throughput vs the user's run, all rungs so far
     cumulative_kind: str  # the weakest evidence among the rungs so far
@@ -172,17 +172,22 @@ def climb(
     floor = float(params.get("cost_floor", 0.02))
     max_rungs = int(params.get("max_rungs", 12))
     cache: dict[tuple[RunSpec, bool], int] = {}
+    # Expandable segments is rung 0 when it can be set: free, and it lowers the allocator's
+    # reserve, so every later rung is estimated with it on.
+    offer_expandable = not settings.expandable_segments and not pl.allocator_violations(base)
+    user_settings = settings
+    if offer_expandable:
+        settings = replace(settings, expandable_segments=True)
 
     def evaluator(run: RunSpec) -> pl.Evaluator:
         return pl.Evaluator(model, run, settings, table, estimator, cache=cache)
 
-    expandable = bool(settings.expandable_segments)
-    base_peak = evaluator(base).peak(base, expandable)
+    base_peak = evaluator(base).peak(base, bool(user_settings.expandable_segments))
     limit = settings.limit_bytes
     steps: list[pl.Evaluated] = []
     reasons: list[str] = []
     finishes: list[tuple[list[pl.Evaluated], list[str]]] = []
-    cur, cur_peak = base, base_peak
+    cur, cur_peak = base, evaluator(base).peak(base, bool(settings.expandable_segments))
     for _ in range(max_rungs):
         if cur_peak <= limit:
             finishes.append((list(steps), list(reasons)))
@@ -221,8 +226,8 @@ def climb(
     if finishes:
         steps, reasons = min(finishes, key=lambda f: _plan_key(f[0], floor))
     rungs = _replay(model, base, settings, table, evaluator, steps, reasons)
-    if not settings.expandable_segments and not pl.allocator_violations(base):
-        rungs = [_expandable_rung(base, base_peak, table)] + rungs
+    if offer_expandable:
+        rungs = [_expandable_rung(base, base_peak, evaluator(base).peak(base, True), table)] + rungs
     notes = []
     if not fits:
         notes.append(
@@ -242,7 +247,7 @@ def climb(
     )
 
 
-def _expandable_rung(base: RunSpec, peak: int, table: tc.CostTable) -> Rung:
+def _expandable_rung(base: RunSpec, before: int, peak: int, table: tc.CostTable) -> Rung:
     cost = _expandable_cost(table)
     return Rung(
         title="set expandable segments",
@@ -251,11 +256,11 @@ def _expandable_rung(base: RunSpec, peak: int, table: tc.CostTable) -> Rung:
         run=base,
         expandable=True,
         peak_bytes=peak,
-        saved_bytes=0,
+        saved_bytes=max(0, before - peak),
         step_cost=cost,
         cumulative_change=0.0,
         cumulative_kind=cost.kind,
-        why="free and measured: removes allocator fragmentation, which the estimates leave out",
+        why="free and measured: lowers what the allocator reserves above the tensors and its fragmentation",
     )
 
 

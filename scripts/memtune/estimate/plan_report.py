@@ -135,6 +135,16 @@ def ladder_json(ladder: Ladder) -> dict[str, Any]:
     }
 
 
+def _verdict(plan: Plan) -> dict[str, Any] | None:
+    """The current run's fit, by estimate_memory's policy with the planner's headroom as the band."""
+    from memtune.estimate.verdict import fit_verdict
+
+    s, peak = plan.settings, plan.baseline.peak_bytes
+    if peak is None or s.gpu_memory_bytes <= 0:
+        return None
+    return fit_verdict(peak, s.gpu_memory_bytes, band_share=s.headroom_bytes / s.gpu_memory_bytes).to_json()
+
+
 def to_json(
     plan: Plan, top: int, input_notes: list[str] | tuple[str, ...] = (), ladder: Ladder | None = None
 ) -> dict[str, Any]:
@@ -152,6 +162,7 @@ def to_json(
             "peak_bytes": plan.baseline.peak_bytes,
             "headroom_bytes": plan.baseline.headroom(s),
             "fits": plan.baseline.fits,
+            "verdict": _verdict(plan),
             "expandable_segments": s.expandable_segments,
         },
         "nothing_fits": best is None and not (ladder is not None and ladder.fits),
@@ -215,8 +226,8 @@ def notes(plan: Plan) -> list[str]:
         out.append(fragmentation_note())
     elif not plan.baseline.fits and plan.settings.expandable_segments is not True:
         out.append(
-            f"also set {EXPANDABLE_ENV} (free): it cannot fix a capacity shortfall, but the estimates "
-            "exclude allocator fragmentation, so a plan that fits can still run out of memory without it"
+            f"also set {EXPANDABLE_ENV} (free): it cannot fix a capacity shortfall, but it lowers the "
+            "allocator's reserve (7.1% -> 3.1% of the allocated peak measured on an H200) and its fragmentation"
         )
     if plan.combined:
         out.append("no single change fits: the combined rows come from the full sweep of every combination")

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # ast is imported where a recipe is read
     import ast
 
+    from memtune.spec.model_spec import ModelSpec
+
 COLUMN_PARALLEL = ("linear_qkv", "linear_fc1")
 ROW_PARALLEL = ("linear_proj", "linear_fc2")
 DEFAULT_TARGETS = ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")
@@ -304,3 +306,43 @@ def recipe_snippet(lora: dict[str, Any]) -> str:
 
 def hydra_override() -> str:
     return "peft.sequence_parallel_input_regather=true"
+
+
+#: What ``saving_estimate`` says when it takes a library default for a value the user left out.
+_DEFAULT_NOTES = {
+    "seq_length": "sequence length {} (RunSpec default; pass --seq-length)",
+    "mbs": "micro-batch size {} (RunSpec default; pass --mbs)",
+}
+
+
+def saving_estimate(model: ModelSpec, inp: RegatherInputs, given: dict[str, Any]) -> tuple[int, list[str]]:
+    """Bytes per GPU that ``sequence_parallel_input_regather`` saves, and the defaults it took.
+
+    The run is a RunSpec with the library's own defaults for whatever ``given`` leaves out (the
+    same defaults ``estimate_memory`` uses), sequence parallel on and LoRA on the recipe's targets;
+    full recompute is the ineligible case :func:`decide` reports, so it is priced as no recompute.
+    """
+    from memtune.estimate import estimator
+    from memtune.spec.run_spec import RunSpec
+
+    defaults = RunSpec()
+    notes: list[str] = []
+    fields: dict[str, Any] = {}
+    for name in ("seq_length", "mbs", "pp", "vpp", "gbs", "world_size", "lora_dim"):
+        value = given.get(name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            fields[name] = value
+        elif name in _DEFAULT_NOTES:
+            notes.append(_DEFAULT_NOTES[name].format(getattr(defaults, name)))
+    tp, pp = inp.tp, fields.get("pp", defaults.pp)
+    fields["world_size"] = max(fields.get("world_size", tp * pp), tp * pp)
+    run = RunSpec(
+        tp=tp,
+        sequence_parallel=True,
+        peft="lora",
+        lora_target_modules=tuple(base_module(t) for t in inp.targets),
+        recompute_granularity=None if inp.recompute_granularity == "full" else inp.recompute_granularity,
+        recompute_modules=inp.recompute_modules or defaults.recompute_modules,
+        **fields,
+    )
+    return estimator.regather_saving_bytes(model, run), notes

@@ -622,6 +622,9 @@ def specs_from_bridge(
         cross_entropy_loss_fusion=_bool_field(model_s, "cross_entropy_loss_fusion", "model", True),
         cross_entropy_fusion_impl=_str_field(model_s, "cross_entropy_fusion_impl", "model", "native"),
         bias_activation_fusion=_bool_field(model_s, "bias_activation_fusion", "model", True),
+        # Bridge's GPTModelProvider overrides Megatron-Core's True with False (gpt_provider.py,
+        # ``attention_softmax_in_fp32: bool = False``); saved configs write the value out.
+        attention_softmax_in_fp32=_bool_field(model_s, "attention_softmax_in_fp32", "model", False),
         # CommOverlapConfig copies these onto the model config (comm_overlap.py); either may carry them.
         defer_embedding_wgrad_compute=_bool_field(
             comm,

@@ -65,6 +65,16 @@ class RunSpec:
     attention_dropout: float = 0.0
     hidden_dropout: float = 0.0
     transformer_impl: str = "transformer_engine"  # transformer_engine | local
+    # Unfused (local) attention only: softmax in fp32 (--attention-softmax-in-fp32; Megatron-LM's
+    # CLI default is off, Megatron-Core's TransformerConfig default on) and the fused
+    # scale-mask-softmax kernel (--no-masked-softmax-fusion turns it off). None = the input did
+    # not say: estimated as off (Megatron-LM's CLI) and estimate/softmax_dtype.py tells the user
+    # what fp32 would give, because on the PyTorch-softmax path the two differ by up to a third.
+    attention_softmax_in_fp32: bool | None = None
+    masked_softmax_fusion: bool = True
+    # Weight gradients written straight into the fp32 main-grad buffer (--no-gradient-accumulation-fusion
+    # turns it off: each linear's bf16 weight gradient is materialised, then added).
+    gradient_accumulation_fusion: bool = True
     cross_entropy_loss_fusion: bool = False
     cross_entropy_fusion_impl: str = "native"  # native (Megatron's kernel) | te (TE's in-place kernel)
     # Fused bias + SwiGLU/GeGLU kernel. Megatron-LM's --bias-swiglu-fusion defaults on; Megatron
@@ -97,6 +107,10 @@ class RunSpec:
     cuda_graph_scope: tuple[str, ...] = ()  # non-empty = CUDA graphs captured for these
     cuda_graph_warmup_steps: int = 3  # training steps before capture (Megatron default 3)
     use_nccl_ub: bool = False
+    # Memory-relevant features the input declares that no estimator term models (a reader fills
+    # it: one short name each, e.g. "Gated DeltaNet linear attention (--experimental-attention-variant
+    # gated_delta_net)"). The estimator refuses such a run instead of estimating something else.
+    unmodelled: tuple[str, ...] = ()
 
     # ------------------------------------------------------------ derived quantities
     @cached_property

@@ -1,0 +1,61 @@
+"""GPU memory the tensors of the model do not account for: allocator-visible workspaces,
+the caching allocator's reserve above the allocated peak, and memory outside PyTorch (CUDA
+context, libraries, NCCL). Measured on one H200 (references/memory-model.md, issue 25 section);
+the device view of an estimate is built from these."""
+
+from __future__ import annotations
+
+from memtune.estimate.result import MemoryEstimate
+from memtune.spec.model_spec import ModelSpec
+from memtune.spec.run_spec import RunSpec
+from memtune.units import MIB
+
+#: GEMM workspaces that live in the PyTorch allocator (so they count as allocated): the
+#: cuBLAS/cuBLASLt workspace of PyTorch and Transformer Engine's per-stream GEMM workspaces,
+#: about 4 x 32 MiB on Hopper.
+WORKSPACE_BYTES = 128 * MIB
+#: cuBLAS + cuBLASLt workspaces PyTorch allocates through its caching allocator on Hopper
+#: (2 x 32 MiB), measured as the 64 MiB that stays allocated after the first step of a
+#: Megatron-Core run without Transformer Engine (H200 grid: 0.1875 GiB left after g01 =
+#: the 0.125 GiB score buffer + 0.0625 GiB).
+TORCH_WORKSPACE_BYTES = 64 * MIB
+#: GPU memory outside PyTorch's allocator, measured on one H200 (CUDA 13, PyTorch 2.11,
+#: environment_and_probes.json and measured.json): the CUDA context after ``torch.cuda.init``
+#: (650,969,088 B used), the first NCCL communicator (1,236,074,496 B used after
+#: ``init_process_group``), and the libraries' handles and kernel images loaded on first use
+#: during the first training step (device used minus PyTorch reserved after every step:
+#: 2,595,028,992 B). A further communicator (the distributed optimizer's group, g17 onwards)
+#: added 408,944,640 B.
+CUDA_CONTEXT_BYTES = 650_969_088
+CUDA_LIBRARIES_BYTES = 2_595_028_992 - 1_236_074_496
+NCCL_FIRST_GROUP_BYTES = 1_236_074_496 - 650_969_088
+NCCL_BYTES_PER_GROUP = 408_944_640
+#: Memory PyTorch's caching allocator reserves above its allocated peak (default allocator):
+#: the median of max reserved / max allocated - 1 over the 22 dense H200 runs (7.1%, P90 15.9%);
+#: MoE runs hold more (H200 MoE 9.4% and 11.7%; Megatron-LM's DeepSeek-V3 proxy report 12.5-17%).
+#: With ``expandable_segments:True`` the dense median is 3.1% and MoE 0.3-1.7%.
+ALLOCATOR_RESERVE_FRACTION = 0.071
+ALLOCATOR_RESERVE_FRACTION_MOE = 0.12
+ALLOCATOR_RESERVE_FRACTION_EXPANDABLE = 0.031
+ALLOCATOR_RESERVE_FRACTION_EXPANDABLE_MOE = 0.017
+
+
+def reserve_fraction(model: ModelSpec, expandable: bool = False) -> float:
+    """The allocator's reserve as a share of the allocated step peak (see the constants)."""
+    if expandable:
+        return ALLOCATOR_RESERVE_FRACTION_EXPANDABLE_MOE if model.is_moe else ALLOCATOR_RESERVE_FRACTION_EXPANDABLE
+    return ALLOCATOR_RESERVE_FRACTION_MOE if model.is_moe else ALLOCATOR_RESERVE_FRACTION
+
+
+def device_peak_bytes(model: ModelSpec, est: MemoryEstimate, expandable: bool) -> int:
+    """The device view of the most-loaded GPU with (True) or without expandable segments."""
+    share = reserve_fraction(model, expandable)
+    return max(s.total_bytes - s.reserve + int(share * (s.step_bytes + s.cuda_graphs)) for s in est.stages)
+
+
+def process_groups(run: RunSpec) -> int:
+    groups = 1  # data parallel
+    for size in (run.tp, run.pp, run.cp, run.ep):
+        if size > 1:
+            groups += 1
+    return groups

@@ -1,0 +1,34 @@
+#!/bin/bash
+# g12_v128k: the run gpu/measure.py makes (1 GPU, TP=PP=DP=1)
+torchrun --nproc-per-node 1 pretrain_gpt.py \
+    --num-layers 4 \
+    --hidden-size 2048 \
+    --num-attention-heads 16 \
+    --ffn-hidden-size 5632 \
+    --seq-length 2048 \
+    --max-position-embeddings 2048 \
+    --micro-batch-size 1 \
+    --global-batch-size 1 \
+    --vocab-size 128256 \
+    --make-vocab-size-divisible-by 128 \
+    --tensor-model-parallel-size 1 \
+    --pipeline-model-parallel-size 1 \
+    --normalization RMSNorm \
+    --position-embedding-type rope \
+    --attention-dropout 0.0 \
+    --hidden-dropout 0.0 \
+    --bf16 \
+    --optimizer adam \
+    --transformer-impl local \
+    --no-bias-swiglu-fusion \
+    --no-bias-gelu-fusion \
+    --no-bias-dropout-fusion \
+    --no-masked-softmax-fusion \
+    --attention-softmax-in-fp32 \
+    --no-rope-fusion \
+    --no-gradient-accumulation-fusion \
+    --group-query-attention \
+    --num-query-groups 4 \
+    --swiglu \
+    --untie-embeddings-and-output-weights \
+    --disable-bias-linear
