@@ -519,15 +519,15 @@ def test_a_flag_no_reader_maps_is_unmodelled_not_dropped(tmp_path: Path) -> None
     text = Path(PP2).read_text()
     after = tmp_path / "after.sh"
     after.write_text(
-        text.replace("    --overlap-param-gather\n", "    --overlap-param-gather\n    --moe-permute-fusion\n")
+        text.replace("    --overlap-param-gather\n", "    --overlap-param-gather\n    --delay-wgrad-compute\n")
     )
     after_log = tmp_path / "after_log.sh"
     after_log.write_text(text.replace("--log-interval 1 ", "--log-interval 10 "))
     doc = invoke_json(HELPER, PP4, str(after), "--json")
     assert_schema(doc)
     flags = {f["flag"]: f for f in doc["flags"]}
-    assert flags["--moe-permute-fusion"]["status"] == "not-modelled"
-    assert "--moe-permute-fusion" in doc["unmodelled"]
+    assert flags["--delay-wgrad-compute"]["status"] == "not-modelled"
+    assert "--delay-wgrad-compute" in doc["unmodelled"]
     assert known_sum(doc) + doc["interaction_bytes"] == doc["delta_bytes"]
     doc = invoke_json(HELPER, PP4, str(after_log), "--json")
     flags = {f["flag"]: f for f in doc["flags"]}
