@@ -15,7 +15,14 @@ sys.pycache_prefix = os.path.join(os.devnull, "memtune-no-bytecode")
 sys.dont_write_bytecode = True
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from memtune.bootstrap import launch  # noqa: E402
-
 if __name__ == "__main__":
+    # A big log's grep prefilter starts first and reads while the interpreter loads the rest;
+    # --help reads no log, so it loads none of the pipeline.
+    if not {"-h", "--help"} & set(sys.argv[1:]):
+        from memtune.diagnose import early_grep
+
+        early_grep.start(sys.argv[1:])
+
+    from memtune.bootstrap import launch
+
     launch("memtune.commands.diagnose", prog="diagnose.py", requires=("markdown_it", "yaml"))

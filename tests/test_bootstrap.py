@@ -61,13 +61,36 @@ def click_only(tmp_path_factory) -> Path:
     return _only_click(tmp_path_factory.mktemp("click-only"))
 
 
+#: What ``--help`` must not import: the pipelines, the spec dataclasses, the standard library's
+#: metadata and JSON machinery. An agent calls --help often; each of these costs start-up time
+#: (benchmarks/startup_speed.py measures it; this test only names what is imported).
+HELP_MUST_NOT_IMPORT = (
+    "memtune.readers",
+    "memtune.estimate",
+    "memtune.diagnose",
+    "memtune.check",
+    "memtune.lint",
+    "memtune.bench",
+    "memtune.spec.model_spec",
+    "memtune.spec.run_spec",
+    "importlib.metadata",
+    "json",
+)
+
+
 @pytest.mark.parametrize("name", HELPERS)
 def test_help_runs_with_click_alone(name: str, click_only: Path, monkeypatch) -> None:
-    """-S drops site-packages: --help must need click and no other third-party library."""
+    """-S drops site-packages: --help must need click and no other third-party library, and
+    it imports none of the library's pipelines (-X importtime lists every import)."""
     monkeypatch.setenv("PYTHONPATH", str(click_only))
-    result = run_helper(name, "--help", python=[sys.executable, "-S"])
+    result = run_helper(name, "--help", python=[sys.executable, "-S", "-X", "importtime"])
     assert result.returncode == 0, result.stderr
     assert "usage:" in result.stdout and "examples:" in result.stdout
+    imported = {
+        line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if line.startswith("import time:")
+    }
+    assert "memtune.cli" in imported  # the listing is real
+    assert sorted(m for m in imported if m.startswith(HELP_MUST_NOT_IMPORT)) == []
 
 
 def test_help_without_click_names_it() -> None:

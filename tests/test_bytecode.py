@@ -88,3 +88,68 @@ def test_prefix_guard():
     assert not bootstrap.bytecode_outside(root, prefix="relative/cache")
     assert not bootstrap.bytecode_outside(root, prefix=str(root / "scripts" / "cache"))
     assert bootstrap.bytecode_outside(root, prefix=os.path.join(os.devnull, "memtune-no-bytecode"))
+
+
+def test_planted_bytecode_of_a_lazily_imported_module_does_not_run(package, tmp_path):
+    """The modules a helper imports while it works (after the bootstrap dropped the
+    no-bytecode prefix so that the standard library uses its own caches) are still compiled
+    from their source."""
+    marker = tmp_path / "pwned"
+    payload = tmp_path / "payload.py"
+    payload.write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    for folder, module in (("commands", "estimate_memory"), ("estimate", "estimator"), ("spec", "presets")):
+        cache = package / "scripts" / "memtune" / folder / "__pycache__"
+        cache.mkdir(exist_ok=True)
+        py_compile.compile(
+            str(payload),
+            cfile=str(cache / f"{module}.{sys.implementation.cache_tag}.pyc"),
+            doraise=True,
+            invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
+        )
+    result = subprocess.run(
+        [sys.executable, str(package / "scripts" / "estimate_memory.py"), "--example"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=clean_env(),
+    )
+    assert result.returncode == 0, result.stderr
+    assert "parameters" in result.stdout
+    assert not marker.exists(), "estimate_memory.py executed planted bytecode"
+
+
+def test_an_extension_module_planted_next_to_a_source_is_ignored(package):
+    """Python's default finder prefers ``units.<tag>.so`` over ``units.py``; inside the skill
+    only ``.py`` files are importable, so a planted (here: broken) extension is never loaded."""
+    import importlib.machinery
+
+    planted = package / "scripts" / "memtune" / f"units{importlib.machinery.EXTENSION_SUFFIXES[0]}"
+    planted.write_bytes(b"not an ELF file\n")
+    try:
+        result = subprocess.run(
+            [sys.executable, str(package / "scripts" / "estimate_memory.py"), "--example"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=clean_env(),
+        )
+    finally:
+        planted.unlink()
+    assert result.returncode == 0, result.stderr
+
+
+def test_after_the_bootstrap_only_the_skill_is_compiled_from_source(package):
+    """The skill's modules get the source-only loader; everything else gets its usual bytecode
+    again (the no-bytecode prefix made every start recompile the standard library and click)."""
+    probe = (
+        "import os, sys\n"
+        "sys.pycache_prefix = os.path.join(os.devnull, 'memtune-no-bytecode')\n"
+        "sys.dont_write_bytecode = True\n"
+        f"sys.path.insert(0, {str(package / 'scripts')!r})\n"
+        "from memtune import bootstrap\n"
+        f"bootstrap.load_sources_only(bootstrap.Path({str(package)!r}))\n"
+        "import memtune.units, json.decoder\n"
+        "print(type(memtune.units.__spec__.loader).__name__, type(json.decoder.__spec__.loader).__name__, sys.pycache_prefix)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, env=clean_env())
+    assert result.stdout.split() == ["SourceOnlyLoader", "SourceFileLoader", "None"], result.stderr

@@ -379,6 +379,30 @@ EXPECTED = {
     "132_everyvoice_issue178_cuda_oom_then_srun_task_exits.txt": [
         ("fragmentation", 2, 2, None, nums("112.00 MiB", "15.78 GiB", "27.19 MiB", "14.24 GiB", "177.74 MiB"), 1),
     ],
+    # issue 26: JAX / XLA never says "CUDA out of memory"; the request is stated in bytes, the
+    # device ordinal (when named) is kept in details and made the device by the report
+    "133_mesh_transformer_jax_issue66_xla_resource_exhausted_request_ordinal.txt": [
+        ("xla-oom", 2, None, None, (33554432, None, None, None, None), 1),  # line 4 folds into it
+    ],
+    # the BFC allocator's "this is not a failure" warnings below it are no finding of their own
+    "134_nemos_issue345_xla_oom_after_bfc_not_a_failure_warnings.txt": [
+        ("xla-oom", 2, None, None, (3199993600, None, None, None, None), 1),
+    ],
+    "135_afprofile_issue8_xla_buffer_assignment_oom.txt": [
+        ("xla-oom", 2, None, None, (4770354232, None, None, None, None), 1),
+    ],
+    "136_llnerf_issue9_xla_out_of_memory_allocating.txt": [
+        ("xla-oom", 2, None, None, (20029400304, None, None, None, None), 1),
+    ],
+    "137_transformers_issue13629_tf_resource_exhausted_error_request.txt": [
+        ("xla-oom", 3, None, None, (b("64.00 MiB"), None, None, None, None), 1),
+    ],
+    # a TPU's HBM: the size is a rounded "4.39G", so no exact request
+    "138_diffusers_issue8358_xla_tpu_error_allocating_device_buffer.txt": [("xla-oom", 4, None, None, NONE5, 1)],
+    # "[TRT-LLM]" names TensorRT-LLM (tests/test_oom_frameworks.py); the numbers are PyTorch's
+    "139_tensorrt_llm_issue7818_trt_llm_tag_rank_cuda_oom.txt": [
+        ("capacity", 2, 0, None, nums("40.00 MiB", "22.07 GiB", "20.62 MiB", "880.00 MiB", "20.00 MiB"), 1),
+    ],
 }
 
 KEYS = ("requested_bytes", "total_bytes", "free_bytes", "allocated_bytes", "reserved_unallocated_bytes")
@@ -560,6 +584,14 @@ ADVICE = {
     "130_picotron_issue6_nccl_watchdog_timeout_exitcode_minus6.txt": (None, []),
     "131_aws_eks_issue93_launcher_forced_sigkill_on_shutdown.txt": ("torchrun", []),
     "132_everyvoice_issue178_cuda_oom_then_srun_task_exits.txt": (None, [("2.1", "2.2", "accepted")]),
+    # JAX / XLA: no PyTorch release applies; TensorFlow (137) is no JAX signal
+    "133_mesh_transformer_jax_issue66_xla_resource_exhausted_request_ordinal.txt": ("jax", [(None, None, "unknown")]),
+    "134_nemos_issue345_xla_oom_after_bfc_not_a_failure_warnings.txt": ("jax", [(None, None, "unknown")]),
+    "135_afprofile_issue8_xla_buffer_assignment_oom.txt": ("jax", [(None, None, "unknown")]),
+    "136_llnerf_issue9_xla_out_of_memory_allocating.txt": ("jax", [(None, None, "unknown")]),
+    "137_transformers_issue13629_tf_resource_exhausted_error_request.txt": (None, [(None, None, "unknown")]),
+    "138_diffusers_issue8358_xla_tpu_error_allocating_device_buffer.txt": ("jax", [(None, None, "unknown")]),
+    "139_tensorrt_llm_issue7818_trt_llm_tag_rank_cuda_oom.txt": ("tensorrt-llm", [("2.2", None, "accepted")]),
 }
 
 
@@ -716,6 +748,7 @@ CAPACITY_KNOB = {
     "comfyui": "--lowvram",
     "diffusers": "enable_model_cpu_offload",
     "torchrun": "gradient accumulation",
+    "jax": "XLA_PYTHON_CLIENT_PREALLOCATE",
     None: "batch",
 }
 
@@ -796,3 +829,19 @@ def test_free_memory_above_the_request_is_called_out(name: str, expected: bool) 
     assert ("free-exceeds-request" in notes) is expected
     if expected:
         assert "more than the" in notes["free-exceeds-request"] and "nvidia-smi" in notes["free-exceeds-request"]
+
+
+XLA_SAMPLES = sorted(n for n, rows in EXPECTED.items() if any(r[0] == "xla-oom" for r in rows))
+
+
+@pytest.mark.parametrize("name", XLA_SAMPLES)
+def test_xla_oom_advice_is_xla_s_own(name: str) -> None:
+    """JAX's documented knobs (docs.jax.dev, GPU memory allocation), never PyTorch's allocator."""
+    rep = report_for(name)
+    (f,) = rep["findings"]
+    advice = " ".join(f["advice"])
+    assert "XLA_PYTHON_CLIENT_PREALLOCATE=false" in advice
+    assert "XLA_PYTHON_CLIENT_MEM_FRACTION" in advice
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in advice and "expandable_segments" not in advice
+    assert "plan_memory.py" not in advice  # a Megatron planner cannot size a JAX program
+    assert f["confidence"]["level"] == "high"

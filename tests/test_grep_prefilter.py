@@ -303,3 +303,19 @@ def test_a_line_starting_with_the_second_literal_alone_is_no_allocator_message(t
         for f in scan_source(Source(str(log)), PATTERNS, prefilter="python")[0]
         if f.kind in ("fragmentation", "capacity")
     ] == []
+
+
+@needs_grep
+@pytest.mark.parametrize("chunk", [5, 13, 97, 4099])
+def test_giant_line_trigger_split_across_output_reads_keeps_its_lead(tmp_path: Path, monkeypatch, chunk: int) -> None:
+    """A giant line's trigger and the exception name before it can straddle two reads of
+    grep's output; the piece kept must still hold both (it was cut after the first read)."""
+    import memtune.diagnose.run as dr
+
+    monkeypatch.setattr(grep_prefilter, "OUTPUT_CHUNK", chunk)
+    monkeypatch.setattr(dr, "MAX_CARRY", 4096)
+    monkeypatch.setattr("memtune.diagnose.log_reader.MAX_CARRY", 4096)
+    log = tmp_path / "giant.log"
+    log.write_bytes(b"x" * 9000 + b" [rank3]: RuntimeError: CUDA error: out of memory " + b"z" * 9000 + b"\n")
+    found, _ = scan_source(Source(str(log)), PATTERNS, prefilter="grep")
+    assert [f.kind for f in found] == ["cuda-runtime-oom"]

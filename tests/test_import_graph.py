@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterable, Mapping
+from functools import cache, lru_cache
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,12 @@ LIBRARY_GROUPS = frozenset(
 ARGPARSE_ALLOWED: frozenset[str] = frozenset()
 
 
+@cache
+def parse(source: str) -> ast.Module:
+    """The syntax tree of ``source``, parsed once per test session (several tests walk every file)."""
+    return ast.parse(source)
+
+
 def module_name(path: Path) -> str:
     """``scripts/memtune/diagnose/scan.py`` -> ``memtune.diagnose.scan``."""
     parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
@@ -58,7 +65,7 @@ def imported_modules(source: str, module: str, is_package: bool = False) -> set[
     when it is an attribute the extra entry maps to the same group as ``pkg`` anyway.
     """
     found: set[str] = set()
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(parse(source)):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -86,6 +93,7 @@ def library_files() -> list[Path]:
     return sorted(p for p in PACKAGE.rglob("*.py") if "data" not in p.relative_to(PACKAGE).parts)
 
 
+@lru_cache(maxsize=1)
 def module_imports() -> dict[str, set[str]]:
     """memtune module -> the memtune modules it imports."""
     graph: dict[str, set[str]] = {}
@@ -227,7 +235,7 @@ def test_input_error_and_exit_codes_are_imported_from_errors_only() -> None:
     offenders = []
     for root in (REPO / "scripts", REPO / "tests", REPO / "benchmarks"):
         for path in root.rglob("*.py"):
-            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            for node in ast.walk(parse(path.read_text(encoding="utf-8"))):
                 if isinstance(node, ast.ImportFrom) and node.module == "memtune.cli":
                     offenders += [f"{path.relative_to(REPO)}: {a.name}" for a in node.names if a.name in shared]
     assert not offenders, "import these from memtune.errors:\n" + "\n".join(offenders)

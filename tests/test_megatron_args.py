@@ -49,7 +49,7 @@ def test_launch_text_is_read_like_check_env_reads_it():
     )
     flags = parse_launch_text(text)
     assert flags["--tensor-model-parallel-size"] == 4 and flags["--num-layers"] == 8
-    assert flags["--seq-length"] == 2048 and flags["--workers"] == 4
+    assert flags["--seq-length"] == 2048 and "--workers" not in flags  # a helper command is not the run
     assert parse_launch_text("--num-layers 4 \\\n  --swiglu\n") == {"--num-layers": 4, "--swiglu": True}
 
 

@@ -92,7 +92,21 @@ def test_console_script_is_declared_and_installed() -> None:
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--no-such-option" in bad.stderr
 
 
-@pytest.mark.parametrize("case", bad_input.ROWS)
+def _group_rows() -> list:
+    """Every bad-input row; the default run keeps the first two rows of each helper (the group
+    only routes to the same command objects, whose every row test_cli_bad_input runs in the
+    default run), the rest run with -m slow."""
+    seen: dict[str, int] = {}
+    params = []
+    for param in bad_input.ROWS:
+        helper = param.values[0].helper
+        seen[helper] = seen.get(helper, 0) + 1
+        slow = [pytest.mark.slow] if seen[helper] > 2 else []
+        params.append(pytest.param(*param.values, id=param.id, marks=[*param.marks, *slow]))
+    return params
+
+
+@pytest.mark.parametrize("case", _group_rows())
 def test_bad_input_table_holds_through_the_group(case: bad_input.Row, made: Path, capsys) -> None:
     """Every row of the bad-input table, run as `memtune <helper> ...`: the same one line
     (prefixed memtune) with the same needles, the same exit code."""

@@ -15,6 +15,7 @@ from memtune.diagnose.evidence import load_evidence
 from memtune.diagnose.frameworks import load_frameworks
 from memtune.diagnose.patterns import load_patterns
 from memtune.diagnose.scan import numbered, scan_lines
+from memtune.diagnose.symptom_route import load_routes
 
 P = load_patterns()
 
@@ -150,6 +151,7 @@ def _data_regexes() -> list[tuple[str, str]]:
     out += [(f"hint {h.name}", h.regex.pattern) for h in load_evidence().hints]
     out += [(f"framework {fw.name}", fw.line_regex.pattern) for fw in load_frameworks().frameworks if fw.line_regex]
     out += [(f"context {i}", rx.pattern) for i, rx in enumerate(P.context)]
+    out += [(f"symptom route {r.name}", rx.pattern) for r in load_routes() for rx in r.regexes]
     return out
 
 
@@ -170,3 +172,59 @@ def test_the_shape_checks_catch_what_they_claim() -> None:
     assert _NESTED.search(r"(a+)+b") and _NESTED.search(r"(?:x*y)*") and _NESTED.search(r"(\d+\.)+")
     assert not _NESTED.search(r"(?:ab)+c") and not _NESTED.search(r"(\d+) (?:MiB)+")
     assert _LOOKAHEAD.search(r"(?=.*nccl)x")
+
+
+# JAX / XLA (issue 26): the allocator's wordings after the status, old and new spellings of the
+# status, with the size each states.  Quoted from the public issues of samples 133-138 and from
+# jax-ml/jax#13428 (buffer assignment), pytorch/xla#3470 (a TPU's reservation).
+@pytest.mark.parametrize(
+    "text, requested",
+    [
+        (
+            "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Failed to allocate request for 2.99GiB (3210000000B) on device ordinal 0",
+            3210000000,
+        ),
+        (
+            "RuntimeError: Resource exhausted: Failed to allocate request for 32.00MiB (33554432B) on device ordinal 0",
+            33554432,
+        ),
+        ("<ResourceExhaustedError: Failed to allocate request for 64.00MiB (67108864B) on device ordinal 0>", 67108864),
+        (
+            "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 6291456 bytes.",
+            6291456,
+        ),
+        (
+            "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory allocating 20029400304 bytes.",
+            20029400304,
+        ),
+        (
+            "#XlaRuntimeError: RESOURCE_EXHAUSTED: Error allocating device buffer: Attempting to allocate 4.39G. That was not possible. There are 2.30G free.; (0x0x0_HBM0)",
+            None,
+        ),
+        (
+            "2022-04-04 00:27:49.642380: E tensorflow/compiler/xla/xla_client/xla_util.cc:88]   (1) RESOURCE_EXHAUSTED: Attempting to reserve 6.48G at the bottom of memory. That was not possible. There are 6.78G free, 0B reserved, and 3.33G reservable.",
+            None,
+        ),
+    ],
+)
+def test_xla_wordings_are_xla_oom(text: str, requested: int | None) -> None:
+    (f,) = scan_lines(numbered(text), P)
+    assert f.kind == "xla-oom"
+    assert f.numbers["requested_bytes"] == requested
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # the BFC allocator retries after freeing: its own words say this is no failure
+        "2025-05-18 21:59:55.086788: W external/xla/xla/tsl/framework/bfc_allocator.cc:310] Allocator (GPU_0_bfc) ran out of memory trying to allocate 3.37GiB with freed_by_count=0. The caller indicates that this is not a failure, but this may mean that there could be performance gains if more memory were available.",
+        # gRPC's status of the same name: a message size or quota, no memory
+        'grpc._channel._InactiveRpcError: <_InactiveRpcError of RPC that terminated with: status = StatusCode.RESOURCE_EXHAUSTED details = "Received message larger than max (4194405 vs. 4194304)"',
+        "google.api_core.exceptions.ResourceExhausted: 429 Quota exceeded for quota metric 'Generate Content API requests per minute'",
+        # JAX's own advice and an environment dump
+        "XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_PYTHON_CLIENT_MEM_FRACTION=.50 python train.py",
+        "If your JAX process fails with OOM, the following environment variables can be used to override the default behavior:",
+    ],
+)
+def test_xla_look_alikes_are_not_failures(text: str) -> None:
+    assert kinds(text) == []

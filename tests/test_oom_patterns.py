@@ -27,6 +27,7 @@ DESIGN_KINDS = {
     "alloc-conf-deprecated",
     "unrecognized-gpu-memory-error",  # issue 11: a GPU memory failure is never an empty report
     "host-oom",  # the node's CPU RAM ran out: an OOM-killer kill, not a GPU failure
+    "xla-oom",  # issue 26: JAX/XLA's RESOURCE_EXHAUSTED never says "CUDA out of memory"
 }
 PATTERNS = load_patterns()
 

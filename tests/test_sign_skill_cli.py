@@ -442,8 +442,10 @@ def test_leftovers_of_a_working_checkout_fail_with_one_clear_line(capsys, packag
     ("tamper", "expected"),
     [
         ("add", "added:   scripts/memtune/evil.py"),
-        ("change", "changed: SKILL.md"),
-        ("delete", "missing: references/memory-model.md"),
+        # the default run keeps "add" (and test_checkout_leftovers' in-process split tests);
+        # each case signs a package copy for real, so the other two run with -m slow
+        pytest.param("change", "changed: SKILL.md", marks=pytest.mark.slow),
+        pytest.param("delete", "missing: references/memory-model.md", marks=pytest.mark.slow),
     ],
 )
 def test_tampering_beside_leftovers_still_reads_as_tampering(capsys, package, pki, tamper, expected):
@@ -462,6 +464,7 @@ def test_tampering_beside_leftovers_still_reads_as_tampering(capsys, package, pk
     assert "note: this copy was also installed from a working checkout: .venv (32 files)" in out
 
 
+@pytest.mark.slow  # real signing; the split itself: tests/test_checkout_leftovers.py
 def test_a_symlink_is_refused_unless_it_lies_in_a_leftover(capsys, package, pki):
     (package / "build").mkdir()
     (package / "build" / "recipe.py").write_text("X = 1\n")
@@ -475,6 +478,7 @@ def test_a_symlink_is_refused_unless_it_lies_in_a_leftover(capsys, package, pki)
     assert code == 2 and "build/copy.py is a symlink" in err
 
 
+@pytest.mark.slow  # real signing; the split itself: tests/test_checkout_leftovers.py
 def test_bytecode_outside_the_leftovers_is_still_unsigned_executable_content(capsys, package, pki):
     assert sign(capsys, package, pki)[0] == 0
     plant_leftovers(package)
@@ -483,6 +487,7 @@ def test_bytecode_outside_the_leftovers_is_still_unsigned_executable_content(cap
     assert code == 1 and "reason: unsigned executable content: 1 bytecode file(s) (scripts/json.pyc)" in out
 
 
+@pytest.mark.slow  # real signing; the split itself: tests/test_checkout_leftovers.py
 def test_a_git_work_tree_ignores_its_own_leftovers_but_all_files_reports_them(capsys, package, pki):
     git_commit_all(package)
     assert sign(capsys, package, pki)[0] == 0

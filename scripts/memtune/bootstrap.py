@@ -8,13 +8,14 @@ ImportError traceback from deep inside a module.
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
+import importlib.machinery
 import importlib.util
 import itertools
 import os
 import sys
 from collections.abc import Iterable
 from pathlib import Path
+from types import CodeType
 
 # import name -> PyPI distribution name
 PIP_NAMES: dict[str, str] = {
@@ -86,17 +87,94 @@ def version_tuple(text: str) -> tuple[int, ...]:
     return tuple(numbers)
 
 
+def installed_version(module: str) -> str | None:
+    """The version in the metadata of the distribution that provides importable ``module``.
+
+    Read from the ``<name>-<version>.dist-info/METADATA`` next to the package that
+    ``import module`` would load - plain file reads, because ``importlib.metadata`` costs
+    more at start-up (email, zipfile, inspect...) than the whole of ``--help`` may take.
+    None when there is no such metadata (a vendored copy on sys.path).
+    """
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin:
+        return None
+    site = Path(spec.origin).parent.parent if spec.submodule_search_locations else Path(spec.origin).parent
+    prefix = module.lower().replace("-", "_") + "-"
+    try:
+        names = sorted(n for n in os.listdir(site) if n.lower().startswith(prefix) and n.endswith(".dist-info"))
+    except OSError:
+        return None
+    for name in names:
+        try:
+            with open(site / name / "METADATA", encoding="utf-8") as handle:
+                for line in handle:
+                    if line.startswith("Version:"):
+                        return line.split(":", 1)[1].strip()
+                    if not line.strip():
+                        break  # end of the header block
+        except OSError:
+            continue
+        return name[len(prefix) : -len(".dist-info")]
+    return None
+
+
 def too_old_click() -> str | None:
     """The installed click's version when it is older than :data:`MIN_CLICK`, else None.
 
     Read from the distribution's metadata, so that nothing of click is imported (or
     compiled) before the check; a click without metadata (vendored on sys.path) is trusted.
     """
-    try:
-        found = importlib.metadata.version("click")
-    except importlib.metadata.PackageNotFoundError:
+    found = installed_version("click")
+    if found is None:
         return None
     return found if version_tuple(found) < MIN_CLICK else None
+
+
+class SourceOnlyLoader(importlib.machinery.SourceFileLoader):
+    """Compile the module from its ``.py`` every time; never read or write its bytecode."""
+
+    def get_code(self, fullname: str) -> CodeType:
+        return self.source_to_code(self.get_data(self.path), self.path)
+
+
+#: The trees :func:`load_sources_only` already covers in this process.
+_SOURCE_ONLY_ROOTS: set[str] = set()
+
+
+def _inside(path: str, root: str) -> bool:
+    real = os.path.realpath(path or os.getcwd())
+    return real == root or real.startswith(root + os.sep)
+
+
+def load_sources_only(root: Path) -> None:
+    """From here on, every module under ``root`` is compiled from its source; nothing else changes.
+
+    The entry points start with ``sys.pycache_prefix`` pointing nowhere (os.devnull), so that
+    no bytecode of the signed tree is read while this module itself loads. That prefix holds
+    for *every* module, though: the standard library, click and PyYAML were recompiled on each
+    start too, which made ``--help`` six times slower than ``import click``. So, once this
+    runs, the modules of the skill are found by a finder that knows only ``.py`` files and a
+    loader that always compiles them (a planted ``__pycache__/*.pyc``, a sourceless ``.pyc``
+    or an extension module inside the tree is never loaded), and the prefix is dropped, so
+    the other libraries use the bytecode their installer compiled. ``sys.dont_write_bytecode``
+    stays set: nothing is written anywhere.
+    """
+    top = os.path.realpath(root)
+    if top not in _SOURCE_ONLY_ROOTS:  # once per process (tests run several helpers in one)
+        _SOURCE_ONLY_ROOTS.add(top)
+
+        def hook(path: str) -> importlib.machinery.FileFinder:
+            if not _inside(path, top) or not os.path.isdir(path or "."):
+                raise ImportError("not a folder of the skill")  # the next path hook takes it
+            return importlib.machinery.FileFinder(path, (SourceOnlyLoader, [".py"]))
+
+        sys.path_hooks.insert(0, hook)
+    for cached in [p for p in sys.path_importer_cache if isinstance(p, str) and _inside(p, top)]:
+        del sys.path_importer_cache[cached]  # the finders made while bootstrapping: made again by the hook
+    sys.pycache_prefix = None
 
 
 def launch(module: str, prog: str, requires: Iterable[str] = ()) -> None:
@@ -129,6 +207,7 @@ def launch(module: str, prog: str, requires: Iterable[str] = ()) -> None:
             "before importing memtune (bytecode inside the signed tree could be planted)\n"
         )
         raise SystemExit(2)
+    load_sources_only(skill_root)
     from memtune import cli
 
     entry = importlib.import_module(module)

@@ -8,7 +8,6 @@ fix, never as a traceback.
 from __future__ import annotations
 
 import errno
-import json
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -231,6 +230,8 @@ _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 def print_json(document: Any) -> None:
     """Exactly one JSON document on stdout (the contract agents parse)."""
+    import json  # only --json needs it: not imported for --help or text output
+
     json.dump(document, sys.stdout, indent=2, sort_keys=False, default=str)
     sys.stdout.write("\n")
 

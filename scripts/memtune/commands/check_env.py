@@ -34,7 +34,7 @@ examples:
   python3 scripts/check_env.py --env --config llama3_70b.yaml model.pipeline_model_parallel_size=8
   python3 scripts/check_env.py --env-file job.env --config lora.yaml --world-size 16
   python3 scripts/check_env.py --config tests/functional_tests/.../model_config.yaml --world-size 8
-rules: references/check-rules.md (MT001-MT024)"""
+rules: references/check-rules.md (one section per MT id)"""
 
 
 @click.command(

@@ -90,15 +90,27 @@ def _diagnose(args: Any) -> int:
     if args.symptom is not None:
         from memtune.diagnose import report as oom_report
         from memtune.diagnose import table as diagnosis_table
+        from memtune.diagnose.symptom_route import route_for
 
         rows = diagnosis_table.load_rows()
         if not args.symptom.strip():
             raise InputError('--symptom needs some text, e.g. --symptom "OOM on one rank only"')
         matches = diagnosis_table.lookup_symptom(rows, args.symptom, limit=args.limit)
+        # a change between two runs ("used to fit, now OOM after upgrading") is answered by
+        # comparing the runs, before any single-failure row
+        route = route_for(args.symptom)
         if args.as_json:
             print_json(
                 {
                     "query": args.symptom,
+                    "workflow": None
+                    if route is None
+                    else {
+                        "name": route.route.name,
+                        "title": route.route.title,
+                        "because": route.because,
+                        "steps": list(route.route.steps),
+                    },
                     "matches": [
                         {
                             "score": m.score,
@@ -112,7 +124,7 @@ def _diagnose(args: Any) -> int:
                 }
             )
         else:
-            print(oom_report.render_symptom_matches(args.symptom, matches), end="")
+            print(oom_report.render_symptom_matches(args.symptom, matches, route), end="")
         return 0
 
     from memtune.diagnose.run import diagnose_sources

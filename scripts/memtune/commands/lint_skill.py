@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -12,6 +12,9 @@ from memtune.cli import Command, argument, invoke, option, print_json
 from memtune.commands.options import json_option
 from memtune.errors import EXIT_FINDINGS, EXIT_OK, InputError
 from memtune.files import paths
+
+if TYPE_CHECKING:  # the linter (PyYAML, markdown-it, jsonschema) loads only when it runs
+    from memtune.lint.runner import Report
 
 DESCRIPTION = """\
 Tier-1 static validation of an Agent Skill package (this one by default).
@@ -72,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return invoke(command, "lint_skill.py", argv)
 
 
-def _print_text(report: Any, verbose: bool, tally: dict[str, int]) -> None:
+def _print_text(report: Report, verbose: bool, tally: dict[str, int]) -> None:
     for finding in report.findings:
         if finding.severity == "info" and not verbose:
             continue

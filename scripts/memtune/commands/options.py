@@ -15,14 +15,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
 from memtune.cli import FC, Command, argument, option
 from memtune.commands.run_inputs import GPU_NAMES_FOR_HELP, GivenSize, parse_memory
 from memtune.errors import InputError
-from memtune.spec.run_spec import FP8_RECIPES
+from memtune.spec.names import FP8_RECIPES
 
 if TYPE_CHECKING:  # ParamType is generic in recent click, not in 8.1: subscript it for the checker only
     _SizeBase = click.ParamType[GivenSize]
@@ -45,7 +45,7 @@ class SizeType(_SizeBase):
     def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
         return "SIZE"
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> GivenSize:
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> GivenSize:
         if isinstance(value, GivenSize):
             return value
         text = str(value)
@@ -80,7 +80,7 @@ class HeadroomType(_HeadroomBase):
     def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
         return "SIZE|PCT"
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Headroom:
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> Headroom:
         if isinstance(value, Headroom):
             return value
         text = str(value).strip()
@@ -115,7 +115,7 @@ class GpuNameType(_NameBase):
     def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
         return "NAME"
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> str:
         text = str(value).strip()
         if not text:
             self.fail("needs a GPU name, e.g. H100-80GB", param, ctx)
@@ -144,8 +144,14 @@ class Count(click.IntRange):
     def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
         return "N"
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        number = click.INT.convert(value, param, ctx)
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            number = value
+        else:  # the text from the command line (click's own integer rule: int() of it)
+            try:
+                number = int(str(value))
+            except ValueError:
+                self.fail(f"{value!r} is not a valid integer.", param, ctx)
         if self.min is not None and number < self.min:
             wanted = "a positive integer" if self.min == 1 else f"at least {self.min}"
             self.fail(f"{number} must be {wanted}", param, ctx)
@@ -337,7 +343,7 @@ def parse_run_options(argv: list[str], memory_default: str = "") -> SimpleNamesp
 
     @click.command(cls=Command)
     @run_input_options(memory_default)
-    def parsed(**params: Any) -> SimpleNamespace:
+    def parsed(**params: object) -> SimpleNamespace:
         return SimpleNamespace(**params)
 
     with parsed.make_context("run-options", list(argv)) as ctx:

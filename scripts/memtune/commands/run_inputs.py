@@ -2,10 +2,16 @@
 
 Both helpers take the same inputs - one model/run source (preset, HF config, Megatron-LM
 flags, Megatron Bridge YAML + Hydra overrides, or the embedded seed example), plain flags
-that change the run, and the GPU memory - so they share one argument set and one loader:
-:func:`add_input_arguments` adds the flags to a parser and :func:`load_model_and_run`
-turns the parsed namespace into a :class:`RunInputs`. Keeping it in one module means a new
-flag reaches both helpers, and neither reaches into the other's private functions.
+that change the run, and the GPU memory. The click options live once in
+:mod:`memtune.commands.options` (the ``run_input_options`` decorators both commands wear);
+:func:`load_model_and_run` turns the parsed option values into a :class:`RunInputs`, so a new
+option reaches both helpers and neither reaches into the other's private functions.
+
+Reading a source is the readers' job: each source has one entry point that reads its file
+once and says what it assumed (``read_hf_config``, ``read_megatron_args`` - flags, assumptions
+and the launcher's world size from one parse - and ``load_bridge_yaml``, which also turns a
+Python recipe away with what to pass instead). This module only picks the source the user
+named, checks that the sources do not conflict, and applies the plain flags on top.
 
 Only the standard library and stdlib-only memtune modules are imported at top level
 (``--help`` must work without PyYAML); loaders that need YAML are imported lazily.
@@ -15,7 +21,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from memtune.errors import InputError
@@ -190,23 +195,17 @@ def _load_source(args: Any) -> tuple[Any, Any, list[str], dict[str, Any]]:
             raise InputError("give either --preset or --hf-config, not both")
         base = presets.load_preset(args.preset)
     if args.megatron_args:
-        from memtune.readers.megatron_args import load_megatron_args, specs_from_megatron_args
+        from memtune.readers.megatron_args import read_megatron_args, specs_from_megatron_args
 
         if base is not None:
             raise InputError("--megatron-args carries the model itself; drop --preset/--hf-config")
         if args.overrides:
             raise InputError("Hydra overrides apply to --config/--example, not to --megatron-args")
-        flags = load_megatron_args(args.megatron_args)
-        assumed: dict[str, tuple[str, ...]] = {}
+        launch = read_megatron_args(args.megatron_args)
+        flags, assumed = launch.flags, launch.assumed
         world, world_note = args.gpus, None
-        if Path(args.megatron_args).suffix.lower() not in (".json", ".yaml", ".yml"):
-            from memtune.files.textfile import read_text
-            from memtune.readers.megatron_args import launch_flag_assumptions, launch_world_size
-
-            text = read_text(Path(args.megatron_args), "a launch script", strict=False)
-            assumed = launch_flag_assumptions(text, str(args.megatron_args))
-            if world is None and "--world-size" not in flags:
-                world, world_note = launch_world_size(text, str(args.megatron_args))
+        if world is None and "--world-size" not in flags and launch.world is not None:
+            world, world_note = launch.world.gpus, launch.world.note
         try:
             model, run, notes = specs_from_megatron_args(flags, world_size=world, assumed=assumed)
             if world_note:
@@ -241,7 +240,8 @@ def _load_source(args: Any) -> tuple[Any, Any, list[str], dict[str, Any]]:
             base = presets.load_preset(str(meta["preset"]))
         extras.update(meta)
         gpus = args.gpus or meta.get("gpus")
-        model, run, notes = specs_from_bridge(cfg, world_size=gpus, base=base)
+        forced = frozenset(o.lstrip("+").split("=", 1)[0] for o in args.overrides if o.startswith("+"))
+        model, run, notes = specs_from_bridge(cfg, world_size=gpus, base=base, forced=forced)
         return model, run, _with_model_notes(model_notes, notes), extras
     if args.overrides:
         raise InputError(f"override {args.overrides[0]!r} needs --config or --example")
@@ -252,9 +252,12 @@ def _load_source(args: Any) -> tuple[Any, Any, list[str], dict[str, Any]]:
         )
     notes = []
     tp, pp, cp = args.tp or 1, args.pp or 1, args.cp or 1
-    gpus = args.gpus or tp * pp * cp
+    from memtune.spec.run_spec import assumed_world_note, smallest_world
+
+    ep, etp = args.ep or 1, args.etp
+    gpus = args.gpus or smallest_world(tp, pp, cp, ep, etp, moe=base.is_moe)
     if not args.gpus:
-        notes.append(f"GPU count not given: assumed {gpus} (one data-parallel replica); pass --gpus")
+        notes.append(assumed_world_note(gpus, tp, pp, cp, ep, etp))
     if args.dist_opt is None:
         notes.append("distributed optimizer on (Megatron Bridge recipe default); --no-dist-opt to change")
     if args.mbs is None:

@@ -6,10 +6,9 @@ import os
 import re
 import tempfile
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -19,6 +18,9 @@ from memtune.errors import EXIT_FINDINGS, EXIT_OK, InputError
 from memtune.files import paths
 from memtune.release import checkout_leftovers, shipped_files
 from memtune.release.shipped_files import SIGNATURE_NAME
+
+if TYPE_CHECKING:  # model_signing and cryptography load only when a subcommand runs
+    from memtune.release.signing import CertInfo, Failure, KeyMaterial, VerifyOutcome
 
 DEFAULT_ROOT_CERT = paths.SKILL_ROOT / "signing" / "root-cert.pem"
 ENV_KEY = "MEMTUNE_SIGNING_KEY"
@@ -67,6 +69,44 @@ examples:
 
 
 PATH = click.Path(path_type=Path)
+
+
+@dataclass(frozen=True)
+class SignArgs:
+    """``sign``'s options as parsed (the package directory is resolved apart)."""
+
+    private_key: Path | None
+    signing_cert: Path | None
+    cert_chain: tuple[Path, ...]
+    signature: Path | None
+    root_cert: Path
+    allow_dirty: bool
+    as_json: bool
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """What the text report of ``verify`` prints besides the outcome (the JSON has it all)."""
+
+    root: Path
+    signature: Path
+    mode: str
+    files_signed: int
+    signer_subject: str | None
+    anchor_path: Path
+    notes: list[str]
+
+
+@dataclass(frozen=True)
+class VerifyArgs:
+    """``verify``'s options as parsed (the package directory is resolved apart)."""
+
+    signature: Path | None
+    root_cert: Path
+    expect_fingerprint: str | None
+    all_files: bool
+    as_json: bool
+
 
 _SIGN_HELP = """\
 Sign the files the package ships (git-tracked files of a clean work tree, or every file of a
@@ -127,9 +167,18 @@ def _directory() -> Callable[[FC], FC]:
     help="sign a git work tree with uncommitted changes (the signature then matches no commit)",
 )
 @json_option()
-def sign_command(**params: Any) -> int:
-    args = SimpleNamespace(**params)
-    root, notes = _resolve_root(args.directory)
+def sign_command(
+    directory: Path,
+    private_key: Path | None,
+    signing_cert: Path | None,
+    cert_chain: tuple[Path, ...],
+    signature: Path | None,
+    root_cert: Path,
+    allow_dirty: bool,
+    as_json: bool,
+) -> int:
+    args = SignArgs(private_key, signing_cert, cert_chain, signature, root_cert, allow_dirty, as_json)
+    root, notes = _resolve_root(directory)
     return _sign(args, root, notes)
 
 
@@ -155,9 +204,16 @@ def sign_command(**params: Any) -> int:
     help="in a git work tree, check every file (as a local `npx skills add DIR` would ship) instead of the tracked ones",
 )
 @json_option()
-def verify_command(**params: Any) -> int:
-    args = SimpleNamespace(**params)
-    root, notes = _resolve_root(args.directory)
+def verify_command(
+    directory: Path,
+    signature: Path | None,
+    root_cert: Path,
+    expect_fingerprint: str | None,
+    all_files: bool,
+    as_json: bool,
+) -> int:
+    args = VerifyArgs(signature, root_cert, expect_fingerprint, all_files, as_json)
+    root, notes = _resolve_root(directory)
     return _verify(args, root, notes)
 
 
@@ -197,7 +253,7 @@ def _listed(items: Sequence[str]) -> str:
     return shown + (f", … ({len(items) - MAX_LISTED} more)" if len(items) > MAX_LISTED else "")
 
 
-def _key_material(args: Any, root: Path) -> Any:
+def _key_material(args: SignArgs, root: Path) -> KeyMaterial:
     from memtune.release.signing import KeyMaterial
 
     def pick(option: Path | None, env: str, flag: str, what: str) -> Path:
@@ -224,7 +280,7 @@ def _key_material(args: Any, root: Path) -> Any:
 # --------------------------------------------------------------------------- sign
 
 
-def _sign(args: Any, root: Path, notes: list[str]) -> int:
+def _sign(args: SignArgs, root: Path, notes: list[str]) -> int:
     from memtune.release import signing
 
     material = _key_material(args, root)
@@ -294,7 +350,7 @@ def _sign(args: Any, root: Path, notes: list[str]) -> int:
 # --------------------------------------------------------------------------- verify
 
 
-def _expected_anchor(args: Any) -> tuple[str, str]:
+def _expected_anchor(args: VerifyArgs) -> tuple[str, str]:
     """(fingerprint the anchor must have, where that expectation came from)."""
     from memtune.release import signing
 
@@ -313,7 +369,7 @@ def _not_covered_note(unsignable: Sequence[str]) -> str:
 
 def _bytecode_failure(
     root: Path, use_git: bool, leftovers: Collection[checkout_leftovers.LeftoverGroup] = ()
-) -> tuple[Any, list[str]]:
+) -> tuple[Failure | None, list[str]]:
     """(Failure or None, notes) for compiled Python found under ``root``.
 
     A directory (an installed copy) must hold none outside working-checkout leftovers (a
@@ -344,7 +400,7 @@ def _bytecode_failure(
     return failure, notes
 
 
-def _verify(args: Any, root: Path, notes: list[str]) -> int:
+def _verify(args: VerifyArgs, root: Path, notes: list[str]) -> int:
     from memtune.release import signing
 
     signature = (args.signature or root / SIGNATURE_NAME).absolute()
@@ -438,20 +494,27 @@ def _verify(args: Any, root: Path, notes: list[str]) -> int:
     if args.as_json:
         print_json(result)
     else:
-        _print_verify(result, outcome)
+        report = VerifyReport(
+            root,
+            signature,
+            shipped.mode,
+            len(statement.digests),
+            statement.signer.subject if statement.signer else None,
+            args.root_cert,
+            notes,
+        )
+        _print_verify(report, outcome, anchor, expected_from, anchor_matches)
     return EXIT_OK if outcome.ok else EXIT_FINDINGS
 
 
-def _print_verify(result: dict[str, Any], outcome: Any) -> None:
-    anchor = result["trust_anchor"]
-    signer = result["signer"] or {}
+def _print_verify(
+    result: VerifyReport, outcome: VerifyOutcome, anchor: CertInfo, expected_from: str, anchor_matches: bool
+) -> None:
     if outcome.ok:
-        print(
-            f"verified: {result['root']} matches {result['signature']} ({result['files_signed']} signed files, {result['mode']})"
-        )
-        print(f"signer: {signer.get('subject', '?')}")
-    else:
-        print(f"FAILED: {result['root']} does not verify against {result['signature']}")
+        print(f"verified: {result.root} matches {result.signature} ({result.files_signed} signed files, {result.mode})")
+        print(f"signer: {result.signer_subject or '?'}")
+    elif outcome.failure is not None:
+        print(f"FAILED: {result.root} does not verify against {result.signature}")
         print(f"reason: {outcome.failure.message}")
         drift = outcome.drift
         for label, items in (("changed", drift.changed), ("added", drift.added), ("missing", drift.missing)):
@@ -461,7 +524,7 @@ def _print_verify(result: dict[str, Any], outcome: Any) -> None:
                 print(f"  {label + ':':9}… {len(items) - MAX_LISTED} more")
         if outcome.failure.kind == "drift" and not drift:
             print("  (the file-level report is unavailable for this signature's serialization method)")
-    verdict = "matches" if anchor["matches_expected"] else "DOES NOT MATCH"
-    print(f"trust anchor: {anchor['path']} SHA-256 {anchor['sha256']} ({verdict} {anchor['expected_from']})")
-    for note in result["notes"]:
+    verdict = "matches" if anchor_matches else "DOES NOT MATCH"
+    print(f"trust anchor: {result.anchor_path} SHA-256 {anchor.sha256} ({verdict} {expected_from})")
+    for note in result.notes:
         print(f"note: {note}")

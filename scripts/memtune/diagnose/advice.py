@@ -36,6 +36,25 @@ CONFIG_KINDS = frozenset(
 )
 LIBRARY_KINDS = frozenset({"cuda-runtime-oom", "nccl-oom", "cublas-oom"})
 HOST_KINDS = frozenset({"host-oom"})  # the node's CPU RAM ran out: no GPU-side advice applies
+XLA_KINDS = frozenset({"xla-oom"})  # JAX/XLA's own allocator: PyTorch's knobs do not apply
+
+# JAX/XLA device memory, in the order to try them.  The variable names and the 75% default are
+# JAX's own (docs.jax.dev, "GPU memory allocation"); newer JAX renamed the fraction variable
+# XLA_CLIENT_MEM_FRACTION and still reads the old name.
+XLA_ACTIONS = (
+    "nvidia-smi first: XLA preallocates 75% of the GPU at the first JAX operation, so a second JAX process, or "
+    "PyTorch/TensorFlow in the same program, leaves it less than it expects",
+    "XLA_PYTHON_CLIENT_PREALLOCATE=false: allocate on demand instead of one preallocated pool (uses less when the "
+    "program needs less, but fragments more)",
+    "XLA_PYTHON_CLIENT_MEM_FRACTION=.XX (newer JAX: XLA_CLIENT_MEM_FRACTION) sets the preallocated share: lower it so "
+    "several processes fit beside each other, raise it (e.g. .95) when one JAX process owns the GPU",
+    "Then lower peak memory: smaller batch or sequence length, rematerialisation (jax.checkpoint), bf16, or shard "
+    "parameters and activations over more devices",
+    "To see where it goes: XLA_PYTHON_CLIENT_ALLOCATOR=platform (slow; frees memory as soon as it is unused) and "
+    "jax.profiler.save_device_memory_profile",
+    "TensorFlow rather than JAX: tf.config.experimental.set_memory_growth (TF_FORCE_GPU_ALLOW_GROWTH=true) takes "
+    "the place of the XLA_PYTHON_CLIENT_* variables",
+)
 
 # Host-RAM cuts for a killed training process, most common cause first, with the Megatron-LM
 # flag and the Megatron Bridge config field where one exists.
@@ -310,8 +329,8 @@ def evidence_notes(f: Finding, fw: Framework, ev: Evidence, near: str | None) ->
         tok = _conf_token_note(f.evidence)
         if tok:
             notes.append(tok)
-    if f.kind in HOST_KINDS:
-        return notes  # the framework notes below send the reader to GPU memory helpers
+    if f.kind in HOST_KINDS or f.kind in XLA_KINDS:
+        return notes  # the framework notes below send the reader to PyTorch / Megatron helpers
     if fw.name is None and f.kind not in CONFIG_KINDS:
         notes.append(
             Note(
@@ -344,6 +363,8 @@ def confidence(f: Finding, ev: Evidence, near: str | None) -> tuple[str, str]:
                 "cause, but a scheduler limit, a launcher teardown or a manual kill look the same; dmesg or sacct decides",
             )
         return "high", "the OOM killer's own report (kernel, Slurm cgroup, Ray memory monitor or container runtime)"
+    if f.kind in XLA_KINDS:
+        return "high", "XLA's own allocator status: the request did not fit the device memory XLA could use"
     if f.kind == "unrecognized-gpu-memory-error":
         return "low", "a GPU memory failure in a wording no rule knows; the full log would name the failing call"
     if f.note and "undecided" in f.note:
@@ -417,6 +438,8 @@ def actions(f: Finding, fw: Framework, rng: TorchRange, status: str, near: str |
         out.append(cap[0])
     elif f.kind in HOST_KINDS:
         out.extend(HOST_ACTIONS)
+    elif f.kind in XLA_KINDS:
+        out.extend(XLA_ACTIONS)
     elif f.kind == "unrecognized-gpu-memory-error":
         out.append(
             "Run diagnose.py on the full log (not an excerpt): the lines before this one name the failing call and the stack"

@@ -31,14 +31,14 @@ from collections.abc import Callable, Iterator
 from functools import lru_cache
 from pathlib import Path
 
+from memtune.diagnose import early_grep
+from memtune.diagnose.early_grep import ENV_SWITCH, GREP_MIN_BYTES, child_env, grep_command
 from memtune.diagnose.log_reader import window_opener
 from memtune.diagnose.patterns import ere_alternation
 from memtune.errors import InputError
 
-# Below this size the pure-Python pass is as fast as starting a process; grep pays off above.
-GREP_MIN_BYTES = 16 << 20
+__all__ = ["ENV_SWITCH", "GREP_MIN_BYTES", "choose", "gnu_grep", "grep_candidate_lines"]
 READ_BLOCK = 64 << 10
-ENV_SWITCH = "MEMTUNE_PREFILTER"
 
 
 @lru_cache(maxsize=1)
@@ -49,19 +49,11 @@ def gnu_grep() -> str | None:
         return None
     try:
         out = subprocess.run(
-            [path, "--version"], capture_output=True, timeout=10, env=_child_env(), stdin=subprocess.DEVNULL
+            [path, "--version"], capture_output=True, timeout=10, env=child_env(), stdin=subprocess.DEVNULL
         )
     except (OSError, subprocess.SubprocessError):
         return None
     return path if out.returncode == 0 and b"GNU grep" in out.stdout else None
-
-
-def _child_env() -> dict[str, str]:
-    """A minimal environment: byte semantics (LC_ALL=C, also the fastest), no GREP_* options."""
-    env = {"LC_ALL": "C"}
-    if "PATH" in os.environ:
-        env["PATH"] = os.environ["PATH"]
-    return env
 
 
 def choose(path: Path, size: int) -> str:
@@ -145,10 +137,9 @@ def _start(path: Path, triggers: tuple[bytes, ...]) -> subprocess.Popen[bytes]:
         raise InputError("grep prefilter requested but no GNU grep found; unset MEMTUNE_PREFILTER")
     # One ERE alternation of the escaped literals: GNU grep matches it in one pass, and
     # measurably faster than the same literals as -F -e ... -e (benchmarks/diagnose_speed.py).
-    cmd = [grep, "-E", "-a", "-n", "-b", "-e", ere_alternation(triggers), "--", str(path)]
-    return subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=_child_env(), bufsize=1 << 20
-    )
+    cmd = grep_command(grep, ere_alternation(triggers), str(path))
+    # the entry point may have started this very command already (memtune.diagnose.early_grep)
+    return early_grep.take(path, cmd) or early_grep.spawn(cmd)
 
 
 def _read(
@@ -226,12 +217,19 @@ def _bounded_lines(
         while len(tail) > limit:  # a giant line still arriving: keep one piece, drop the rest
             no_s, off_s, text = tail.split(b":", 2)
             keep = _piece_with_trigger(text, max_line, triggers)
+            # The end of what was read so far: a trigger (and the exception name before it)
+            # can straddle two reads, so each read is searched together with it.
+            back = PIECE_LEAD + max(map(len, triggers), default=0)
+            seen = text[-back:]
             while True:
                 chunk = stream.read1(OUTPUT_CHUNK)
                 end = chunk.find(b"\n")
                 piece = chunk if end == -1 else chunk[:end]
                 if keep is None:
-                    keep = _piece_with_trigger(piece, max_line, triggers)
+                    keep = _piece_with_trigger(seen + piece, max_line, triggers)
+                    seen = (seen + piece)[-back:]
+                elif len(keep) < max_line:  # the message goes on after its trigger
+                    keep += piece[: max_line - len(keep)]
                 if not chunk or end != -1:
                     tail = chunk[end + 1 :] if chunk else b""
                     break

@@ -162,7 +162,7 @@ def context_literals() -> list[str]:
     return [*frameworks.load_frameworks().literals(), *oom_evidence.load_evidence().hint_literals()]
 
 
-def _load_yaml(path: Path) -> dict[str, Any]:
+def load_pattern_doc(path: Path) -> dict[str, Any]:
     doc = load_data_yaml(path)
     if not isinstance(doc, dict):
         raise PatternError(f"{path}: expected a mapping at the top level")
@@ -171,7 +171,7 @@ def _load_yaml(path: Path) -> dict[str, Any]:
 
 @lru_cache(maxsize=4)
 def load_patterns(path: Path = PATTERNS_FILE) -> PatternSet:
-    doc = _load_yaml(path)
+    doc = load_pattern_doc(path)
     try:
         triggers = tuple(str(t).encode("utf-8") for t in doc["triggers"])
         window_triggers = tuple(str(t).encode("utf-8") for t in doc["window_triggers"])

@@ -27,6 +27,7 @@ from memtune.diagnose.frameworks import Framework, FrameworkHits, load_framework
 from memtune.diagnose.parse import format_bytes
 from memtune.diagnose.patterns import ALLOCATOR_KINDS, PatternSet
 from memtune.diagnose.scan import Finding
+from memtune.diagnose.symptom_route import RouteMatch
 from memtune.diagnose.table import Match, Row, row_for_kind
 from memtune.diagnose.torch_era import TorchRange
 from memtune.units import GIB
@@ -480,10 +481,18 @@ def _fold_line(first: int, rest: list[int], findings: list[dict[str, Any]]) -> s
     return f"{ids} same kind, cause and fix as [{first}]: {', '.join(who)} ({where}; every one in full with --json)"
 
 
-def render_symptom_matches(query: str, matches: list[Match]) -> str:
-    if not matches:
+def render_symptom_matches(query: str, matches: list[Match], route: RouteMatch | None = None) -> str:
+    lines: list[str] = []
+    if route is not None:
+        lines += [f'"{query}" is {route.route.title} (it says "{route.because}"):']
+        lines += [f"  {i}. {step}" for i, step in enumerate(route.route.steps, 1)]
+        if not matches:
+            return "\n".join(lines) + "\n"
+        lines += ["", "Failure Diagnosis rows that share words with it (they describe single failures):"]
+    elif not matches:
         return f'diagnose.py: no Failure Diagnosis row matches "{query}"; try words from the error message\n'
-    lines = [f'Failure Diagnosis rows for "{query}" (best first):']
+    else:
+        lines = [f'Failure Diagnosis rows for "{query}" (best first):']
     for i, m in enumerate(matches, 1):
         r = m.row
         lines += [

@@ -457,6 +457,8 @@ class Scanner:
             if m:
                 # one-letter suffixes (_b, _c) let regex alternatives reuse a group name
                 details = {re.sub(r"_[b-z]$", "", k): int(v) for k, v in m.groupdict().items() if v is not None}
+        if "requested_bytes" in details:  # a size the message states (XLA): the finding's own number
+            numbers["requested_bytes"] = details.pop("requested_bytes")
         calloc = _CALLOC.search(body) if kind == "nccl-oom" else None
         if calloc:
             numbers["requested_bytes"] = int(calloc.group(1))

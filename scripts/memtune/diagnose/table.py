@@ -53,12 +53,88 @@ def _plain(inline: Token) -> str:  # of type "inline"
 
 def load_rows(skill_md: Path = SKILL_MD) -> list[Row]:
     """The rows of the first table under ``## Failure Diagnosis`` (before the next ``##``)."""
-    from markdown_it import MarkdownIt  # lazy: --help must work without it
-
     try:
         source = skill_md.read_text(encoding="utf-8")
     except OSError as exc:
         raise TableError(f"{skill_md}: cannot read the skill file ({exc.strerror or exc})") from exc
+    return simple_rows(source) or markdown_rows(source, skill_md)
+
+
+# Markdown that would make a cell's plain text differ from its source minus backticks:
+# emphasis, links, HTML, entities, escapes other than the table's own ``\|``.
+_NOT_SIMPLE = re.compile(r"[*_\[\]<&!~]|\\(?!\|)")
+_CELL_SPLIT = re.compile(r"(?<!\\)\|")
+_DELIMITER = re.compile(r"^\|(?:\s*:?-{3,}:?\s*\|)+$")
+
+
+def simple_rows(source: str) -> list[Row] | None:
+    """The table read line by line, when it is a plain GFM table of text and code spans (what
+    SKILL.md holds); None for anything else, which :func:`markdown_rows` then reads.
+
+    Why not always markdown-it: importing it is most of the time diagnose.py spends on the
+    table, and every run pays it.  tests/test_diagnosis_table.py checks both readers agree.
+    """
+    lines = source.splitlines()
+    fence = False
+    start = None
+    for i, line in enumerate(lines):
+        if line.startswith(("```", "~~~")):
+            fence = not fence
+        elif not fence and line.rstrip() == f"## {SECTION}":
+            if start is not None:
+                return None
+            start = i
+    if start is None or fence:
+        return None
+    table = []
+    i = start + 1
+    while i < len(lines) and not lines[i].strip():
+        i += 1
+    while i < len(lines) and lines[i].startswith("|"):
+        table.append(lines[i].rstrip())
+        i += 1
+    if len(table) < 3 or not _DELIMITER.match(table[1].replace(" ", "")):
+        return None
+    if i < len(lines) and lines[i].strip() and not lines[i].startswith("#"):
+        return None  # text right under the table: let the full reader decide where it ends
+    split = [_cells(line) for line in table]
+    if any(c is None for c in split) or [_simple_plain(c) for c in split[0] or ()] != list(COLUMNS):
+        return None
+    rows: list[Row] = []
+    for cells in split[2:]:
+        if cells is None or len(cells) != len(COLUMNS):
+            return None  # GFM pads a short row and cuts a long one: markdown-it's business
+        rows.append(
+            Row(
+                index=len(rows),
+                symptom=_simple_plain(cells[0]),
+                symptom_md=cells[0],
+                cause_md=cells[1],
+                confirm_md=cells[2],
+                fix_md=cells[3],
+            )
+        )
+    return rows or None
+
+
+def _cells(line: str) -> list[str] | None:
+    if not line.endswith("|") or line.endswith("\\|"):
+        return None
+    cells = [c.strip() for c in _CELL_SPLIT.split(line[1:-1])]
+    for cell in cells:
+        if cell.count("`") % 2 or "``" in cell or _NOT_SIMPLE.search(re.sub(r"`[^`]*`", "", cell)):
+            return None
+    return [c.replace("\\|", "|") for c in cells]  # the table's escape, also inside code spans (GFM)
+
+
+def _simple_plain(cell: str) -> str:
+    return re.sub(r"\s+", " ", cell.replace("`", "")).strip()
+
+
+def markdown_rows(source: str, skill_md: Path = SKILL_MD) -> list[Row]:
+    """The table as markdown-it reads it (any Markdown a cell may hold)."""
+    from markdown_it import MarkdownIt  # lazy: --help must work without it
+
     tokens = MarkdownIt("commonmark").enable("table").parse(source)
     in_section = False
     header: list[str] = []

@@ -214,8 +214,10 @@ def parse_bridge_yaml(path: str | Path, parse: Callable[[str], Any]) -> Any:
 
 def load_bridge_yaml(path: str | Path) -> dict[str, Any]:
     from memtune.files import yaml_guard
+    from memtune.readers.bridge_recipe import refuse_python_recipe
 
     p = Path(path)
+    refuse_python_recipe(p)
     data = parse_bridge_yaml(p, yaml_guard.safe_load)
     if data is None:
         return {}
@@ -313,8 +315,32 @@ def _str_field(section: Mapping[str, Any], key: str, where: str, default: str | 
     return str(value)
 
 
+_LINEAR_VARIANTS = ("gdn", "gdn2", "gated_delta_net")
+
+
+def _refuse_linear_attention(model: Mapping[str, Any]) -> None:
+    """A linear-attention hybrid (Gated DeltaNet layers, Qwen3-Next) is not modelled and an
+    estimate of it as a transformer would be far off: refuse in one line, as the Megatron-args
+    and HF-config readers do."""
+    variant = str(model.get("experimental_attention_variant") or "").strip().lower()
+    target = str(model.get("_target_") or "")
+    found = None
+    if variant in _LINEAR_VARIANTS:
+        found = f"model.experimental_attention_variant {variant}"
+    elif model.get("linear_attention_freq") not in (None, "", False):
+        found = f"model.linear_attention_freq {model['linear_attention_freq']}"
+    elif "Qwen3Next" in target:
+        found = f"model._target_ {target}"
+    if found:
+        raise InputError(
+            f"{found}: a linear-attention hybrid (Gated DeltaNet layers, as in Qwen3-Next) is not modelled and an "
+            "estimate would be far off; no estimate is made - measure one step with torch.cuda.max_memory_allocated()"
+        )
+
+
 def model_from_bridge(model: Mapping[str, Any], base: ModelSpec | None = None) -> ModelSpec:
     """Architecture from the ``model`` section (on top of ``base`` when given)."""
+    _refuse_linear_attention(model)
     known = set(model_field_names())
     values: dict[str, Any] = {}
     if base is not None:
@@ -349,7 +375,7 @@ def model_from_bridge(model: Mapping[str, Any], base: ModelSpec | None = None) -
         raise InputError(str(exc)) from None
     pattern = values.get("moe_layer_pattern")
     if pattern is not None:
-        from memtune.readers.megatron_args import parse_layer_pattern
+        from memtune.readers.megatron_layout import parse_layer_pattern
 
         values["moe_layer_pattern"] = parse_layer_pattern(pattern, values["num_layers"])
     return ModelSpec(**values)
@@ -405,7 +431,7 @@ def _sequence_length(model_s: Mapping[str, Any], dataset: Mapping[str, Any], ass
     return where, value
 
 
-def _misspelt_model_keys(model_s: Mapping[str, Any]) -> list[str]:
+def _misspelt_model_keys(model_s: Mapping[str, Any], forced: frozenset[str] = frozenset()) -> list[str]:
     """A note per ``model`` key that misspells a field the reader uses (``sequence_parallelism``).
 
     A full dump holds a few hundred provider fields the estimator does not need, so unknown
@@ -415,22 +441,53 @@ def _misspelt_model_keys(model_s: Mapping[str, Any]) -> list[str]:
     from memtune.spec.overrides import typo_of
 
     used = set(model_field_names()) | set(_MODEL_ALIASES) | set(_RUN_MODEL_KEYS)
-    notes = []
+    notes: list[str] = []
     for key in model_s:
-        if key in used or str(key).startswith("_"):
+        if f"model.{key}" in forced or key in used or str(key).startswith("_"):
             continue
         near = sorted(name for name in used if typo_of(str(key), name))
         if near:
-            notes.append(
-                f"WARNING: model.{key} is not a Megatron Bridge field (did you mean model.{near[0]}?); ignored"
+            raise InputError(
+                f"model.{key} is not a Megatron Bridge field (did you mean model.{near[0]}?); Bridge refuses "
+                "an unknown key (or the run trains without the setting meant): fix the key"
             )
     return notes
 
 
+def _refuse_misspelt_sections(cfg: Mapping[str, Any], forced: frozenset[str] = frozenset()) -> None:
+    """Raise InputError for a key outside ``model`` that misspells a field of its section
+    (``train.micro_batch_sizes``), as check_env's MT025 reports it."""
+    from memtune.readers.run_view import misspelt_config_keys
+
+    flat: dict[str, tuple[Any, str, str]] = {}
+
+    def walk(node: Mapping[str, Any], prefix: str) -> None:
+        for key, value in node.items():
+            dotted = f"{prefix}{key}"
+            if isinstance(value, Mapping):
+                walk(value, dotted + ".")
+            else:
+                flat[dotted] = (value, "config", f"{dotted}: ")
+
+    walk({k: v for k, v in cfg.items() if k != "model"}, "")
+    for key, meant, _ in misspelt_config_keys(flat):
+        if key in forced:
+            continue
+        raise InputError(
+            f"{key} is not a Megatron Bridge field (did you mean {meant}?); Bridge refuses an unknown key "
+            "(or the run trains without the setting meant): fix the key"
+        )
+
+
 def specs_from_bridge(
-    cfg: Mapping[str, Any], world_size: int | None = None, base: ModelSpec | None = None
+    cfg: Mapping[str, Any],
+    world_size: int | None = None,
+    base: ModelSpec | None = None,
+    forced: frozenset[str] = frozenset(),
 ) -> tuple[ModelSpec, RunSpec, list[str]]:
-    """(ModelSpec, RunSpec, assumptions) from a ConfigContainer mapping."""
+    """(ModelSpec, RunSpec, assumptions) from a ConfigContainer mapping. A key that misspells a
+    field of its section is refused (as Bridge refuses it) unless ``forced`` names it (a
+    ``+key=`` / ``++key=`` override: the user added it on purpose)."""
     assumptions: list[str] = []
     cfg = _tidy(cfg)
     unknown = [k for k in cfg if k not in SECTIONS and not str(k).startswith("_")]
@@ -455,11 +512,16 @@ def specs_from_bridge(
     dataset = _section(cfg, "dataset")
     comm = _section(cfg, "comm_overlap")
     model = model_from_bridge(model_s, base)
-    assumptions.extend(_misspelt_model_keys(model_s))
+    assumptions.extend(_misspelt_model_keys(model_s, forced))
+    _refuse_misspelt_sections(cfg, forced)
 
     if world_size is None:
-        world_size = tp * pp * cp
-        assumptions.append(f"GPU count not given: assumed {world_size} (one data-parallel replica); pass --gpus")
+        from memtune.spec.run_spec import assumed_world_note, smallest_world
+
+        ep_size = _int_field(model_s, "expert_model_parallel_size", "model", 1)
+        etp_size = _int_field(model_s, "expert_tensor_parallel_size", "model")
+        world_size = smallest_world(tp, pp, cp, ep_size, etp_size, moe=model.is_moe)
+        assumptions.insert(0, assumed_world_note(world_size, tp, pp, cp, ep_size, etp_size))
 
     params_dtype, fp8, grad_fp32, recipe_param_gather = "bf16", None, True, False
     if "_name" in mp:
@@ -513,7 +575,7 @@ def specs_from_bridge(
     stage_layers = None
     layout = model_s.get("pipeline_model_parallel_layout")
     if isinstance(layout, str) and layout:
-        from memtune.readers.megatron_args import parse_pipeline_layout
+        from memtune.readers.megatron_layout import parse_pipeline_layout
 
         stage_layers, vpp = parse_pipeline_layout(layout, pp)
     run = RunSpec(

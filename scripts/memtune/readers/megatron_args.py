@@ -21,13 +21,25 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
 from memtune.errors import InputError
+from memtune.readers.megatron_flags import (
+    flag_classes as flag_classes,  # re-exported: the classification callers look up here
+)
+from memtune.readers.megatron_flags import ignored_flags, memory_flags_not_modelled, refuse_unmodelled_models
+from memtune.readers.megatron_layout import (  # re-exported: callers read layouts through this module
+    deepspeed_pipeline_split as deepspeed_pipeline_split,
+)
+from memtune.readers.megatron_layout import hybrid_pipeline_split as hybrid_pipeline_split
+from memtune.readers.megatron_layout import parse_layer_pattern as parse_layer_pattern
+from memtune.readers.megatron_layout import parse_pipeline_layout as parse_pipeline_layout
 
 if TYPE_CHECKING:  # imported lazily at run time (module doc)
+    from memtune.readers.launch.world import WorldReading
     from memtune.spec.model_spec import ModelSpec
     from memtune.spec.run_spec import RunSpec
 
@@ -61,92 +73,63 @@ def _flag_value(values: tuple[str, ...]) -> Any:
     return scalars[0] if len(scalars) == 1 else scalars
 
 
-def parse_launch_text(text: str, source: str = "<text>") -> dict[str, Any]:
-    """Every ``--flag`` of a launch script's Python command(s), later commands winning.
+@dataclass(frozen=True)
+class MegatronArgsReading:
+    """One source of Megatron-LM flags, read once: the flags, what the shell reader assumed to
+    produce each one, and the GPU count the launcher asks for (memtune.readers.launch.world).
 
-    The script is read by check_env's shell reader (:mod:`memtune.readers.launch`: line
-    continuations, comments, ``$VAR`` / ``${VAR:-x}`` expansion from earlier assignments,
-    ``srun`` / ``torchrun`` / ``python -m`` launchers), so both helpers see the same flags in
-    the same script. A file that is only a list of flags (no command) is read as one.
+    A YAML/JSON mapping of flags has no launcher, so ``assumed`` is empty and ``world`` None.
+    """
+
+    flags: dict[str, Any]
+    assumed: dict[str, tuple[str, ...]]
+    world: WorldReading | None
+    source: str
+
+    @property
+    def world_note(self) -> str | None:
+        return self.world.note if self.world is not None else None
+
+
+def read_launch_text(text: str, source: str = "<text>") -> MegatronArgsReading:
+    """Every ``--flag`` of a launch script's training command, with its assumptions and the
+    world size, from ONE pass of check_env's shell reader (:mod:`memtune.readers.launch`: line
+    continuations, comments, ``$VAR`` / ``${VAR:-x}`` expansion, ``srun`` / ``torchrun`` /
+    ``deepspeed`` / ``python -m`` launchers), so both helpers see the same flags in the same
+    script. The training command is the one check_env names; a file with none (only a list of
+    flags, or helper python calls) is read across its commands, later ones winning.
     """
     from memtune.readers.launch.args import split_program_args
     from memtune.readers.launch.commands import parse_text
+    from memtune.readers.launch.world import read_world
 
     script = parse_text(text, source)
-    commands = script.python_commands or script.commands
+    training = script.training_command()
+    if training is not None and training.program_args:
+        commands: tuple[Any, ...] = (training,)
+    else:
+        commands = script.python_commands or script.commands
     flags: dict[str, Any] = {}
+    assumed: dict[str, tuple[str, ...]] = {}
     for command in commands:
         words = command.program_args if command.is_python else command.words
         parsed, _ = split_program_args(words)
         for name, flag in parsed.items():
             flags["--" + name] = _flag_value(flag.values)
-    return flags
+            assumed["--" + name] = flag.assumed
+    return MegatronArgsReading(flags, assumed, read_world(script, training), source)
 
 
-def launch_flag_assumptions(text: str, source: str = "<text>") -> dict[str, tuple[str, ...]]:
-    """``{"--flag": notes}``: what the shell reader assumed to produce each flag of the
-    training command (an unset variable's default, a value picked between if/case branches
-    it could not decide), so the estimate can say so next to the numbers it used."""
-    from memtune.readers.launch.args import split_program_args
-    from memtune.readers.launch.commands import parse_text
-
-    script = parse_text(text, source)
-    out: dict[str, tuple[str, ...]] = {}
-    for command in script.python_commands or script.commands:
-        words = command.program_args if command.is_python else command.words
-        parsed, _ = split_program_args(words)
-        for name, flag in parsed.items():
-            out["--" + name] = flag.assumed
-    return out
+def parse_launch_text(text: str, source: str = "<text>") -> dict[str, Any]:
+    """The flags of :func:`read_launch_text` (for callers that need only those)."""
+    return read_launch_text(text, source).flags
 
 
 def launch_world_size(text: str, source: str = "<text>") -> tuple[int | None, str | None]:
-    """(GPU count, note) from the training command's launcher (torchrun --nproc_per_node x
-    --nnodes, srun / #SBATCH nodes and tasks per node), or (None, a loud warning) when the
-    count is built from variables the job only knows at run time ($NNODES, $GPUS_PER_NODE)."""
-    from memtune.readers.launch.commands import parse_text
-
-    script = parse_text(text, source)
-    command = script.training_command()
-    if command is None:
-        return None, None
-    opts = dict(command.launcher_options)
-    per_node = (
-        opts.get("torchrun.nproc_per_node")
-        or opts.get("torchrun.nproc-per-node")
-        or opts.get("srun.ntasks-per-node")
-        or (script.sbatch.get("ntasks-per-node") or script.sbatch.get("gpus-per-node") or (None, 0))[0]
-    )
-    nodes = (
-        opts.get("torchrun.nnodes")
-        or opts.get("srun.nodes")
-        or opts.get("srun.N")
-        or (script.sbatch.get("nodes") or script.sbatch.get("N") or (None, 0))[0]
-    )
-    if per_node is None and nodes is None:
-        return None, None
-    words = {"GPUs per node": per_node, "nodes": nodes}
-    unresolved = [f"{k} {v}" for k, v in words.items() if v is not None and "$" in str(v)]
-    if unresolved:
-        return None, (
-            f"WARNING: world size unresolved: the launcher takes {' and '.join(unresolved)} from the "
-            f"environment at run time (line {command.line}); pass --gpus N - without it the "
-            "estimate assumes one data-parallel replica, which overstates sharded optimizer memory"
-        )
-    try:
-        gpn = int(str(per_node or 1).split(":")[-1])
-        n = int(str(nodes or 1).split(":")[-1])
-    except ValueError:
-        return None, f"WARNING: world size unreadable from the launcher ({per_node!r} x {nodes!r}); pass --gpus N"
-    from memtune.readers.launch.script import world_size_assumptions
-
-    guesses = world_size_assumptions(command)
-    if guesses:
-        return gpn * n, (
-            f"WARNING: world size {gpn * n} = {gpn} GPUs per node x {n} node(s) assumes: {'; '.join(guesses)}; "
-            "pass --gpus N for the real count"
-        )
-    return gpn * n, f"world size {gpn * n} = {gpn} GPUs per node x {n} node(s) from the launcher (line {command.line})"
+    """(GPU count, note) of :func:`read_launch_text`: None with a loud warning when the count
+    is built from values the job only knows at run time."""
+    world = read_launch_text(text, source).world
+    return (None, None) if world is None else (world.gpus, world.note)
 
 
 def _mapping_flags(data: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -158,8 +141,11 @@ def _mapping_flags(data: Mapping[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def load_megatron_args(path: str | Path) -> dict[str, Any]:
-    """Read flags from a launch script, or a YAML/JSON mapping of flags."""
+def read_megatron_args(path: str | Path) -> MegatronArgsReading:
+    """Read Megatron flags from a launch script, or a YAML/JSON mapping of flags, once.
+
+    The reader decides which shape the file is (its suffix, or JSON text starting with ``{``),
+    so a caller never has to."""
     from memtune.files.textfile import read_text
 
     p = Path(path)
@@ -181,80 +167,20 @@ def load_megatron_args(path: str | Path) -> dict[str, Any]:
         if isinstance(data, Mapping):
             flags = _mapping_flags(data)
             if flags is not None:
-                return flags
+                return MegatronArgsReading(flags, {}, None, str(p))
         raise InputError(f"{p}: expected a mapping of Megatron flags like {{'--num-layers': 32}} (or MODEL_ARGS: ...)")
-    flags = parse_launch_text(text, str(p))
-    if not flags:
+    reading = read_launch_text(text, str(p))
+    if not reading.flags:
         raise InputError(f"{p}: no --flags found; pass a launch script or a YAML/JSON mapping of flags")
-    return flags
+    return reading
+
+
+def load_megatron_args(path: str | Path) -> dict[str, Any]:
+    """The flags of :func:`read_megatron_args`."""
+    return read_megatron_args(path).flags
 
 
 # ---------------------------------------------------------------------- to specs
-def parse_layer_pattern(value: Any, num_layers: int) -> tuple[int, ...] | None:
-    """--moe-layer-freq: an int N (every N-th layer is MoE), a list, or '([0]*3+[1]*12)'."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        raise InputError(f"--moe-layer-freq: expected an integer or a pattern, got {value!r}")
-    if isinstance(value, int):
-        if value <= 0:
-            raise InputError(f"--moe-layer-freq must be positive, got {value}")
-        return tuple(1 if i % value == 0 else 0 for i in range(num_layers))
-    if isinstance(value, (list, tuple)):
-        if not all(str(x).strip() in ("0", "1") for x in value):
-            raise InputError(f"--moe-layer-freq: a list must hold 0/1 flags, got {value!r}")
-        if len(value) != num_layers:
-            raise InputError(f"--moe-layer-freq pattern has {len(value)} entries but --num-layers is {num_layers}")
-        return tuple(int(str(x).strip()) for x in value)
-    text = str(value).replace(" ", "")
-    if text.isdigit():
-        return parse_layer_pattern(int(text), num_layers)
-    text = text.strip("()")
-    out: list[int] = []
-    for part in text.split("+"):
-        m = re.fullmatch(r"\[([0-9,]*)\](?:\*(\d+))?", part)
-        if not m:
-            raise InputError(f"--moe-layer-freq: cannot read pattern {value!r}; use e.g. '([0]*3+[1]*12)'")
-        items = [int(x) for x in m.group(1).split(",") if x]
-        out.extend(items * int(m.group(2) or 1))
-    if len(out) != num_layers:
-        raise InputError(f"--moe-layer-freq pattern has {len(out)} entries but --num-layers is {num_layers}")
-    return tuple(out)
-
-
-def parse_pipeline_layout(layout: str, pp: int) -> tuple[tuple[int, ...], int]:
-    """--pipeline-model-parallel-layout 'Et*3|(tt|)*6L' -> (decoder layers per stage, vpp)."""
-    text = str(layout).replace(" ", "").replace('"', "").replace("'", "")
-    # expand '(x)*n' then 't*n'
-    for _ in range(10):
-        new = re.sub(r"\(([^()]*)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), text)
-        if new == text:
-            break
-        text = new
-    text = re.sub(r"([A-Za-z])\*(\d+)", lambda m: m.group(1) * int(m.group(2)), text)
-    chunks = text.split("|")
-    if len(chunks) % pp:
-        raise InputError(f"--pipeline-model-parallel-layout has {len(chunks)} stages, not a multiple of PP {pp}")
-    vpp = len(chunks) // pp
-    per_stage = [0] * pp
-    for i, chunk in enumerate(chunks):
-        per_stage[i % pp] += chunk.count("t")
-    return tuple(per_stage), vpp
-
-
-def hybrid_pipeline_split(pattern: str, pp: int) -> tuple[tuple[int, ...], int]:
-    """'M-M*|M-M-|...' -> (layers per PP stage, VPP chunks): in a hybrid pattern '|' ends a
-    pipeline segment, and segment i runs on stage i mod PP (Megatron's hybrid layer
-    allocation), so segments / PP is the number of virtual stages."""
-    segments = str(pattern).split("/")[0].split("|")
-    if len(segments) % pp:
-        raise InputError(f"hybrid layer pattern has {len(segments)} pipeline segments, not a multiple of PP {pp}")
-    per_stage = [0] * pp
-    for i, segment in enumerate(segments):
-        per_stage[i % pp] += len(segment.strip())
-    return tuple(per_stage), len(segments) // pp
-
-
 def _flag(args: Mapping[str, Any], name: str, default: Any = None) -> Any:
     """The flag's value, or ``default`` when it is shell text only the job can fill in
     (``$7``, ``${TP}``, ``$(nproc)``); such a flag is recorded on a _ReadFlags mapping so
@@ -359,14 +285,21 @@ def vocab_from_tokenizer(a: Mapping[str, Any]) -> tuple[int, str]:
     if tokenizer == "GPT2BPETokenizer":
         return GPT2_VOCAB_SIZE, f"vocabulary {GPT2_VOCAB_SIZE} (GPT-2 BPE, Megatron's default tokenizer)"
     table = _tokenizer_table()
-    # The file name is enough, even behind an unresolved ${DATA_PATH}/ prefix.
-    model_file = str(a.get("tokenizer_model", "") or "").lower().rsplit("/", 1)[-1]
+    # The file name is enough, even behind an unresolved ${DATA_PATH}/ prefix; a Hugging Face
+    # name (meta-llama/Llama-2-7b-hf, Megatron-DeepSpeed's --tokenizer-name-or-path gpt2) is
+    # matched whole.
+    named = str(a.get("tokenizer_model", "") or a.get("tokenizer_name_or_path", "") or "").lower()
+    model_file = named.rsplit("/", 1)[-1]
     if model_file.startswith("$"):
-        model_file = ""
+        model_file = named = ""
     for key, entry in table.get("models", {}).items():
-        if model_file and key.lower() in model_file:
+        if entry.get("exact"):
+            hit = model_file == key.lower()
+        else:
+            hit = key.lower() in model_file or ("/" in key and key.lower() in named)
+        if model_file and hit:
             return int(entry["vocab_size"]), (
-                f"vocabulary {entry['vocab_size']} for tokenizer model {model_file} "
+                f"vocabulary {entry['vocab_size']} for tokenizer {named if '/' in key else model_file} "
                 f"({entry['source']}); pass --vocab-size if yours differs"
             )
     entry = table.get("types", {}).get(tokenizer)
@@ -417,6 +350,7 @@ def specs_from_megatron_args(
     from memtune.spec.run_spec import RunSpec, normalize_dtype
 
     a = _ReadFlags({normalize_flag(k): v for k, v in flags.items()})
+    refuse_unmodelled_models(a)
     assumptions: list[str] = []
     pattern = a.get("hybrid_layer_pattern") or a.get("hybrid_override_pattern")
     if pattern is not None and (not isinstance(pattern, str) or pattern.startswith("$")):
@@ -463,12 +397,15 @@ def specs_from_megatron_args(
     ffn = _int(a, "ffn_hidden_size")
     if ffn is None:
         ffn = int(4 * hidden * 2 / 3 / 64) * 64 if swiglu else 4 * hidden
-    vocab = _int(a, "vocab_size")
+    vocab = _int(a, "vocab_size") or _int(a, "pad_vocab_size_to")  # the second: Megatron-DeepSpeed (BLOOM)
     if vocab is None:
         vocab, note = vocab_from_tokenizer(a)
         assumptions.append(note)
     gqa = _bool(a, "group_query_attention")
     groups = _int(a, "num_query_groups") if gqa else None
+    kv_heads = _int(a, "num_key_value_heads")  # Megatron-DeepSpeed's spelling of grouped-query attention
+    if groups is None and kv_heads is not None and kv_heads != heads:
+        groups = kv_heads
     experts = _int(a, "num_experts")
     mla = _bool(a, "multi_latent_attention")
     mtp = _int(a, "mtp_num_layers", 0) or 0
@@ -524,7 +461,9 @@ def specs_from_megatron_args(
             + int(_bool(a, "account_for_loss_in_pipeline_split"))
         )
         vpp = max(1, virtual // pp // per_vstage)
-    stage_layers = None
+    stage_layers = deepspeed_pipeline_split(
+        _flag(a, "pp_partition_method"), layers, pp, tied=not _bool(a, "untie_embeddings_and_output_weights")
+    )
     layout = _flag(a, "pipeline_model_parallel_layout")
     if layout:
         stage_layers, vpp = parse_pipeline_layout(str(layout), pp)
@@ -532,9 +471,24 @@ def specs_from_megatron_args(
         stage_layers, vpp = hybrid_pipeline_split(model.hybrid_layer_pattern, pp)
     if world_size is None:
         world_size = _int(a, "world_size")
+    world_note = None
     if world_size is None:
-        world_size = tp * pp * (_int(a, "context_parallel_size", 1) or 1)
-        assumptions.append(f"world size not given: assumed {world_size} (one data-parallel replica)")
+        from memtune.spec.run_spec import assumed_world_note, smallest_world
+
+        cp_size = _int(a, "context_parallel_size", 1) or 1
+        ep_size = _int(a, "expert_model_parallel_size", 1) or 1
+        etp_size = _int(a, "expert_tensor_parallel_size")
+        world_size = smallest_world(tp, pp, cp_size, ep_size, etp_size, moe=bool(experts))
+        world_note = assumed_world_note(world_size, tp, pp, cp_size, ep_size, etp_size)
+    # Megatron-DeepSpeed: --checkpoint-activations is full recompute of every
+    # --checkpoint-num-layers layers; ZeRO stage 1 shards the optimizer state over DP as the
+    # distributed optimizer does (stages 2 and 3 also shard gradients / weights: warned below)
+    legacy_full = _bool(a, "checkpoint_activations")
+    zero_stage = _int(a, "zero_stage", 0) or 0
+    # DeepSpeed trains bf16 at ZeRO stage 0 with its BF16_Optimizer, which partitions the fp32
+    # master weights and Adam state over data-parallel ranks like stage 1 (BigScience's BLOOM
+    # scripts: "bf16 must use z0! it implements its own zero stage 1 equivalent")
+    ds_bf16_sharded = _bool(a, "deepspeed") and _bool(a, "bf16") and zero_stage == 0
     fp16 = _bool(a, "fp16")
     bf16 = _bool(a, "bf16")
     params_dtype = "fp16" if fp16 else ("bf16" if bf16 else "fp32")
@@ -563,7 +517,7 @@ def specs_from_megatron_args(
         grad_reduce_in_fp32=(bf16 and not _bool(a, "grad_reduce_in_bf16"))
         or _bool(a, "accumulate_allreduce_grads_in_fp32"),
         optimizer=_str(a, "optimizer", "adam"),
-        use_distributed_optimizer=_bool(a, "use_distributed_optimizer"),
+        use_distributed_optimizer=_bool(a, "use_distributed_optimizer") or zero_stage >= 1 or ds_bf16_sharded,
         num_distributed_optimizer_instances=_int(a, "num_distributed_optimizer_instances", 1) or 1,
         use_precision_aware_optimizer=_bool(a, "use_precision_aware_optimizer"),
         main_params_dtype=normalize_dtype(_flag(a, "main_params_dtype", "fp32")),
@@ -577,10 +531,14 @@ def specs_from_megatron_args(
         overlap_param_gather=_bool(a, "overlap_param_gather"),
         # --recompute-activations is Megatron's older spelling of selective (core-attention) recompute.
         recompute_granularity=_str(
-            a, "recompute_granularity", "selective" if _bool(a, "recompute_activations") else None
+            a,
+            "recompute_granularity",
+            "full" if legacy_full else ("selective" if _bool(a, "recompute_activations") else None),
         ),
-        recompute_method=_str(a, "recompute_method", None),
-        recompute_num_layers=_int(a, "recompute_num_layers"),
+        recompute_method=_str(a, "recompute_method", "uniform" if legacy_full else None),
+        recompute_num_layers=_int(
+            a, "recompute_num_layers", _int(a, "checkpoint_num_layers", 1) if legacy_full else None
+        ),
         recompute_modules=recompute_modules,
         attention_backend=_str(a, "attention_backend", "auto"),
         attention_dropout=_float(a, "attention_dropout", 0.1),
@@ -627,10 +585,36 @@ def specs_from_megatron_args(
         )
     guessed = _guess_warnings(a, assumed or {})
     assumptions[:0] = guessed
+    if world_note:
+        assumptions.insert(0, world_note)
+    unmodelled = memory_flags_not_modelled(a)
+    if zero_stage >= 2:
+        unmodelled.append(
+            (
+                "zero_stage",
+                f"ZeRO stage {zero_stage} also shards gradients{' and weights' if zero_stage >= 3 else ''} over DP; the estimate shards only the optimizer state (stage 1), so it is high",
+            )
+        )
+    if ds_bf16_sharded:
+        assumptions.append(
+            "DeepSpeed bf16 at ZeRO stage 0 runs its BF16_Optimizer, which shards the fp32 master weights and "
+            "optimizer state over data-parallel ranks like stage 1: modelled as the distributed optimizer"
+        )
+    if _flag(a, "deepspeed_config") is not None or _flag(a, "deepspeed_config_dict") is not None:
+        assumptions.append(
+            "DeepSpeed JSON config not read: its ZeRO stage and batch sizes count only when also given as flags "
+            "(--zero-stage, --micro-batch-size, --global-batch-size)"
+        )
+    if unmodelled:
+        assumptions.insert(
+            0,
+            "WARNING: flags that change memory are not modelled; the estimate is for the run without them: "
+            + "; ".join(f"--{f.replace('_', '-')} ({why})" for f, why in unmodelled),
+        )
     ignored = ignored_flags(a)
     if ignored:
         assumptions.append(
-            "ignored flags (not modelled; check they do not change memory): "
+            "ignored flags (not Megatron-LM flags this reader knows; check they do not change memory): "
             + ", ".join("--" + f.replace("_", "-") for f in ignored)
         )
     return model, run, assumptions
@@ -672,20 +656,3 @@ class _ReadFlags(dict[str, Any]):
     def __contains__(self, key: object) -> bool:
         self.read.add(str(key))
         return super().__contains__(key)
-
-
-def ignored_flags(a: Mapping[str, Any]) -> list[str]:
-    """Flags given but neither read by the estimator nor known to leave memory unchanged."""
-    prefixes, names = _no_memory_flags()
-    read: set[str] = getattr(a, "read", set())
-    return sorted(k for k in a if k not in read and k not in names and not k.startswith(prefixes))
-
-
-@lru_cache(maxsize=1)
-def _no_memory_flags() -> tuple[tuple[str, ...], frozenset[str]]:
-    """(prefixes, names) of flags known to leave GPU memory unchanged (data/megatron_flags.yaml)."""
-    from memtune.files.data_yaml import load_data_yaml
-    from memtune.files.paths import DATA_DIR
-
-    table = load_data_yaml(DATA_DIR / "megatron_flags.yaml") or {}
-    return tuple(table.get("prefixes", ())), frozenset(table.get("names", ()))

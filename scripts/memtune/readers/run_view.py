@@ -31,7 +31,7 @@ from memtune.files.paths import DATA_DIR
 from memtune.files.textfile import one_line
 from memtune.readers.launch.args import parse_override, split_program_args
 from memtune.readers.launch.commands import parse_file
-from memtune.readers.launch.script import Command, Flag, LaunchScript, Override, is_branch_guess, world_size_assumptions
+from memtune.readers.launch.script import Command, Flag, LaunchScript, Override, is_branch_guess
 from memtune.spec.overrides import refuse_misspelt
 
 ALLOC_VARS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
@@ -75,6 +75,7 @@ class RunView:
     flat: dict[str, tuple[Any, str, str]] = field(default_factory=dict)  # config key -> (value, source, text)
     flags: dict[str, Flag] = field(default_factory=dict)  # training command's Megatron-LM flags
     crlf_scripts: list[tuple[LaunchScript, Command | None]] = field(default_factory=list)  # CR LF line endings
+    misspelt: list[tuple[str, str, str]] = field(default_factory=list)  # (config key, the field meant, source)
 
     def get(self, name: str, default: Any = None) -> Any:
         item = self.settings.get(name)
@@ -164,7 +165,9 @@ def load_yaml_lines(path: str) -> dict[str, tuple[Any, int]]:
 
     from memtune.files import yaml_guard
     from memtune.readers.bridge_config import parse_bridge_yaml, python_tag, python_tag_refusal
+    from memtune.readers.bridge_recipe import refuse_python_recipe
 
+    refuse_python_recipe(path)
     node = parse_bridge_yaml(path, yaml_guard.compose)
     if node is None:
         return {}
@@ -382,7 +385,7 @@ def build(inputs: Inputs) -> RunView:
             view.config_form = "hydra"
 
     _resolve_references(flat)
-    view.notes.extend(_misspelt_config_keys(flat))
+    view.misspelt.extend(misspelt_config_keys(flat))
     view.flat = flat
     view.flags = flag_values
     # --- canonical settings ------------------------------------------------------------
@@ -533,21 +536,23 @@ def _resolve_references(flat: dict[str, tuple[Any, str, str]]) -> None:
             flat[key] = (resolve_reference(value, lookup), source, text)
 
 
-def _misspelt_config_keys(flat: Mapping[str, tuple[Any, str, str]]) -> list[str]:
-    """A note per config key that misspells a key the checks read (``model.sequence_parallelism``):
-    Bridge has no such field, so the setting the user meant is not in the run."""
+def misspelt_config_keys(flat: Mapping[str, tuple[Any, str, str]]) -> list[tuple[str, str, str]]:
+    """(key, the field it misspells, source) for each config key a letter or a word away from a
+    field of its section (``model.tensor_model_paralel_size``): Bridge has no such field, so it
+    refuses the config, or the run trains without the setting the user meant."""
+    from memtune.spec.model_spec import model_field_names
     from memtune.spec.overrides import typo_of
 
-    known = known_paths()
-    notes = []
+    known = known_paths() | {f"model.{name}" for name in model_field_names()}
+    out = []
     for key, (_value, source, text) in flat.items():
         if key in known or not text.startswith(f"{key}: "):
             continue
         section, _, leaf = key.rpartition(".")
         near = sorted(p for p in known if p.rpartition(".")[0] == section and typo_of(leaf, p.rpartition(".")[2]))
         if near:
-            notes.append(f"{source}: {key} is not a Megatron Bridge field (did you mean {near[0]}?); ignored")
-    return notes
+            out.append((key, near[0], source))
+    return out
 
 
 def _shell_expansion(value: Any) -> bool:
@@ -604,32 +609,19 @@ def _apply_override(flat: dict[str, tuple[Any, str, str]], override: Override, s
 
 
 def _sbatch_world(view: RunView, script: LaunchScript, command: Command | None) -> None:
-    """GPU count from torchrun / srun / #SBATCH, when the script says."""
+    """GPU count from the launcher and the scheduler (memtune.readers.launch.world), with the
+    line that says which option decided it."""
     if "world_size" in view.settings:
         return
-    opts = dict(command.launcher_options) if command else {}
-    nproc = opts.get("torchrun.nproc_per_node")
-    nnodes = opts.get("torchrun.nnodes")
-    sb = script.sbatch
-    nodes = opts.get("srun.nodes") or opts.get("srun.N") or (sb.get("nodes") or sb.get("N") or (None, 0))[0]
-    per_node = (
-        nproc
-        or opts.get("srun.ntasks-per-node")
-        or (sb.get("ntasks-per-node") or sb.get("gpus-per-node") or (None, 0))[0]
-    )
-    if nnodes and ":" in str(nnodes):
-        nnodes = str(nnodes).split(":")[-1]
-    try:
-        if per_node is None:
-            return
-        total = int(str(per_node).split(":")[-1]) * int(nnodes or nodes or 1)
-    except ValueError:
+    from memtune.readers.launch.world import read_world
+
+    reading = read_world(script, command)
+    if reading is None:
         return
-    line = command.line if command else 0
-    view.settings["world_size"] = Value(total, f"{script.path}:{line}", "launcher GPU count", "derived")
-    if command is not None:
-        view.notes.extend(
-            f"{script.path}:{line}: world size {total} assumes: {note}" for note in world_size_assumptions(command)
+    view.notes.append(f"{script.path}:{reading.line}: {reading.note}")
+    if reading.gpus is not None:
+        view.settings["world_size"] = Value(
+            reading.gpus, f"{script.path}:{reading.line}", f"launcher GPU count: {reading.decided_by}", "derived"
         )
 
 

@@ -15,15 +15,11 @@ from typing import Any
 
 from memtune.errors import InputError
 from memtune.spec.model_spec import ModelSpec
+from memtune.spec.names import CROSS_ENTROPY_FUSION_IMPLS, FP8_RECIPES  # noqa: F401  (FP8_RECIPES: re-exported)
 
 RECOMPUTE_MODULES = ("core_attn", "mlp", "layernorm", "moe_act", "moe", "shared_experts", "mla_up_proj")
 DEFAULT_RECOMPUTE_MODULES = ("core_attn",)
 LORA_DEFAULT_TARGETS = ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")
-#: Megatron-Core's Fp8Recipe names (megatron/core/enums.py), which Megatron Bridge's
-#: mixed-precision recipes map to; any other name is refused at start-up.
-FP8_RECIPES = ("delayed", "tensorwise", "mxfp8", "blockwise")
-#: Megatron-Core's ``cross_entropy_fusion_impl`` values (TransformerConfig).
-CROSS_ENTROPY_FUSION_IMPLS = ("native", "te")
 
 
 @dataclass(frozen=True)
@@ -244,6 +240,26 @@ def model_parallel_problem(world_size: int, tp: int, pp: int, cp: int) -> str | 
     if world_size % mp:
         return f"world size {world_size} is not divisible by TP x PP x CP = {tp}x{pp}x{cp} = {mp}"
     return None
+
+
+def smallest_world(tp: int, pp: int, cp: int, ep: int = 1, etp: int | None = None, moe: bool = False) -> int:
+    """The fewest GPUs Megatron-Core accepts for these parallel sizes: whole TP x CP x PP model
+    replicas, and (for an MoE model) GPUs per pipeline stage divisible by EP x ETP (ETP
+    defaults to TP). The count a reader assumes when a source names none, so an assumed
+    count can never be the reason a run is refused."""
+    from math import lcm
+
+    dense = tp * cp
+    per_stage = lcm(dense, ep * (etp or tp)) if moe else dense
+    return per_stage * pp
+
+
+def assumed_world_note(world: int, tp: int, pp: int, cp: int, ep: int = 1, etp: int | None = None) -> str:
+    """The line that says a GPU count was assumed and how it was chosen (shown first)."""
+    parts = f"TP x PP x CP = {tp}x{pp}x{cp}"
+    if ep > 1 or (etp not in (None, tp)):
+        parts += f" with EP x ETP = {ep}x{etp or tp} per pipeline stage"
+    return f"GPU count not given: assumed {world}, the smallest world {parts} allows; pass --gpus N for the real count"
 
 
 def expert_parallel_problem(num_experts: int, ep: int) -> str | None:

@@ -418,6 +418,10 @@ class _Lexer:
                 if s.startswith("<<<", self.i):
                     flush()
                     self.i += 3
+                    if any(w.text == "read" and not w.quoted for w in words):
+                        # `read A B <<< "$X"`: the here-string is the data read assigns from
+                        words.append(Word("<<<", self.line, False))
+                        continue
                     self._skip_redirect_target()
                     continue
                 if s.startswith("<<", self.i):

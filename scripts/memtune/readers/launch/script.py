@@ -117,10 +117,18 @@ class Command:
     program: str | None = None  # script path or "-m module"
     program_args: tuple[Word, ...] = ()
     launcher_options: Mapping[str, str] = field(default_factory=dict)
+    # where the command runs, when that is not where its words were written: a `bash -c "...
+    # $CMD"` runs CMD (defined on an earlier line) at the end of the inner script
+    run_line: int = 0
 
     @property
     def line(self) -> int:
         return self.words[0].line if self.words else 0
+
+    @property
+    def starts_at(self) -> int:
+        """The line the command runs at: settings after it do not reach it."""
+        return max(self.run_line, self.line)
 
     @property
     def is_python(self) -> bool:
@@ -154,7 +162,7 @@ class LaunchScript:
 
     def env_for(self, command: Command | None) -> dict[str, EnvSetting]:
         """Exported variables in effect when ``command`` starts (its own prefixes win)."""
-        limit = command.line if command is not None else 1 << 62
+        limit = command.starts_at if command is not None else 1 << 62
         state: dict[str, EnvSetting] = {}
         shell: dict[str, EnvSetting] = {}
         for setting in self.env:
@@ -185,10 +193,24 @@ class LaunchScript:
 
     def later_settings(self, command: Command, name: str) -> list[EnvSetting]:
         """Assignments of ``name`` that come after ``command`` (too late to affect it)."""
-        return [s for s in self.env if s.name == name and s.how != "prefix" and s.line > command.line]
+        return [s for s in self.env if s.name == name and s.how != "prefix" and s.line > command.starts_at]
 
 
-_WORLD_OPTIONS = ("nproc_per_node", "nproc-per-node", "nnodes", "ntasks-per-node", "nodes", "N")
+_WORLD_OPTIONS = (
+    "nproc_per_node",
+    "nproc-per-node",
+    "nnodes",
+    "ntasks-per-node",
+    "nodes",
+    "N",
+    "num_gpus",
+    "num-gpus",
+    "num_nodes",
+    "num-nodes",
+    "np",
+    "npernode",
+    "ntasks",
+)
 
 
 def world_size_assumptions(command: Command) -> list[str]:
