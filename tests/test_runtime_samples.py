@@ -99,7 +99,7 @@ def test_every_sample_file_is_keyed_and_sourced() -> None:
     for name in public:
         row = next(line for line in source.splitlines() if Path(name).name in line)
         assert "https://github.com/" in row, f"{name}: no source URL"
-    assert len(files) >= 20
+    assert len(public) >= 20  # published texts, each with its URL; the H200 captures come on top
 
 
 def test_outside_pytorch_from_summary_and_nvidia_smi_of_the_same_moment() -> None:

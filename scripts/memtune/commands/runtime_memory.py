@@ -27,6 +27,7 @@ number of files (plain or .gz; - for standard input), in any mix:
   ... | max allocated: ... | reserved: ... | max reserved: ...', every era: cached/reserved,
   full floats or 2 decimals, with or without [Rank N], torchrun [defaultN]: and Slurm N:
   prefixes), Megatron Bridge memory lines ('memory (GB) | mem-allocated-gigabytes: ...'),
+  NeMo 2 step lines ('... | max_memory_reserved: 57466159104 | max_memory_allocated: ...'),
   DeepSpeed see_memory_usage ('MA .. GB Max_MA .. GB CA .. GB Max_CA .. GB'),
   torch.cuda.memory_summary() tables, torch.cuda.memory_stats() dumps (dict or JSON),
   nvidia-smi (the table, --query-gpu CSV with or without header/units, -q), and memory

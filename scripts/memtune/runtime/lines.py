@@ -37,8 +37,13 @@ TRIGGERS = (b"memory (", b"Max_MA ", b"max_memory_allocated: ")
 _NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
 _HEAD = re.compile(r"\bmemory \((MB|GB|MiB|GiB)\)\s*\|")
 _RANK = re.compile(r"\[Rank (\d+)\]\s*")
-_FIELDS = re.compile(r"\|\s*([A-Za-z][\w .\-/]*?)\s*:\s*(" + _NUMBER + r")\s*(?=\||$|\[)")
-_ITERATION = re.compile(r"\b(?:after|before)\s+(\d+)\s+iterations?\b|\bfor iteration\s+(\d+)\b|\biteration\s+(\d+)\b")
+# A value ends at the next "|", the line's end, a glued "[Rank N]" or a glued next report's
+# words ("max reserved: 22138.0Memory Report, Device 1: ...").
+_FIELDS = re.compile(r"\|\s*([A-Za-z][\w .\-/]*?)\s*:\s*(" + _NUMBER + r")\s*(?=\||$|\[|[A-Za-z])")
+_DEVICE = re.compile(r"\bDevice (\d+)\b")
+_ITERATION = re.compile(
+    r"\b(?:after|before)\s+(\d+)\s+iterations?\b|\bfor iteration\s+(\d+)\b|\biter(?:ation)?\s+(\d+)\b", re.IGNORECASE
+)
 _DEEPSPEED = re.compile(
     r"\bMA\s+(?P<ma>" + _NUMBER + r")\s*GB\s+Max_MA\s+(?P<max_ma>" + _NUMBER + r")\s*GB\s+"
     r"CA\s+(?P<ca>" + _NUMBER + r")\s*GB\s+Max_CA\s+(?P<max_ca>" + _NUMBER + r")\s*GB"
@@ -100,9 +105,15 @@ def parse_reports(text: str, source: str, line: int) -> list[Reading]:
         before = text[start : head.start()]
         tags = list(_RANK.finditer(before))
         if index + 1 < len(heads):
-            following = text[head.end() : heads[index + 1].start()]
+            following = text[head.end() - 1 : heads[index + 1].start()]
             next_tags = list(_RANK.finditer(following))
-            stop = head.end() + next_tags[-1].start() if next_tags else heads[index + 1].start()
+            fields = list(_FIELDS.finditer(following))
+            if next_tags:
+                stop = head.end() - 1 + next_tags[-1].start()
+            elif fields:  # the next report's label starts where this one's last value ends
+                stop = head.end() - 1 + fields[-1].end()
+            else:
+                stop = heads[index + 1].start()
         else:
             stop = len(text)
         reading = _report(text, head, before, tags[-1] if tags else None, stop, source, line)
@@ -122,6 +133,9 @@ def _report(
     else:
         prefix = strip_prefixes(before)
         rank, label = prefix.rank, prefix.text.strip()
+        device = _DEVICE.search(label)
+        if rank is None and device is not None:
+            rank = int(device.group(1))  # GPT-NeoX "Memory Report, Device N:": the local device
     scale = _UNIT_BYTES[unit]
     values: dict[str, int] = {}
     for key, number in _FIELDS.findall(text[head.end() - 1 : stop]):
