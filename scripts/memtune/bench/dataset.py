@@ -1,7 +1,11 @@
-"""The Tier-3 dataset (evals/evals.json) and the harness's own data files.
+"""The Tier-3 dataset (evals/evals.json, evals/claims.yaml) and the harness's own data files.
 
 The dataset is read as bytes once so that its sha256 digest — recorded in every run and
 printed in BENCHMARK.md — is the digest of exactly what the cases were built from.
+
+Claims a task names by id (``checks.claims`` / ``checks.wrong``) are looked up in
+claims.yaml beside evals.json and replaced by their wordings here, so the grader gets
+plain dictionaries and never reads a file.
 """
 
 from __future__ import annotations
@@ -82,6 +86,74 @@ def validate(document: Any, schema_path: Path, label: str) -> None:
         raise InputError(f"{label}: {where}: {err.message} (schema {schema_path.name}; {len(errors)} error(s))")
 
 
+CLAIMS_FILE = "claims.yaml"
+
+
+def load_claims(path: Path) -> dict[str, dict[str, Any]]:
+    """The shared claim library: id -> {says, patterns, negative_patterns}; every pattern compiles."""
+    import re
+
+    import yaml  # third-party: only when a dataset is loaded
+
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except yaml.YAMLError as exc:
+        raise InputError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(doc, dict):
+        raise InputError(f"{path}: expected a mapping of claim id -> {{says, patterns}}")
+    library: dict[str, dict[str, Any]] = {}
+    for claim_id, body in doc.items():
+        if not isinstance(body, dict) or not isinstance(body.get("patterns"), list) or not body["patterns"]:
+            raise InputError(f"{path}: claim {claim_id!r} needs a non-empty list of patterns")
+        for pattern in [*body["patterns"], *body.get("negative_patterns", [])]:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise InputError(f"{path}: claim {claim_id!r}: pattern {pattern!r} does not compile ({exc})") from None
+        library[str(claim_id)] = {
+            "says": str(body.get("says", "")),
+            "patterns": [str(p) for p in body["patterns"]],
+            "negative_patterns": [str(p) for p in body.get("negative_patterns", [])],
+        }
+    return library
+
+
+def resolve_claim(item: Any, library: Mapping[str, Mapping[str, Any]], where: str) -> dict[str, Any]:
+    """A claim as the grader reads it: {label, patterns, negative_patterns, key}.
+
+    ``item`` is a library id, ``{"claim": id, "key": bool}``, or an inline
+    ``{"label", "patterns", ...}``."""
+    if isinstance(item, str):
+        item = {"claim": item}
+    if "claim" in item:
+        name = item["claim"]
+        if name not in library:
+            raise InputError(f"{where}: unknown claim {name!r} (define it in evals/{CLAIMS_FILE})")
+        base = library[name]
+        return {
+            "label": str(item.get("label", name)),
+            "patterns": list(base["patterns"]) + list(item.get("patterns", [])),
+            "negative_patterns": list(base["negative_patterns"]) + list(item.get("negative_patterns", [])),
+            "key": bool(item.get("key", False)),
+        }
+    return {
+        "label": str(item["label"]),
+        "patterns": list(item.get("patterns", [])),
+        "negative_patterns": list(item.get("negative_patterns", [])),
+        "key": bool(item.get("key", False)),
+    }
+
+
+def resolve_checks(checks: Mapping[str, Any], library: Mapping[str, Mapping[str, Any]], where: str) -> dict[str, Any]:
+    out = dict(checks)
+    for field_name in ("claims", "wrong"):
+        if field_name in checks:
+            out[field_name] = [resolve_claim(item, library, where) for item in checks[field_name]]
+    return out
+
+
 def load_dataset(path: Path, schema_path: Path | None = None) -> Dataset:
     """Load and validate evals.json; ids must be unique and fixture files must exist."""
     try:
@@ -99,6 +171,7 @@ def load_dataset(path: Path, schema_path: Path | None = None) -> Dataset:
     cases = []
     seen: set[str] = set()
     files_dir = path.parent / "files"
+    library = load_claims(path.parent / CLAIMS_FILE)
     for obj in document:
         case = Case(
             id=obj["id"],
@@ -109,7 +182,7 @@ def load_dataset(path: Path, schema_path: Path | None = None) -> Dataset:
             expected_behavior=tuple(obj.get("expected_behavior", ())),
             files=tuple(obj.get("files", ())),
             should_trigger=bool(obj.get("should_trigger", obj.get("expected_skill") is not None)),
-            checks=obj.get("checks", {}),
+            checks=resolve_checks(obj.get("checks", {}), library, f"{path}: case {obj['id']!r}"),
             category=obj.get("category", ""),
             raw=obj,
         )
