@@ -252,7 +252,7 @@ _CLAUSE_BREAK = re.compile(
 _DENY_BEFORE = re.compile(
     r"\b(?:not|no|never|none|nothing|neither|nor|without|cannot|avoid\w*|instead\s+of|rather\s+than|"
     r"refrain\w*|resist\w*|against|unnecessary|needless|myths?|misconceptions?|mistaken(?:ly)?|mistakes?|"
-    r"barely|hardly|scarcely|marginally|negligibly|"
+    r"barely|hardly|scarcely|marginally|negligibly|unlikely|doubt\w*|ruled?\s+out|rule\s+out|exclude[sd]?|"
     r"wrong(?:ly)?|false(?:ly)?|incorrect(?:ly)?|bogus|tempting|tempted|skip|stop|forget|ignore|"
     r"unlike)\b|\w+n[’']t\b",
     re.IGNORECASE,
@@ -269,9 +269,13 @@ _DENY_AFTER = re.compile(
     r"|(?:is|are|would\s+be|'s)\s+(?:a\s+|the\s+)?(?:myth|mistake|wrong|false|incorrect|misconception|bad\s+idea|"
     r"last\s+resort|red\s+herring|not\s+needed|unnecessary|pointless|useless|counterproductive)"
     r"|(?:only\s+)?as\s+a\s+(?:last\s+resort|fallback)|(?:is\s+)?(?:only\s+)?(?:a\s+)?last\s+resort"
+    r"|(?:is|are|seems?|looks?)\s+(?:\w+\s+)?(?:unlikely|improbable|not\s+likely|ruled\s+out|excluded)"
+    r"|(?:would|will)\s+(?:only\s+|just\s+)?(?:cost|hurt|slow|lose)\b|costs?\s+(?:\w+\s+){0,3}?(?:throughput|speed|performance)"
     r")",
     re.IGNORECASE,
 )
+_AFTER_STOP = re.compile(r"\b(?:and|that|which|while|whereas|who|where|when|whose)\b", re.IGNORECASE)
+
 # For a wrong claim only: a recommendation kept for later is not the recommendation
 # ("only if that is not enough, raise TP", "raise TP as a last resort").
 _HEDGE_SENTENCE = re.compile(
@@ -329,6 +333,9 @@ def _find(pattern: str, answer: str, clauses: Sequence[Span], negative: bool, he
             # unless the wording is itself a negative statement
             deny = _DENY_BEFORE.search(part[: m.start()] if negative else part[: m.end()])
             after = answer[span.start + m.end() : span.end]
+            # a denial after the wording belongs to it only up to the next conjunction:
+            # "offloading with PP 4 (error) and a warning that X is not set" denies X, not offloading
+            after = _AFTER_STOP.split(after, maxsplit=1)[0]
             if deny:
                 found.append(ClaimMatch(m.group(0), False, f"denied by {deny.group(0)!r}"))
                 continue
