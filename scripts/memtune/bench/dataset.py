@@ -173,6 +173,14 @@ def load_dataset(path: Path, schema_path: Path | None = None) -> Dataset:
     files_dir = path.parent / "files"
     library = load_claims(path.parent / CLAIMS_FILE)
     for obj in document:
+        if obj["id"] in seen:
+            raise InputError(f"{path}: duplicate case id {obj['id']!r}; ids must be unique")
+        seen.add(obj["id"])
+        digest = hashlib.sha256()
+        for name in obj.get("files", ()):
+            if not (files_dir / name).is_file():
+                raise InputError(f"{path}: case {obj['id']!r} names file {name!r} but {files_dir / name} does not exist")
+            digest.update(name.encode() + b"\0" + (files_dir / name).read_bytes() + b"\0")
         case = Case(
             id=obj["id"],
             question=obj["question"],
@@ -186,14 +194,6 @@ def load_dataset(path: Path, schema_path: Path | None = None) -> Dataset:
             category=obj.get("category", ""),
             raw=obj,
         )
-        if case.id in seen:
-            raise InputError(f"{path}: duplicate case id {case.id!r}; ids must be unique")
-        seen.add(case.id)
-        digest = hashlib.sha256()
-        for name in case.files:
-            if not (files_dir / name).is_file():
-                raise InputError(f"{path}: case {case.id!r} names file {name!r} but {files_dir / name} does not exist")
-            digest.update(name.encode() + b"\0" + (files_dir / name).read_bytes() + b"\0")
         cases.append(dataclasses.replace(case, files_sha256=digest.hexdigest()))
     return Dataset(path=path, sha256=hashlib.sha256(data).hexdigest(), cases=tuple(cases))
 

@@ -23,9 +23,9 @@ Scoring, in words (``content_score``):
 1. a wrong claim asserted -> 0;
 2. otherwise the share of required claims and numbers passed;
 3. but a failed *key* check (by default every number, and each claim marked ``key``) means
-   the answer missed the point of the task: that share is multiplied by ``KEY_MISS_SCALE``
-   (so such an answer never scores above 0.25, and one that got little else right scores
-   near 0).
+   the answer missed the point of the task (the user's number, the verdict, the fix): it is
+   a wrong answer, and keeps only ``KEY_MISS_SCALE`` of its share (at most 0.1), enough to
+   order wrong answers among themselves and no more.
 ``solved`` additionally needs every key check, a score of at least ``SOLVED_AT`` and the
 command check.
 
@@ -43,7 +43,7 @@ from typing import Any
 
 FLAGS = re.IGNORECASE | re.MULTILINE
 
-KEY_MISS_SCALE = 0.25  # an answer that misses a key point keeps a quarter of its partial credit
+KEY_MISS_SCALE = 0.1  # an answer that misses a key point keeps a tenth of its partial credit
 SOLVED_AT = 0.8  # and a solved one at least this
 
 # A number as people write it in answers: 1,024 / 58.8 / -28.4 / 4.731e9 / .5

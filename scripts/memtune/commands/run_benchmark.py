@@ -482,7 +482,14 @@ def cmd_report(args: Any, results_dir: Path) -> int:
     notes_path = run.path.with_suffix(".notes.md")
     notes = notes_path.read_text(encoding="utf-8") if notes_path.is_file() else None
     others = [r for r in list_runs(results_dir) if r.path != run.path]
-    text = render(run, notes, others)
+    regrade, helper_tasks = _regrader(_default_evals() if args.evals is None else args.evals.resolve())
+    calibration_path = results_dir / CALIBRATION_FILE
+    calibration = None
+    if calibration_path.is_file():
+        import json
+
+        calibration = json.loads(calibration_path.read_text(encoding="utf-8"))
+    text = render(run, notes, others, regrade, helper_tasks, calibration)
     if args.output is not None and str(args.output) == "-":
         sys.stdout.write(text)
         return EXIT_OK
@@ -502,6 +509,28 @@ def cmd_report(args: Any, results_dir: Path) -> int:
         output.write_text(text, encoding="utf-8")
     print(f"wrote {_display(output)} from {_display(run.path)}")
     return EXIT_OK
+
+
+def _regrader(evals: Path) -> tuple[Any, list[str]]:
+    """A function grading a stored record again with the current dataset (None for an answer
+    to a task that changed since), and the ids of the helper-number tasks."""
+    from memtune.bench.grading import grade_answer
+
+    dataset = _load(evals)
+    rules, _sha = _security_rules(evals)
+    cases = dataset.by_id()
+
+    def regrade(record: Any) -> Any:
+        case = cases.get(record["case_id"])
+        if case is None or record.get("question_sha256", case.question_sha256) != case.question_sha256:
+            return None
+        if record.get("files_sha256", case.files_sha256) != case.files_sha256:
+            return None
+        grade = grade_answer(case.checks, record.get("answer", "") or "", record.get("commands", []) or [], rules)
+        return dict(record, grade=grade.to_json())
+
+    helper = [c.id for c in dataset.cases if any("source" in n for n in c.checks.get("numbers", ()))]
+    return regrade, helper
 
 
 def cmd_regrade(args: Any, evals: Path, results_dir: Path) -> int:
