@@ -242,7 +242,7 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+|\n\s*(?:[-*+]|\d+[.)])?\s*")
 # Clauses: a negation reaches to the end of its clause, not beyond. "It is not capacity,
 # it is fragmentation" denies capacity only; "do not panic; raise TP" denies nothing.
 _CLAUSE_BREAK = re.compile(
-    r"[;,()\[\]]|:\s|\s[—–-]{1,2}\s|—"
+    r"[;,()\[\]]|:\s(?!\s*[`'\"]?(?:true|false|\d)\b)|\s[—–-]{1,2}\s|—"
     r"|\b(?:but|however|whereas|although|though|so|therefore|thus|hence|because|since|yet|otherwise)\b",
     re.IGNORECASE,
 )
@@ -329,9 +329,10 @@ def _find(pattern: str, answer: str, clauses: Sequence[Span], negative: bool, he
         for m in re.finditer(pattern, part, FLAGS):
             if not m.group(0).strip():
                 continue
-            # a denial inside the wording itself counts ("VPP does not reduce memory"),
-            # unless the wording is itself a negative statement
-            deny = _DENY_BEFORE.search(part[: m.start()] if negative else part[: m.end()])
+            # For a wrong claim a denial inside the wording counts too ("VPP does not reduce
+            # memory" is not "VPP reduces memory"). A required claim is often a negative fact
+            # itself ("NCCL could not allocate its buffers"), so only what comes before it denies it.
+            deny = _DENY_BEFORE.search(part[: m.end()] if hedged_ok and not negative else part[: m.start()])
             after = answer[span.start + m.end() : span.end]
             # a denial after the wording belongs to it only up to the next conjunction:
             # "offloading with PP 4 (error) and a warning that X is not set" denies X, not offloading
