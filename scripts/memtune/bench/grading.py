@@ -305,7 +305,7 @@ def spans(text: str) -> list[Span]:
             cut = pos + brk.end()
         out.append(Span(cut, end, pos, question))
         pos = match.end() if match else len(text)
-    return [s for s in out if s.end > s.start]
+    return [s for s in out if text[s.start : s.end].strip()]
 
 
 @dataclass(frozen=True)
