@@ -64,6 +64,19 @@ class Dataset:
         return {c.id: c for c in self.cases}
 
 
+def is_helper_number_task(case: Case) -> bool:
+    """The answer needs a number a helper computes from the user's own input.
+
+    Either a ``numbers`` entry names its ``source`` (the helper command the tests re-run),
+    or the task's helper lands with another branch (``oracle.helper_from``) and the task
+    checks a size that helper prints: its source is re-checked once the helper is here."""
+    numbers = case.checks.get("numbers", ())
+    if any("source" in n for n in numbers):
+        return True
+    oracle = case.raw.get("oracle") or {}
+    return bool(oracle.get("helper_from")) and any("bytes" in n for n in numbers)
+
+
 def read_json(path: Path, what: str) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))

@@ -529,7 +529,9 @@ def _regrader(evals: Path) -> tuple[Any, list[str]]:
         grade = grade_answer(case.checks, record.get("answer", "") or "", record.get("commands", []) or [], rules)
         return dict(record, grade=grade.to_json())
 
-    helper = [c.id for c in dataset.cases if any("source" in n for n in c.checks.get("numbers", ()))]
+    from memtune.bench.dataset import is_helper_number_task
+
+    helper = [c.id for c in dataset.cases if is_helper_number_task(c)]
     return regrade, helper
 
 
