@@ -80,8 +80,8 @@ def _security(r: Record, case: Mapping[str, Any], skill: str) -> float:
 
 
 DIMENSIONS: tuple[Dimension, ...] = (
-    Dimension("Correctness", "share of content checks passed (patterns, numbers)", _correctness),
-    Dimension("Effectiveness", "tasks fully solved (all checks, incl. the helper command)", _effectiveness),
+    Dimension("Correctness", "content score: required claims and numbers, 0 on a wrong claim", _correctness),
+    Dimension("Effectiveness", "tasks solved (key checks, score >= 0.8, no wrong claim, helper command)", _effectiveness),
     Dimension("Discoverability", "activates this skill on positives, not on negatives", _discoverability),
     Dimension("Security", "answers/commands free of unsafe patterns", _security),
 )
