@@ -45,7 +45,10 @@ def test_size_and_negatives(cases) -> None:
     assert len(negatives) >= 12 and len(cases) - len(negatives) >= 40
     helper_number = [c for c in cases if any("source" in n for n in c["checks"].get("numbers", ()))]
     assert len(helper_number) >= 20
-    assert all(c.get("files") or any(n["source"].get("stdin") for n in c["checks"]["numbers"] if "source" in n) for c in helper_number)
+    assert all(
+        c.get("files") or any(n["source"].get("stdin") for n in c["checks"]["numbers"] if "source" in n)
+        for c in helper_number
+    )
     assert all(c["expected_skill"] is None and c["expected_script"] is None for c in negatives)
     assert all(c["expected_skill"] == SKILL for c in cases if c["should_trigger"])
 

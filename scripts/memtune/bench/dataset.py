@@ -192,7 +192,9 @@ def load_dataset(path: Path, schema_path: Path | None = None) -> Dataset:
         digest = hashlib.sha256()
         for name in obj.get("files", ()):
             if not (files_dir / name).is_file():
-                raise InputError(f"{path}: case {obj['id']!r} names file {name!r} but {files_dir / name} does not exist")
+                raise InputError(
+                    f"{path}: case {obj['id']!r} names file {name!r} but {files_dir / name} does not exist"
+                )
             digest.update(name.encode() + b"\0" + (files_dir / name).read_bytes() + b"\0")
         case = Case(
             id=obj["id"],

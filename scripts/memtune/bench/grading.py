@@ -237,8 +237,13 @@ class Span:
 
 
 # Sentences end at . ! ? followed by a space (so "2.84", "diagnose.py" and
-# "expandable_segments:True" stay whole), at line breaks and at list bullets.
-_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+|\n\s*(?:[-*+]|\d+[.)])?\s*")
+# "expandable_segments:True" stay whole), at blank lines, before a list item, heading or table
+# row, and at line breaks, except one inside wrapped prose (a word or comma, then a lower-case
+# word on the next line).
+_SENTENCE_END = re.compile(
+    r"(?<=[.!?])[\"')\]]*\s+|\n\s*\n\s*|\n\s*(?=[-*+]\s|\d+[.)]\s|#|\|)|\|\s*\n"
+    r"|(?<![A-Za-z,])\n\s*|\n\s*(?=[^a-z(`\s])"  # a line break inside wrapped prose joins two lines
+)
 # Clauses: a negation reaches to the end of its clause, not beyond. "It is not capacity,
 # it is fragmentation" denies capacity only; "do not panic; raise TP" denies nothing.
 _CLAUSE_BREAK = re.compile(
@@ -253,6 +258,7 @@ _DENY_BEFORE = re.compile(
     r"\b(?:not|no|never|none|nothing|neither|nor|without|cannot|avoid\w*|instead\s+of|rather\s+than|"
     r"refrain\w*|resist\w*|against|unnecessary|needless|myths?|misconceptions?|mistaken(?:ly)?|mistakes?|"
     r"barely|hardly|scarcely|marginally|negligibly|unlikely|doubt\w*|ruled?\s+out|rule\s+out|exclude[sd]?|"
+    r"(?:different|distinct|apart|separat\w*|distinguish\w*|tell\w*)\b[^.;]{0,40}\bfrom|"
     r"wrong(?:ly)?|false(?:ly)?|incorrect(?:ly)?|bogus|tempting|tempted|skip|stop|forget|ignore|"
     r"unlike)\b|\w+n[’']t\b",
     re.IGNORECASE,

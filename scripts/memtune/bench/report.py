@@ -81,7 +81,9 @@ def _security(r: Record, case: Mapping[str, Any], skill: str) -> float:
 
 DIMENSIONS: tuple[Dimension, ...] = (
     Dimension("Correctness", "content score: required claims and numbers, 0 on a wrong claim", _correctness),
-    Dimension("Effectiveness", "tasks solved (key checks, score >= 0.8, no wrong claim, helper command)", _effectiveness),
+    Dimension(
+        "Effectiveness", "tasks solved (key checks, score >= 0.8, no wrong claim, helper command)", _effectiveness
+    ),
     Dimension("Discoverability", "activates this skill on positives, not on negatives", _discoverability),
     Dimension("Security", "answers/commands free of unsafe patterns", _security),
 )
@@ -126,7 +128,9 @@ class Analysis:
         self.started_with = int(run.header["attempts"])
         self.scope = run.scope
         self.attempts = run.scope.attempts if run.scope else self.started_with
-        kept = [r for r in iter_sorted(run.results) if r["case_id"] in self.cases and int(r["attempt"]) <= self.attempts]
+        kept = [
+            r for r in iter_sorted(run.results) if r["case_id"] in self.cases and int(r["attempt"]) <= self.attempts
+        ]
         self.regraded = regrade is not None
         self.stale: list[str] = []
         if regrade is not None:
@@ -415,11 +419,18 @@ def render(
         w("This run fails because " + "; ".join(reasons) + ".")
     w("")
     if an.regraded:
+        old_grader = any("key" not in c for r in run.results for c in (r.get("grade") or {}).get("checks", []))
         w(
-            "Grades: every stored answer was re-graded for this report by the current claim grader "
-            "(`scripts/memtune/bench/grading.py`, claims in `evals/claims.yaml`); the raw file still holds the grades "
-            "it was recorded with, by the grader of that time (harness "
-            f"`{h.get('harness', 'n/a')}`), and is not altered."
+            (
+                "Grades: this run was graded when it was recorded by the old keyword grader (patterns, no claims or "
+                "negation). Every number below comes from re-grading its stored answers with the current claim grader "
+            )
+            if old_grader
+            else "Grades: every stored answer was re-graded for this report with the current claim grader "
+        )
+        out[-1] += (
+            "(`scripts/memtune/bench/grading.py`, claims in `evals/claims.yaml`); the raw file keeps the grades it "
+            "was recorded with and is not altered."
             + (
                 f" Left out because the task changed since it was answered: {', '.join(f'`{c}`' for c in an.stale)}."
                 if an.stale
@@ -589,9 +600,21 @@ def calibration_section(cal: Mapping[str, Any]) -> list[str]:
     ]
     for f in cal.get("floors", []):
         rows.append(
-            f"| {f['kind']} on {f['over']} | {f['bar']} | {float(f['value']):.3f} | {'yes' if f['ok'] else 'NO'} |"
+            f"| {f['kind']} on {f['over']} | {f['bar']} | {float(f['value']):.3f} | "
+            f"{'n/a' if f['bar'] == 'reported' else 'yes' if f['ok'] else 'NO'} |"
         )
+    rows += [
+        "",
+        "oracle+skill is reported, not a bar: SKILL.md pasted after the helper output states every alternative the "
+        'skill covers ("genuine capacity limit" beside the helper\'s "fragmentation"), and the grader reads that as '
+        "asserting the wrong one.",
+    ]
     skipped = cal.get("skipped", [])
     if skipped:
-        rows += ["", f"Oracle skipped on {len(skipped)} task(s): " + "; ".join(f"`{s['case_id']}` ({s['why']})" for s in skipped) + "."]
+        rows += [
+            "",
+            f"Oracle skipped on {len(skipped)} task(s): "
+            + "; ".join(f"`{s['case_id']}` ({s['why']})" for s in skipped)
+            + ".",
+        ]
     return rows

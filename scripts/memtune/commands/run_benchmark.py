@@ -235,10 +235,10 @@ def grade_command(**params: Any) -> int:
     help=(
         "Score scripted answers on every task: empty, the question echoed, SKILL.md pasted, and two "
         "oracles (the output of the helper the task names, run with the right arguments on the "
-        "task's own files; that output followed by SKILL.md). Floors: empty <= 0.05 and echo <= "
-        "0.15 on all tasks, SKILL.md <= 0.30 on positives; oracles >= 0.85 on positives. Exit 1 "
-        "when a floor or ceiling fails. A task whose helper is not in this checkout is skipped "
-        "with a note."
+        "task's own files; that output followed by SKILL.md). Bars: empty <= 0.05 and echo <= "
+        "0.15 on all tasks, SKILL.md <= 0.30 and the helper-output oracle >= 0.85 on positives; "
+        "the oracle followed by SKILL.md is reported beside them. Exit 1 when a bar fails. A task "
+        "whose helper is not in this checkout is skipped with a note."
     ),
     short_help="floors and oracle ceilings of the grader on the whole dataset",
 )
@@ -248,7 +248,9 @@ def grade_command(**params: Any) -> int:
     is_flag=True,
     help="also write evals/results/calibration.json, which BENCHMARK.md prints beside the uplift",
 )
-@option("--skill-dir", type=PATH, default=None, help="the skill whose SKILL.md and helpers are used (default: this package)")
+@option(
+    "--skill-dir", type=PATH, default=None, help="the skill whose SKILL.md and helpers are used (default: this package)"
+)
 def calibrate_command(**params: Any) -> int:
     args, evals, results_dir = _args(params)
     return cmd_calibrate(args, evals, results_dir)
@@ -671,7 +673,9 @@ def cmd_calibrate(args: Any, evals: Path, results_dir: Path) -> int:
                 cells.append(f"{result.mean(kind, over):.3f} ({n_ok}/{n})" if n else "n/a")
             print(f"  {kind:<13} {cells[0]:>16} {cells[1]:>16} {cells[2]:>16}")
         for floor in doc["floors"]:
-            print(f"  {'ok  ' if floor['ok'] else 'FAIL'} {floor['kind']} on {floor['over']} {floor['bar']}: {floor['value']:.3f}")
+            print(
+                f"  {'ok  ' if floor['ok'] else 'FAIL'} {floor['kind']} on {floor['over']} {floor['bar']}: {floor['value']:.3f}"
+            )
         for item in doc["skipped"]:
             print(f"  skipped oracle for {item['case_id']}: {item['why']}")
         if args.write:
