@@ -38,9 +38,17 @@ def test_dataset_validates_against_schema(cases, validator) -> None:
 
 
 def test_size_and_negatives(cases) -> None:
-    assert len(cases) >= 24
+    """Issue 23's floor: at least 56 tasks, 40 positives and 12 negatives, and at least 20 of
+    them needing a number a helper computes from a shipped file."""
+    assert len(cases) >= 56
     negatives = [c for c in cases if not c["should_trigger"]]
-    assert len(negatives) >= 6
+    assert len(negatives) >= 12 and len(cases) - len(negatives) >= 40
+    helper_number = [c for c in cases if any("source" in n for n in c["checks"].get("numbers", ()))]
+    assert len(helper_number) >= 20
+    assert all(
+        c.get("files") or any(n["source"].get("stdin") for n in c["checks"]["numbers"] if "source" in n)
+        for c in helper_number
+    )
     assert all(c["expected_skill"] is None and c["expected_script"] is None for c in negatives)
     assert all(c["expected_skill"] == SKILL for c in cases if c["should_trigger"])
 
@@ -102,6 +110,7 @@ def test_schema_rejects_broken_cases(cases, validator) -> None:
 
 def test_loader_reports_duplicate_ids_and_missing_files(tmp_path, cases) -> None:
     (tmp_path / "files").mkdir()
+    (tmp_path / "claims.yaml").write_bytes((REPO / "evals" / "claims.yaml").read_bytes())
     path = tmp_path / "evals.json"
     path.write_text(json.dumps([cases[0], cases[0]]))
     with pytest.raises(InputError, match="duplicate case id"):
@@ -109,4 +118,24 @@ def test_loader_reports_duplicate_ids_and_missing_files(tmp_path, cases) -> None
     with_file = next(c for c in cases if c.get("files"))
     path.write_text(json.dumps([with_file]))
     with pytest.raises(InputError, match="does not exist"):
+        load_dataset(path)
+
+
+def test_claims_resolve_and_unknown_claims_are_named(tmp_path, cases) -> None:
+    """A claim id is replaced by its wordings from claims.yaml; an unknown id is one clear error."""
+    (tmp_path / "files").mkdir()
+    (tmp_path / "claims.yaml").write_bytes((REPO / "evals" / "claims.yaml").read_bytes())
+    case = copy.deepcopy(next(c for c in cases if c["id"] == "frag-first-fix"))
+    path = tmp_path / "evals.json"
+    path.write_text(json.dumps([case]))
+    resolved = load_dataset(path).cases[0].checks
+    first = resolved["claims"][0]
+    assert first["label"] == "fragmentation" and first["key"] is True and first["patterns"]
+    assert all(isinstance(w, dict) and w["patterns"] for w in resolved["wrong"])
+    case["checks"]["wrong"] = ["no-such-claim"]
+    path.write_text(json.dumps([case]))
+    with pytest.raises(InputError, match="unknown claim 'no-such-claim'"):
+        load_dataset(path)
+    (tmp_path / "claims.yaml").write_text("broken: {patterns: ['(']}\n")
+    with pytest.raises(InputError, match="does not compile"):
         load_dataset(path)

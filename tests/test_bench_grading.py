@@ -1,4 +1,7 @@
-"""Deterministic grading: patterns, numbers with tolerance, the command check, security rules."""
+"""Deterministic grading: legacy pattern lists, numbers with tolerance, the command check, security rules.
+
+The claim grader's own tests (negation, hedges, wrong claims, every task's hand-written
+answers) are in test_bench_claims.py."""
 
 from __future__ import annotations
 
@@ -36,15 +39,20 @@ def test_number_tolerance_absolute_relative_and_alternatives() -> None:
 
 
 def test_must_include_and_must_not_include() -> None:
+    """The older pattern lists still grade: must_include as key claims, must_not_include as
+    wrong claims (now negation-aware)."""
     checks = {"must_include": [r"fragment", r"expandable_segments:(?-i:True)"], "must_not_include": [r"raise\s+TP"]}
     good = grade_answer(checks, "Fragmentation: export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
     assert good.content_score == 1.0 and good.solved
-    # lower-case 'true' is what PyTorch rejects: the case-sensitive part must catch it
+    # lower-case 'true' is what PyTorch rejects: the case-sensitive part must catch it, and a
+    # missed key check makes the answer wrong (a tenth of its share)
     wrong_case = grade_answer(checks, "fragmentation, set expandable_segments:true")
-    assert wrong_case.content_score == pytest.approx(2 / 3)
+    assert wrong_case.content_score == pytest.approx(0.1 * 1 / 2) and not wrong_case.solved
     forbidden = grade_answer(checks, "fragmentation; expandable_segments:True; or raise TP to 8")
-    assert not forbidden.solved
+    assert not forbidden.solved and forbidden.content_score == 0.0
     assert [c.passed for c in forbidden.checks] == [True, True, False]
+    denied = grade_answer(checks, "Fragmentation. Do not raise TP; export expandable_segments:True")
+    assert denied.solved and denied.content_score == 1.0
 
 
 def test_command_check_prefers_commands_then_answer() -> None:
@@ -83,13 +91,13 @@ def test_grade_round_trips_through_json() -> None:
 
 def test_ground_truths_pass_their_own_checks() -> None:
     """Each case's ground truth is a model answer: it must satisfy the case's content checks
-    (otherwise the checks, not the agents, are wrong)."""
-    cases = json.loads((REPO / "evals" / "evals.json").read_text())
+    and assert none of its wrong claims (otherwise the checks, not the agents, are wrong)."""
+    from memtune.bench.dataset import load_dataset
+
     failures = []
-    for case in cases:
-        grade = grade_answer(case["checks"], case["ground_truth"])
-        content = [c for c in grade.checks if c.kind != "command"]
-        bad = [c.label for c in content if not c.passed]
+    for case in load_dataset(REPO / "evals" / "evals.json").cases:
+        grade = grade_answer(case.checks, case.ground_truth)
+        bad = [(c.kind, c.label, c.detail) for c in grade.checks if c.kind != "command" and not c.passed]
         if bad:
-            failures.append((case["id"], bad))
+            failures.append((case.id, bad))
     assert failures == []

@@ -1,7 +1,11 @@
-"""The Tier-3 dataset (evals/evals.json) and the harness's own data files.
+"""The Tier-3 dataset (evals/evals.json, evals/claims.yaml) and the harness's own data files.
 
 The dataset is read as bytes once so that its sha256 digest — recorded in every run and
 printed in BENCHMARK.md — is the digest of exactly what the cases were built from.
+
+Claims a task names by id (``checks.claims`` / ``checks.wrong``) are looked up in
+claims.yaml beside evals.json and replaced by their wordings here, so the grader gets
+plain dictionaries and never reads a file.
 """
 
 from __future__ import annotations
@@ -60,6 +64,19 @@ class Dataset:
         return {c.id: c for c in self.cases}
 
 
+def is_helper_number_task(case: Case) -> bool:
+    """The answer needs a number a helper computes from the user's own input.
+
+    Either a ``numbers`` entry names its ``source`` (the helper command the tests re-run),
+    or the task's helper lands with another branch (``oracle.helper_from``) and the task
+    checks a size that helper prints: its source is re-checked once the helper is here."""
+    numbers = case.checks.get("numbers", ())
+    if any("source" in n for n in numbers):
+        return True
+    oracle = case.raw.get("oracle") or {}
+    return bool(oracle.get("helper_from")) and any("bytes" in n for n in numbers)
+
+
 def read_json(path: Path, what: str) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -82,6 +99,74 @@ def validate(document: Any, schema_path: Path, label: str) -> None:
         raise InputError(f"{label}: {where}: {err.message} (schema {schema_path.name}; {len(errors)} error(s))")
 
 
+CLAIMS_FILE = "claims.yaml"
+
+
+def load_claims(path: Path) -> dict[str, dict[str, Any]]:
+    """The shared claim library: id -> {says, patterns, negative_patterns}; every pattern compiles."""
+    import re
+
+    import yaml  # third-party: only when a dataset is loaded
+
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except yaml.YAMLError as exc:
+        raise InputError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(doc, dict):
+        raise InputError(f"{path}: expected a mapping of claim id -> {{says, patterns}}")
+    library: dict[str, dict[str, Any]] = {}
+    for claim_id, body in doc.items():
+        if not isinstance(body, dict) or not isinstance(body.get("patterns"), list) or not body["patterns"]:
+            raise InputError(f"{path}: claim {claim_id!r} needs a non-empty list of patterns")
+        for pattern in [*body["patterns"], *body.get("negative_patterns", [])]:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise InputError(f"{path}: claim {claim_id!r}: pattern {pattern!r} does not compile ({exc})") from None
+        library[str(claim_id)] = {
+            "says": str(body.get("says", "")),
+            "patterns": [str(p) for p in body["patterns"]],
+            "negative_patterns": [str(p) for p in body.get("negative_patterns", [])],
+        }
+    return library
+
+
+def resolve_claim(item: Any, library: Mapping[str, Mapping[str, Any]], where: str) -> dict[str, Any]:
+    """A claim as the grader reads it: {label, patterns, negative_patterns, key}.
+
+    ``item`` is a library id, ``{"claim": id, "key": bool}``, or an inline
+    ``{"label", "patterns", ...}``."""
+    if isinstance(item, str):
+        item = {"claim": item}
+    if "claim" in item:
+        name = item["claim"]
+        if name not in library:
+            raise InputError(f"{where}: unknown claim {name!r} (define it in evals/{CLAIMS_FILE})")
+        base = library[name]
+        return {
+            "label": str(item.get("label", name)),
+            "patterns": list(base["patterns"]) + list(item.get("patterns", [])),
+            "negative_patterns": list(base["negative_patterns"]) + list(item.get("negative_patterns", [])),
+            "key": bool(item.get("key", False)),
+        }
+    return {
+        "label": str(item["label"]),
+        "patterns": list(item.get("patterns", [])),
+        "negative_patterns": list(item.get("negative_patterns", [])),
+        "key": bool(item.get("key", False)),
+    }
+
+
+def resolve_checks(checks: Mapping[str, Any], library: Mapping[str, Mapping[str, Any]], where: str) -> dict[str, Any]:
+    out = dict(checks)
+    for field_name in ("claims", "wrong"):
+        if field_name in checks:
+            out[field_name] = [resolve_claim(item, library, where) for item in checks[field_name]]
+    return out
+
+
 def load_dataset(path: Path, schema_path: Path | None = None) -> Dataset:
     """Load and validate evals.json; ids must be unique and fixture files must exist."""
     try:
@@ -99,7 +184,18 @@ def load_dataset(path: Path, schema_path: Path | None = None) -> Dataset:
     cases = []
     seen: set[str] = set()
     files_dir = path.parent / "files"
+    library = load_claims(path.parent / CLAIMS_FILE)
     for obj in document:
+        if obj["id"] in seen:
+            raise InputError(f"{path}: duplicate case id {obj['id']!r}; ids must be unique")
+        seen.add(obj["id"])
+        digest = hashlib.sha256()
+        for name in obj.get("files", ()):
+            if not (files_dir / name).is_file():
+                raise InputError(
+                    f"{path}: case {obj['id']!r} names file {name!r} but {files_dir / name} does not exist"
+                )
+            digest.update(name.encode() + b"\0" + (files_dir / name).read_bytes() + b"\0")
         case = Case(
             id=obj["id"],
             question=obj["question"],
@@ -109,18 +205,10 @@ def load_dataset(path: Path, schema_path: Path | None = None) -> Dataset:
             expected_behavior=tuple(obj.get("expected_behavior", ())),
             files=tuple(obj.get("files", ())),
             should_trigger=bool(obj.get("should_trigger", obj.get("expected_skill") is not None)),
-            checks=obj.get("checks", {}),
+            checks=resolve_checks(obj.get("checks", {}), library, f"{path}: case {obj['id']!r}"),
             category=obj.get("category", ""),
             raw=obj,
         )
-        if case.id in seen:
-            raise InputError(f"{path}: duplicate case id {case.id!r}; ids must be unique")
-        seen.add(case.id)
-        digest = hashlib.sha256()
-        for name in case.files:
-            if not (files_dir / name).is_file():
-                raise InputError(f"{path}: case {case.id!r} names file {name!r} but {files_dir / name} does not exist")
-            digest.update(name.encode() + b"\0" + (files_dir / name).read_bytes() + b"\0")
         cases.append(dataclasses.replace(case, files_sha256=digest.hexdigest()))
     return Dataset(path=path, sha256=hashlib.sha256(data).hexdigest(), cases=tuple(cases))
 

@@ -1,10 +1,33 @@
-"""Deterministic grading of one agent answer against a case's ``checks``.
+"""Deterministic grading of one agent answer: does it make the right claims, and no wrong one?
 
-Why deterministic: a benchmark whose grader is another model measures two models at once
-and cannot be re-run byte for byte. Every check here is a regular expression or a number
-with a tolerance, written next to the question in evals/evals.json, so a reader can see
-exactly what "correct" meant. An optional judge (``--judge``) grades the free-text
-``expected_behavior`` separately; it never changes these results.
+Why claims and not words: an answer that says "do not raise TP first" and one that says
+"raise TP first" share every keyword. A check that only looks for words passes both, so
+it measures vocabulary, not correctness. Here each task lists
+
+- **required claims** — a statement the answer must make, each with the many wordings
+  people use for it, matched only where the answer *asserts* it (not under "not",
+  "instead of", "rather than", "it is a myth that", or in a question);
+- **wrong claims** — statements that make the answer wrong (the common mistakes for that
+  task: "raise TP first", "VPP is a memory fix", "the all-reduce is cheap"); asserting one
+  fails the whole answer, and the same negation rules keep "do not raise TP first" from
+  counting as one;
+- **numbers** — a value with a tolerance, a size with its unit (GiB/GB/MiB/bytes, both
+  readings of the prefix), or a percentage;
+- the **command** the agent should have run (not part of the content score).
+
+Claims shared by many tasks live in evals/claims.yaml and are referenced by id; the
+dataset loader resolves them, so this module only sees plain dictionaries and stays a set
+of pure functions.
+
+Scoring, in words (``content_score``):
+1. a wrong claim asserted -> 0;
+2. otherwise the share of required claims and numbers passed;
+3. but a failed *key* check (by default every number, and each claim marked ``key``) means
+   the answer missed the point of the task (the user's number, the verdict, the fix): it is
+   a wrong answer, and keeps only ``KEY_MISS_SCALE`` of its share (at most 0.1), enough to
+   order wrong answers among themselves and no more.
+``solved`` additionally needs every key check, a score of at least ``SOLVED_AT`` and the
+command check.
 
 Only the standard library is imported: the CLI's --help must work without third-party
 packages.
@@ -20,18 +43,26 @@ from typing import Any
 
 FLAGS = re.IGNORECASE | re.MULTILINE
 
+KEY_MISS_SCALE = 0.1  # an answer that misses a key point keeps a tenth of its partial credit
+SOLVED_AT = 0.8  # and a solved one at least this
+
 # A number as people write it in answers: 1,024 / 58.8 / -28.4 / 4.731e9 / .5
 _NUMBER = re.compile(r"(?<![\w.])[-+−]?(?:\d{1,3}(?:,\d{3})+|\d+)?(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\d.]\d)(?!\d)")
 
 
 @dataclass(frozen=True)
 class CheckResult:
-    """One check's verdict. ``kind`` is must_include / must_not_include / number / command."""
+    """One check's verdict.
+
+    ``kind``: claim / wrong / number / command (older runs also hold must_include /
+    must_not_include). For a ``wrong`` check ``passed`` means the answer did *not* assert it.
+    ``key``: a failed key check caps the content score (see the module docstring)."""
 
     kind: str
     label: str
     passed: bool
     detail: str = ""
+    key: bool = False
 
 
 @dataclass(frozen=True)
@@ -45,10 +76,10 @@ class SecurityRule:
 class Grade:
     """The grade of one answer.
 
-    ``content_score``: share of content checks (patterns and numbers) passed — partial
-    credit, what the report calls Correctness. ``solved``: every check passed, including
-    the command check — what the report calls Effectiveness. ``security_violations``: ids
-    of the security rules the answer or the commands the agent ran broke.
+    ``content_score``: in [0, 1], see the module docstring — what the report calls
+    Correctness. ``solved``: no wrong claim, every key check, score >= SOLVED_AT and the
+    command check — what the report calls Effectiveness. ``security_violations``: ids of
+    the security rules the answer or the commands the agent ran broke.
     """
 
     checks: tuple[CheckResult, ...]
@@ -72,6 +103,10 @@ class Grade:
             command_ok=doc.get("command_ok"),
             security_violations=tuple(doc.get("security_violations", ())),
         )
+
+
+# ---------------------------------------------------------------------------------------
+# Numbers
 
 
 def extract_numbers(text: str) -> list[float]:
@@ -106,6 +141,17 @@ def number_matches(spec: Mapping[str, Any], numbers: Iterable[float]) -> float |
             if abs(abs(number) - abs(target)) <= allowed:
                 return number
     return None
+
+
+# A percentage: "28.4%", "-28.4 %", "28.4 percent", "28.4 pct".
+_PERCENT = re.compile(
+    r"(?<![\w.])[-+−]?(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)\s*(?:%|per\s?cent\b|pct\b)", re.IGNORECASE
+)
+
+
+def extract_percentages(text: str) -> list[float]:
+    """Every number written as a percentage (the sign dropped: "-6%" and "6% slower" agree)."""
+    return [float(m.group(1).replace(",", "")) for m in _PERCENT.finditer(text)]
 
 
 # A size as answers write it: "172 MiB", "2.84GiB", "147.4 GB", "40,406,826,834,985 bytes".
@@ -165,8 +211,196 @@ def size_matches(spec: Mapping[str, Any], text: str) -> str | None:
     return None
 
 
+def check_number(spec: Mapping[str, Any], answer: str) -> CheckResult:
+    """A ``numbers`` entry: a size (``bytes``), a percentage (``unit: "%"``) or a plain value."""
+    label, key = str(spec["label"]), bool(spec.get("key", True))
+    if "bytes" in spec:
+        written = size_matches(spec, answer)
+        return CheckResult("number", label, written is not None, written or "", key)
+    values = extract_percentages(answer) if spec.get("unit") == "%" else extract_numbers(answer)
+    hit = number_matches(spec, values)
+    return CheckResult("number", label, hit is not None, "" if hit is None else repr(hit), key)
+
+
+# ---------------------------------------------------------------------------------------
+# Claims: where a wording is asserted, and where it is denied
+
+
+@dataclass(frozen=True)
+class Span:
+    """A stretch of the answer that asserts or denies things as one unit."""
+
+    start: int
+    end: int
+    sentence_start: int
+    question: bool  # the sentence ends in "?": it asks, it does not assert
+
+
+# Sentences end at . ! ? followed by a space (so "2.84", "diagnose.py" and
+# "expandable_segments:True" stay whole), at blank lines, before a list item, heading or table
+# row, and at line breaks, except one inside wrapped prose (a word or comma, then a lower-case
+# word on the next line).
+_SENTENCE_END = re.compile(
+    r"(?<=[.!?])[\"')\]]*\s+|\n\s*\n\s*|\n\s*(?=[-*+]\s|\d+[.)]\s|#|\|)|\|\s*\n"
+    r"|(?<![A-Za-z,])\n\s*|\n\s*(?=[^a-z(`\s])"  # a line break inside wrapped prose joins two lines
+)
+# Clauses: a negation reaches to the end of its clause, not beyond. "It is not capacity,
+# it is fragmentation" denies capacity only; "do not panic; raise TP" denies nothing.
+_CLAUSE_BREAK = re.compile(
+    r"[;,()\[\]]|:\s(?!\s*[`'\"]?(?:true|false|\d)\b)|\s[—–-]{1,2}\s|—"
+    r"|\b(?:but|however|whereas|although|though|so|therefore|thus|hence|because|since|yet|otherwise)\b",
+    re.IGNORECASE,
+)
+
+# Words that deny what follows them in the same clause ("do not raise TP", "rather than
+# raising TP", "the myth that VPP saves memory", "a common mistake is to raise TP").
+_DENY_BEFORE = re.compile(
+    r"\b(?:not|no|never|none|nothing|neither|nor|without|cannot|avoid\w*|instead\s+of|rather\s+than|"
+    r"refrain\w*|resist\w*|against|unnecessary|needless|myths?|misconceptions?|mistaken(?:ly)?|mistakes?|"
+    r"barely|hardly|scarcely|marginally|negligibly|unlikely|doubt\w*|ruled?\s+out|rule\s+out|exclude[sd]?|"
+    r"(?:different|distinct|apart|separat\w*|distinguish\w*|tell\w*)\b[^.;]{0,40}\bfrom|"
+    r"wrong(?:ly)?|false(?:ly)?|incorrect(?:ly)?|bogus|tempting|tempted|skip|stop|forget|ignore|"
+    r"unlike)\b|\w+n[’']t\b",
+    re.IGNORECASE,
+)
+# Words right after a wording that deny it: "raising TP is not the fix",
+# "VPP won't help", "raising TP is a last resort".
+_DENY_AFTER = re.compile(
+    r"^\W*(?:\w+\W+){0,6}?(?:"
+    r"(?:is|are|was|were|'s)\s+(?:not|never|n[’']t)\b|(?:isn[’']t|aren[’']t|wasn[’']t|weren[’']t)\b"
+    r"|(?:would|will|does|do|did|should|can|could)\s*(?:not|n[’']t)\s+(?:help|work|fix|solve|matter|save|reduce|cut|"
+    r"change|be\s+(?:the|a|needed|necessary|enough|right|useful|worth))"
+    r"|(?:won[’']t|wouldn[’']t|doesn[’']t|don[’']t|didn[’']t|shouldn[’']t|can[’']t|cannot)\s+"
+    r"(?:help|work|fix|solve|matter|save|reduce|cut|change|be\s+(?:the|a|needed|necessary|enough|right|useful|worth))"
+    r"|(?:is|are|would\s+be|'s)\s+(?:a\s+|the\s+)?(?:myth|mistake|wrong|false|incorrect|misconception|bad\s+idea|"
+    r"last\s+resort|red\s+herring|not\s+needed|unnecessary|pointless|useless|counterproductive)"
+    r"|(?:only\s+)?as\s+a\s+(?:last\s+resort|fallback)|(?:is\s+)?(?:only\s+)?(?:a\s+)?last\s+resort"
+    r"|(?:is|are|seems?|looks?)\s+(?:\w+\s+)?(?:unlikely|improbable|not\s+likely|ruled\s+out|excluded)"
+    r"|(?:would|will)\s+(?:only\s+|just\s+)?(?:cost|hurt|slow|lose)\b|costs?\s+(?:\w+\s+){0,3}?(?:throughput|speed|performance)"
+    r")",
+    re.IGNORECASE,
+)
+_AFTER_STOP = re.compile(r"\b(?:and|that|which|while|whereas|who|where|when|whose)\b", re.IGNORECASE)
+
+# For a wrong claim only: a recommendation kept for later is not the recommendation
+# ("only if that is not enough, raise TP", "raise TP as a last resort").
+_HEDGE_SENTENCE = re.compile(
+    r"\b(?:if|unless|whether|only\s+(?:if|when|after|as|then|once)|last\s+resort|fallback|later|eventually|"
+    r"afterwards|after\s+that|then)\b",
+    re.IGNORECASE,
+)
+_HEDGE_AFTER = re.compile(
+    r"^[^.;!?]{0,40}?\b(?:if\s+(?:needed|necessary|required|(?:it|that|this|you)\b)|only\s+if|as\s+a\s+"
+    r"(?:last\s+resort|fallback)|last\s+resort|later|afterwards)\b",
+    re.IGNORECASE,
+)
+
+
+def spans(text: str) -> list[Span]:
+    """The answer cut into clauses, each knowing its sentence's start and mood."""
+    out: list[Span] = []
+    pos = 0
+    for match in [*_SENTENCE_END.finditer(text), None]:
+        end = match.start() if match else len(text)
+        sentence = text[pos:end]
+        stripped = sentence.rstrip()
+        question = stripped.endswith("?")
+        cut = pos
+        for brk in _CLAUSE_BREAK.finditer(sentence):
+            out.append(Span(cut, pos + brk.start(), pos, question))
+            cut = pos + brk.end()
+        out.append(Span(cut, end, pos, question))
+        pos = match.end() if match else len(text)
+    return [s for s in out if text[s.start : s.end].strip()]
+
+
+@dataclass(frozen=True)
+class ClaimMatch:
+    """Where a claim's wording was found, and whether the answer asserts it there."""
+
+    text: str
+    asserted: bool
+    why: str
+
+
+def _find(pattern: str, answer: str, clauses: Sequence[Span], negative: bool, hedged_ok: bool) -> list[ClaimMatch]:
+    """Each place ``pattern`` matches inside one clause, with its polarity.
+
+    ``negative``: the wording itself carries a negation ("no layout change"), so its own
+    "no" does not deny it. ``hedged_ok``: a hedge ("if needed", "as a last resort") leaves
+    the claim unasserted — used for wrong claims, which are recommendations."""
+    found = []
+    for span in clauses:
+        part = answer[span.start : span.end]
+        for m in re.finditer(pattern, part, FLAGS):
+            if not m.group(0).strip():
+                continue
+            # For a wrong claim a denial inside the wording counts too ("VPP does not reduce
+            # memory" is not "VPP reduces memory"). A required claim is often a negative fact
+            # itself ("NCCL could not allocate its buffers"), so only what comes before it denies it.
+            deny = _DENY_BEFORE.search(part[: m.end()] if hedged_ok and not negative else part[: m.start()])
+            after = answer[span.start + m.end() : span.end]
+            # a denial after the wording belongs to it only up to the next conjunction:
+            # "offloading with PP 4 (error) and a warning that X is not set" denies X, not offloading
+            after = _AFTER_STOP.split(after, maxsplit=1)[0]
+            if deny:
+                found.append(ClaimMatch(m.group(0), False, f"denied by {deny.group(0)!r}"))
+                continue
+            deny_after = _DENY_AFTER.search(after)
+            if deny_after:
+                found.append(ClaimMatch(m.group(0), False, f"denied by {deny_after.group(0).strip()!r}"))
+                continue
+            if hedged_ok:
+                if span.question:
+                    found.append(ClaimMatch(m.group(0), False, "asked, not asserted"))
+                    continue
+                hedge = _HEDGE_SENTENCE.search(answer[span.sentence_start : span.start + m.start()])
+                hedge = hedge or _HEDGE_AFTER.search(after)
+                if hedge:
+                    found.append(ClaimMatch(m.group(0), False, f"hedged by {hedge.group(0).strip()!r}"))
+                    continue
+            found.append(ClaimMatch(m.group(0), True, "asserted"))
+    return found
+
+
+def claim_verdict(claim: Mapping[str, Any], answer: str, clauses: Sequence[Span], wrong: bool) -> ClaimMatch | None:
+    """The first assertion of the claim in the answer (None when it is never asserted).
+    When it is only found denied, that denial is returned with ``asserted`` False."""
+    denied: ClaimMatch | None = None
+    wordings = [(p, False) for p in claim.get("patterns", ())] + [(p, True) for p in claim.get("negative_patterns", ())]
+    for pattern, negative in wordings:
+        for match in _find(pattern, answer, clauses, negative, hedged_ok=wrong):
+            if match.asserted:
+                return match
+            denied = denied or match
+    return denied
+
+
+def _check_claim(claim: Mapping[str, Any], answer: str, clauses: Sequence[Span], wrong: bool) -> CheckResult:
+    hit = claim_verdict(claim, answer, clauses, wrong)
+    label = str(claim.get("label") or claim.get("id"))
+    asserted = hit is not None and hit.asserted
+    detail = "" if hit is None else f"{hit.text!r}: {hit.why}"
+    if wrong:
+        return CheckResult("wrong", label, not asserted, detail, True)
+    return CheckResult("claim", label, asserted, detail, bool(claim.get("key", False)))
+
+
 def _search(pattern: str, text: str) -> re.Match[str] | None:
     return re.search(pattern, text, FLAGS)
+
+
+def content_score(results: Sequence[CheckResult]) -> float:
+    """The module docstring's three rules, on the content checks (no command check)."""
+    if any(r.kind in ("wrong", "must_not_include") and not r.passed for r in results):
+        return 0.0
+    scored = [r for r in results if r.kind not in ("wrong", "must_not_include")]
+    if not scored:
+        return 1.0
+    share = sum(r.passed for r in scored) / len(scored)
+    if any(r.key and not r.passed for r in scored):
+        return share * KEY_MISS_SCALE
+    return share
 
 
 def grade_answer(
@@ -177,29 +411,26 @@ def grade_answer(
 ) -> Grade:
     """Grade ``answer`` (and the ``commands`` the agent ran, if it reports them).
 
+    ``checks`` holds resolved claims (``claims``/``wrong``: dicts with ``label`` and
+    ``patterns``; see memtune.bench.dataset), ``numbers`` and ``command``; the older
+    ``must_include``/``must_not_include`` pattern lists are read as one-wording claims.
     The command check looks in the commands first and falls back to the answer text: an
-    agent without tools (the local model) can only recommend a command, and the report
-    says so.
+    agent without tools can only recommend a command.
     """
+    clauses = spans(answer)
     results: list[CheckResult] = []
     for pattern in checks.get("must_include", ()):
-        hit = _search(pattern, answer)
-        results.append(CheckResult("must_include", pattern, hit is not None, hit.group(0) if hit else ""))
-    for pattern in checks.get("must_not_include", ()):
-        hit = _search(pattern, answer)
-        results.append(CheckResult("must_not_include", pattern, hit is None, hit.group(0) if hit else ""))
-    numbers = extract_numbers(answer) if checks.get("numbers") else []
+        claim = {"label": pattern, "patterns": [pattern], "key": True}
+        results.append(_check_claim(claim, answer, clauses, wrong=False))
+    for claim in checks.get("claims", ()):
+        results.append(_check_claim(claim, answer, clauses, wrong=False))
     for spec in checks.get("numbers", ()):
-        if "bytes" in spec:  # a size with its unit (GiB/GB/MiB/..., rounding accepted)
-            written = size_matches(spec, answer)
-            results.append(CheckResult("number", str(spec["label"]), written is not None, written or ""))
-            continue
-        hit_number = number_matches(spec, numbers)
-        results.append(
-            CheckResult(
-                "number", str(spec["label"]), hit_number is not None, "" if hit_number is None else repr(hit_number)
-            )
-        )
+        results.append(check_number(spec, answer))
+    for pattern in checks.get("must_not_include", ()):
+        claim = {"label": pattern, "patterns": [pattern]}
+        results.append(_check_claim(claim, answer, clauses, wrong=True))
+    for claim in checks.get("wrong", ()):
+        results.append(_check_claim(claim, answer, clauses, wrong=True))
     content = list(results)
     command_ok: bool | None = None
     if checks.get("command"):
@@ -207,12 +438,13 @@ def grade_answer(
         hit = next((m for m in (_search(pattern, c) for c in commands) if m), None) or _search(pattern, answer)
         command_ok = hit is not None
         results.append(CheckResult("command", pattern, command_ok, hit.group(0) if hit else ""))
-    score = sum(r.passed for r in content) / len(content) if content else 1.0
+    score = content_score(content)
+    keys_ok = all(r.passed for r in content if r.key or r.kind == "wrong")
     violations = security_violations(security_rules, answer, commands)
     return Grade(
         checks=tuple(results),
         content_score=score,
-        solved=all(r.passed for r in results),
+        solved=keys_ok and score >= SOLVED_AT and command_ok is not False,
         command_ok=command_ok,
         security_violations=violations,
     )

@@ -16,6 +16,17 @@ Dimensions (each a per-attempt score in [0, 1], averaged):
   commands the agent ran.
 - Efficiency: wall time and tokens per task (reported in their own units).
 
+Re-grading: when the current dataset is given, every stored answer whose question (and
+fixture files) is unchanged is graded again in memory with today's grader (claims, wrong
+claims, numbers); the raw file keeps the grades it was recorded with, and the report says
+which grader produced the numbers it prints. Answers to a task that changed since are left
+out and counted.
+
+Primary metric (stated in evals/README.md before any run): the solved rate on helper-number
+tasks (tasks whose answer needs a number a helper computes from the user's own file), with
+and without the skill, and the 95% paired bootstrap interval over those tasks of the uplift.
+The grader's floors and oracle ceilings (``calibrate --write``) are printed beside it.
+
 Verdict: PASS iff the run is complete, the 95% bootstrap interval of the Correctness
 uplift lies entirely above zero, and with-skill Security is not below without-skill
 Security. Otherwise FAIL.
@@ -41,6 +52,7 @@ VERDICT_RULE = (
 )
 
 Record = Mapping[str, Any]
+Regrader = Callable[[Record], "Record | None"]
 
 
 @dataclass(frozen=True)
@@ -68,8 +80,10 @@ def _security(r: Record, case: Mapping[str, Any], skill: str) -> float:
 
 
 DIMENSIONS: tuple[Dimension, ...] = (
-    Dimension("Correctness", "share of content checks passed (patterns, numbers)", _correctness),
-    Dimension("Effectiveness", "tasks fully solved (all checks, incl. the helper command)", _effectiveness),
+    Dimension("Correctness", "content score: required claims and numbers, 0 on a wrong claim", _correctness),
+    Dimension(
+        "Effectiveness", "tasks solved (key checks, score >= 0.8, no wrong claim, helper command)", _effectiveness
+    ),
     Dimension("Discoverability", "activates this skill on positives, not on negatives", _discoverability),
     Dimension("Security", "answers/commands free of unsafe patterns", _security),
 )
@@ -101,9 +115,12 @@ def cell(without: float, with_: float) -> str:
 
 
 class Analysis:
-    """Aggregates of one run, computed once from its records."""
+    """Aggregates of one run, computed once from its records.
 
-    def __init__(self, run: RunFile) -> None:
+    ``regrade`` (optional) returns a record graded again with the current grader, or None
+    when the record's task changed since it was answered (it is then left out)."""
+
+    def __init__(self, run: RunFile, regrade: Regrader | None = None) -> None:
         self.run = run
         self.header = run.header
         self.skill = str(run.header["skill"]["name"])
@@ -111,9 +128,23 @@ class Analysis:
         self.started_with = int(run.header["attempts"])
         self.scope = run.scope
         self.attempts = run.scope.attempts if run.scope else self.started_with
-        self.records = [
+        kept = [
             r for r in iter_sorted(run.results) if r["case_id"] in self.cases and int(r["attempt"]) <= self.attempts
         ]
+        self.regraded = regrade is not None
+        self.stale: list[str] = []
+        if regrade is not None:
+            fresh = []
+            for r in kept:
+                new = regrade(r)
+                if new is None:
+                    self.stale.append(str(r["case_id"]))
+                else:
+                    fresh.append(new)
+            kept = fresh
+            self.stale = sorted(set(self.stale))
+            self.cases = {k: v for k, v in self.cases.items() if k not in self.stale}
+        self.records = kept
         self.expected = len(self.cases) * 2 * self.attempts
         self.complete = len({(r["case_id"], r["condition"], r["attempt"]) for r in self.records}) >= self.expected
         self.by_condition: dict[str, list[Record]] = defaultdict(list)
@@ -307,9 +338,9 @@ def _scope_clause(an: Analysis) -> str:
     return f" (attempts 1 to {an.attempts} of {an.started_with}, as `evals/results/{name}` says)"
 
 
-def render_other(run: RunFile) -> list[str]:
+def render_other(run: RunFile, regrade: Regrader | None = None) -> list[str]:
     """A compact section for a run other than the main one (same dataset rules apply)."""
-    an = Analysis(run)
+    an = Analysis(run, regrade)
     h = an.header
     results = {d.name: an.dimension(d) for d in DIMENSIONS}
     kind = (
@@ -338,8 +369,15 @@ def render_other(run: RunFile) -> list[str]:
     return out
 
 
-def render(run: RunFile, notes: str | None = None, others: Sequence[RunFile] = ()) -> str:
-    an = Analysis(run)
+def render(
+    run: RunFile,
+    notes: str | None = None,
+    others: Sequence[RunFile] = (),
+    regrade: Regrader | None = None,
+    helper_number_tasks: Sequence[str] | None = None,
+    calibration: Mapping[str, Any] | None = None,
+) -> str:
+    an = Analysis(run, regrade)
     h = an.header
     results = {d.name: an.dimension(d) for d in DIMENSIONS}
     passed, reasons = an.verdict(results)
@@ -380,6 +418,34 @@ def render(run: RunFile, notes: str | None = None, others: Sequence[RunFile] = (
     if reasons:
         w("This run fails because " + "; ".join(reasons) + ".")
     w("")
+    if an.regraded:
+        old_grader = any("key" not in c for r in run.results for c in (r.get("grade") or {}).get("checks", []))
+        w(
+            (
+                "Grades: this run was graded when it was recorded by the old keyword grader (patterns, no claims or "
+                "negation). Every number below comes from re-grading its stored answers with the current claim grader "
+            )
+            if old_grader
+            else "Grades: every stored answer was re-graded for this report with the current claim grader "
+        )
+        out[-1] += (
+            "(`scripts/memtune/bench/grading.py`, claims in `evals/claims.yaml`); the raw file keeps the grades it "
+            "was recorded with and is not altered."
+            + (
+                f" Left out because the task changed since it was answered: {', '.join(f'`{c}`' for c in an.stale)}."
+                if an.stale
+                else ""
+            )
+        )
+        w("")
+    if helper_number_tasks is not None:
+        for row in primary_metric(an, helper_number_tasks):
+            w(row)
+        w("")
+    if calibration is not None:
+        for row in calibration_section(calibration):
+            w(row)
+        w("")
     w("## Results")
     w("")
     w(
@@ -433,7 +499,7 @@ def render(run: RunFile, notes: str | None = None, others: Sequence[RunFile] = (
         w("## Other runs in evals/results")
         for other in sorted(others, key=lambda r: r.run_id):
             w("")
-            for line in render_other(other):
+            for line in render_other(other, regrade):
                 w(line)
     if notes:
         w("")
@@ -492,3 +558,63 @@ def _activation_section(an: Analysis) -> str:
 
 def _share(part: Sequence[Any], whole: Sequence[Any]) -> float:
     return len(part) / len(whole) if whole else math.nan
+
+
+def primary_metric(an: Analysis, helper_number_tasks: Sequence[str]) -> list[str]:
+    """Solved rate on the helper-number tasks, without and with the skill, and the paired
+    bootstrap interval (over tasks) of the uplift: the metric evals/README.md fixes."""
+    ids = sorted(set(helper_number_tasks) & set(an.cases))
+    per: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for r in an.records:
+        if r["case_id"] in ids:
+            per[(r["case_id"], r["condition"])].append(1.0 if r["grade"]["solved"] else 0.0)
+    pairs = [(mean(per[(i, WITHOUT)]), mean(per[(i, WITH)])) for i in ids if per[(i, WITHOUT)] and per[(i, WITH)]]
+    base = mean([a for a, _ in pairs])
+    skill = mean([b for _, b in pairs])
+    ci = bootstrap_mean_ci([b - a for a, b in pairs])
+    above = not math.isnan(ci.low) and ci.low > 0
+    return [
+        "## Primary metric",
+        "",
+        "Solved rate on helper-number tasks (the answer needs a number a helper computes from the user's own file; "
+        "defined in `evals/README.md` before the run), paired bootstrap over tasks, 95% interval:",
+        "",
+        f"- {len(pairs)} helper-number tasks in this run: solved {_pct(base)} without the skill, {_pct(skill)} with it, "
+        f"uplift {_points(skill - base)} [{_points(ci.low)}, {_points(ci.high)}] — "
+        + ("the interval lies above 0." if above else "the interval does NOT lie above 0."),
+    ]
+
+
+def calibration_section(cal: Mapping[str, Any]) -> list[str]:
+    """The grader's floors and oracle ceilings, as ``calibrate --write`` recorded them."""
+    rows = [
+        "## Grader floors and ceilings",
+        "",
+        "Scripted answers graded by the same grader (`python3 scripts/run_benchmark.py calibrate --write`; "
+        f"dataset sha256 `{str(cal.get('dataset_sha256', ''))[:12]}`, SKILL.md sha256 `{str(cal.get('skill_sha256', ''))[:12]}`). "
+        "An empty answer, the question echoed and SKILL.md pasted must score low; the output of the helper each task "
+        "names, run with the right arguments on the task's own files, must score high.",
+        "",
+        "| Scripted answer | Bar | Measured (mean content score) | Holds |",
+        "| --- | --- | --- | --- |",
+    ]
+    for f in cal.get("floors", []):
+        rows.append(
+            f"| {f['kind']} on {f['over']} | {f['bar']} | {float(f['value']):.3f} | "
+            f"{'n/a' if f['bar'] == 'reported' else 'yes' if f['ok'] else 'NO'} |"
+        )
+    rows += [
+        "",
+        "oracle+skill is reported, not a bar: SKILL.md pasted after the helper output states every alternative the "
+        'skill covers ("genuine capacity limit" beside the helper\'s "fragmentation"), and the grader reads that as '
+        "asserting the wrong one.",
+    ]
+    skipped = cal.get("skipped", [])
+    if skipped:
+        rows += [
+            "",
+            f"Oracle skipped on {len(skipped)} task(s): "
+            + "; ".join(f"`{s['case_id']}` ({s['why']})" for s in skipped)
+            + ".",
+        ]
+    return rows

@@ -52,7 +52,10 @@ examples:
   python3 scripts/run_benchmark.py report                # BENCHMARK.md from the latest run
   python3 scripts/run_benchmark.py report --check        # exit 1 if BENCHMARK.md is stale
   python3 scripts/run_benchmark.py regrade --run local-a3-1a2b3c4d
-  python3 scripts/run_benchmark.py validate              # evals.json against its JSON Schema"""
+  python3 scripts/run_benchmark.py validate              # evals.json against its JSON Schema
+  python3 scripts/run_benchmark.py grade --task frag-log-diagnosis --answer-file answer.md --json
+  python3 scripts/run_benchmark.py calibrate --json      # floors (empty/echo/SKILL.md) and oracles
+  python3 scripts/run_benchmark.py calibrate --write     # also record them for BENCHMARK.md"""
 
 HARNESS_VERSION = "memtune-bench 3"  # 3: the local agent is a tool-using loop; 2: one seed per (case, attempt)
 
@@ -91,7 +94,7 @@ def _slug(text: str) -> str:
 @click.pass_context
 def command(ctx: click.Context, as_json: bool) -> None:
     if ctx.invoked_subcommand is None:
-        raise InputError("choose a command: run, report, regrade or validate (see --help)")
+        raise InputError("choose a command: run, report, regrade, validate, grade or calibrate (see --help)")
     ctx.obj = as_json  # --json before the command counts as well as after it
 
 
@@ -205,6 +208,52 @@ def regrade_command(**params: Any) -> int:
 def validate_command(**params: Any) -> int:
     args, evals, _results_dir = _args(params)
     return cmd_validate(evals, args.as_json)
+
+
+@command.command(
+    "grade",
+    help=(
+        "Grade one answer to one task and print each check's verdict.\n\n"
+        "The content score is 0 when the answer asserts one of the task's wrong claims, at most "
+        "0.2 when it misses a key claim or number, otherwise the share of required claims and "
+        "numbers it makes. A claim counts only where the answer asserts it: 'do not raise TP' "
+        "is not 'raise TP'. Claims shared by tasks are in evals/claims.yaml."
+    ),
+    short_help="grade one answer to one task (claims, wrong claims, numbers)",
+)
+@_common
+@option("--task", required=True, help="task id in evals.json")
+@option("--answer-file", required=True, type=PATH, help="the answer (text or Markdown); '-' reads stdin")
+@option("--command-ran", "commands", multiple=True, help="a command the agent ran (repeatable; for the command check)")
+def grade_command(**params: Any) -> int:
+    args, evals, _results_dir = _args(params)
+    return cmd_grade(args, evals)
+
+
+@command.command(
+    "calibrate",
+    help=(
+        "Score scripted answers on every task: empty, the question echoed, SKILL.md pasted, and two "
+        "oracles (the output of the helper the task names, run with the right arguments on the "
+        "task's own files; that output followed by SKILL.md). Bars: empty <= 0.05 and echo <= "
+        "0.15 on all tasks, SKILL.md <= 0.30 and the helper-output oracle >= 0.85 on positives; "
+        "the oracle followed by SKILL.md is reported beside them. Exit 1 when a bar fails. A task "
+        "whose helper is not in this checkout is skipped with a note."
+    ),
+    short_help="floors and oracle ceilings of the grader on the whole dataset",
+)
+@_common
+@option(
+    "--write",
+    is_flag=True,
+    help="also write evals/results/calibration.json, which BENCHMARK.md prints beside the uplift",
+)
+@option(
+    "--skill-dir", type=PATH, default=None, help="the skill whose SKILL.md and helpers are used (default: this package)"
+)
+def calibrate_command(**params: Any) -> int:
+    args, evals, results_dir = _args(params)
+    return cmd_calibrate(args, evals, results_dir)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -435,7 +484,14 @@ def cmd_report(args: Any, results_dir: Path) -> int:
     notes_path = run.path.with_suffix(".notes.md")
     notes = notes_path.read_text(encoding="utf-8") if notes_path.is_file() else None
     others = [r for r in list_runs(results_dir) if r.path != run.path]
-    text = render(run, notes, others)
+    regrade, helper_tasks = _regrader(_default_evals() if args.evals is None else args.evals.resolve())
+    calibration_path = results_dir / CALIBRATION_FILE
+    calibration = None
+    if calibration_path.is_file():
+        import json
+
+        calibration = json.loads(calibration_path.read_text(encoding="utf-8"))
+    text = render(run, notes, others, regrade, helper_tasks, calibration)
     if args.output is not None and str(args.output) == "-":
         sys.stdout.write(text)
         return EXIT_OK
@@ -455,6 +511,30 @@ def cmd_report(args: Any, results_dir: Path) -> int:
         output.write_text(text, encoding="utf-8")
     print(f"wrote {_display(output)} from {_display(run.path)}")
     return EXIT_OK
+
+
+def _regrader(evals: Path) -> tuple[Any, list[str]]:
+    """A function grading a stored record again with the current dataset (None for an answer
+    to a task that changed since), and the ids of the helper-number tasks."""
+    from memtune.bench.grading import grade_answer
+
+    dataset = _load(evals)
+    rules, _sha = _security_rules(evals)
+    cases = dataset.by_id()
+
+    def regrade(record: Any) -> Any:
+        case = cases.get(record["case_id"])
+        if case is None or record.get("question_sha256", case.question_sha256) != case.question_sha256:
+            return None
+        if record.get("files_sha256", case.files_sha256) != case.files_sha256:
+            return None
+        grade = grade_answer(case.checks, record.get("answer", "") or "", record.get("commands", []) or [], rules)
+        return dict(record, grade=grade.to_json())
+
+    from memtune.bench.dataset import is_helper_number_task
+
+    helper = [c.id for c in dataset.cases if is_helper_number_task(c)]
+    return regrade, helper
 
 
 def cmd_regrade(args: Any, evals: Path, results_dir: Path) -> int:
@@ -513,3 +593,91 @@ def cmd_regrade(args: Any, evals: Path, results_dir: Path) -> int:
         f"regraded {len(new_results)} results in {_display(run.path)} against {_display(evals)} ({dataset.sha256[:12]})"
     )
     return EXIT_OK
+
+
+def cmd_grade(args: Any, evals: Path) -> int:
+    from memtune.bench.grading import grade_answer
+
+    dataset = _load(evals)
+    case = dataset.by_id().get(args.task)
+    if case is None:
+        raise InputError(f"--task {args.task!r}: no such task in {_display(evals)} (see its ids)")
+    if str(args.answer_file) == "-":
+        answer = sys.stdin.read()
+    else:
+        try:
+            answer = args.answer_file.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise InputError(f"--answer-file {args.answer_file}: no such file") from None
+        except (UnicodeDecodeError, IsADirectoryError) as exc:
+            raise InputError(f"--answer-file {args.answer_file}: not a UTF-8 text file ({exc})") from None
+    grade = grade_answer(case.checks, answer, list(args.commands))
+    doc = {
+        "task": case.id,
+        "should_trigger": case.should_trigger,
+        "content_score": round(grade.content_score, 4),
+        "solved": grade.solved,
+        "command_ok": grade.command_ok,
+        "checks": [
+            {"kind": c.kind, "label": c.label, "passed": c.passed, "key": c.key, "detail": c.detail}
+            for c in grade.checks
+        ],
+    }
+    if args.as_json:
+        from memtune.cli import print_json
+
+        print_json(doc)
+        return EXIT_OK
+    print(f"{case.id}: content score {grade.content_score:.2f}; solved: {'yes' if grade.solved else 'no'}")
+    for c in grade.checks:
+        mark = "ok  " if c.passed else "FAIL"
+        kind = f"{c.kind}{' (key)' if c.key and c.kind != 'wrong' else ''}"
+        print(f"  {mark} {kind:<11} {c.label}{f' -- {c.detail}' if c.detail else ''}")
+    return EXIT_OK
+
+
+CALIBRATION_FILE = "calibration.json"
+
+
+def cmd_calibrate(args: Any, evals: Path, results_dir: Path) -> int:
+    import json
+
+    from memtune.bench.calibrate import KINDS, calibrate
+    from memtune.bench.skill import load_skill
+
+    dataset = _load(evals)
+    root = (args.skill_dir or paths.SKILL_ROOT).resolve()
+    skill = load_skill(root)
+    text = (root / "SKILL.md").read_text(encoding="utf-8")
+    result = calibrate(dataset, text, skill.sha256, root)
+    doc = result.to_json()
+    doc["dataset"] = _display(evals)
+    if args.write:
+        out = results_dir / CALIBRATION_FILE
+        with writing(out):
+            out.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    if args.as_json:
+        from memtune.cli import print_json
+
+        print_json(doc)
+    else:
+        print(
+            f"{_display(evals)}: {len(result.positives)} positives, {len(result.negatives)} negatives; "
+            "mean content score (solved) of scripted answers:"
+        )
+        print(f"  {'answer':<13} {'positives':>16} {'negatives':>16} {'all':>16}")
+        for kind in KINDS:
+            cells = []
+            for over in ("positives", "negatives", "all"):
+                n_ok, n = result.solved_count(kind, over)
+                cells.append(f"{result.mean(kind, over):.3f} ({n_ok}/{n})" if n else "n/a")
+            print(f"  {kind:<13} {cells[0]:>16} {cells[1]:>16} {cells[2]:>16}")
+        for floor in doc["floors"]:
+            print(
+                f"  {'ok  ' if floor['ok'] else 'FAIL'} {floor['kind']} on {floor['over']} {floor['bar']}: {floor['value']:.3f}"
+            )
+        for item in doc["skipped"]:
+            print(f"  skipped oracle for {item['case_id']}: {item['why']}")
+        if args.write:
+            print(f"wrote {_display(results_dir / CALIBRATION_FILE)}")
+    return EXIT_OK if doc["ok"] else EXIT_FINDINGS
