@@ -4,13 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from memtune.cli import Command, invoke, option, print_json
 from memtune.commands.options import POSITIVE, GpuNameType, json_option, overrides_argument
 from memtune.errors import EXIT_FINDINGS, EXIT_OK, InputError
+
+if TYPE_CHECKING:  # the rules and the run view load PyYAML: imported when the check runs
+    from memtune.check.registry import Finding
+    from memtune.readers.run_view import RunView
 
 DESCRIPTION = """\
 Check a Megatron-LM / Megatron Bridge run for memory misconfiguration before it starts:
@@ -75,7 +79,7 @@ rules: references/check-rules.md (one section per MT id)"""
     "--world-size", "--gpus", "world_size", type=POSITIVE, metavar="N", help="GPU count, when the script does not say"
 )
 @json_option()
-def command(**params: Any) -> int:
+def command(**params: object) -> int:
     return _check(SimpleNamespace(**params))
 
 
@@ -83,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return invoke(command, "check_env.py", argv)
 
 
-def _check(args: Any) -> int:
+def _check(args: SimpleNamespace) -> int:
     if not (args.env or args.env_file or args.env_values or args.script or args.config or args.overrides):
         raise InputError(
             "nothing to check: give --script FILE, --config FILE, --env-file FILE, --set NAME=VALUE, --env or overrides"
@@ -114,7 +118,7 @@ def _check(args: Any) -> int:
     return EXIT_FINDINGS if errors else EXIT_OK
 
 
-def render_text(findings: Any, view: Any) -> str:
+def render_text(findings: Sequence[Finding], view: RunView) -> str:
     lines: list[str] = []
     if view.command is not None and view.script is not None:
         lines.append(

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from types import SimpleNamespace
-from typing import Any
 
 import click
 
@@ -68,7 +67,7 @@ exit codes: 0 ran (findings or "no memory-related failure found"); 2 bad input
     help="the PyTorch that printed the log; overrides the release inferred from the message wording "
     "(decides whether expandable_segments is offered)",
 )
-def command(**params: Any) -> int:
+def command(**params: object) -> int:
     return _diagnose(SimpleNamespace(**params))
 
 
@@ -76,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return invoke(command, "diagnose.py", argv)
 
 
-def _diagnose(args: Any) -> int:
+def _diagnose(args: SimpleNamespace) -> int:
     if args.symptom is None and not args.inputs:
         raise InputError('give a log FILE (or - for standard input), or --symptom "TEXT"; see --help')
     if args.symptom is not None and args.inputs:

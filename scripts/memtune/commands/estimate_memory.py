@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -17,6 +17,11 @@ from memtune.cli import Command, invoke, option, print_json
 from memtune.commands.options import OUTPUT, json_option, run_input_options
 from memtune.commands.run_inputs import load_model_and_run, print_presets
 from memtune.units import GIB
+
+if TYPE_CHECKING:  # the specs and the estimator load the YAML tables: imported when a command runs
+    from memtune.estimate.result import MemoryEstimate
+    from memtune.spec.model_spec import ModelSpec
+    from memtune.spec.run_spec import RunSpec
 
 DESCRIPTION = """\
 Estimate peak GPU memory per pipeline stage of a Megatron-Core / Megatron Bridge training run:
@@ -56,7 +61,7 @@ def _bar(value: int, peak: int, width: int = 24) -> str:
     return "#" * filled + "." * (width - filled)
 
 
-def render_text(model: Any, run: Any, est: Any, notes: list[str], gpu_memory: int | None) -> str:
+def render_text(model: ModelSpec, run: RunSpec, est: MemoryEstimate, notes: list[str], gpu_memory: int | None) -> str:
     from memtune.spec.model_spec import count_parameters
 
     lines = [
@@ -126,7 +131,7 @@ def render_text(model: Any, run: Any, est: Any, notes: list[str], gpu_memory: in
 @run_input_options()
 @json_option()
 @option("--plot", metavar="FILE.svg", help="also draw each stage's components against the GPU (SVG)", section=OUTPUT)
-def command(**params: Any) -> int:
+def command(**params: object) -> int:
     return _estimate(SimpleNamespace(**params))
 
 
@@ -134,7 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return invoke(command, "estimate_memory.py", argv)
 
 
-def _estimate(args: Any) -> int:
+def _estimate(args: SimpleNamespace) -> int:
     if args.list_presets:
         print_presets(args.as_json)
         return 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -12,6 +12,10 @@ from memtune.cli import Command, invoke, option, print_json
 from memtune.commands.options import HEADROOM, POSITIVE, json_option, run_input_options
 from memtune.errors import InputError
 from memtune.estimate.verdict import BORDERLINE_SHARE
+
+if TYPE_CHECKING:  # the specs load the YAML tables: imported when a command runs
+    from memtune.spec.model_spec import ModelSpec
+    from memtune.spec.run_spec import RunSpec
 
 PLANNER = "planner"
 
@@ -108,7 +112,7 @@ _MEMORY_DEFAULT = f"; default when no size is given: the usable memory of --gpu 
     section=PLANNER,
 )
 @option("--sweep", is_flag=True, help="rank every combination, not one change at a time", section=PLANNER)
-def command(**params: Any) -> int:
+def command(**params: object) -> int:
     """The estimator's run inputs (the shared options, so both helpers read a run the same
     way) plus the planner's own options."""
     return _plan(SimpleNamespace(**params))
@@ -118,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return invoke(command, "plan_memory.py", argv)
 
 
-def _load(args: Any) -> tuple[Any, Any, int, list[str]]:
+def _load(args: SimpleNamespace) -> tuple[ModelSpec, RunSpec, int, list[str]]:
     """(model, run, GPU memory bytes, notes) through the shared run-input loader."""
     from memtune.commands.run_inputs import load_model_and_run
 
@@ -131,7 +135,7 @@ def _load(args: Any) -> tuple[Any, Any, int, list[str]]:
     return inputs.model, inputs.run, memory, notes
 
 
-def _plan(args: Any) -> int:
+def _plan(args: SimpleNamespace) -> int:
     if args.list_presets:
         from memtune.commands.run_inputs import print_presets
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 import click
 
@@ -12,6 +12,51 @@ from memtune.cli import Command, invoke, option, print_json
 from memtune.commands.options import POSITIVE, json_option, overrides_argument
 from memtune.errors import EXIT_OK, InputError
 from memtune.units import GIB
+
+if TYPE_CHECKING:  # the run view, the rules and the estimator load PyYAML: imported when a decision runs
+    from memtune.estimate.regather import Eligibility, RecipeCall, RegatherInputs
+    from memtune.readers.run_view import RunView
+    from memtune.spec.model_spec import ModelSpec
+
+
+class ModuleRow(TypedDict):
+    """One LoRA target module and why it is (not) eligible."""
+
+    module: str
+    eligible: bool
+    reason: str
+
+
+class Change(TypedDict):
+    """The text to write, in the form of the user's config (python / yaml / hydra)."""
+
+    form: str
+    text: str
+
+
+class SeedReference(TypedDict):
+    """The measured Qwen3-8B figure the saving is compared with."""
+
+    model: str
+    tp: int
+    seq_length: int
+    saving_bytes: int
+    throughput_change: float
+
+
+class RegatherReport(TypedDict):
+    """The --json document (schema: data/schemas/output/regather_config.schema.json)."""
+
+    eligible: bool
+    already_enabled: bool
+    modules: list[ModuleRow]
+    fallbacks: list[str]
+    change: Change
+    saving_bytes_per_gpu: int | None
+    model: str | None
+    assumptions: list[str]
+    seed_reference: SeedReference
+
 
 DESCRIPTION = """\
 Decide whether Megatron Bridge's LoRA option sequence_parallel_input_regather helps this run,
@@ -82,7 +127,7 @@ OPTION_PATHS = {
 )
 @option("--world-size", "--gpus", "world_size", type=POSITIVE, metavar="N", help="GPU count")
 @json_option()
-def command(**params: Any) -> int:
+def command(**params: object) -> int:
     return _decide(SimpleNamespace(**params))
 
 
@@ -90,7 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return invoke(command, "regather_config.py", argv)
 
 
-def _decide(args: Any) -> int:
+def _decide(args: SimpleNamespace) -> int:
     if not (args.config or args.script or args.overrides or args.recipe or args.preset or args.env_file or args.tp):
         raise InputError(
             "nothing to decide on: give --preset NAME --tp N, --config FILE, --script FILE or --recipe FILE.py"
@@ -158,7 +203,7 @@ def _decide(args: Any) -> int:
     return EXIT_OK
 
 
-def _apply_recipe_settings(view: Any, path: str) -> None:
+def _apply_recipe_settings(view: RunView, path: str) -> None:
     """``cfg.model.tensor_model_parallel_size = 2`` in the recipe counts like a config key
     (options given to this helper still win)."""
     from memtune.estimate.regather import find_recipe_settings
@@ -178,16 +223,18 @@ def _apply_recipe_settings(view: Any, path: str) -> None:
         view.flat.setdefault(dotted, (value, f"{path}:{line}", f"cfg.{dotted} = {value!r}"))
 
 
-def _lora_settings(view: Any) -> dict[str, Any]:
+def _lora_settings(view: RunView) -> dict[str, object]:
     """The user's LoRA settings (YAML / overrides), to keep them in the printed change."""
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     for key, (value, _source, _text) in view.flat.items():
         if key.startswith("peft.") and key.count(".") == 1:
             out[key.split(".", 1)[1]] = value
     return out
 
 
-def build_report(view: Any, preset: str | None, form: str, recipe_calls: Sequence[Any] = ()) -> dict[str, Any]:
+def build_report(
+    view: RunView, preset: str | None, form: str, recipe_calls: Sequence[RecipeCall] = ()
+) -> RegatherReport:
     from memtune.check import check_rules
     from memtune.estimate import regather
 
@@ -223,7 +270,9 @@ def build_report(view: Any, preset: str | None, form: str, recipe_calls: Sequenc
         )
         text = regather.hydra_override() + where
     saving, assumptions, model_name = estimate_saving(view, model, model_notes, inp, decision)
-    modules = [{"module": d.module, "eligible": d.eligible, "reason": d.reason} for d in decision.decisions]
+    modules: list[ModuleRow] = [
+        {"module": d.module, "eligible": d.eligible, "reason": d.reason} for d in decision.decisions
+    ]
     return {
         "eligible": decision.any_eligible,
         "already_enabled": already,
@@ -244,7 +293,7 @@ def build_report(view: Any, preset: str | None, form: str, recipe_calls: Sequenc
 
 
 def estimate_saving(
-    view: Any, model: Any, model_notes: list[str], inp: Any, decision: Any
+    view: RunView, model: ModelSpec | None, model_notes: list[str], inp: RegatherInputs, decision: Eligibility
 ) -> tuple[int | None, list[str], str | None]:
     """Bytes per GPU saved, from the estimator's activation model (None when no model)."""
     from memtune.estimate import regather
@@ -273,7 +322,7 @@ def estimate_saving(
     return saving, assumptions, model.name
 
 
-def _model(view: Any, preset: str | None) -> tuple[Any, list[str]]:
+def _model(view: RunView, preset: str | None) -> tuple[ModelSpec | None, list[str]]:
     assumptions: list[str] = []
     if preset:
         from memtune.spec.presets import load_preset
@@ -308,7 +357,7 @@ def _model(view: Any, preset: str | None) -> tuple[Any, list[str]]:
     return None, assumptions
 
 
-def render_text(report: dict[str, Any]) -> str:
+def render_text(report: RegatherReport) -> str:
     lines = []
     verdict = "eligible" if report["eligible"] else "not eligible (falls back to the default path)"
     lines.append(

@@ -21,10 +21,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
 from memtune.errors import InputError
 from memtune.units import GIB, KIB, MIB, TIB
+
+if TYPE_CHECKING:  # the specs import the YAML-backed tables: imported lazily at run time
+    from memtune.spec.model_spec import ModelSpec
+    from memtune.spec.run_spec import RunSpec
 
 _UNITS = {
     "": GIB,
@@ -105,8 +110,8 @@ class GivenSize:
 class RunInputs:
     """A loaded run: the model, the run after the plain flags, what was assumed, the GPU size."""
 
-    model: Any  # memtune.spec.model_spec.ModelSpec (imported lazily)
-    run: Any  # memtune.spec.run_spec.RunSpec
+    model: ModelSpec
+    run: RunSpec
     notes: tuple[str, ...]  # assumptions the loader made (shown with the result)
     gpu_memory_bytes: int | None  # --gpu-memory, else the config's/example's own value, else None
 
@@ -137,7 +142,7 @@ def print_presets(as_json: bool) -> None:
         print("\n".join(names))
 
 
-def load_model_and_run(args: Any) -> RunInputs:
+def load_model_and_run(args: SimpleNamespace) -> RunInputs:
     """The model and run described by ``args`` (the options of memtune.commands.options;
     ``args.gpu_memory`` is a :class:`GivenSize` or None).
 
@@ -173,16 +178,15 @@ def load_model_and_run(args: Any) -> RunInputs:
     return RunInputs(model=model, run=run, notes=tuple(notes), gpu_memory_bytes=memory)
 
 
-def _load_source(args: Any) -> tuple[Any, Any, list[str], dict[str, Any]]:
+def _load_source(args: SimpleNamespace) -> tuple[ModelSpec, RunSpec, list[str], dict[str, object]]:
     """(model, run, assumptions, extras) from the chosen source."""
     from memtune.spec import presets
-    from memtune.spec.model_spec import ModelSpec
     from memtune.spec.run_spec import RunSpec
 
     sources = [n for n in ("hf_config", "megatron_args", "example") if getattr(args, n)]
     if len(sources) > 1:
         raise InputError("choose one model source: --hf-config, --megatron-args or --example")
-    extras: dict[str, Any] = {}
+    extras: dict[str, object] = {}
     base: ModelSpec | None = None
     model_notes: list[str] = []  # what the model source assumed (HF config reader)
     if args.hf_config:
@@ -282,9 +286,9 @@ def _known_config_keys() -> frozenset[str]:
     return known_paths() | {f"model.{name}" for name in model_field_names()}
 
 
-def _apply_flags(args: Any, run: Any) -> Any:
+def _apply_flags(args: SimpleNamespace, run: RunSpec) -> RunSpec:
     """The run with every plain flag that was given applied on top of the source."""
-    changes: dict[str, Any] = {}
+    changes: dict[str, object] = {}
     for attr, field in _FLAG_FIELDS.items():
         value = getattr(args, attr)
         if value is not None:

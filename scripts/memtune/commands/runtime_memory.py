@@ -11,7 +11,6 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
 
 import click
 
@@ -82,7 +81,7 @@ _OVERRIDE = re.compile(r"^(?:\+\+?|~)?[A-Za-z_][\w.\-]*(?:=.*)?$")
     help="also draw memory per rank over iterations against the card (SVG)",
     section=OUTPUT,
 )
-def command(**params: Any) -> int:
+def command(**params: object) -> int:
     return _runtime_memory(SimpleNamespace(**params))
 
 
@@ -103,11 +102,11 @@ def split_inputs(given: Sequence[str]) -> tuple[list[str], list[str]]:
     return files, overrides
 
 
-def _has_run(args: Any) -> bool:
+def _has_run(args: SimpleNamespace) -> bool:
     return bool(args.preset or args.hf_config or args.megatron_args or args.config or args.example)
 
 
-def _runtime_memory(args: Any) -> int:
+def _runtime_memory(args: SimpleNamespace) -> int:
     if args.list_presets:
         from memtune.commands.run_inputs import print_presets
 
@@ -203,5 +202,5 @@ _RUN_FLAGS = (
 )
 
 
-def _run_flags_given(args: Any) -> bool:
+def _run_flags_given(args: SimpleNamespace) -> bool:
     return any(getattr(args, name, None) not in (None, False) for name in _RUN_FLAGS)

@@ -7,7 +7,7 @@ in a bare interpreter; the readers and the estimator are imported after parsing.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -23,6 +23,9 @@ from memtune.units import GIB
 
 if TYPE_CHECKING:
     from memtune.runtime.attribution import Attribution
+    from memtune.runtime.model import Measurements
+    from memtune.spec.model_spec import ModelSpec
+    from memtune.spec.run_spec import RunSpec
 
     _ThresholdBase = click.ParamType["Threshold"]
 else:
@@ -83,7 +86,7 @@ class ThresholdType(_ThresholdBase):
     def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
         return "PCT|SIZE"
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Threshold:
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> Threshold:
         if isinstance(value, Threshold):
             return value
         text = str(value).strip()
@@ -132,7 +135,7 @@ SOURCE = "run description"
 @option("--gpu", type=GPU, help="the GPU model: its usable memory is the limit (e.g. H100-80GB)")
 @option("--gpu-memory", type=SIZE, help="the limit as a size (81559MiB, 79.6GiB); instead of --gpu")
 @json_option("print one JSON document (every field: references/json-output.md)")
-def command(**params: Any) -> int:
+def command(**params: object) -> int:
     return _trace(SimpleNamespace(**params))
 
 
@@ -147,14 +150,14 @@ class Side:
 
     label: str
     kind: str
-    model: Any
-    run: Any
+    model: ModelSpec
+    run: RunSpec
     notes: tuple[str, ...]
     gpu_memory_bytes: int | None
-    flags: dict[str, Any] | None = None  # Megatron-LM flags, or the Bridge config mapping, as written
+    flags: dict[str, object] | None = None  # Megatron-LM flags, or the Bridge config mapping, as written
 
 
-def _run_argv(args: Any, kind: str, path: str) -> list[str]:
+def _run_argv(args: SimpleNamespace, kind: str, path: str) -> list[str]:
     """The estimate_memory.py options that describe ``path`` under this command's options."""
     from memtune.runtime.sources import BRIDGE
 
@@ -173,7 +176,7 @@ def _run_argv(args: Any, kind: str, path: str) -> list[str]:
     return argv
 
 
-def load_config(args: Any, path: str, label: str | None = None) -> Side:
+def load_config(args: SimpleNamespace, path: str, label: str | None = None) -> Side:
     """The specs of the configuration at ``path`` (``label`` names it in messages)."""
     from memtune.commands.options import parse_run_options
     from memtune.commands.run_inputs import load_model_and_run
@@ -202,7 +205,7 @@ def load_config(args: Any, path: str, label: str | None = None) -> Side:
     return Side(name, kind, inputs.model, inputs.run, inputs.notes, inputs.gpu_memory_bytes, flags)
 
 
-def _bridge_reader(args: Any, folder: str) -> Any:
+def _bridge_reader(args: SimpleNamespace, folder: str) -> Callable[[dict[str, object]], tuple[ModelSpec, RunSpec]]:
     """Reads a Bridge config mapping the way side A was read (same options), through a file:
     the loader takes paths, and going through it keeps presets and ``_memtune`` metadata."""
     from memtune.commands.options import parse_run_options
@@ -211,7 +214,7 @@ def _bridge_reader(args: Any, folder: str) -> Any:
 
     count = 0
 
-    def read(cfg: dict[str, Any]) -> tuple[Any, Any]:
+    def read(cfg: dict[str, object]) -> tuple[ModelSpec, RunSpec]:
         import yaml
 
         nonlocal count
@@ -230,7 +233,7 @@ def _limit(a: Side, b: Side) -> int | None:
 
 
 # ------------------------------------------------------------------------------ running
-def _trace(args: Any) -> int:
+def _trace(args: SimpleNamespace) -> int:
     if args.gpu and args.gpu_memory is not None:
         raise InputError("give --gpu or --gpu-memory, not both")
     if args.git_range:
@@ -273,7 +276,7 @@ def _trace(args: Any) -> int:
     return EXIT_FINDINGS if doc["regressed"] else EXIT_OK
 
 
-def _measurement_document(args: Any, path_a: str, path_b: str) -> dict[str, Any]:
+def _measurement_document(args: SimpleNamespace, path_a: str, path_b: str) -> dict[str, Any]:
     """Per-rank deltas of two measurements (E1's reader does the reading)."""
     from memtune.runtime.measured_diff import Threshold as Limit
     from memtune.runtime.measured_diff import compare
@@ -282,7 +285,7 @@ def _measurement_document(args: Any, path_a: str, path_b: str) -> dict[str, Any]
 
     a, b = read_measurements([path_a]), read_measurements([path_b])
 
-    def trend(side: Any, rank: int) -> str | None:
+    def trend(side: Measurements, rank: int) -> str | None:
         measured = side.rank(rank)
         return None if measured is None else trend_verdict(measured).kind
 
@@ -398,7 +401,7 @@ def _explain(doc: dict[str, Any], measured: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _trace_git(args: Any) -> int:
+def _trace_git(args: SimpleNamespace) -> int:
     from memtune.runtime import sources
     from memtune.runtime.attribution import attribute
 
@@ -462,7 +465,7 @@ def _trace_git(args: Any) -> int:
 
 
 def _config_document(
-    a: Side, b: Side, at: Attribution, limit: int | None, threshold: Threshold, args: Any = None
+    a: Side, b: Side, at: Attribution, limit: int | None, threshold: Threshold, args: SimpleNamespace | None = None
 ) -> dict[str, Any]:
     cause = at.main_cause()
     allowed = threshold.bytes_of(at.peak_a)
@@ -505,7 +508,7 @@ def _g(value: int | None, signed: bool = False) -> str:
     return f"{value / GIB:+.2f} GiB" if signed else f"{value / GIB:.2f} GiB"
 
 
-def _value(v: Any) -> str:
+def _value(v: object) -> str:
     if isinstance(v, list):
         return "[" + ", ".join(str(x) for x in v) + "]"
     return str(v)
@@ -665,7 +668,7 @@ def render_explanation(ex: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _emit(args: Any, doc: dict[str, Any]) -> None:
+def _emit(args: SimpleNamespace, doc: dict[str, Any]) -> None:
     if args.as_json:
         print_json(doc)
     elif doc["mode"] == "measurement":
