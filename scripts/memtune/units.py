@@ -17,3 +17,16 @@ KIB = 1024
 MIB = 1024**2
 GIB = 1024**3
 TIB = 1024**4
+
+
+def human_bytes(value: int | None, small_digits: int = 1, missing: str = "?") -> str:
+    """Bytes for people: GiB (two decimals) from 1 GiB up, else MiB, else KiB with
+    ``small_digits`` decimals; ``missing`` when there is no figure. The reports differ only in
+    how precise a small figure is and how they mark a missing one, so they share the scale."""
+    if value is None:
+        return missing
+    if abs(value) >= GIB:
+        return f"{value / GIB:.2f} GiB"
+    if abs(value) >= MIB:
+        return f"{value / MIB:.{small_digits}f} MiB"
+    return f"{value / KIB:.{small_digits}f} KiB"

@@ -126,7 +126,7 @@ def take(path: Path, cmd: list[str]) -> subprocess.Popen[bytes] | None:
         same_file = False
     if early_cmd == cmd and same_file and (proc.poll() is None or proc.returncode in (0, 1)):
         return proc
-    _kill(proc)
+    stop_child(proc)
     return None
 
 
@@ -134,10 +134,12 @@ def stop_all() -> None:
     """Kill early processes nobody took (bad input found later, an early exit)."""
     while _started:
         _, (_, _, proc) = _started.popitem()
-        _kill(proc)
+        stop_child(proc)
 
 
-def _kill(proc: subprocess.Popen[bytes]) -> None:
+def stop_child(proc: subprocess.Popen[bytes]) -> None:
+    """Kill a grep child that is still running, reap it and close its pipes: every caller
+    that started one ends it here, so no zombie or open descriptor outlives a read."""
     if proc.poll() is None:
         proc.kill()
     proc.wait()

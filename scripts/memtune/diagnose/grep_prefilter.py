@@ -179,12 +179,7 @@ def _read(
         err = proc.stderr.read() if proc.stderr else b""
         code = proc.wait()
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for stream in (proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
+        early_grep.stop_child(proc)
     if code > 1:  # 1 is "no line matched"
         message = err.decode("utf-8", "replace").strip().splitlines()
         raise InputError(

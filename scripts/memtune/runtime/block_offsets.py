@@ -17,6 +17,7 @@ import subprocess
 from collections import deque
 from pathlib import Path
 
+from memtune.diagnose.early_grep import stop_child
 from memtune.diagnose.grep_prefilter import choose, gnu_grep
 from memtune.diagnose.log_reader import find_hits
 from memtune.diagnose.patterns import ere_alternation
@@ -115,12 +116,7 @@ class BlockOffsets:
             err = proc.stderr.read() if proc.stderr is not None else b""
             code = proc.wait(timeout=60) if self._done else None
         finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            for stream in (proc.stdout, proc.stderr):
-                if stream is not None and not stream.closed:
-                    stream.close()
+            stop_child(proc)
         if code is not None and code > 1:
             first = err.decode("utf-8", "replace").strip().splitlines()
             raise InputError(

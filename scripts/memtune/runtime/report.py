@@ -14,7 +14,7 @@ from typing import Any
 from memtune.runtime.compare import StageComparison
 from memtune.runtime.model import Measurements
 from memtune.runtime.verdicts import VERDICT_KINDS, RankFigures, Verdict
-from memtune.units import GIB, MIB
+from memtune.units import GIB, human_bytes
 
 
 def _gib(value: int | None) -> float | None:
@@ -169,13 +169,7 @@ def build_document(
 
 
 def _size(value: int | None) -> str:
-    if value is None:
-        return "-"
-    if abs(value) >= GIB:
-        return f"{value / GIB:.2f} GiB"
-    if abs(value) >= MIB:
-        return f"{value / MIB:.0f} MiB"
-    return f"{value / 1024:.0f} KiB"
+    return human_bytes(value, small_digits=0, missing="-")
 
 
 def _ranks_text(ranks: list[int]) -> str:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from statistics import median
 
 from memtune.runtime.model import Measurements, RankMeasurements, Reading, SnapshotSummary
-from memtune.units import GIB, MIB
+from memtune.units import GIB, MIB, human_bytes
 
 TREND_KINDS = ("leak", "warming-up", "stable", "no-series")
 CONDITION_KINDS = ("fragmentation", "allocator-retries", "near-capacity")
@@ -359,11 +359,4 @@ def all_verdicts(measurements: Measurements, gpu_limit_bytes: int | None) -> tup
 
 
 def _fmt(value: int | None) -> str:
-    """Bytes for people: GiB above 1 GiB, else MiB."""
-    if value is None:
-        return "?"
-    if abs(value) >= GIB:
-        return f"{value / GIB:.2f} GiB"
-    if abs(value) >= MIB:
-        return f"{value / MIB:.1f} MiB"
-    return f"{value / 1024:.1f} KiB"
+    return human_bytes(value)
