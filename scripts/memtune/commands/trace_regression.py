@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -22,7 +22,15 @@ from memtune.errors import EXIT_FINDINGS, EXIT_OK, InputError
 from memtune.units import GIB
 
 if TYPE_CHECKING:
+    from memtune.commands.trace_documents import (
+        CommitStep,
+        ConfigDocument,
+        Explanation,
+        KnobShare,
+        MeasurementDocument,
+    )
     from memtune.runtime.attribution import Attribution
+    from memtune.runtime.flag_diff import FlagChangeJson
     from memtune.runtime.model import Measurements
     from memtune.spec.model_spec import ModelSpec
     from memtune.spec.run_spec import RunSpec
@@ -253,30 +261,30 @@ def _trace(args: SimpleNamespace) -> int:
             f"A and B must be the same kind: got {len(measured)} measurement(s) ({', '.join(measured) or '-'}) "
             f"and {len(configs)} configuration(s) ({', '.join(configs) or '-'}); give two of each kind"
         )
-    doc: dict[str, Any] = {}
+    doc: ConfigDocument | None = None
     if configs:
         a, b = (load_config(args, p) for p in configs)
         from memtune.runtime.attribution import attribute
 
         attribution = attribute(a.model, a.run, b.model, b.run)
         doc = _config_document(a, b, attribution, _limit(a, b), args.threshold, args)
-    if not measured:
+    if not measured and doc is not None:
         _emit(args, doc)
         return EXIT_OK
     measurement = _measurement_document(args, measured[0], measured[1])
-    if doc:
-        doc["mode"] = "measurement+config"
-        doc["measured"] = measurement
-        doc["explanation"] = _explain(doc, measurement)
-        doc["regressed"] = measurement["regressed"]
-        doc["threshold_bytes"] = measurement["threshold_bytes"]
-    else:
-        doc = measurement
+    if doc is None:
+        _emit_measurement(args, measurement)
+        return EXIT_FINDINGS if measurement["regressed"] else EXIT_OK
+    doc["mode"] = "measurement+config"
+    doc["measured"] = measurement
+    doc["explanation"] = _explain(doc, measurement)
+    doc["regressed"] = measurement["regressed"]
+    doc["threshold_bytes"] = measurement["threshold_bytes"]
     _emit(args, doc)
     return EXIT_FINDINGS if doc["regressed"] else EXIT_OK
 
 
-def _measurement_document(args: SimpleNamespace, path_a: str, path_b: str) -> dict[str, Any]:
+def _measurement_document(args: SimpleNamespace, path_a: str, path_b: str) -> MeasurementDocument:
     """Per-rank deltas of two measurements (E1's reader does the reading)."""
     from memtune.runtime.measured_diff import Threshold as Limit
     from memtune.runtime.measured_diff import compare
@@ -343,24 +351,26 @@ EXPLAINED_SHARE = 0.2
 EXPLAINED_FLOOR = 512 * 2**20
 
 
-def _worst_figure(measured: dict[str, Any], figure: str, side: str) -> int | None:
+def _worst_figure(measured: MeasurementDocument, figure: str, side: str) -> int | None:
     values = [
-        f[f"{side}_bytes"]
+        value
         for r in measured["ranks"]
         for f in r["figures"]
-        if f["figure"] == figure and f[f"{side}_bytes"] is not None
+        if f["figure"] == figure and (value := f["a_bytes"] if side == "a" else f["b_bytes"]) is not None
     ]
     return max(values) if values else None
 
 
-def _explain(doc: dict[str, Any], measured: dict[str, Any]) -> dict[str, Any]:
+def _explain(doc: ConfigDocument, measured: MeasurementDocument) -> Explanation:
     """Which changed knob explains the measured change, and what the estimate leaves over.
 
     The estimator prices tensors (what max_memory_allocated counts), so the knobs are held
     against the measured change of peak *allocated* when both sides have it; the growth of the
     allocator's reserve on top of that (peak reserved minus peak allocated) is reported apart,
     as no knob of the estimate moves it."""
-    headline = int(measured["delta_bytes"])
+    headline = measured["delta_bytes"]
+    if headline is None:  # both sides were measured by the same figure, so this does not happen
+        raise InputError("the two measurements share no worst-rank figure: nothing to explain")
     alloc_a = _worst_figure(measured, "peak_allocated_bytes", "a")
     alloc_b = _worst_figure(measured, "peak_allocated_bytes", "b")
     allocated = None if alloc_a is None or alloc_b is None else alloc_b - alloc_a
@@ -369,7 +379,7 @@ def _explain(doc: dict[str, Any], measured: dict[str, Any]) -> dict[str, Any]:
     estimated_delta = int(doc["delta_bytes"])
     left = measured_delta - estimated_delta
     tolerance = max(int(abs(measured_delta) * EXPLAINED_SHARE), EXPLAINED_FLOOR)
-    shares = [
+    shares: list[KnobShare] = [
         {
             "knob": c["knob"],
             "delta_bytes": c["delta_bytes"],
@@ -427,8 +437,8 @@ def _trace_git(args: SimpleNamespace) -> int:
         limit = _limit(a, b)
         from memtune.estimate.estimator import estimate
 
-        steps = []
-        crossing = None
+        steps: list[CommitStep] = []
+        crossing: CommitStep | None = None
         over_before = limit is not None and estimate(a.model, a.run).peak_bytes > limit
         for rev in revisions:
             try:
@@ -438,7 +448,7 @@ def _trace_git(args: SimpleNamespace) -> int:
             except InputError as exc:
                 peak, problem = None, str(exc)
             fits = None if limit is None or peak is None else peak <= limit
-            step = {
+            step: CommitStep = {
                 "commit": rev.commit,
                 "subject": rev.subject,
                 "peak_bytes": peak,
@@ -466,10 +476,10 @@ def _trace_git(args: SimpleNamespace) -> int:
 
 def _config_document(
     a: Side, b: Side, at: Attribution, limit: int | None, threshold: Threshold, args: SimpleNamespace | None = None
-) -> dict[str, Any]:
+) -> ConfigDocument:
     cause = at.main_cause()
     allowed = threshold.bytes_of(at.peak_a)
-    flag_rows: list[dict[str, Any]] | None = None
+    flag_rows: list[FlagChangeJson] | None = None
     if a.flags is not None and b.flags is not None and a.kind == b.kind == "megatron-args":
         from memtune.runtime.flag_diff import flag_changes
 
@@ -482,7 +492,7 @@ def _config_document(
     notes = [f"A: {n}" for n in a.notes if n.startswith("WARNING")] + [
         f"B: {n}" for n in b.notes if n.startswith("WARNING")
     ]
-    return {
+    doc: ConfigDocument = {
         "mode": "config",
         "a": {"source": a.label, "kind": a.kind, "peak_bytes": at.peak_a, "peak_stage": at.peak_stage_a},
         "b": {"source": b.label, "kind": b.kind, "peak_bytes": at.peak_b, "peak_stage": at.peak_stage_b},
@@ -498,7 +508,10 @@ def _config_document(
         "threshold_bytes": allowed,
         "regressed": at.delta_bytes > allowed,
         "notes": notes,
-    } | ({"flags": flag_rows} if flag_rows is not None else {})
+    }
+    if flag_rows is not None:
+        doc["flags"] = flag_rows
+    return doc
 
 
 # ------------------------------------------------------------------------------ output
@@ -514,7 +527,7 @@ def _value(v: object) -> str:
     return str(v)
 
 
-def render_config(doc: dict[str, Any]) -> str:
+def render_config(doc: ConfigDocument) -> str:
     a, b = doc["a"], doc["b"]
     lines = [
         f"Estimated peak per GPU: A {_g(a['peak_bytes'])} (stage {a['peak_stage']}) -> "
@@ -598,7 +611,7 @@ _FIGURE_NAMES = {
 }
 
 
-def render_measurement(doc: dict[str, Any]) -> str:
+def render_measurement(doc: MeasurementDocument) -> str:
     a, b = doc["a"], doc["b"]
     name = _FIGURE_NAMES.get(doc["figure"], doc["figure"])
     verdict = "REGRESSED" if doc["regressed"] else "no regression"
@@ -626,7 +639,7 @@ def render_measurement(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def render_explanation(ex: dict[str, Any]) -> str:
+def render_explanation(ex: Explanation) -> str:
     measured, estimated = ex["measured_delta_bytes"], ex["estimated_delta_bytes"]
     name = _FIGURE_NAMES.get(ex["figure"], ex["figure"])
     lines = [
@@ -668,11 +681,13 @@ def render_explanation(ex: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _emit(args: SimpleNamespace, doc: dict[str, Any]) -> None:
+def _emit_measurement(args: SimpleNamespace, doc: MeasurementDocument) -> None:
+    print_json(doc) if args.as_json else print(render_measurement(doc))
+
+
+def _emit(args: SimpleNamespace, doc: ConfigDocument) -> None:
     if args.as_json:
         print_json(doc)
-    elif doc["mode"] == "measurement":
-        print(render_measurement(doc))
     elif doc["mode"] == "measurement+config":
         print(render_measurement(doc["measured"]))
         print()

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, TypedDict
 
 from memtune.errors import InputError
 from memtune.spec.model_spec import ModelSpec
@@ -44,6 +44,18 @@ class Knob:
     after: Any
 
 
+class KnobEffectJson(TypedDict):
+    """One changed knob as the --json output shows it."""
+
+    knob: str
+    scope: str
+    before: object
+    after: object
+    status: str
+    delta_bytes: int | None
+    note: str
+
+
 @dataclass(frozen=True)
 class KnobEffect:
     """A changed knob and what it does alone on top of run A."""
@@ -53,7 +65,7 @@ class KnobEffect:
     delta_bytes: int | None  # None unless status == MODELLED
     note: str = ""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> KnobEffectJson:
         return {
             "knob": self.knob.name,
             "scope": self.knob.scope,

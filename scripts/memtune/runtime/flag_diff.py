@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypedDict
 
 from memtune.errors import InputError
 
@@ -27,6 +27,16 @@ FLAG_STATUSES = (MAPPED, NO_MEMORY_EFFECT, NOT_MODELLED, UNREADABLE)
 _ABSENT = object()
 
 
+class FlagChangeJson(TypedDict):
+    """One differing flag or config key as the --json output shows it."""
+
+    flag: str
+    before: object
+    after: object
+    status: str
+    knobs: list[str]
+
+
 @dataclass(frozen=True)
 class FlagChange:
     flag: str  # --spelled-like-this
@@ -35,7 +45,7 @@ class FlagChange:
     status: str
     knobs: tuple[str, ...]  # spec fields it moves (model and run), when mapped
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> FlagChangeJson:
         return {
             "flag": self.flag,
             "before": _plain(self.before),
