@@ -191,13 +191,14 @@ def extract_sizes(text: str) -> list[tuple[str, tuple[float, ...], float]]:
 
 
 def size_matches(spec: Mapping[str, Any], text: str) -> str | None:
-    """The first size in ``text`` within tolerance of ``spec["bytes"]`` (as written), else None.
+    """The first size in ``text`` within tolerance of ``spec["bytes"]`` or one of its
+    ``alternatives_bytes`` (as written), else None.
 
     A helper's number must carry its unit, and at least ``min_digits`` significant digits
     (default 2): a bare "172" could be anything, and a one-digit "~3 GB" from SKILL.md's
     measured tables lies near many users' numbers by coincidence. A spec whose own
     input is that coarse (values rounded to 0.01 GiB) sets ``min_digits`` to 1."""
-    target = float(spec["bytes"])
+    targets = [float(spec["bytes"]), *map(float, spec.get("alternatives_bytes", ()))]
     relative = float(spec.get("rel_tolerance", 0.02))
     min_digits = int(spec.get("min_digits", 2))
     for written, candidates, allowance in extract_sizes(text):
@@ -205,9 +206,10 @@ def size_matches(spec: Mapping[str, Any], text: str) -> str | None:
         assert number is not None, written  # ``written`` is a whole _SIZE match, so it matches again
         if significant_digits(number.group(1)) < min_digits:
             continue
-        allowed = max(relative * target, min(allowance, 0.05 * target))
-        if any(abs(c - target) <= allowed for c in candidates):
-            return written
+        for target in targets:
+            allowed = max(relative * target, min(allowance, 0.05 * target))
+            if any(abs(c - target) <= allowed for c in candidates):
+                return written
     return None
 
 
