@@ -73,7 +73,7 @@ def test_ground_truth_is_what_the_helper_prints_for_the_fixture(case, spec, monk
     # an equally right figure the helper also prints (e.g. max allocated beside the device view)
     alternatives = source.get("alternative_fields", [])
     assert len(alternatives) == len(spec.get("alternatives_bytes", []))
-    for path, expected in zip(alternatives, spec.get("alternatives_bytes", [])):
+    for path, expected in zip(alternatives, spec.get("alternatives_bytes", []), strict=True):
         assert field_value(doc, path) == pytest.approx(expected, rel=1e-9)
 
 

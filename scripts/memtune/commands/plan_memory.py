@@ -11,7 +11,7 @@ import click
 from memtune.cli import Command, invoke, option, print_json
 from memtune.commands.options import HEADROOM, POSITIVE, json_option, run_input_options
 from memtune.errors import InputError
-from memtune.estimate.verdict import BORDERLINE_SHARE
+from memtune.spec.fit_band import BORDERLINE_SHARE
 
 if TYPE_CHECKING:  # the specs load the YAML tables: imported when a command runs
     from memtune.spec.model_spec import ModelSpec

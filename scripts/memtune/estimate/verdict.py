@@ -20,11 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from memtune.spec.fit_band import BORDERLINE_SHARE
 from memtune.units import GIB
 
-#: Free share of the GPU below which a fitting run is BORDERLINE (and the planner's default
-#: ``--headroom``).
-BORDERLINE_SHARE = 0.10
+__all__ = ["BORDERLINE_SHARE", "FitVerdict", "fit_verdict"]
 #: Which of the estimate's two views the verdict compares (see estimator.StageEstimate).
 VERDICT_VIEW = "device"
 
