@@ -332,10 +332,11 @@ def test_placeholder_file_names_are_answered_with_the_real_files(tmp_path: Path,
         "python3 scripts/diagnose.py train.log",
         "python3 scripts/check_env.py --script launch.sh",
         "python3 scripts/estimate_memory.py --config=bridge.yaml",
+        "python3 scripts/diagnose.py LOG_FILE",
     ):
         call = box.run(command, loaded=SKILL.name)
         assert call.exit_code is None and call.refused == "missing-file" and call.to_json()["failed"]
-        assert LOG in call.output and "not the user's files" in call.output
+        assert LOG in call.output and "stand for the user's files" in call.output
     # the real name runs; overrides and option values are not taken for files
     assert box.run(f"python3 scripts/diagnose.py {LOG}", loaded=SKILL.name).exit_code == 0
     assert box.missing_file(["--example", "model.num_layers=40", "--set", "NCCL_DEBUG=INFO"]) is None
@@ -387,3 +388,14 @@ def test_output_cap_keeps_plan_memory_verdict_table_and_recommendation(monkeypat
     assert "characters cut: " in seen
     kept = out.split("\n\n")
     assert all(p in kept for p in seen.split("\n\n") if not p.startswith("[... "))  # whole paragraphs only
+
+
+def test_every_file_slot_of_skill_md_is_answered_as_a_missing_file() -> None:
+    """SKILL.md's commands name the user's files by CAPITALISED slots; an agent that runs a
+    slot verbatim is told the real names (the list in tools.py must follow SKILL.md)."""
+    import re
+
+    from memtune.bench.tools import FILE_SLOTS
+
+    slots = set(re.findall(r"\b[A-Z][A-Z_]*_(?:FILE|JSON|SCRIPT|YAML)\b", SKILL.body))
+    assert slots and slots <= set(FILE_SLOTS), sorted(slots - set(FILE_SLOTS))

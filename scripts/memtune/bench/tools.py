@@ -44,6 +44,8 @@ _CODE_FENCE = re.compile(
     r"```[ \t]*(?:bash|sh|shell|console|zsh|python3?|py)[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE
 )
 _RUNS_HELPER = re.compile(r"^python3?\s+(?:\./)?(?:\.agents/skills/[^/\s]+/)?scripts/[A-Za-z0-9_]+\.py(?:\s|$)")
+#: the file slots of SKILL.md's "Question -> command" table, which the user's file names replace
+FILE_SLOTS = ("LOG_FILE", "HF_CONFIG_JSON", "LAUNCH_SCRIPT", "BRIDGE_YAML")
 #: suffixes of the input files the helpers read (logs, launch scripts, configs, env files)
 _FILE_SUFFIXES = (".log", ".txt", ".out", ".err", ".gz", ".sh", ".sbatch", ".yaml", ".yml", ".json", ".env", ".py")
 _HEREDOC = re.compile(r"\s<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1\s*$")
@@ -183,7 +185,8 @@ class Sandbox:
             value = arg.split("=", 1)[1] if arg.startswith("--") and "=" in arg else arg
             if value.startswith("-") or ("=" in value and not arg.startswith("--")):
                 continue  # an option, or a key.path=value override
-            if value.lower().endswith(_FILE_SUFFIXES) and not (self.workdir / value).is_file():
+            named = value.lower().endswith(_FILE_SUFFIXES) or value in FILE_SLOTS
+            if named and not (self.workdir / value).is_file():
                 return value
         return None
 
@@ -237,8 +240,8 @@ class Sandbox:
             return ToolCall(
                 command,
                 None,
-                f"not run: there is no file {missing!r} in the project directory (names such as train.log, "
-                f"launch.sh or bridge.yaml in instructions are examples, not the user's files); {listing}",
+                f"not run: there is no file {missing!r} in the project directory (names such as LOG_FILE, "
+                f"train.log or launch.sh in instructions stand for the user's files); {listing}",
                 0.0,
                 "missing-file",
                 path.stem,
