@@ -47,6 +47,7 @@ EPILOG = """\
 examples:
   python3 scripts/run_benchmark.py run --agent local --attempts 3
   python3 scripts/run_benchmark.py run --agent local --attempts 1 --cases frag-log-diagnosis,vpp-myth
+  python3 scripts/run_benchmark.py run --agent local --activation forced --attempts 3   # uplift given activation
   python3 scripts/run_benchmark.py run --agent 'command:python3 tests/bench_fake_agent.py' --attempts 1
   python3 scripts/run_benchmark.py run --agent claude-code --attempts 3 --workers 4 --judge 'python3 judge.py'
   python3 scripts/run_benchmark.py report                # BENCHMARK.md from the latest run
