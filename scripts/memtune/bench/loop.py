@@ -27,7 +27,9 @@ Why the loaded body goes into the system message rather than after the question:
 KV cache of a shared prefix can only be reused if the prefix is identical, and the body
 is the expensive part to read on 2 cores. The model sees the same information either
 way; the order is the only difference. The load rule sits after the catalog so that the
-text before it is shared by every prompt, loaded or not.
+text before it is shared by every prompt, loaded or not. A short reminder closes the body:
+a 1.5B model given a long instruction text in the system message tends to recite it as
+its reply (seen in the first smoke run) instead of acting on it.
 """
 
 from __future__ import annotations
@@ -83,7 +85,9 @@ Skills: `{name}` is loaded (installed at .agents/skills/{name}/). Follow its ins
 run the helper they name for this request as `python3 scripts/<helper>.py ...` with the user's own \
 file names and numbers, then answer with the figures it prints. Its SKILL.md:
 
-{body}"""
+{body}
+
+(End of the skill's instructions: they are for you, not for the user, so never repeat them. Your next reply is a ```run block with the command they give for this request, unless its output is already above; then answer the user with the figures that output shows.)"""
 
 LOAD_ACK = (
     "Skill {name} is loaded: its instructions are now at the end of the system message. "

@@ -55,7 +55,7 @@ examples:
   python3 scripts/run_benchmark.py regrade --run local-a3-1a2b3c4d
   python3 scripts/run_benchmark.py validate              # evals.json against its JSON Schema"""
 
-HARNESS_VERSION = "memtune-bench 3"  # 3: the local agent is a tool-using loop; 2: one seed per (case, attempt)
+HARNESS_VERSION = "memtune-bench 4"  # 4: load turns kept, fenced helper runs, forced mode; 3: tool loop; 2: seeds
 
 
 def _default_evals() -> Path:
