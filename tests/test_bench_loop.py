@@ -399,3 +399,24 @@ def test_every_file_slot_of_skill_md_is_answered_as_a_missing_file() -> None:
 
     slots = set(re.findall(r"\b[A-Z][A-Z_]*_(?:FILE|JSON|SCRIPT|YAML)\b", SKILL.body))
     assert slots and slots <= set(FILE_SLOTS), sorted(slots - set(FILE_SLOTS))
+
+
+def test_a_repeated_command_is_answered_from_history_not_rerun(tmp_path: Path, staged: Path) -> None:
+    task = workdir_for(tmp_path, "frag-log-diagnosis", WITH, staged)
+    same = run_block("python3 scripts/check_env.py --env")
+    model = ScriptedModel([same, same, "Set expandable segments."])
+    result = run_loop(model, task, CATALOG, LoopSettings(activation="forced"))
+    calls = result.extra["tool_calls"]
+    assert [c["refused"] for c in calls] == [None, "repeat"] and calls[1]["exit_code"] is None
+    assert "already ran" in model.seen[2][-1]["content"] and result.answer == "Set expandable segments."
+    # the same helper on other input is not a repeat
+    other = ScriptedModel(
+        [
+            "```run\npython3 scripts/diagnose.py - <<'EOF'\nCUDA out of memory. Tried to allocate 2.00 GiB\nEOF\n```",
+            "```run\npython3 scripts/diagnose.py - <<'EOF'\nCUDA out of memory. Tried to allocate 4.00 GiB\nEOF\n```",
+            "done",
+        ]
+    )
+    (tmp_path / "b").mkdir()
+    again = run_loop(other, workdir_for(tmp_path / "b", "frag-log-diagnosis", WITH, staged), CATALOG, LoopSettings())
+    assert [c["refused"] for c in again.extra["tool_calls"]] == [None, None]

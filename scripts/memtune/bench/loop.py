@@ -195,6 +195,14 @@ def run_loop(model: ChatModel, task: Task, decoys: Sequence[Mapping[str, str]], 
             break
         if action.kind == "load":
             feedback = _load(action.text, task, names, state)
+        elif any(c.command == action.text and c.stdin == action.stdin for c in state.calls):
+            # the same command again: its output is already in the history (the 1.5B model
+            # re-ran one helper four times in a row in a smoke run instead of answering)
+            state.calls.append(ToolCall(action.text, None, "", 0.0, "repeat", stdin=action.stdin))
+            feedback = (
+                f"You already ran `{action.text}`; its output is above. Do not run it again: "
+                "give your final answer now, quoting the figures from that output."
+            )
         else:
             call = sandbox.run(action.text, action.stdin, state.loaded)
             state.calls.append(call)

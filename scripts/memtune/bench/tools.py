@@ -111,6 +111,7 @@ class ToolCall:
     seconds: float
     refused: str | None = None
     helper: str | None = None
+    stdin: str | None = None  # what a here-document gave it (not recorded: only to spot a repeat)
 
     def to_json(self) -> dict[str, Any]:
         # the helpers exit 1 for "ran fine, found problems" (check_env, diagnose): only a
@@ -200,7 +201,7 @@ class Sandbox:
         try:
             argv = shlex.split(command)
         except ValueError as exc:
-            return ToolCall(command, None, f"refused: cannot parse the command ({exc})", 0.0, "unparsable")
+            return ToolCall(command, None, f"refused: cannot parse the command ({exc})", 0.0, "unparsable", stdin=stdin)
         if not argv or argv[0] not in ("python3", "python") or len(argv) < 2:
             return ToolCall(
                 command,
@@ -274,7 +275,7 @@ class Sandbox:
             )
         output = proc.stdout + (("\n" if proc.stdout and proc.stderr else "") + proc.stderr if proc.stderr else "")
         return ToolCall(
-            command, proc.returncode, cap(output, self.output_cap), time.monotonic() - start, None, path.stem
+            command, proc.returncode, cap(output, self.output_cap), time.monotonic() - start, None, path.stem, stdin
         )
 
 
