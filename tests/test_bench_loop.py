@@ -301,6 +301,8 @@ def test_make_agent_local_is_the_loop_and_validates_settings() -> None:
             ("run", "python3 scripts/diagnose.py a.log"),
         ),
         ("```running text``` is not a block", ("answer", None)),
+        ("load\nnemo-mbridge-perf-memory-tuning\n", ("load", "nemo-mbridge-perf-memory-tuning")),
+        ("load\nthe skill that fits, then answer", ("answer", None)),
     ],
 )
 def test_parse_action_forms(reply: str, expected) -> None:

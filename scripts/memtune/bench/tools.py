@@ -46,6 +46,9 @@ _CODE_FENCE = re.compile(
 _RUNS_HELPER = re.compile(r"^python3?\s+(?:\./)?(?:\.agents/skills/[^/\s]+/)?scripts/[A-Za-z0-9_]+\.py(?:\s|$)")
 #: the file slots of SKILL.md's "Question -> command" table, which the user's file names replace
 FILE_SLOTS = ("LOG_FILE", "HF_CONFIG_JSON", "LAUNCH_SCRIPT", "BRIDGE_YAML")
+#: a reply that is only "load" and a skill name on the next line (the fence left out, as the
+#: 1.5B model did in a smoke run): a load, not an answer
+_BARE_LOAD = re.compile(r"\A\s*load\s*\n\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*\Z", re.IGNORECASE)
 #: suffixes of the input files the helpers read (logs, launch scripts, configs, env files)
 _FILE_SUFFIXES = (".log", ".txt", ".out", ".err", ".gz", ".sh", ".sbatch", ".yaml", ".yml", ".json", ".env", ".py")
 _HEREDOC = re.compile(r"\s<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1\s*$")
@@ -84,6 +87,9 @@ def parse_action(reply: str) -> Action:
             found.append((code.start(), "run", body[body.index(first) :]))
             break
     if not found:
+        bare = _BARE_LOAD.match(reply)
+        if bare:  # the block's content without its fence: "load" and a skill name, nothing else
+            return Action("load", bare.group(1))
         return Action("answer", reply.strip())
     _, kind, body = min(found)
     lines = body.strip("\n").splitlines()
