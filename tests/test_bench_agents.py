@@ -164,3 +164,20 @@ def test_local_activation_mode_is_validated() -> None:
     assert LocalAgent(None, CATALOG, activation="always").describe()["settings"]["activation"] == "always"
     with pytest.raises(AgentUnavailable, match="activation"):
         LocalAgent(None, CATALOG, activation="sometimes")
+
+
+def test_command_agent_keeps_a_venv_interpreter_path_as_given(tmp_path: Path, monkeypatch) -> None:
+    """A venv's bin/python is a symlink; run through its resolved target it would leave the venv."""
+    import sys
+
+    from memtune.bench.agents import CommandAgent
+
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    link = tmp_path / "venv" / "bin" / "python"
+    link.symlink_to(sys.executable)
+    (tmp_path / "agent.py").write_text("print('hi')\n")
+    monkeypatch.chdir(tmp_path)
+    agent = CommandAgent("venv/bin/python agent.py --flag x/y")
+    assert agent.argv[0] == str(link) and agent.argv[0] != str(link.resolve())
+    assert agent.argv[1] == "agent.py" and agent.argv[3] == "x/y"  # no separator / no such file: as given
+    agent.prepare()

@@ -88,8 +88,15 @@ def test_with_skill_load_run_answer(tmp_path: Path, staged: Path) -> None:
     listed = [line[2:].split(":")[0] for line in first_system.splitlines() if line.startswith("- ")]
     assert listed == sorted([SKILL.name, *(s["name"] for s in CATALOG)])
     assert "## Failure Diagnosis" not in first_system
-    # activation: the body joins the system message (shared, cacheable prefix)
-    assert second_system.startswith(first_system) and "## Failure Diagnosis" in second_system
+    # activation: the body joins the system message after the shared, cacheable base
+    # (instructions + catalog), and the load rule is gone once the skill is loaded
+    base = first_system[: first_system.index("\nSkills: when a skill's description matches")]
+    assert second_system.startswith(base) and "## Failure Diagnosis" in second_system
+    assert "load it before answering" in first_system and "load it before answering" not in second_system
+    # the load turn stays in the history, answered by a short acknowledgement
+    assert [m["role"] for m in model.seen[1][1:]] == ["user", "assistant", "user"]
+    assert model.seen[1][2]["content"] == f"```load\n{SKILL.name}\n```"
+    assert f"Skill {SKILL.name} is loaded" in model.seen[1][3]["content"]
     # the helper's real output on the fixture went back to the model
     tool_message = model.seen[2][-1]["content"]
     assert tool_message.startswith(f"Output of `python3 scripts/diagnose.py {LOG}` (exit code 0)")
@@ -165,8 +172,9 @@ def test_installed_path_form_and_helper_exit_codes(tmp_path: Path, staged: Path)
     box = Sandbox(task.workdir, output_cap=1 << 20)  # the whole JSON document, to parse it
     full = box.run(f"python3 .agents/skills/{SKILL.name}/scripts/diagnose.py {LOG} --json")
     assert full.exit_code == 0 and json.loads(full.output)["findings"][0]["kind"] == "fragmentation"
-    missing = box.run("python3 scripts/diagnose.py no-such.log", loaded=SKILL.name)
-    assert missing.exit_code == 2 and "no-such.log" in missing.output
+    # a helper that runs and fails on its input exits 2 (bad input), recorded as a failed run
+    bad = box.run("python3 scripts/estimate_memory.py --tp 0 --example", loaded=SKILL.name)
+    assert bad.exit_code == 2 and bad.to_json()["failed"] is True
 
 
 def test_turn_limit_forces_a_final_answer(tmp_path: Path, staged: Path) -> None:
@@ -262,8 +270,10 @@ def test_runner_installs_the_skill_and_records_tool_calls(tmp_path: Path) -> Non
 def test_make_agent_local_is_the_loop_and_validates_settings() -> None:
     agent = make_agent("local", model_path=None, catalog=CATALOG, workers=1, timeout=10, max_turns=4)
     assert isinstance(agent, LoopAgent) and agent.describe()["settings"]["max_turns"] == 4
-    with pytest.raises(AgentUnavailable, match="local-gemma"):
-        make_agent("local", model_path=None, catalog=CATALOG, workers=1, timeout=10, activation="always")
+    forced = make_agent("local", model_path=None, catalog=CATALOG, workers=1, timeout=10, activation="forced")
+    assert isinstance(forced, LoopAgent) and forced.describe()["settings"]["activation"] == "forced"
+    with pytest.raises(AgentUnavailable, match="activation"):
+        LoopAgent(CATALOG, settings=LoopSettings(activation="sometimes"))
     with pytest.raises(AgentUnavailable, match="max-turns"):
         make_agent("local", model_path=None, catalog=CATALOG, workers=1, timeout=10, max_turns=0)
 
@@ -276,7 +286,23 @@ def test_make_agent_local_is_the_loop_and_validates_settings() -> None:
         ("```run python3 scripts/diagnose.py a.log```", ("run", "python3 scripts/diagnose.py a.log")),
         ("```run\npython3 scripts/diagnose.py a.log\n```\nthen more", ("run", "python3 scripts/diagnose.py a.log")),
         ("Set it:\n```bash\nexport PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n```", ("answer", None)),
+        # a shell or Python fence whose first line runs a helper is a run
+        ("Run:\n```bash\npython3 scripts/diagnose.py a.log\n```", ("run", "python3 scripts/diagnose.py a.log")),
+        ("```sh\n$ python scripts/check_env.py --env\n```", ("run", "python scripts/check_env.py --env")),
+        (
+            "```python3\npython3 scripts/plan_memory.py --example\n```",
+            ("run", "python3 scripts/plan_memory.py --example"),
+        ),
+        ("```python\nimport torch\ntorch.cuda.empty_cache()\n```", ("answer", None)),
+        ("```bash\npython3 train.py --tp 8\n```", ("answer", None)),
+        # the first block wins, whatever its fence
+        (
+            "```bash\npython3 scripts/diagnose.py a.log\n```\n```run\npython3 scripts/diagnose.py b.log\n```",
+            ("run", "python3 scripts/diagnose.py a.log"),
+        ),
         ("```running text``` is not a block", ("answer", None)),
+        ("load\nnemo-mbridge-perf-memory-tuning\n", ("load", "nemo-mbridge-perf-memory-tuning")),
+        ("load\nthe skill that fits, then answer", ("answer", None)),
     ],
 )
 def test_parse_action_forms(reply: str, expected) -> None:
@@ -293,3 +319,106 @@ def test_reloading_a_skill_is_answered_not_repeated(tmp_path: Path, staged: Path
     result = run_loop(model, task, CATALOG, LoopSettings())
     assert "do not load it again" in model.seen[2][-1]["content"]
     assert result.answer == "Lower the learning rate." and result.activated_skill == decoy
+
+
+def test_a_bash_fence_with_a_here_document_runs_with_stdin() -> None:
+    action = parse_action("```bash\npython3 scripts/diagnose.py - <<'EOF'\nCUDA out of memory.\nEOF\n```")
+    assert (action.kind, action.text, action.stdin) == ("run", "python3 scripts/diagnose.py -", "CUDA out of memory.\n")
+
+
+def test_placeholder_file_names_are_answered_with_the_real_files(tmp_path: Path, staged: Path) -> None:
+    """SKILL.md's example names (train.log, launch.sh) copied instead of the user's file."""
+    task = workdir_for(tmp_path, "frag-log-diagnosis", WITH, staged)
+    box = Sandbox(task.workdir, files=tuple(task.case.files))
+    for command in (
+        "python3 scripts/diagnose.py train.log",
+        "python3 scripts/check_env.py --script launch.sh",
+        "python3 scripts/estimate_memory.py --config=bridge.yaml",
+        "python3 scripts/diagnose.py LOG_FILE",
+    ):
+        call = box.run(command, loaded=SKILL.name)
+        assert call.exit_code is None and call.refused == "missing-file" and call.to_json()["failed"]
+        assert LOG in call.output and "stand for the user's files" in call.output
+    # the real name runs; overrides and option values are not taken for files
+    assert box.run(f"python3 scripts/diagnose.py {LOG}", loaded=SKILL.name).exit_code == 0
+    assert box.missing_file(["--example", "model.num_layers=40", "--set", "NCCL_DEBUG=INFO"]) is None
+    no_files = Sandbox(task.workdir, files=()).run("python3 scripts/diagnose.py train.log", loaded=SKILL.name)
+    assert LOG in no_files.output  # without a list, the directory's own files are named
+
+
+def test_a_loaded_skill_is_not_asked_to_load_again_and_reloads_are_answered(tmp_path: Path, staged: Path) -> None:
+    task = workdir_for(tmp_path, "frag-log-diagnosis", WITH, staged)
+    model = ScriptedModel([f"```load\n{SKILL.name}\n```", f"```load\n{SKILL.name}\n```", "Fragmentation."])
+    result = run_loop(model, task, CATALOG, LoopSettings())
+    assert result.activated_skill == SKILL.name and result.extra["loads"] == [SKILL.name, SKILL.name]
+    assert "do not load it again" in model.seen[2][-1]["content"]
+    assert all("load it before answering" not in seen[0]["content"] for seen in model.seen[1:])
+
+
+def test_forced_activation_gives_the_body_up_front_in_the_with_skill_condition_only(
+    tmp_path: Path, staged: Path
+) -> None:
+    forced = LoopSettings(activation="forced")
+    task = workdir_for(tmp_path, "frag-log-diagnosis", WITH, staged)
+    model = ScriptedModel([run_block(f"python3 scripts/diagnose.py {LOG}"), "Fragmentation on rank 13."])
+    result = run_loop(model, task, CATALOG, forced)
+    first = model.seen[0][0]["content"]
+    assert "## Failure Diagnosis" in first and "load it before answering" not in first
+    assert result.activated_skill == SKILL.name and result.extra["loads"] == []
+    assert result.extra["activation"] == "forced" and result.extra["tool_calls"][0]["exit_code"] == 0
+    # without the skill, forced and discover show the model the same prompt
+    seen = []
+    for settings in (forced, LoopSettings()):
+        other = tmp_path / settings.activation
+        other.mkdir()
+        bare = workdir_for(other, "frag-log-diagnosis", WITHOUT, staged)
+        fake = ScriptedModel(["No idea."])
+        run_loop(fake, bare, CATALOG, settings)
+        seen.append(fake.seen)
+    assert seen[0] == seen[1] and "## Failure Diagnosis" not in seen[0][0][0]["content"]
+
+
+def test_output_cap_keeps_plan_memory_verdict_table_and_recommendation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """plan_memory.py prints ~7 kB: the capped output keeps the ranked table and the first
+    step, and names the paragraphs it left out."""
+    out = invoke("plan_memory", "--example").stdout
+    assert len(out) > LoopSettings().output_cap  # otherwise this test proves nothing
+    seen = cap(out, LoopSettings().output_cap)
+    assert len(seen) <= LoopSettings().output_cap
+    for needed in ("Changes that fit", "Recommended first step", "recompute selective [mlp]"):
+        assert needed in seen and seen.count(needed) == out.count(needed)
+    assert "characters cut: " in seen
+    kept = out.split("\n\n")
+    assert all(p in kept for p in seen.split("\n\n") if not p.startswith("[... "))  # whole paragraphs only
+
+
+def test_every_file_slot_of_skill_md_is_answered_as_a_missing_file() -> None:
+    """SKILL.md's commands name the user's files by CAPITALISED slots; an agent that runs a
+    slot verbatim is told the real names (the list in tools.py must follow SKILL.md)."""
+    import re
+
+    from memtune.bench.tools import FILE_SLOTS
+
+    slots = set(re.findall(r"\b[A-Z][A-Z_]*_(?:FILE|JSON|SCRIPT|YAML)\b", SKILL.body))
+    assert slots and slots <= set(FILE_SLOTS), sorted(slots - set(FILE_SLOTS))
+
+
+def test_a_repeated_command_is_answered_from_history_not_rerun(tmp_path: Path, staged: Path) -> None:
+    task = workdir_for(tmp_path, "frag-log-diagnosis", WITH, staged)
+    same = run_block("python3 scripts/check_env.py --env")
+    model = ScriptedModel([same, same, "Set expandable segments."])
+    result = run_loop(model, task, CATALOG, LoopSettings(activation="forced"))
+    calls = result.extra["tool_calls"]
+    assert [c["refused"] for c in calls] == [None, "repeat"] and calls[1]["exit_code"] is None
+    assert "already ran" in model.seen[2][-1]["content"] and result.answer == "Set expandable segments."
+    # the same helper on other input is not a repeat
+    other = ScriptedModel(
+        [
+            "```run\npython3 scripts/diagnose.py - <<'EOF'\nCUDA out of memory. Tried to allocate 2.00 GiB\nEOF\n```",
+            "```run\npython3 scripts/diagnose.py - <<'EOF'\nCUDA out of memory. Tried to allocate 4.00 GiB\nEOF\n```",
+            "done",
+        ]
+    )
+    (tmp_path / "b").mkdir()
+    again = run_loop(other, workdir_for(tmp_path / "b", "frag-log-diagnosis", WITH, staged), CATALOG, LoopSettings())
+    assert [c["refused"] for c in again.extra["tool_calls"]] == [None, None]

@@ -153,3 +153,32 @@ def test_after_the_bootstrap_only_the_skill_is_compiled_from_source(package):
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, env=clean_env())
     assert result.stdout.split() == ["SourceOnlyLoader", "SourceFileLoader", "None"], result.stderr
+
+
+def test_a_virtual_environment_inside_the_checkout_keeps_its_extension_modules(package, tmp_path):
+    """The README's set-up makes ``.venv/`` inside the checkout, so third-party packages and
+    their compiled extension modules live under the skill folder too. Only ``scripts/`` is
+    the skill's code: a source-only finder over the whole folder hid every ``.so`` there
+    (jsonschema's ``rpds`` failed to import in lint_skill.py)."""
+    rpds = pytest.importorskip("rpds")
+    site = package / ".venv" / "site"
+    site.mkdir(parents=True)
+    import shutil
+
+    shutil.copytree(Path(rpds.__file__).parent, site / "rpds")
+    (site / "probe_entry.py").write_text(
+        "def main(argv):\n    import rpds\n    print(type(rpds.HashTrieMap()).__name__)\n    return 0\n"
+    )
+    probe = (
+        "import os, sys\n"
+        "sys.pycache_prefix = os.path.join(os.devnull, 'memtune-no-bytecode')\n"
+        "sys.dont_write_bytecode = True\n"
+        f"sys.path.insert(0, {str(package / 'scripts')!r})\n"
+        f"sys.path.insert(1, {str(site)!r})\n"
+        "sys.argv = ['probe']\n"
+        "from memtune import bootstrap\n"
+        "bootstrap.launch('probe_entry', prog='probe')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, env=clean_env())
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "HashTrieMap"

@@ -207,7 +207,10 @@ def launch(module: str, prog: str, requires: Iterable[str] = ()) -> None:
             "before importing memtune (bytecode inside the signed tree could be planted)\n"
         )
         raise SystemExit(2)
-    load_sources_only(skill_root)
+    # Only the skill's own code (scripts/: the entry points and memtune) is compiled from source:
+    # a virtual environment made inside the checkout (.venv/, as the README's set-up does)
+    # holds third-party extension modules, which a source-only finder must never shadow.
+    load_sources_only(skill_root / "scripts")
     from memtune import cli
 
     entry = importlib.import_module(module)

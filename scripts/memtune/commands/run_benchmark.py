@@ -47,6 +47,7 @@ EPILOG = """\
 examples:
   python3 scripts/run_benchmark.py run --agent local --attempts 3
   python3 scripts/run_benchmark.py run --agent local --attempts 1 --cases frag-log-diagnosis,vpp-myth
+  python3 scripts/run_benchmark.py run --agent local --activation forced --attempts 3   # uplift given activation
   python3 scripts/run_benchmark.py run --agent 'command:python3 tests/bench_fake_agent.py' --attempts 1
   python3 scripts/run_benchmark.py run --agent claude-code --attempts 3 --workers 4 --judge 'python3 judge.py'
   python3 scripts/run_benchmark.py report                # BENCHMARK.md from the latest run
@@ -57,7 +58,7 @@ examples:
   python3 scripts/run_benchmark.py calibrate --json      # floors (empty/echo/SKILL.md) and oracles
   python3 scripts/run_benchmark.py calibrate --write     # also record them for BENCHMARK.md"""
 
-HARNESS_VERSION = "memtune-bench 3"  # 3: the local agent is a tool-using loop; 2: one seed per (case, attempt)
+HARNESS_VERSION = "memtune-bench 4"  # 4: load turns kept, fenced helper runs, forced mode; 3: tool loop; 2: seeds
 
 
 def _default_evals() -> Path:
@@ -145,10 +146,11 @@ def _args(params: dict[str, Any]) -> tuple[SimpleNamespace, Path, Path]:
 )
 @option(
     "--activation",
-    type=click.Choice(("discover", "always")),
+    type=click.Choice(("discover", "forced", "always")),
     default="discover",
-    help="local-gemma agent: 'discover' (the model picks a skill from the frontmatter list; default) "
-    "or 'always' (the body is loaded for every with-skill task: a diagnostic run)",
+    help="local agents: 'discover' (the model decides from the skill catalog whether to load the skill; "
+    "default) or 'forced' (the body is loaded up front in every with-skill task: uplift given activation, "
+    "apart from discovery; 'always' is the same, its older name)",
 )
 @option(
     "--threads",
@@ -307,7 +309,7 @@ def _reproduce_command(args: Any, run_id: str) -> str:
         parts.append(f"--max-tokens {args.max_tokens}")
     if args.agent == "local" and args.max_turns != 6:
         parts.append(f"--max-turns {args.max_turns}")
-    if args.agent == "local-gemma" and args.activation != "discover":
+    if args.agent in ("local", "local-gemma") and args.activation != "discover":
         parts.append(f"--activation {args.activation}")
     if args.cases:
         parts.append(f"--cases {args.cases}")
@@ -358,7 +360,7 @@ def cmd_run(args: Any, evals: Path, results_dir: Path) -> int:
         raise InputError(f"agent unavailable: {exc}") from None  # one line, exit 2, named by the runner
 
     run_id = args.run_id or f"{_slug(args.agent)}-a{args.attempts}-{dataset.sha256[:8]}"
-    if args.agent == "local-gemma" and args.activation != "discover" and not args.run_id:
+    if args.agent in ("local", "local-gemma") and args.activation != "discover" and not args.run_id:
         run_id += f"-{args.activation}"
     if args.cases and not args.run_id:  # a smoke run must not resume into (or block) the full run's file
         run_id += "-cases-" + hashlib.sha256(args.cases.encode()).hexdigest()[:6]
@@ -376,10 +378,9 @@ def cmd_run(args: Any, evals: Path, results_dir: Path) -> int:
                 ("harness", h.get("harness"), HARNESS_VERSION),
                 ("agent", h.get("agent"), args.agent),
                 ("attempts", h.get("attempts"), args.attempts),
-                (
-                    "activation",
-                    h.get("agent_settings", {}).get("activation"),
-                    agent.describe().get("settings", {}).get("activation"),
+                *(
+                    (key, h.get("agent_settings", {}).get(key), agent.describe().get("settings", {}).get(key))
+                    for key in ("activation", "max_turns", "max_tokens_per_turn", "output_cap_chars")
                 ),
                 ("dataset sha256", h["dataset"]["sha256"], dataset.sha256),
                 ("SKILL.md sha256", h["skill"]["sha256"], skill.sha256),
