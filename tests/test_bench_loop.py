@@ -385,8 +385,9 @@ def test_output_cap_keeps_plan_memory_verdict_table_and_recommendation(monkeypat
     assert len(out) > LoopSettings().output_cap  # otherwise this test proves nothing
     seen = cap(out, LoopSettings().output_cap)
     assert len(seen) <= LoopSettings().output_cap
-    for needed in ("Changes that fit", "Recommended first step", "recompute selective [mlp]"):
+    for needed in ("Changes that fit", "Recommended first step"):
         assert needed in seen and seen.count(needed) == out.count(needed)
+    assert "recompute selective [core_attn, mlp] (adds mlp to selective [core_attn])" in seen  # a ranked row
     assert "characters cut: " in seen
     kept = out.split("\n\n")
     assert all(p in kept for p in seen.split("\n\n") if not p.startswith("[... "))  # whole paragraphs only
