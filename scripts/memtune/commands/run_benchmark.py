@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -22,6 +22,12 @@ from memtune.commands.options import POSITIVE, compose, json_option
 from memtune.errors import EXIT_FINDINGS, EXIT_OK, InputError
 from memtune.files import paths
 from memtune.files.writing import writing
+
+if TYPE_CHECKING:  # the bench library loads jsonschema and YAML: imported when a command runs
+    from memtune.bench.dataset import Dataset
+    from memtune.bench.grading import SecurityRule
+    from memtune.bench.report import Record, Regrader
+    from memtune.bench.results import RunFile
 
 PATH = click.Path(path_type=Path)
 
@@ -108,7 +114,7 @@ def _common(func: FC) -> FC:
     )(func)
 
 
-def _args(params: dict[str, Any]) -> tuple[SimpleNamespace, Path, Path]:
+def _args(params: dict[str, object]) -> tuple[SimpleNamespace, Path, Path]:
     """The parsed options (``as_json`` also set by the group's --json), the dataset and the results folder."""
     ctx = click.get_current_context()
     args = SimpleNamespace(**params)
@@ -166,7 +172,7 @@ def _args(params: dict[str, Any]) -> tuple[SimpleNamespace, Path, Path]:
 )
 @option("--skill-dir", type=PATH, default=None, help="the skill under test (default: this package)")
 @option("--keep-workdirs", is_flag=True, help="keep each task's project directory for inspection")
-def run_command(**params: Any) -> int:
+def run_command(**params: object) -> int:
     args, evals, results_dir = _args(params)
     return cmd_run(args, evals, results_dir)
 
@@ -184,7 +190,7 @@ def run_command(**params: Any) -> int:
 @option("--run", help="run id (file name without .jsonl); default: the latest run")
 @option("--output", type=PATH, default=None, help="default: BENCHMARK.md at the skill root; '-' for stdout")
 @option("--check", is_flag=True, help="do not write; exit 1 if the output file differs")
-def report_command(**params: Any) -> int:
+def report_command(**params: object) -> int:
     args, _evals, results_dir = _args(params)
     return cmd_report(args, results_dir)
 
@@ -196,7 +202,7 @@ def report_command(**params: Any) -> int:
 )
 @_common
 @option("--run", help="run id; default: the latest run")
-def regrade_command(**params: Any) -> int:
+def regrade_command(**params: object) -> int:
     args, evals, results_dir = _args(params)
     return cmd_regrade(args, evals, results_dir)
 
@@ -207,7 +213,7 @@ def regrade_command(**params: Any) -> int:
     short_help="validate evals.json against evals.schema.json",
 )
 @_common
-def validate_command(**params: Any) -> int:
+def validate_command(**params: object) -> int:
     args, evals, _results_dir = _args(params)
     return cmd_validate(evals, args.as_json)
 
@@ -227,7 +233,7 @@ def validate_command(**params: Any) -> int:
 @option("--task", required=True, help="task id in evals.json")
 @option("--answer-file", required=True, type=PATH, help="the answer (text or Markdown); '-' reads stdin")
 @option("--command-ran", "commands", multiple=True, help="a command the agent ran (repeatable; for the command check)")
-def grade_command(**params: Any) -> int:
+def grade_command(**params: object) -> int:
     args, evals, _results_dir = _args(params)
     return cmd_grade(args, evals)
 
@@ -253,7 +259,7 @@ def grade_command(**params: Any) -> int:
 @option(
     "--skill-dir", type=PATH, default=None, help="the skill whose SKILL.md and helpers are used (default: this package)"
 )
-def calibrate_command(**params: Any) -> int:
+def calibrate_command(**params: object) -> int:
     args, evals, results_dir = _args(params)
     return cmd_calibrate(args, evals, results_dir)
 
@@ -262,13 +268,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     return invoke(command, "run_benchmark.py", argv)
 
 
-def _load(evals: Path) -> Any:
+def _load(evals: Path) -> Dataset:
     from memtune.bench.dataset import load_dataset
 
     return load_dataset(evals, _schema_for(evals))
 
 
-def _security_rules(evals: Path) -> tuple[Any, str]:
+def _security_rules(evals: Path) -> tuple[tuple[SecurityRule, ...], str]:
     from memtune.bench.dataset import read_json
     from memtune.bench.grading import load_security_rules
 
@@ -298,7 +304,7 @@ def cmd_validate(evals: Path, as_json: bool) -> int:
     return EXIT_OK
 
 
-def _reproduce_command(args: Any, run_id: str) -> str:
+def _reproduce_command(args: SimpleNamespace, run_id: str) -> str:
     parts = [
         "python3 scripts/run_benchmark.py run",
         f"--agent {_quote(args.agent)}",
@@ -325,7 +331,7 @@ def _quote(text: str) -> str:
     return shlex.quote(text)
 
 
-def cmd_run(args: Any, evals: Path, results_dir: Path) -> int:
+def cmd_run(args: SimpleNamespace, evals: Path, results_dir: Path) -> int:
     from memtune.bench.agents import AgentUnavailable, make_agent
     from memtune.bench.dataset import Dataset, read_json
     from memtune.bench.results import RunWriter, read_run
@@ -459,7 +465,7 @@ def cmd_run(args: Any, evals: Path, results_dir: Path) -> int:
     return EXIT_OK
 
 
-def _pick_run(results_dir: Path, run_id: str | None) -> Any:
+def _pick_run(results_dir: Path, run_id: str | None) -> RunFile:
     """The run the report is about: --run, else the latest run that is neither diagnostic
     nor a smoke run over a subset of the tasks."""
     from memtune.bench.report import is_diagnostic, is_smoke
@@ -477,7 +483,7 @@ def _pick_run(results_dir: Path, run_id: str | None) -> Any:
     return (primary or runs)[-1]
 
 
-def cmd_report(args: Any, results_dir: Path) -> int:
+def cmd_report(args: SimpleNamespace, results_dir: Path) -> int:
     from memtune.bench.report import render
     from memtune.bench.results import list_runs
 
@@ -514,7 +520,7 @@ def cmd_report(args: Any, results_dir: Path) -> int:
     return EXIT_OK
 
 
-def _regrader(evals: Path) -> tuple[Any, list[str]]:
+def _regrader(evals: Path) -> tuple[Regrader, list[str]]:
     """A function grading a stored record again with the current dataset (None for an answer
     to a task that changed since), and the ids of the helper-number tasks."""
     from memtune.bench.grading import grade_answer
@@ -523,7 +529,7 @@ def _regrader(evals: Path) -> tuple[Any, list[str]]:
     rules, _sha = _security_rules(evals)
     cases = dataset.by_id()
 
-    def regrade(record: Any) -> Any:
+    def regrade(record: Record) -> Record | None:
         case = cases.get(record["case_id"])
         if case is None or record.get("question_sha256", case.question_sha256) != case.question_sha256:
             return None
@@ -538,7 +544,7 @@ def _regrader(evals: Path) -> tuple[Any, list[str]]:
     return regrade, helper
 
 
-def cmd_regrade(args: Any, evals: Path, results_dir: Path) -> int:
+def cmd_regrade(args: SimpleNamespace, evals: Path, results_dir: Path) -> int:
     from memtune.bench.grading import grade_answer
     from memtune.bench.results import rewrite
 
@@ -596,7 +602,7 @@ def cmd_regrade(args: Any, evals: Path, results_dir: Path) -> int:
     return EXIT_OK
 
 
-def cmd_grade(args: Any, evals: Path) -> int:
+def cmd_grade(args: SimpleNamespace, evals: Path) -> int:
     from memtune.bench.grading import grade_answer
 
     dataset = _load(evals)
@@ -640,7 +646,7 @@ def cmd_grade(args: Any, evals: Path) -> int:
 CALIBRATION_FILE = "calibration.json"
 
 
-def cmd_calibrate(args: Any, evals: Path, results_dir: Path) -> int:
+def cmd_calibrate(args: SimpleNamespace, evals: Path, results_dir: Path) -> int:
     import json
 
     from memtune.bench.calibrate import KINDS, calibrate
