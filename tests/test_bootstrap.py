@@ -76,6 +76,9 @@ HELP_MUST_NOT_IMPORT = (
     "memtune.spec.run_spec",
     "importlib.metadata",
     "json",
+    "hashlib",
+    "memtune.release.shipped_files",
+    "memtune.release.checkout_leftovers",
 )
 
 

@@ -6,11 +6,9 @@ Only the standard library and stdlib-only memtune modules are imported at top le
 
 from __future__ import annotations
 
-import hashlib
 import re
 import sys
 from collections.abc import Sequence
-from datetime import datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING
@@ -279,6 +277,8 @@ def _security_rules(evals: Path) -> tuple[tuple[SecurityRule, ...], str]:
     from memtune.bench.grading import load_security_rules
 
     path = _harness_file(evals, "security.json")
+    import hashlib
+
     return load_security_rules(read_json(path, "security rules")), hashlib.sha256(path.read_bytes()).hexdigest()
 
 
@@ -369,6 +369,8 @@ def cmd_run(args: SimpleNamespace, evals: Path, results_dir: Path) -> int:
     if args.agent in ("local", "local-gemma") and args.activation != "discover" and not args.run_id:
         run_id += f"-{args.activation}"
     if args.cases and not args.run_id:  # a smoke run must not resume into (or block) the full run's file
+        import hashlib
+
         run_id += "-cases-" + hashlib.sha256(args.cases.encode()).hexdigest()[:6]
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", run_id):
         raise InputError(f"--run-id {run_id!r}: use letters, digits, '.', '_' and '-' only")
@@ -412,7 +414,7 @@ def cmd_run(args: SimpleNamespace, evals: Path, results_dir: Path) -> int:
             "attempts": args.attempts,
             "workers": args.workers,
             "judge": args.judge,
-            "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "started_at": _now_utc(),
             "smoke": bool(args.cases),
             "command": _reproduce_command(args, run_id),
             "dataset": {
@@ -688,3 +690,10 @@ def cmd_calibrate(args: SimpleNamespace, evals: Path, results_dir: Path) -> int:
         if args.write:
             print(f"wrote {_display(results_dir / CALIBRATION_FILE)}")
     return EXIT_OK if doc["ok"] else EXIT_FINDINGS
+
+
+def _now_utc() -> str:
+    """The run's start time; datetime is imported here, not at start-up (--help stays fast)."""
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")

@@ -16,10 +16,10 @@ from memtune.cli import FC, Group, argument, invoke, option, print_json
 from memtune.commands.options import json_option
 from memtune.errors import EXIT_FINDINGS, EXIT_OK, InputError
 from memtune.files import paths
-from memtune.release import checkout_leftovers, shipped_files
-from memtune.release.shipped_files import SIGNATURE_NAME
+from memtune.release.names import SIGNATURE_NAME
 
 if TYPE_CHECKING:  # model_signing and cryptography load only when a subcommand runs
+    from memtune.release import checkout_leftovers
     from memtune.release.signing import CertInfo, Failure, KeyMaterial, VerifyOutcome
 
 DEFAULT_ROOT_CERT = paths.SKILL_ROOT / "signing" / "root-cert.pem"
@@ -281,7 +281,7 @@ def _key_material(args: SignArgs, root: Path) -> KeyMaterial:
 
 
 def _sign(args: SignArgs, root: Path, notes: list[str]) -> int:
-    from memtune.release import signing
+    from memtune.release import shipped_files, signing
 
     material = _key_material(args, root)
     signer = signing.check_key_material(material)
@@ -377,7 +377,7 @@ def _bytecode_failure(
     developer caches (__pycache__, virtualenvs: never read by the helpers, never shipped),
     but tracked bytecode or a sourceless .pyc elsewhere fails.
     """
-    from memtune.release import signing
+    from memtune.release import checkout_leftovers, shipped_files, signing
 
     notes: list[str] = []
     if use_git:
@@ -401,7 +401,7 @@ def _bytecode_failure(
 
 
 def _verify(args: VerifyArgs, root: Path, notes: list[str]) -> int:
-    from memtune.release import signing
+    from memtune.release import checkout_leftovers, shipped_files, signing
 
     signature = (args.signature or root / SIGNATURE_NAME).absolute()
     expected, expected_from = _expected_anchor(args)

@@ -27,8 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from memtune.errors import InputError
+from memtune.release.names import SIGNATURE_NAME
 
-SIGNATURE_NAME = "skill.oms.sig"
+__all__ = ["SIGNATURE_NAME"]
 # What the skills CLI leaves out of every copy it installs.
 EXCLUDED_DIR_NAMES = frozenset({".git", "__pycache__", "__pypackages__"})
 EXCLUDED_FILE_NAMES = frozenset({"metadata.json"})
