@@ -432,7 +432,7 @@ JSON_ROWS = [
     pytest.param(
         "trace_regression",
         tuple(
-            str(Path(__file__).resolve().parent / "data" / "trace" / n)
+            str(Path(__file__).resolve().parent / "data" / "runtime-samples" / "h200-runtime" / n)
             for n in ("torchrun_base.log", "torchrun_leak.log")
         )
         + ("--json",),

@@ -340,7 +340,17 @@ def _path(name: str) -> str:
     return str(DATA / name)
 
 
-C01, C07 = _path("memory_summary_c01_h1024_l4_gpt2.txt"), _path("memory_summary_c07_h8192_l4_tied_distopt.txt")
+#: The H200 texts the runtime reader's own corpus already holds (one copy, its SOURCE.md).
+SAMPLES = REPO_ROOT / "tests" / "data" / "runtime-samples"
+
+
+def _sample(folder: str, name: str) -> str:
+    return str(SAMPLES / folder / name)
+
+
+C01, C07 = (
+    _sample("h200-mcore", f"memory_summary_{n}.txt") for n in ("c01_h1024_l4_gpt2", "c07_h8192_l4_tied_distopt")
+)
 G01, G05, G08 = (_path(f"report_memory_{n}.log") for n in ("g01_base", "g05_mbs2", "g08_dropout"))
 
 
@@ -383,7 +393,9 @@ def test_report_memory_logs_per_rank_and_in_bytes() -> None:
 def test_nvidia_smi_only_compares_device_memory() -> None:
     from memtune.runtime.read import read_measurements
 
-    idle, busy = _path("env_nvidia_smi_idle.txt"), _path("nvidia_smi_c07_h8192_l4_tied_distopt.txt")
+    idle, busy = (
+        _sample("h200-mcore", n) for n in ("env_nvidia_smi_idle.txt", "nvidia_smi_c07_h8192_l4_tied_distopt.txt")
+    )
     doc = invoke_json(HELPER, idle, busy, "--json", codes=(1,))
     assert doc["figure"] == "device_used_bytes"
     assert (
@@ -461,7 +473,7 @@ def test_hostile_snapshot_runs_nothing(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------ multi-rank logs (H200, 4 ranks)
-BASE, LONGER, LEAK = (_path(f"torchrun_{n}.log") for n in ("base", "longer", "leak"))
+BASE, LONGER, LEAK = (_sample("h200-runtime", f"torchrun_{n}.log") for n in ("base", "longer", "leak"))
 
 
 def test_every_rank_regressed_when_the_sequence_doubles() -> None:
