@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
+
+import pytest
 
 from memtune.bench.report import DIMENSIONS, Analysis, cell, render
 from memtune.bench.results import RunFile
@@ -124,20 +127,36 @@ def test_notes_are_included_verbatim() -> None:
     assert re.search(r"## Reading the numbers\n\nSmall models copy the prompt\.\n", text)
 
 
-def test_other_runs_are_summarised_and_forced_activation_is_not_scored_for_discovery() -> None:
+@pytest.mark.parametrize("activation", ["forced", "always"])
+def test_forced_activation_is_its_own_measured_mode(activation: str) -> None:
+    """A forced run is summarised beside the main run with its own primary metric (uplift given
+    activation) and no discoverability score; "always" is the older name and reads the same."""
     main = synthetic_run(lambda cond, c, a: 0.8 if cond == "with_skill" else 0.2)
     forced = synthetic_run(lambda cond, c, a: 0.6 if cond == "with_skill" else 0.2)
     forced = RunFile(
         Path("forced.jsonl"),
-        dict(forced.header, run_id="forced", agent_settings={"activation": "always"}),
+        dict(forced.header, run_id="forced", agent_settings={"activation": activation}),
         forced.results,
     )
-    text = render(main, None, [forced])
-    assert "## Other runs in evals/results" in text and "### `forced` (diagnostic" in text
+    helper_tasks = sorted(main.header["dataset"]["cases"][i]["id"] for i in range(2))
+    text = render(main, None, [forced], helper_number_tasks=helper_tasks)
+    assert "## Other runs in evals/results" in text and "### `forced` (forced activation" in text
     section = text.split("### `forced`")[1]
     assert "| Discoverability | not measured: activation was forced |" in section
     assert "20.0% → 60.0% (+40.0 points)" in section
+    assert "- Primary metric: 2 helper-number tasks in this run" in section
+    top = text.split("## Primary metric")[1].split("## ")[0]
+    assert "- `forced` (forced activation):" in top and "- `" + main.run_id + "` (as agents meet the skill):" in top
     assert text.count("- Overall verdict:") == 1  # only the main run has a verdict
+
+
+def test_a_discover_run_with_another_model_is_not_paired_as_forced() -> None:
+    main = synthetic_run(lambda cond, c, a: 0.8 if cond == "with_skill" else 0.2)
+    other = synthetic_run(lambda cond, c, a: 0.6 if cond == "with_skill" else 0.2)
+    other = RunFile(Path("other.jsonl"), dict(other.header, run_id="other"), other.results)
+    text = render(main, None, [other], helper_number_tasks=[main.header["dataset"]["cases"][0]["id"]])
+    assert "### `other` (another run)" in text
+    assert "`other`" not in text.split("## Primary metric")[1].split("## ")[0]
 
 
 def _loop_record(case_id: str, cond: str, activated, calls, solved: bool, command_label: str = "diagnose\\.py") -> dict:
@@ -271,3 +290,18 @@ def test_scope_sidecar_is_read_next_to_the_run_and_bad_ones_are_refused(tmp_path
         with pytest.raises(InputError, match=needle) as caught:
             read_run(path)
         assert "why_fewer" in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_the_main_run_is_the_latest_discover_run_even_when_a_forced_run_is_newer(tmp_path: Path) -> None:
+    from memtune.commands.run_benchmark import _pick_run
+
+    for name, started, settings in (
+        ("discover", "2026-12-01T00:00:00Z", {"activation": "discover"}),
+        ("forced", "2026-12-02T00:00:00Z", {"activation": "forced"}),
+    ):
+        run = synthetic_run(lambda cond, c, a: 0.5)
+        header = dict(run.header, run_id=name, started_at=started, agent_settings=settings)
+        lines = [json.dumps(header), *(json.dumps(r) for r in run.results)]
+        (tmp_path / f"{name}.jsonl").write_text("\n".join(lines) + "\n")
+    assert _pick_run(tmp_path, None).run_id == "discover"
+    assert _pick_run(tmp_path, "forced").run_id == "forced"

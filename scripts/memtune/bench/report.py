@@ -294,11 +294,17 @@ def _num(x: float, digits: int = 1) -> str:
     return "n/a" if math.isnan(x) else f"{x:.{digits}f}"
 
 
-def is_diagnostic(run: RunFile) -> bool:
-    """A run whose skill activation was forced measures the body alone, not the skill as
-    agents meet it: it is reported beside the main run, never as the main run."""
+#: Values of the local agents' ``activation`` setting that hand the body over up front
+#: ("always" is the older name of "forced"; both runs are read the same way).
+FORCED_ACTIVATION = ("forced", "always")
+
+
+def is_forced_activation(run: RunFile) -> bool:
+    """A run whose with-skill tasks were given SKILL.md's body up front measures the uplift
+    *given* activation, apart from discovery: its own measured mode, reported with its primary
+    metric beside the discover run, and never picked as the main run while a discover run exists."""
     settings = run.header.get("agent_settings")
-    return isinstance(settings, dict) and settings.get("activation") == "always"
+    return isinstance(settings, dict) and settings.get("activation") in FORCED_ACTIVATION
 
 
 def results_table(an: Analysis, results: Mapping[str, DimensionResult]) -> list[str]:
@@ -306,7 +312,7 @@ def results_table(an: Analysis, results: Mapping[str, DimensionResult]) -> list[
         "| Dimension | What it measures | Without → with skill | Without (mean ± sd) | With (mean ± sd) | Uplift 95% CI |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
-    forced = is_diagnostic(an.run)
+    forced = is_forced_activation(an.run)
     for name, res in results.items():
         if forced and name == "Discoverability":
             rows.append(f"| {name} | not measured: activation was forced | | | | |")
@@ -338,16 +344,20 @@ def _scope_clause(an: Analysis) -> str:
     return f" (attempts 1 to {an.attempts} of {an.started_with}, as `evals/results/{name}` says)"
 
 
-def render_other(run: RunFile, regrade: Regrader | None = None) -> list[str]:
-    """A compact section for a run other than the main one (same dataset rules apply)."""
+def render_other(
+    run: RunFile, regrade: Regrader | None = None, helper_number_tasks: Sequence[str] | None = None
+) -> list[str]:
+    """A compact section for a run other than the main one (same dataset rules apply); a
+    forced-activation run also gets its primary metric, since it is a measured mode of its own."""
     an = Analysis(run, regrade)
     h = an.header
     results = {d.name: an.dimension(d) for d in DIMENSIONS}
+    forced = is_forced_activation(run)
     kind = (
-        "diagnostic: SKILL.md body loaded on every with-skill task"
-        if is_diagnostic(run)
-        else f"SMOKE run: {len(an.cases)} tasks only, a harness check, not a measurement"
+        f"SMOKE run: {len(an.cases)} tasks only, a harness check, not a measurement"
         if is_smoke(run)
+        else "forced activation: SKILL.md's body given up front on every with-skill task"
+        if forced
         else "another run"
     )
     out = [
@@ -358,8 +368,10 @@ def render_other(run: RunFile, regrade: Regrader | None = None) -> list[str]:
         f"{len(an.records)} of {an.expected} task runs recorded{'' if an.complete else ' (INCOMPLETE)'}",
         f"- Dataset sha256 `{h['dataset']['sha256']}`; SKILL.md sha256 `{h['skill']['sha256']}`",
         f"- Reproduce: `{h.get('command', '')}`",
-        "",
     ]
+    if forced and helper_number_tasks is not None and not is_smoke(run):
+        out.append(f"- Primary metric: {primary_metric_line(an, helper_number_tasks)}")
+    out.append("")
     out += results_table(an, results)
     corr = results["Correctness"]
     helped = sum(1 for a, b in corr.per_case.values() if b > a)
@@ -439,7 +451,12 @@ def render(
         )
         w("")
     if helper_number_tasks is not None:
-        for row in primary_metric(an, helper_number_tasks):
+        forced_runs = [
+            (o.run_id, Analysis(o, regrade))
+            for o in sorted(others, key=lambda r: r.run_id)
+            if is_forced_activation(o) and not is_smoke(o) and o.header["dataset"]["sha256"] == ds["sha256"]
+        ]
+        for row in primary_metric(an, helper_number_tasks, forced_runs):
             w(row)
         w("")
     if calibration is not None:
@@ -499,7 +516,7 @@ def render(
         w("## Other runs in evals/results")
         for other in sorted(others, key=lambda r: r.run_id):
             w("")
-            for line in render_other(other, regrade):
+            for line in render_other(other, regrade, helper_number_tasks):
                 w(line)
     if notes:
         w("")
@@ -560,29 +577,46 @@ def _share(part: Sequence[Any], whole: Sequence[Any]) -> float:
     return len(part) / len(whole) if whole else math.nan
 
 
-def primary_metric(an: Analysis, helper_number_tasks: Sequence[str]) -> list[str]:
+def primary_metric_line(an: Analysis, helper_number_tasks: Sequence[str]) -> str:
     """Solved rate on the helper-number tasks, without and with the skill, and the paired
-    bootstrap interval (over tasks) of the uplift: the metric evals/README.md fixes."""
+    bootstrap interval (over tasks) of the uplift, in one sentence: the metric evals/README.md fixes."""
     ids = sorted(set(helper_number_tasks) & set(an.cases))
     per: dict[tuple[str, str], list[float]] = defaultdict(list)
     for r in an.records:
         if r["case_id"] in ids:
             per[(r["case_id"], r["condition"])].append(1.0 if r["grade"]["solved"] else 0.0)
     pairs = [(mean(per[(i, WITHOUT)]), mean(per[(i, WITH)])) for i in ids if per[(i, WITHOUT)] and per[(i, WITH)]]
+    if not pairs:
+        return "no helper-number task has attempts in both conditions yet."
     base = mean([a for a, _ in pairs])
     skill = mean([b for _, b in pairs])
     ci = bootstrap_mean_ci([b - a for a, b in pairs])
     above = not math.isnan(ci.low) and ci.low > 0
-    return [
+    return (
+        f"{len(pairs)} helper-number tasks in this run: solved {_pct(base)} without the skill, {_pct(skill)} with it, "
+        f"uplift {_points(skill - base)} [{_points(ci.low)}, {_points(ci.high)}] — "
+        + ("the interval lies above 0." if above else "the interval does NOT lie above 0.")
+    )
+
+
+def primary_metric(
+    an: Analysis, helper_number_tasks: Sequence[str], forced_runs: Sequence[tuple[str, Analysis]] = ()
+) -> list[str]:
+    """The primary-metric section: the main run's line, then one per forced-activation run of
+    the same dataset (uplift given activation), so both modes are read side by side."""
+    rows = [
         "## Primary metric",
         "",
         "Solved rate on helper-number tasks (the answer needs a number a helper computes from the user's own file; "
         "defined in `evals/README.md` before the run), paired bootstrap over tasks, 95% interval:",
         "",
-        f"- {len(pairs)} helper-number tasks in this run: solved {_pct(base)} without the skill, {_pct(skill)} with it, "
-        f"uplift {_points(skill - base)} [{_points(ci.low)}, {_points(ci.high)}] — "
-        + ("the interval lies above 0." if above else "the interval does NOT lie above 0."),
+        f"- `{an.run.run_id}` ({'forced activation' if is_forced_activation(an.run) else 'as agents meet the skill'}): "
+        + primary_metric_line(an, helper_number_tasks),
     ]
+    for run_id, other in forced_runs:
+        state = "" if other.complete else f" (INCOMPLETE: {len(other.records)} of {other.expected} task runs)"
+        rows.append(f"- `{run_id}` (forced activation{state}): " + primary_metric_line(other, helper_number_tasks))
+    return rows
 
 
 def calibration_section(cal: Mapping[str, Any]) -> list[str]:

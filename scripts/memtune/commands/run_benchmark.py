@@ -468,9 +468,9 @@ def cmd_run(args: SimpleNamespace, evals: Path, results_dir: Path) -> int:
 
 
 def _pick_run(results_dir: Path, run_id: str | None) -> RunFile:
-    """The run the report is about: --run, else the latest run that is neither diagnostic
-    nor a smoke run over a subset of the tasks."""
-    from memtune.bench.report import is_diagnostic, is_smoke
+    """The run the report is about: --run, else the latest run that is neither a
+    forced-activation run nor a smoke run over a subset of the tasks."""
+    from memtune.bench.report import is_forced_activation, is_smoke
     from memtune.bench.results import list_runs, read_run
 
     if run_id:
@@ -481,7 +481,7 @@ def _pick_run(results_dir: Path, run_id: str | None) -> RunFile:
     runs = list_runs(results_dir) if results_dir.is_dir() else []
     if not runs:
         raise InputError(f"{_display(results_dir)}: no run files; run `run_benchmark.py run --agent ...` first")
-    primary = [r for r in runs if not is_diagnostic(r) and not is_smoke(r)]
+    primary = [r for r in runs if not is_forced_activation(r) and not is_smoke(r)]
     return (primary or runs)[-1]
 
 
