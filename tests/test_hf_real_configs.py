@@ -88,6 +88,9 @@ TABLE = (
     ),  # fmt: skip
     Real("Qwen2.5-7B-Instruct", "7.61B", layers=28, head_dim=128, vocab=152064),
     Real("Qwen3-0.6B", "0.6B", layers=28, head_dim=128, tied=True, vocab=151936),
+    Real("Qwen2.5-14B", "14.7B", layers=48, head_dim=128, vocab=152064),
+    Real("Qwen2.5-72B", "72.7B", layers=80, head_dim=128, vocab=152064),
+    Real("Qwen3-14B", "14.8B", layers=40, head_dim=128, vocab=151936),
     Real("Qwen3-32B", "32.8B", layers=64, head_dim=128, vocab=151936),
     Real(
         "Qwen3-30B-A3B",
