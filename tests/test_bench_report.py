@@ -305,3 +305,12 @@ def test_the_main_run_is_the_latest_discover_run_even_when_a_forced_run_is_newer
         (tmp_path / f"{name}.jsonl").write_text("\n".join(lines) + "\n")
     assert _pick_run(tmp_path, None).run_id == "discover"
     assert _pick_run(tmp_path, "forced").run_id == "forced"
+
+
+def test_copied_baseline_attempts_are_named_in_the_report() -> None:
+    run = synthetic_run(lambda cond, c, a: 0.5)
+    results = tuple(dict(r, baseline_from="forced") if r["condition"] == "without_skill" else r for r in run.results)
+    n = sum(1 for r in results if r.get("baseline_from"))
+    text = render(RunFile(run.path, run.header, results))
+    assert f"- Without-skill attempts: {n} copied from `forced` (`--baseline-from`" in text
+    assert "copied from" not in render(run)

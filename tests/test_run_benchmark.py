@@ -262,3 +262,90 @@ def test_smoke_runs_are_labelled_and_never_the_headline(finished_run: Path, tmp_
     assert proc.returncode == 0, proc.stderr
     assert "from the raw results in `evals/results/full.jsonl`" in proc.stdout
     assert "### `smoke` (SMOKE run: 4 tasks only, a harness check, not a measurement)" in proc.stdout
+
+
+def _run_as(results: Path, run_id: str, *extra: str, env: dict | None = None) -> Result:
+    return bench(
+        "run", "--agent", FAKE, "--attempts", "1", "--workers", "2", "--cases", CASES,
+        "--run-id", run_id, "--results-dir", str(results), *extra, env=env,
+    )  # fmt: skip
+
+
+def test_baseline_from_copies_the_without_skill_attempts_and_runs_only_the_rest(tmp_path: Path) -> None:
+    results, log = tmp_path / "results", tmp_path / "calls.log"
+    assert _run_as(results, "first").returncode == 0
+    proc = _run_as(results, "second", "--baseline-from", "first", env={"FAKE_AGENT_LOG": str(log)})
+    assert proc.returncode == 0, proc.stderr
+    assert f"{N_CASES} without-skill attempts copied from first" in proc.stderr
+    ran = {tuple(line.split()) for line in log.read_text().splitlines()}
+    assert {cond for _, cond, _ in ran} == {"with_skill"} and len(ran) == N_CASES
+    first = {
+        (r["case_id"], r["attempt"]): r
+        for r in records(results / "first.jsonl")[1:]
+        if r["condition"] == "without_skill"
+    }
+    header, *second = records(results / "second.jsonl")
+    assert header["baseline_from"] == "first" and "--baseline-from first" in header["command"]
+    without = [r for r in second if r["condition"] == "without_skill"]
+    assert len(without) == N_CASES and all(r["baseline_from"] == "first" for r in without)
+    for r in without:
+        assert r["answer"] == first[(r["case_id"], r["attempt"])]["answer"]
+    assert not any("baseline_from" in r for r in second if r["condition"] == "with_skill")
+    # resuming copies nothing twice and runs nothing
+    log.write_text("")
+    again = _run_as(results, "second", "--baseline-from", "first", env={"FAKE_AGENT_LOG": str(log)})
+    assert again.returncode == 0 and log.read_text() == "" and "0 without-skill attempts copied" in again.stderr
+    assert len(records(results / "second.jsonl")) == 1 + 2 * N_CASES
+
+
+@pytest.mark.parametrize(
+    ("tamper", "needle"),
+    [
+        (lambda h: h.update(model="another model"), "differs in model"),
+        (lambda h: h["skill"].update(sha256="0" * 64), "differs in SKILL.md sha256"),
+        (lambda h: h.setdefault("agent_settings", {}).update(max_turns=99), "differs in agent setting max_turns"),
+    ],
+)
+def test_baseline_from_refuses_another_condition_before_writing(tmp_path: Path, tamper, needle: str) -> None:
+    results = tmp_path / "results"
+    assert _run_as(results, "first").returncode == 0
+    path = results / "first.jsonl"
+    header, *rest = path.read_text().splitlines()
+    h = json.loads(header)
+    tamper(h)
+    path.write_text("\n".join([json.dumps(h), *rest]) + "\n")
+    proc = _run_as(results, "second", "--baseline-from", "first")
+    assert proc.returncode == 2 and needle in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert not (results / "second.jsonl").exists()
+
+
+def test_baseline_from_a_missing_run_or_itself_is_refused(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    results.mkdir()
+    proc = _run_as(results, "second", "--baseline-from", "nope")
+    assert proc.returncode == 2 and "--baseline-from nope: no such run" in proc.stderr
+    proc = _run_as(results, "second", "--baseline-from", "second")
+    assert proc.returncode == 2 and "that is this run" in proc.stderr
+    assert not (results / "second.jsonl").exists()
+
+
+def test_activation_alone_may_differ_between_baseline_and_run() -> None:
+    from memtune.bench.baseline import baseline_mismatch
+
+    base = {
+        "harness": "h", "agent": "local", "model": "m", "security_rules_sha256": "r",
+        "dataset": {"sha256": "d", "cases": [{"id": "a"}, {"id": "b"}]}, "skill": {"sha256": "s"},
+        "agent_settings": {"activation": "forced", "max_turns": 6, "threads": 2},
+    }  # fmt: skip
+    discover = json.loads(json.dumps(base))
+    discover["agent_settings"]["activation"] = "discover"
+    assert baseline_mismatch(base, discover) == []
+    subset = json.loads(json.dumps(discover))
+    subset["dataset"]["cases"] = [{"id": "a"}]
+    assert baseline_mismatch(base, subset) == []  # a run over fewer cases may copy
+    wider = json.loads(json.dumps(discover))
+    wider["dataset"]["cases"].append({"id": "c"})
+    assert baseline_mismatch(base, wider) == ["cases"]
+    wider["agent_settings"]["threads"] = 4
+    assert baseline_mismatch(base, wider) == ["cases", "agent setting threads"]

@@ -307,6 +307,19 @@ def is_forced_activation(run: RunFile) -> bool:
     return isinstance(settings, dict) and settings.get("activation") in FORCED_ACTIVATION
 
 
+def baseline_line(an: Analysis) -> str | None:
+    """Where the without-skill attempts came from when they were copied (``run --baseline-from``)."""
+    sources = sorted({str(r["baseline_from"]) for r in an.records if r.get("baseline_from")})
+    if not sources:
+        return None
+    copied = sum(1 for r in an.records if r.get("baseline_from"))
+    return (
+        f"- Without-skill attempts: {copied} copied from {', '.join(f'`{s}`' for s in sources)} (`--baseline-from`: "
+        "the same condition, the same agent, model, loop settings, dataset, SKILL.md and seeds; only the "
+        "activation of the skill differed)"
+    )
+
+
 def results_table(an: Analysis, results: Mapping[str, DimensionResult]) -> list[str]:
     rows = [
         "| Dimension | What it measures | Without → with skill | Without (mean ± sd) | With (mean ± sd) | Uplift 95% CI |",
@@ -369,6 +382,9 @@ def render_other(
         f"- Dataset sha256 `{h['dataset']['sha256']}`; SKILL.md sha256 `{h['skill']['sha256']}`",
         f"- Reproduce: `{h.get('command', '')}`",
     ]
+    copied = baseline_line(an)
+    if copied:
+        out.append(copied)
     if forced and helper_number_tasks is not None and not is_smoke(run):
         out.append(f"- Primary metric: {primary_metric_line(an, helper_number_tasks)}")
     out.append("")
@@ -419,6 +435,9 @@ def render(
         f"- Attempts: {an.attempts} per task and condition; {len(an.records)} of {an.expected} task runs recorded"
         f"{'' if an.complete else ' (INCOMPLETE)'}"
     )
+    copied = baseline_line(an)
+    if copied:
+        w(copied)
     if an.scope:
         w(
             f"- Fewer attempts than planned: the run was started with {an.started_with}; this report reads "

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import SimpleNamespace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -170,6 +170,12 @@ def _args(params: dict[str, object]) -> tuple[SimpleNamespace, Path, Path]:
 )
 @option("--skill-dir", type=PATH, default=None, help="the skill under test (default: this package)")
 @option("--keep-workdirs", is_flag=True, help="keep each task's project directory for inspection")
+@option(
+    "--baseline-from",
+    metavar="RUN_ID",
+    help="copy the without-skill attempts of this earlier run (same agent, model, loop settings, dataset and "
+    "SKILL.md; only the activation may differ) instead of sampling them again",
+)
 def run_command(**params: object) -> int:
     args, evals, results_dir = _args(params)
     return cmd_run(args, evals, results_dir)
@@ -321,6 +327,8 @@ def _reproduce_command(args: SimpleNamespace, run_id: str) -> str:
         parts.append(f"--cases {args.cases}")
     if args.judge:
         parts.append(f"--judge {_quote(args.judge)}")
+    if args.baseline_from:
+        parts.append(f"--baseline-from {args.baseline_from}")
     parts.append(f"--run-id {run_id}")
     return " ".join(parts)
 
@@ -333,8 +341,9 @@ def _quote(text: str) -> str:
 
 def cmd_run(args: SimpleNamespace, evals: Path, results_dir: Path) -> int:
     from memtune.bench.agents import AgentUnavailable, make_agent
+    from memtune.bench.baseline import baseline_records
     from memtune.bench.dataset import Dataset, read_json
-    from memtune.bench.results import RunWriter, read_run
+    from memtune.bench.results import RunWriter, read_run, result_key
     from memtune.bench.runner import Progress, Runner, plan_jobs
     from memtune.bench.skill import load_skill
 
@@ -375,6 +384,39 @@ def cmd_run(args: SimpleNamespace, evals: Path, results_dir: Path) -> int:
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", run_id):
         raise InputError(f"--run-id {run_id!r}: use letters, digits, '.', '_' and '-' only")
     path = results_dir / f"{run_id}.jsonl"
+    info = agent.describe()
+    header = {
+        "type": "run",
+        "run_id": run_id,
+        "harness": HARNESS_VERSION,
+        "agent": args.agent,
+        "model": agent.model,
+        "agent_settings": info.get("settings", {}),
+        "attempts": args.attempts,
+        "workers": args.workers,
+        "judge": args.judge,
+        "started_at": _now_utc(),
+        "smoke": bool(args.cases),
+        "command": _reproduce_command(args, run_id),
+        "dataset": {
+            "path": _display(evals),
+            "sha256": dataset.sha256,
+            "cases": [
+                {
+                    "id": c.id,
+                    "category": c.category,
+                    "should_trigger": c.should_trigger,
+                    "expected_script": c.expected_script,
+                }
+                for c in dataset.cases
+            ],
+        },
+        "skill": {"name": skill.name, "sha256": skill.sha256},
+        "security_rules_sha256": rules_sha,
+    }
+    if args.baseline_from:
+        header["baseline_from"] = args.baseline_from
+    baseline = _baseline_source(args, results_dir, run_id, header)
     if path.exists() and args.fresh:
         path.unlink()
     if path.exists():
@@ -403,38 +445,16 @@ def cmd_run(args: SimpleNamespace, evals: Path, results_dir: Path) -> int:
         writer = RunWriter.resume(path)
         done = read_run(path).done_keys()
     else:
-        info = agent.describe()
-        header = {
-            "type": "run",
-            "run_id": run_id,
-            "harness": HARNESS_VERSION,
-            "agent": args.agent,
-            "model": agent.model,
-            "agent_settings": info.get("settings", {}),
-            "attempts": args.attempts,
-            "workers": args.workers,
-            "judge": args.judge,
-            "started_at": _now_utc(),
-            "smoke": bool(args.cases),
-            "command": _reproduce_command(args, run_id),
-            "dataset": {
-                "path": _display(evals),
-                "sha256": dataset.sha256,
-                "cases": [
-                    {
-                        "id": c.id,
-                        "category": c.category,
-                        "should_trigger": c.should_trigger,
-                        "expected_script": c.expected_script,
-                    }
-                    for c in dataset.cases
-                ],
-            },
-            "skill": {"name": skill.name, "sha256": skill.sha256},
-            "security_rules_sha256": rules_sha,
-        }
         writer = RunWriter.create(path, header)
         done = set()
+    if baseline is not None:
+        copied = baseline_records(baseline, args.attempts, [c.id for c in dataset.cases], done)
+        for record in copied:
+            writer.append(record)
+            done.add(result_key(record))
+        sys.stderr.write(
+            f"run {run_id}: {len(copied)} without-skill attempts copied from {baseline.run_id} (--baseline-from)\n"
+        )
     jobs = plan_jobs(dataset, args.attempts, done)
     total = len(dataset.cases) * 2 * args.attempts
     sys.stderr.write(
@@ -465,6 +485,33 @@ def cmd_run(args: SimpleNamespace, evals: Path, results_dir: Path) -> int:
             f"write the report with: python3 scripts/run_benchmark.py report --run {run_id}"
         )
     return EXIT_OK
+
+
+def _baseline_source(
+    args: SimpleNamespace, results_dir: Path, run_id: str, header: Mapping[str, Any]
+) -> RunFile | None:
+    """The run named by --baseline-from, checked before anything is written: its without-skill
+    condition must be this run's (memtune.bench.baseline says what must match)."""
+    from memtune.bench.baseline import baseline_mismatch
+    from memtune.bench.results import read_run
+
+    if not args.baseline_from:
+        return None
+    if args.baseline_from == run_id:
+        raise InputError(f"--baseline-from {args.baseline_from}: that is this run; name an earlier run")
+    path = results_dir / f"{args.baseline_from}.jsonl"
+    if not path.is_file():
+        raise InputError(
+            f"--baseline-from {args.baseline_from}: no such run (see the *.jsonl files in {_display(results_dir)})"
+        )
+    source = read_run(path)
+    differs = baseline_mismatch(source.header, header)
+    if differs:
+        raise InputError(
+            f"--baseline-from {args.baseline_from}: its without-skill attempts are another condition "
+            f"(differs in {', '.join(differs)}); run without --baseline-from"
+        )
+    return source
 
 
 def _pick_run(results_dir: Path, run_id: str | None) -> RunFile:
