@@ -456,3 +456,32 @@ def test_a_change_that_saves_nothing_is_not_offered(table):
     assert core_attn in titles(plan.no_saving)
     assert core_attn not in titles(plan.ranked)
     assert core_attn not in [r.title for r in ld.climb(model, run, s, table).rungs]
+
+
+# ------------------------------------------------------------- VPP alone is not a memory fix
+def test_seed_vpp_changes_alone_are_not_offered_as_memory_fixes(seed_plan):
+    """The seed measured VPP 5->10 2.4% *above* VPP 5 where the schedule term says 1.3% below:
+    a VPP-only change saving less than that disagreement is not a rung (SKILL.md: VPP is not a
+    memory fix), while PP changes that also move the chunking stay on the usual bar."""
+    ranked, no_saving = titles(seed_plan.ranked), titles(seed_plan.no_saving)
+    assert "VPP 5->10" in no_saving and "VPP 5->10" not in ranked
+    assert not [t for t in ranked if t.startswith("VPP ")]
+    assert "PP 4->8, VPP 5" in ranked
+
+
+def test_min_saving_share_is_the_vpp_bar_only_when_vpp_alone_changes(seed):
+    _, run = seed
+    assert pl.min_saving_share(run, run.with_(vpp=10)) == pl.VPP_ONLY_MIN_SAVING_SHARE
+    assert pl.min_saving_share(run, run.with_(vpp=None)) == pl.VPP_ONLY_MIN_SAVING_SHARE
+    assert pl.min_saving_share(run, run.with_(pp=8, vpp=5)) == pl.MIN_SAVING_SHARE
+    assert pl.min_saving_share(run, run.with_(vpp=10, mbs=2)) == pl.MIN_SAVING_SHARE  # not VPP alone
+    assert pl.min_saving_share(run, run.with_(tp=8)) == pl.MIN_SAVING_SHARE
+
+
+def test_a_vpp_change_that_saves_more_than_the_bar_is_still_offered(table):
+    """At VPP 2 the first stage holds 11 chunks of 10 layers: turning VPP off (4 micro-batches of
+    20 layers) saves about 6% of the peak, above the VPP-only bar; VPP 2->4 (about 3%) does not."""
+    model, run = tc.anchor_workload(table.raw, "llama3_70b_sft_32xh100")
+    plan = pl.plan(model, run.with_(vpp=2), settings(), table)
+    offered = titles((*plan.ranked, *plan.not_fitting))
+    assert "VPP 2->off" in offered and "VPP 2->4" in titles(plan.no_saving)

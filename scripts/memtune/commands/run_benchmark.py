@@ -6,24 +6,28 @@ Only the standard library and stdlib-only memtune modules are imported at top le
 
 from __future__ import annotations
 
-import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
 from memtune.cli import FC, Group, invoke, option
+from memtune.commands.bench_inputs import (
+    default_evals,
+    display,
+    load_dataset_file,
+    schema_for,
+    security_rules,
+)
 from memtune.commands.options import POSITIVE, compose, json_option
 from memtune.errors import EXIT_FINDINGS, EXIT_OK, InputError
 from memtune.files import paths
 from memtune.files.writing import writing
 
 if TYPE_CHECKING:  # the bench library loads jsonschema and YAML: imported when a command runs
-    from memtune.bench.dataset import Dataset
-    from memtune.bench.grading import SecurityRule
     from memtune.bench.report import Record, Regrader
     from memtune.bench.results import RunFile
 
@@ -62,31 +66,6 @@ examples:
   python3 scripts/run_benchmark.py calibrate --json      # floors (empty/echo/SKILL.md) and oracles
   python3 scripts/run_benchmark.py calibrate --write     # also record them for BENCHMARK.md"""
 
-HARNESS_VERSION = "memtune-bench 4"  # 4: load turns kept, fenced helper runs, forced mode; 3: tool loop; 2: seeds
-
-
-def _default_evals() -> Path:
-    return paths.EVALS_DIR / "evals.json"
-
-
-def _schema_for(evals: Path) -> Path:
-    return evals.parent / "evals.schema.json"
-
-
-def _harness_file(evals: Path, name: str) -> Path:
-    return evals.parent / "harness" / name
-
-
-def _display(path: Path) -> str:
-    try:
-        return path.resolve().relative_to(paths.SKILL_ROOT).as_posix()
-    except ValueError:
-        return str(path)
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:40] or "agent"
-
 
 @click.group(
     "run-benchmark",
@@ -117,7 +96,7 @@ def _args(params: dict[str, object]) -> tuple[SimpleNamespace, Path, Path]:
     ctx = click.get_current_context()
     args = SimpleNamespace(**params)
     args.as_json = bool(args.as_json or (ctx.parent is not None and ctx.parent.obj))
-    evals = (args.evals or _default_evals()).resolve()
+    evals = (args.evals or default_evals()).resolve()
     results_dir = (args.results_dir or evals.parent / "results").resolve()
     return args, evals, results_dir
 
@@ -178,6 +157,8 @@ def _args(params: dict[str, object]) -> tuple[SimpleNamespace, Path, Path]:
 )
 def run_command(**params: object) -> int:
     args, evals, results_dir = _args(params)
+    from memtune.commands.bench_run import cmd_run
+
     return cmd_run(args, evals, results_dir)
 
 
@@ -272,26 +253,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     return invoke(command, "run_benchmark.py", argv)
 
 
-def _load(evals: Path) -> Dataset:
-    from memtune.bench.dataset import load_dataset
-
-    return load_dataset(evals, _schema_for(evals))
-
-
-def _security_rules(evals: Path) -> tuple[tuple[SecurityRule, ...], str]:
-    from memtune.bench.dataset import read_json
-    from memtune.bench.grading import load_security_rules
-
-    path = _harness_file(evals, "security.json")
-    import hashlib
-
-    return load_security_rules(read_json(path, "security rules")), hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def cmd_validate(evals: Path, as_json: bool) -> int:
-    dataset = _load(evals)
+    dataset = load_dataset_file(evals)
     summary = {
-        "dataset": _display(evals),
+        "dataset": display(evals),
         "sha256": dataset.sha256,
         "cases": len(dataset.cases),
         "positives": dataset.positives,
@@ -304,214 +269,10 @@ def cmd_validate(evals: Path, as_json: bool) -> int:
         print_json(summary)
     else:
         print(
-            f"{_display(evals)}: {len(dataset.cases)} cases ({dataset.positives} positive, "
-            f"{dataset.negatives} negative) valid against {_schema_for(evals).name}; sha256 {dataset.sha256}"
+            f"{display(evals)}: {len(dataset.cases)} cases ({dataset.positives} positive, "
+            f"{dataset.negatives} negative) valid against {schema_for(evals).name}; sha256 {dataset.sha256}"
         )
     return EXIT_OK
-
-
-def _reproduce_command(args: SimpleNamespace, run_id: str) -> str:
-    parts = [
-        "python3 scripts/run_benchmark.py run",
-        f"--agent {_quote(args.agent)}",
-        f"--attempts {args.attempts}",
-        f"--workers {args.workers}",
-    ]
-    if args.agent in ("local", "local-gemma") and args.max_tokens is not None:
-        parts.append(f"--max-tokens {args.max_tokens}")
-    if args.agent == "local" and args.max_turns != 6:
-        parts.append(f"--max-turns {args.max_turns}")
-    if args.agent in ("local", "local-gemma") and args.activation != "discover":
-        parts.append(f"--activation {args.activation}")
-    if args.cases:
-        parts.append(f"--cases {args.cases}")
-    if args.judge:
-        parts.append(f"--judge {_quote(args.judge)}")
-    if args.baseline_from:
-        parts.append(f"--baseline-from {args.baseline_from}")
-    parts.append(f"--run-id {run_id}")
-    return " ".join(parts)
-
-
-def _quote(text: str) -> str:
-    import shlex
-
-    return shlex.quote(text)
-
-
-def cmd_run(args: SimpleNamespace, evals: Path, results_dir: Path) -> int:
-    from memtune.bench.agents import AgentUnavailable, make_agent
-    from memtune.bench.baseline import baseline_records
-    from memtune.bench.dataset import Dataset, read_json
-    from memtune.bench.results import RunWriter, read_run, result_key
-    from memtune.bench.runner import Progress, Runner, plan_jobs
-    from memtune.bench.skill import load_skill
-
-    dataset = _load(evals)
-    if args.cases:
-        wanted = [c.strip() for c in args.cases.split(",") if c.strip()]
-        known = dataset.by_id()
-        unknown = [c for c in wanted if c not in known]
-        if unknown:
-            raise InputError(f"--cases: unknown case id(s) {', '.join(unknown)} (see {_display(evals)})")
-        dataset = Dataset(dataset.path, dataset.sha256, tuple(known[c] for c in wanted))
-    skill = load_skill((args.skill_dir or paths.SKILL_ROOT).resolve())
-    rules, rules_sha = _security_rules(evals)
-    catalog = read_json(_harness_file(evals, "skill_catalog.json"), "skill catalog").get("skills", [])
-    try:
-        agent = make_agent(
-            args.agent,
-            model_path=args.model,
-            catalog=catalog,
-            workers=args.workers,
-            timeout=args.timeout,
-            max_tokens=args.max_tokens,
-            threads=args.threads,
-            activation=args.activation,
-            max_turns=args.max_turns,
-        )
-        agent.prepare()
-    except AgentUnavailable as exc:
-        raise InputError(f"agent unavailable: {exc}") from None  # one line, exit 2, named by the runner
-
-    run_id = args.run_id or f"{_slug(args.agent)}-a{args.attempts}-{dataset.sha256[:8]}"
-    if args.agent in ("local", "local-gemma") and args.activation != "discover" and not args.run_id:
-        run_id += f"-{args.activation}"
-    if args.cases and not args.run_id:  # a smoke run must not resume into (or block) the full run's file
-        import hashlib
-
-        run_id += "-cases-" + hashlib.sha256(args.cases.encode()).hexdigest()[:6]
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", run_id):
-        raise InputError(f"--run-id {run_id!r}: use letters, digits, '.', '_' and '-' only")
-    path = results_dir / f"{run_id}.jsonl"
-    info = agent.describe()
-    header = {
-        "type": "run",
-        "run_id": run_id,
-        "harness": HARNESS_VERSION,
-        "agent": args.agent,
-        "model": agent.model,
-        "agent_settings": info.get("settings", {}),
-        "attempts": args.attempts,
-        "workers": args.workers,
-        "judge": args.judge,
-        "started_at": _now_utc(),
-        "smoke": bool(args.cases),
-        "command": _reproduce_command(args, run_id),
-        "dataset": {
-            "path": _display(evals),
-            "sha256": dataset.sha256,
-            "cases": [
-                {
-                    "id": c.id,
-                    "category": c.category,
-                    "should_trigger": c.should_trigger,
-                    "expected_script": c.expected_script,
-                }
-                for c in dataset.cases
-            ],
-        },
-        "skill": {"name": skill.name, "sha256": skill.sha256},
-        "security_rules_sha256": rules_sha,
-    }
-    if args.baseline_from:
-        header["baseline_from"] = args.baseline_from
-    baseline = _baseline_source(args, results_dir, run_id, header)
-    if path.exists() and args.fresh:
-        path.unlink()
-    if path.exists():
-        existing = read_run(path)
-        h = existing.header
-        mismatch = [
-            name
-            for name, old, new in (
-                ("harness", h.get("harness"), HARNESS_VERSION),
-                ("agent", h.get("agent"), args.agent),
-                ("attempts", h.get("attempts"), args.attempts),
-                *(
-                    (key, h.get("agent_settings", {}).get(key), agent.describe().get("settings", {}).get(key))
-                    for key in ("activation", "max_turns", "max_tokens_per_turn", "output_cap_chars")
-                ),
-                ("dataset sha256", h["dataset"]["sha256"], dataset.sha256),
-                ("SKILL.md sha256", h["skill"]["sha256"], skill.sha256),
-                ("cases", [c["id"] for c in h["dataset"]["cases"]], [c.id for c in dataset.cases]),
-            )
-            if old != new
-        ]
-        if mismatch:
-            raise InputError(
-                f"{path}: existing run differs in {', '.join(mismatch)}; pass --fresh to start over or a new --run-id"
-            )
-        writer = RunWriter.resume(path)
-        done = read_run(path).done_keys()
-    else:
-        writer = RunWriter.create(path, header)
-        done = set()
-    if baseline is not None:
-        copied = baseline_records(baseline, args.attempts, [c.id for c in dataset.cases], done)
-        for record in copied:
-            writer.append(record)
-            done.add(result_key(record))
-        sys.stderr.write(
-            f"run {run_id}: {len(copied)} without-skill attempts copied from {baseline.run_id} (--baseline-from)\n"
-        )
-    jobs = plan_jobs(dataset, args.attempts, done)
-    total = len(dataset.cases) * 2 * args.attempts
-    sys.stderr.write(
-        f"run {run_id}: {len(jobs)} of {total} tasks to run ({total - len(jobs)} already done) "
-        f"with agent {args.agent} [{agent.model}]; raw results: {_display(path)}\n"
-    )
-    progress = Progress(total, total - len(jobs))
-    runner = Runner(
-        agent,
-        dataset,
-        skill,
-        writer,
-        rules,
-        judge=args.judge,
-        workers=args.workers,
-        keep_workdirs=args.keep_workdirs,
-        progress=progress,
-    )
-    errors = runner.run(jobs)
-    summary = {"run_id": run_id, "results": _display(path), "ran": len(jobs), "total": total, "agent_errors": errors}
-    if args.as_json:
-        from memtune.cli import print_json
-
-        print_json(summary)
-    else:
-        print(
-            f"{run_id}: {total} of {total} tasks recorded in {_display(path)} ({errors} agent errors this session); "
-            f"write the report with: python3 scripts/run_benchmark.py report --run {run_id}"
-        )
-    return EXIT_OK
-
-
-def _baseline_source(
-    args: SimpleNamespace, results_dir: Path, run_id: str, header: Mapping[str, Any]
-) -> RunFile | None:
-    """The run named by --baseline-from, checked before anything is written: its without-skill
-    condition must be this run's (memtune.bench.baseline says what must match)."""
-    from memtune.bench.baseline import baseline_mismatch
-    from memtune.bench.results import read_run
-
-    if not args.baseline_from:
-        return None
-    if args.baseline_from == run_id:
-        raise InputError(f"--baseline-from {args.baseline_from}: that is this run; name an earlier run")
-    path = results_dir / f"{args.baseline_from}.jsonl"
-    if not path.is_file():
-        raise InputError(
-            f"--baseline-from {args.baseline_from}: no such run (see the *.jsonl files in {_display(results_dir)})"
-        )
-    source = read_run(path)
-    differs = baseline_mismatch(source.header, header)
-    if differs:
-        raise InputError(
-            f"--baseline-from {args.baseline_from}: its without-skill attempts are another condition "
-            f"(differs in {', '.join(differs)}); run without --baseline-from"
-        )
-    return source
 
 
 def _pick_run(results_dir: Path, run_id: str | None) -> RunFile:
@@ -523,11 +284,11 @@ def _pick_run(results_dir: Path, run_id: str | None) -> RunFile:
     if run_id:
         path = results_dir / f"{run_id}.jsonl"
         if not path.is_file():
-            raise InputError(f"{path}: no such run (see the *.jsonl files in {_display(results_dir)})")
+            raise InputError(f"{path}: no such run (see the *.jsonl files in {display(results_dir)})")
         return read_run(path)
     runs = list_runs(results_dir) if results_dir.is_dir() else []
     if not runs:
-        raise InputError(f"{_display(results_dir)}: no run files; run `run_benchmark.py run --agent ...` first")
+        raise InputError(f"{display(results_dir)}: no run files; run `run_benchmark.py run --agent ...` first")
     primary = [r for r in runs if not is_forced_activation(r) and not is_smoke(r)]
     return (primary or runs)[-1]
 
@@ -540,7 +301,7 @@ def cmd_report(args: SimpleNamespace, results_dir: Path) -> int:
     notes_path = run.path.with_suffix(".notes.md")
     notes = notes_path.read_text(encoding="utf-8") if notes_path.is_file() else None
     others = [r for r in list_runs(results_dir) if r.path != run.path]
-    regrade, helper_tasks = _regrader(_default_evals() if args.evals is None else args.evals.resolve())
+    regrade, helper_tasks = _regrader(default_evals() if args.evals is None else args.evals.resolve())
     calibration_path = results_dir / CALIBRATION_FILE
     calibration = None
     if calibration_path.is_file():
@@ -557,15 +318,15 @@ def cmd_report(args: SimpleNamespace, results_dir: Path) -> int:
         if current != text:
             prog = click.get_current_context().find_root().info_name  # run_benchmark.py, or memtune
             sys.stderr.write(
-                f"{prog}: {_display(output)} is stale: regenerate with "
+                f"{prog}: {display(output)} is stale: regenerate with "
                 f"python3 scripts/run_benchmark.py report --run {run.run_id}\n"
             )
             return EXIT_FINDINGS
-        print(f"{_display(output)} matches {_display(run.path)}")
+        print(f"{display(output)} matches {display(run.path)}")
         return EXIT_OK
     with writing(output):
         output.write_text(text, encoding="utf-8")
-    print(f"wrote {_display(output)} from {_display(run.path)}")
+    print(f"wrote {display(output)} from {display(run.path)}")
     return EXIT_OK
 
 
@@ -574,8 +335,8 @@ def _regrader(evals: Path) -> tuple[Regrader, list[str]]:
     to a task that changed since), and the ids of the helper-number tasks."""
     from memtune.bench.grading import grade_answer
 
-    dataset = _load(evals)
-    rules, _sha = _security_rules(evals)
+    dataset = load_dataset_file(evals)
+    rules, _sha = security_rules(evals)
     cases = dataset.by_id()
 
     def regrade(record: Record) -> Record | None:
@@ -598,8 +359,8 @@ def cmd_regrade(args: SimpleNamespace, evals: Path, results_dir: Path) -> int:
     from memtune.bench.results import rewrite
 
     run = _pick_run(results_dir, args.run)
-    dataset = _load(evals)
-    rules, rules_sha = _security_rules(evals)
+    dataset = load_dataset_file(evals)
+    rules, rules_sha = security_rules(evals)
     cases = dataset.by_id()
     # answers to a different question or to different fixture files cannot be re-graded
     # (runs recorded before files_sha256 existed are checked on the question alone)
@@ -646,7 +407,7 @@ def cmd_regrade(args: SimpleNamespace, evals: Path, results_dir: Path) -> int:
     header["security_rules_sha256"] = rules_sha
     rewrite(run.path, header, new_results)
     print(
-        f"regraded {len(new_results)} results in {_display(run.path)} against {_display(evals)} ({dataset.sha256[:12]})"
+        f"regraded {len(new_results)} results in {display(run.path)} against {display(evals)} ({dataset.sha256[:12]})"
     )
     return EXIT_OK
 
@@ -654,10 +415,10 @@ def cmd_regrade(args: SimpleNamespace, evals: Path, results_dir: Path) -> int:
 def cmd_grade(args: SimpleNamespace, evals: Path) -> int:
     from memtune.bench.grading import grade_answer
 
-    dataset = _load(evals)
+    dataset = load_dataset_file(evals)
     case = dataset.by_id().get(args.task)
     if case is None:
-        raise InputError(f"--task {args.task!r}: no such task in {_display(evals)} (see its ids)")
+        raise InputError(f"--task {args.task!r}: no such task in {display(evals)} (see its ids)")
     if str(args.answer_file) == "-":
         answer = sys.stdin.read()
     else:
@@ -701,13 +462,13 @@ def cmd_calibrate(args: SimpleNamespace, evals: Path, results_dir: Path) -> int:
     from memtune.bench.calibrate import KINDS, calibrate
     from memtune.bench.skill import load_skill
 
-    dataset = _load(evals)
+    dataset = load_dataset_file(evals)
     root = (args.skill_dir or paths.SKILL_ROOT).resolve()
     skill = load_skill(root)
     text = (root / "SKILL.md").read_text(encoding="utf-8")
     result = calibrate(dataset, text, skill.sha256, root)
     doc = result.to_json()
-    doc["dataset"] = _display(evals)
+    doc["dataset"] = display(evals)
     if args.write:
         out = results_dir / CALIBRATION_FILE
         with writing(out):
@@ -718,7 +479,7 @@ def cmd_calibrate(args: SimpleNamespace, evals: Path, results_dir: Path) -> int:
         print_json(doc)
     else:
         print(
-            f"{_display(evals)}: {len(result.positives)} positives, {len(result.negatives)} negatives; "
+            f"{display(evals)}: {len(result.positives)} positives, {len(result.negatives)} negatives; "
             "mean content score (solved) of scripted answers:"
         )
         print(f"  {'answer':<13} {'positives':>16} {'negatives':>16} {'all':>16}")
@@ -735,12 +496,5 @@ def cmd_calibrate(args: SimpleNamespace, evals: Path, results_dir: Path) -> int:
         for item in doc["skipped"]:
             print(f"  skipped oracle for {item['case_id']}: {item['why']}")
         if args.write:
-            print(f"wrote {_display(results_dir / CALIBRATION_FILE)}")
+            print(f"wrote {display(results_dir / CALIBRATION_FILE)}")
     return EXIT_OK if doc["ok"] else EXIT_FINDINGS
-
-
-def _now_utc() -> str:
-    """The run's start time; datetime is imported here, not at start-up (--help stays fast)."""
-    from datetime import datetime, timezone
-
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")

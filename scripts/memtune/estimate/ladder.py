@@ -55,7 +55,6 @@ KNOBS: dict[str, tuple[str, ...]] = {
 
 #: A rung must save at least this share of the current peak: below it the saving is inside
 #: the estimator's own error and the rung would only lengthen the ladder.
-MIN_SAVING = pl.MIN_SAVING_SHARE
 
 
 @dataclass(frozen=True)
@@ -196,10 +195,7 @@ def climb(
         useful = [
             e
             for e in (ev.evaluate(c, cur_peak) for c in rung_candidates(model, cur, settings))
-            if not e.rejected
-            and e.peak_bytes is not None
-            and e.cost is not None
-            and cur_peak - e.peak_bytes >= MIN_SAVING * cur_peak
+            if not e.rejected and e.peak_bytes is not None and e.cost is not None and e.reduces_memory
         ]
         if not useful:
             break

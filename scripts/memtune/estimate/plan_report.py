@@ -379,6 +379,12 @@ def to_text(plan: Plan, top: int, input_notes: list[str] | tuple[str, ...] = (),
         lines += ["", "Rejected (Megatron would refuse to start, or the change has no effect):"]
         for r in doc["rejected"]:
             lines += wrap(f"{r['change']}: " + "; ".join(r["reasons"]), "    ", "  - ")
+    if doc["no_saving"]:
+        lines += [
+            "",
+            "Legal, but not memory fixes (they raise the peak or save too little; a VPP change alone must save 4%):",
+        ]
+        lines += wrap("; ".join(doc["no_saving"]), "    ", "  - ")
     if doc["notes"]:
         lines += ["", "Notes:"]
         for n in doc["notes"]:
