@@ -23,8 +23,28 @@ from memtune.spec import presets
 from memtune.spec.run_spec import RunSpec
 
 DATA = REPO_ROOT / "tests" / "data" / "trace"
-PP4 = str(DATA / "mixtral_pp4.sh")
-PP2 = str(DATA / "mixtral_pp2_overlap.sh")
+#: Inputs a Tier-3 task hands to the agent too: one copy, in evals/files (provenance in
+#: tests/data/trace/SOURCE.md).
+EVAL_FILES = REPO_ROOT / "evals" / "files"
+IN_EVAL_FILES = frozenset(
+    {
+        "mixtral_pp4.sh",
+        "mixtral_pp2_overlap.sh",
+        "g01_base.sh",
+        "g05_mbs2.sh",
+        "report_memory_g01_base.log",
+        "report_memory_g05_mbs2.log",
+        "probe_capacity_default_memory_summary.txt",
+        "probe_capacity_expandable_memory_summary.txt",
+    }
+)
+
+
+def _path(name: str) -> str:
+    return str((EVAL_FILES if name in IN_EVAL_FILES else DATA) / name)
+
+
+PP4, PP2 = _path("mixtral_pp4.sh"), _path("mixtral_pp2_overlap.sh")
 SCHEMA = REPO_ROOT / "scripts" / "memtune" / "data" / "schemas" / "output" / "trace_regression.schema.json"
 HELPER = "trace_regression"
 
@@ -170,7 +190,7 @@ def test_unmodelled_is_observed_from_what_the_estimator_reads() -> None:
 def test_knobs_that_only_make_sense_together_are_priced_as_one_change() -> None:
     """Micro-batch 1 -> 2 with global batch 1 -> 2 (the H200 g01 -> g05 pair): mbs alone is
     impossible (gbs 1 is not a multiple of 2), so the two are one entry, mbs+gbs."""
-    doc = invoke_json(HELPER, str(DATA / "g01_base.sh"), str(DATA / "g05_mbs2.sh"), "--gpus", "1", "--json")
+    doc = invoke_json(HELPER, _path("g01_base.sh"), _path("g05_mbs2.sh"), "--gpus", "1", "--json")
     assert [c["knob"] for c in doc["changes"]] == ["mbs+gbs"]
     joined = doc["changes"][0]
     assert joined["before"] == {"mbs": 1, "gbs": 1} and joined["after"] == {"mbs": 2, "gbs": 2}
@@ -336,10 +356,6 @@ def test_bridge_keys_no_reader_maps_are_unmodelled_and_paths_are_not(tmp_path: P
 
 
 # ------------------------------------------------------------------ two measurements
-def _path(name: str) -> str:
-    return str(DATA / name)
-
-
 #: The H200 texts the runtime reader's own corpus already holds (one copy, its SOURCE.md).
 SAMPLES = REPO_ROOT / "tests" / "data" / "runtime-samples"
 
