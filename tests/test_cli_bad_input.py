@@ -89,6 +89,9 @@ ROWS = [
     row("diagnose", "--symptom x --limit lots", "--limit", "lots"),
     row("diagnose", ("--symptom", "  "), "--symptom"),
     row("diagnose", "--symptom oom {tmp}/empty.txt", "--symptom", "not both"),
+    row("diagnose", "{tmp}/empty.txt", "empty.txt", "empty", "<<'EOF'"),
+    row("diagnose", "{tmp}/empty.txt --json", "empty.txt", "empty"),
+    row("diagnose", "-", "standard input is empty", "<<'EOF'"),
     # ---------------------------------------------------------------- estimate_memory.py
     row("estimate_memory", "", "no model", "--preset"),
     row("estimate_memory", "--preset llama-9000 --gpus 8", "llama-9000", "llama3-8b"),

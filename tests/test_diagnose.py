@@ -111,13 +111,24 @@ def test_invalid_utf8_is_still_diagnosed(tmp_path: Path) -> None:
     assert [(f["kind"], f["line"]) for f in doc["findings"]] == [("cuda-runtime-oom", 2)]
 
 
-def test_empty_input_is_a_clear_no_finding_exit_0(tmp_path: Path) -> None:
+def test_a_lone_empty_input_is_refused_with_how_to_pass_text(tmp_path: Path) -> None:
+    """Nothing to read is a mistake, not a clean log: an agent that ran ``diagnose.py -`` without
+    pasting the error was told "no memory-related failure found" and concluded there was none."""
     p = tmp_path / "empty.log"
     p.write_bytes(b"")
     res = run(str(p))
-    assert res.returncode == 0
-    assert "no memory-related failure found" in res.stdout
-    doc = run_json("-", stdin=b"")
+    assert res.returncode == 2 and res.stdout == ""
+    assert "empty.log: the file is empty" in res.stderr and "<<'EOF'" in res.stderr
+    for blank in (b"", b"\n  \n\t\n"):
+        res = run("-", stdin=blank)
+        assert res.returncode == 2 and "standard input is empty" in res.stderr
+
+
+def test_an_empty_file_among_several_logs_is_read_as_clean(tmp_path: Path) -> None:
+    """A rank that printed nothing is normal in a folder of per-rank logs."""
+    (tmp_path / "empty.log").write_bytes(b"")
+    (tmp_path / "rank0.log").write_text("step 1 done\n")
+    doc = run_json(str(tmp_path / "rank0.log"), str(tmp_path / "empty.log"))
     assert doc["findings"] == [] and doc["message"] == "no memory-related failure found"
 
 

@@ -121,6 +121,14 @@ def _check_text(source: Source, first: bytes) -> None:
         )
 
 
+def _empty_input(source: Source) -> str:
+    """The one-line refusal of an input with no text in it, saying how to pass the text."""
+    paste = "diagnose.py - <<'EOF', then the error text, then a line EOF"
+    if source.is_stdin:
+        return f"-: standard input is empty, nothing to diagnose; paste the error after the command ({paste}) or pass the log file"
+    return f"{source.name}: the file is empty, nothing to diagnose; pass the log that holds the error, or paste it ({paste})"
+
+
 class TextStream:
     """The decompressed bytes of one source, read with ``readinto`` into the caller's buffer.
 
@@ -129,10 +137,14 @@ class TextStream:
     binary content; decompression errors become one-line InputErrors.
     """
 
-    def __init__(self, source: Source) -> None:
+    def __init__(self, source: Source, require_text: bool = False) -> None:
         self.source = source
         self._stream = open_source(source)
         self._checked = False
+        # require_text: an input with nothing but whitespace is refused at its end instead of
+        # reading as "no failure found" (a forgotten paste into ``diagnose.py -`` looked clean).
+        self._require_text = require_text
+        self._saw_text = False
         # A regular file read as it is on disk (not stdin, not gunzipped, not re-encoded from
         # UTF-16): only then may another reader (the grep prefilter) read the path itself.
         self.plain_file = (
@@ -147,6 +159,10 @@ class TextStream:
         if not self._checked:
             self._checked = True
             _check_text(self.source, bytes(view[: min(got, 64 << 10)]))
+        if self._require_text and not self._saw_text:
+            self._saw_text = bool(bytes(view[:got]).strip())
+            if not got:
+                raise InputError(_empty_input(self.source))
         return got
 
     def close(self) -> None:

@@ -65,10 +65,11 @@ def scan_source(
 
 
 def _open(
-    source: Source, patterns: PatternSet, prefilter: str | None = None
+    source: Source, patterns: PatternSet, prefilter: str | None = None, require_text: bool = False
 ) -> tuple[TextStream, Iterator[tuple[int, bytes, bool]], Scanner]:
-    """Start reading one input (a grep prefilter starts running here) and its scanner."""
-    stream = TextStream(source)
+    """Start reading one input (a grep prefilter starts running here) and its scanner;
+    ``require_text`` refuses an input that holds nothing but whitespace."""
+    stream = TextStream(source, require_text=require_text)
     scanner = Scanner(patterns, source.label)
     try:
         return stream, source_lines(stream, patterns, prefilter, scanner), scanner
@@ -87,7 +88,8 @@ def diagnose_sources(
     ``torch_version`` (--torch-version) overrides the release the message wording implies."""
     patterns = patterns or load_patterns()
     sources = [Source(n) for n in names]
-    first = _open(sources[0], patterns)
+    # one empty input is a mistake (a forgotten paste); an empty file among a rank's many logs is not
+    first = _open(sources[0], patterns, require_text=len(sources) == 1)
     if rows is None:  # parsed while the first prefilter runs
         from memtune.diagnose import table as diagnosis_table
 
