@@ -30,10 +30,13 @@ MIB, GIB = 2**20, 2**30
 
 def _figure_from_text(case: dict) -> float:
     """The measured bytes re-read from the line as it was printed: Megatron's report_memory
-    'max allocated' (MiB), or an 'N * X GiB' per-GPU note."""
+    'max allocated' (MiB), an 'N * X GiB' per-GPU note, or an nvidia-smi table row (MiB)."""
     text = case["measured_text"]
     if case["metric"] == "max_allocated":
         return float(re.search(r"max allocated: ([0-9.]+)", text).group(1)) * MIB
+    table = re.search(r"\|\s+(\d+)MiB / \d+MiB \|", text)  # an nvidia-smi table row: used / total
+    if table:
+        return float(table.group(1)) * MIB
     return float(re.search(r"\d+ \* ([0-9.]+) ?Gi?B", text).group(1)) * GIB
 
 

@@ -79,6 +79,7 @@ from memtune.estimate.schedule import (
 )
 from memtune.spec.model_spec import ModelSpec, hybrid_layer_params, hybrid_stage_kinds
 from memtune.spec.run_spec import RunSpec, stage_chunk_layers, stage_layer_counts, validate
+from memtune.units import GIB
 
 
 def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
@@ -328,6 +329,13 @@ def _describe(model: ModelSpec, run: RunSpec, vocab: int) -> list[str]:
         "expandable_segments:True) + memory outside PyTorch (CUDA context, libraries, NCCL); "
         "peak_allocated_bytes is what torch.cuda.max_memory_allocated reports",
     ]
+    if run.world_size > 1:
+        out.append(
+            "memory outside PyTorch was measured in a one-GPU run; NCCL's buffers grow with the ranks each "
+            "communicator joins: an 8 x H100 Megatron Bridge run (DP 8) showed about 3.9 GiB outside PyTorch on "
+            "GPUs 1-7 and 6.1 GiB on GPU 0, where this view counts "
+            f"{(CUDA_CONTEXT_BYTES + CUDA_LIBRARIES_BYTES + NCCL_FIRST_GROUP_BYTES) / GIB:.2f} GiB for one group"
+        )
     if torch_softmax_attention(run):
         saved, transient = unfused_score_bytes(run)
         out.append(
