@@ -423,3 +423,37 @@ def test_a_repeated_command_is_answered_from_history_not_rerun(tmp_path: Path, s
     (tmp_path / "b").mkdir()
     again = run_loop(other, workdir_for(tmp_path / "b", "frag-log-diagnosis", WITH, staged), CATALOG, LoopSettings())
     assert [c["refused"] for c in again.extra["tool_calls"]] == [None, None]
+
+
+# ------------------------------------------------------------------ the allow-list follows SKILL.md
+def _question_table_commands() -> list[str]:
+    """The `Run` cells of SKILL.md's question -> command table."""
+
+    text = (Path(__file__).resolve().parent.parent / "SKILL.md").read_text(encoding="utf-8")
+    table = text.split("## Question → command", 1)[1].split("\n## ", 1)[0]
+    return [row.split("|")[2] for row in table.splitlines() if row.startswith("| ") and "scripts/" in row]
+
+
+def test_every_helper_the_question_table_names_may_run() -> None:
+    """A helper SKILL.md tells the agent to run but the loop refuses measures the harness."""
+    import re
+
+    from memtune.bench.tools import HELPERS
+
+    named = {m for cell in _question_table_commands() for m in re.findall(r"scripts/(\w+)\.py", cell)}
+    assert named - {"sign_skill"} <= set(HELPERS), named - set(HELPERS)
+    assert {"runtime_memory", "trace_regression"} <= named
+
+
+def test_every_file_slot_of_the_question_table_is_answered_with_the_real_files(tmp_path: Path) -> None:
+    import re
+
+    from memtune.bench.tools import FILE_SLOTS
+
+    slots = {s for cell in _question_table_commands() for s in re.findall(r"\b[A-Z][A-Z_]{2,}\b", cell)}
+    file_like = {
+        s for s in slots if s.endswith(("_FILE", "_JSON", "_SCRIPT", "_YAML", "_TXT")) or s in ("BEFORE", "AFTER")
+    }
+    assert file_like <= set(FILE_SLOTS), file_like - set(FILE_SLOTS)
+    sandbox = Sandbox(tmp_path, 10.0, 6000, ("train_rank0.log",))
+    assert sandbox.missing_file(["NVIDIA_SMI_TXT", "--gpu", "H200"]) == "NVIDIA_SMI_TXT"

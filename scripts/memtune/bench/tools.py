@@ -37,7 +37,18 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-HELPERS = ("diagnose", "estimate_memory", "plan_memory", "check_env", "regather_config")
+#: Every helper SKILL.md's question -> command table names for a memory question (sign_skill,
+#: which checks the installed copy and needs the signing extra, is not one): a helper the table
+#: names but the loop refuses would measure the harness, not the agent.
+HELPERS = (
+    "diagnose",
+    "estimate_memory",
+    "plan_memory",
+    "check_env",
+    "runtime_memory",
+    "trace_regression",
+    "regather_config",
+)
 _FENCE = re.compile(r"```[ \t]*(load|run)\b[ \t]*(.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE)
 #: a shell or Python fence; it is a run only when its first line runs scripts/<name>.py
 _CODE_FENCE = re.compile(
@@ -45,12 +56,14 @@ _CODE_FENCE = re.compile(
 )
 _RUNS_HELPER = re.compile(r"^python3?\s+(?:\./)?(?:\.agents/skills/[^/\s]+/)?scripts/[A-Za-z0-9_]+\.py(?:\s|$)")
 #: the file slots of SKILL.md's "Question -> command" table, which the user's file names replace
-FILE_SLOTS = ("LOG_FILE", "HF_CONFIG_JSON", "LAUNCH_SCRIPT", "BRIDGE_YAML")
+FILE_SLOTS = ("LOG_FILE", "HF_CONFIG_JSON", "LAUNCH_SCRIPT", "BRIDGE_YAML", "NVIDIA_SMI_TXT", "BEFORE", "AFTER")
 #: a reply that is only "load" and a skill name on the next line (the fence left out, as the
 #: 1.5B model did in a smoke run): a load, not an answer
 _BARE_LOAD = re.compile(r"\A\s*load\s*\n\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*\Z", re.IGNORECASE)
 #: suffixes of the input files the helpers read (logs, launch scripts, configs, env files)
-_FILE_SUFFIXES = (".log", ".txt", ".out", ".err", ".gz", ".sh", ".sbatch", ".yaml", ".yml", ".json", ".env", ".py")
+_FILE_SUFFIXES = (
+    ".log", ".txt", ".out", ".err", ".gz", ".sh", ".sbatch", ".yaml", ".yml", ".json", ".env", ".py", ".pickle",
+)  # fmt: skip
 _HEREDOC = re.compile(r"\s<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1\s*$")
 NOT_FOUND = 127  # the shell's "command not found", for a helper no installed skill provides
 
