@@ -139,3 +139,28 @@ def test_claims_resolve_and_unknown_claims_are_named(tmp_path, cases) -> None:
     (tmp_path / "claims.yaml").write_text("broken: {patterns: ['(']}\n")
     with pytest.raises(InputError, match="does not compile"):
         load_dataset(path)
+
+
+def _copy_dataset(tmp_path: Path, cases: list) -> Path:
+    import shutil
+
+    for name in ("evals.schema.json", "claims.yaml"):
+        shutil.copy(REPO / "evals" / name, tmp_path / name)
+    shutil.copytree(REPO / "evals" / "files", tmp_path / "files")
+    path = tmp_path / "evals.json"
+    path.write_text(json.dumps(cases))
+    return path
+
+
+def test_the_tasks_digest_ignores_the_checks_and_follows_what_the_agent_sees(tmp_path, cases) -> None:
+    """Improving the grader (a task's checks) keeps a run resumable; changing a question does not."""
+    base = load_dataset(_copy_dataset(tmp_path, cases))
+    graded = copy.deepcopy(cases)
+    graded[0]["checks"]["claims"] = graded[0]["checks"].get("claims", []) + [{"label": "x", "patterns": ["x"]}]
+    (tmp_path / "b").mkdir()
+    regraded = load_dataset(_copy_dataset(tmp_path / "b", graded))
+    assert regraded.sha256 != base.sha256 and regraded.tasks_sha256 == base.tasks_sha256
+    asked = copy.deepcopy(cases)
+    asked[0]["question"] += " (and one more thing)"
+    (tmp_path / "c").mkdir()
+    assert load_dataset(_copy_dataset(tmp_path / "c", asked)).tasks_sha256 != base.tasks_sha256

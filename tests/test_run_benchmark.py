@@ -349,3 +349,39 @@ def test_activation_alone_may_differ_between_baseline_and_run() -> None:
     assert baseline_mismatch(base, wider) == ["cases"]
     wider["agent_settings"]["threads"] = 4
     assert baseline_mismatch(base, wider) == ["cases", "agent setting threads"]
+
+
+def test_a_run_resumes_after_a_grader_change_but_not_after_a_task_change(tmp_path: Path) -> None:
+    import shutil
+
+    evals = tmp_path / "evals"
+    shutil.copytree(REPO / "evals", evals, ignore=shutil.ignore_patterns("results"))
+    results = tmp_path / "results"
+    first = CASES.split(",")[0]
+
+    def edit(change) -> None:
+        cases = json.loads((evals / "evals.json").read_text())
+        change(next(c for c in cases if c["id"] == first))
+        (evals / "evals.json").write_text(json.dumps(cases, indent=2))
+
+    assert _run_as(results, "r", "--evals", str(evals / "evals.json")).returncode == 0
+    edit(lambda c: c["checks"].setdefault("claims", []).append({"label": "extra", "patterns": ["extra"]}))
+    again = _run_as(results, "r", "--evals", str(evals / "evals.json"))
+    assert again.returncode == 0 and "0 of" in again.stderr  # nothing left to run, nothing refused
+    edit(lambda c: c.update(question=c["question"] + " Also, why?"))
+    changed = _run_as(results, "r", "--evals", str(evals / "evals.json"))
+    assert changed.returncode == 2 and "tasks (questions, files)" in changed.stderr
+
+
+def test_a_baseline_from_before_a_grader_change_still_matches() -> None:
+    from memtune.bench.baseline import baseline_mismatch
+
+    def header(file_sha: str, tasks_sha: str | None) -> dict:
+        dataset = {"sha256": file_sha, "cases": [{"id": "a"}]}
+        if tasks_sha:
+            dataset["tasks_sha256"] = tasks_sha
+        return {"harness": "h", "agent": "local", "model": "m", "dataset": dataset, "skill": {"sha256": "s"}}
+
+    assert baseline_mismatch(header("f1", "t"), header("f2", "t")) == []  # only the checks changed
+    assert baseline_mismatch(header("f1", "t1"), header("f1", "t2")) == ["tasks (questions, files)"]
+    assert baseline_mismatch(header("f1", None), header("f2", "t")) == ["dataset sha256"]  # an older run

@@ -25,7 +25,7 @@ _SAME_FIELDS = (
     ("harness", ("harness",)),
     ("agent", ("agent",)),
     ("model", ("model",)),
-    ("dataset sha256", ("dataset", "sha256")),
+    ("tasks (questions, files)", ("dataset", "tasks_sha256")),
     ("SKILL.md sha256", ("skill", "sha256")),
     ("security rules", ("security_rules_sha256",)),
 )
@@ -42,6 +42,10 @@ def baseline_mismatch(source: Mapping[str, Any], target: Mapping[str, Any]) -> l
     """What differs between two run headers in a way that could change the without-skill
     condition (empty: the source's without-skill attempts are this run's)."""
     out = [name for name, path in _SAME_FIELDS if _get(source, path) != _get(target, path)]
+    if _get(source, ("dataset", "tasks_sha256")) is None:  # a run recorded before tasks_sha256 existed
+        out = [n for n in out if n != "tasks (questions, files)"]
+        if _get(source, ("dataset", "sha256")) != _get(target, ("dataset", "sha256")):
+            out.append("dataset sha256")
     src_cases = [c.get("id") for c in _get(source, ("dataset", "cases")) or []]
     dst_cases = [c.get("id") for c in _get(target, ("dataset", "cases")) or []]
     if not set(dst_cases) <= set(src_cases):

@@ -53,6 +53,18 @@ class Dataset:
     cases: tuple[Case, ...]
 
     @property
+    def tasks_sha256(self) -> str:
+        """Digest of what the agent sees of every task, in order: id, question, fixture names and
+        bytes, and which skill should answer. The checks are left out on purpose: a run is graded
+        again with the current checks when it is reported (``regrade`` and the report's re-grading),
+        so improving the grader must not orphan a long, resumable run; changing a task must."""
+        digest = hashlib.sha256()
+        for c in self.cases:
+            for part in (c.id, c.question, c.files_sha256, "\0".join(c.files), str(c.should_trigger)):
+                digest.update(part.encode("utf-8") + b"\0")
+        return digest.hexdigest()
+
+    @property
     def positives(self) -> int:
         return sum(1 for c in self.cases if c.should_trigger)
 

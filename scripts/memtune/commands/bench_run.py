@@ -118,6 +118,7 @@ def cmd_run(args: SimpleNamespace, evals: Path, results_dir: Path) -> int:
         "dataset": {
             "path": display(evals),
             "sha256": dataset.sha256,
+            "tasks_sha256": dataset.tasks_sha256,
             "cases": [
                 {
                     "id": c.id,
@@ -149,7 +150,13 @@ def cmd_run(args: SimpleNamespace, evals: Path, results_dir: Path) -> int:
                     (key, h.get("agent_settings", {}).get(key), agent.describe().get("settings", {}).get(key))
                     for key in ("activation", "max_turns", "max_tokens_per_turn", "output_cap_chars")
                 ),
-                ("dataset sha256", h["dataset"]["sha256"], dataset.sha256),
+                # what the agent sees of the tasks; runs recorded before tasks_sha256 existed
+                # compare the whole file
+                (
+                    "tasks (questions, files)",
+                    h["dataset"].get("tasks_sha256", h["dataset"]["sha256"]),
+                    dataset.tasks_sha256 if "tasks_sha256" in h["dataset"] else dataset.sha256,
+                ),
                 ("SKILL.md sha256", h["skill"]["sha256"], skill.sha256),
                 ("cases", [c["id"] for c in h["dataset"]["cases"]], [c.id for c in dataset.cases]),
             )
