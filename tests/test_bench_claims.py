@@ -6,7 +6,10 @@ Three kinds of evidence, each a test:
   at least one right answer in other words than its ground truth (>= 0.8) and one wrong answer
   that echoes the right words (<= 0.25);
 - a second set written afterwards in yet other words (other_words.yaml), never used to
-  adjust a pattern before it was graded: the same two bars.
+  adjust a pattern before it was graded: the same two bars;
+- two blind batches written by separate sessions that never saw the grader (blind_batch3.yaml,
+  blind_batch4.yaml; how each was used is in its header): the same bars, with the answers the
+  grader still misses listed in KNOWN_MISSES as strict xfails.
 """
 
 from __future__ import annotations
@@ -126,3 +129,64 @@ def test_hand_written_answers(cid: str, kind: str, text: str) -> None:
 @pytest.mark.parametrize("cid, kind, text", OTHER, ids=[f"{c}-{k}-{i}" for i, (c, k, _) in enumerate(OTHER)])
 def test_answers_in_other_words(cid: str, kind: str, text: str) -> None:
     _check(cid, kind, text)
+
+
+def _indexed(name: str) -> list[tuple[str, str, int, str]]:
+    doc = yaml.safe_load((ANSWERS / name).read_text(encoding="utf-8"))
+    return [
+        (cid, kind, i, text)
+        for cid, by_kind in doc.items()
+        for kind in ("good", "wrong")
+        for i, text in enumerate(by_kind[kind])
+    ]
+
+
+#: Blind answers (written without the grader, see the files' headers) that the grader still
+#: scores against their label, and why. Each is an xfail that must keep failing (strict), so a
+#: change that fixes one shows up and the list stays true.
+KNOWN_MISSES = {
+    **{
+        ("blind_batch4.yaml", task, "good", 1): 'rounds the helper\'s figure to two digits ("about 56 GiB"); '
+        "helper-number checks need three, or the number cannot tell a run helper from a guess"
+        for task in (
+            "estimate-phi-4",
+            "estimate-gemma-3-27b-it",
+            "estimate-qwen2-5-7b-instruct",
+            "estimate-llama-3-2-3b-instruct",
+            "estimate-qwen3-30b-a3b",
+            "estimate-llama-3-2-1b-instruct",
+        )
+    },
+    ("blind_batch4.yaml", "trace-leak-one-rank", "good", 1): "gives the allocation trend (1.95 -> 2.93 GiB) but not "
+    "the key figure, rank 3's +1.12 GiB of peak allocated",
+    ("blind_batch4.yaml", "read-outside-pytorch-nvidia-smi", "good", 1): "writes the 57.1 GiB peak reserved without "
+    "its unit, inside an expression (59.9 - 57.1)",
+    ("blind_batch4.yaml", "neg-dataloader-host-oom", "good", 1): "says to reduce num_workers x prefetch_factor only "
+    "as 'reduce them' after a dash, which ends the clause",
+}
+BLIND = [(name, *row) for name in ("blind_batch3.yaml", "blind_batch4.yaml") for row in _indexed(name)]
+
+
+@pytest.mark.parametrize(
+    "name, cid, kind, index, text",
+    [
+        pytest.param(
+            *row,
+            marks=[pytest.mark.xfail(strict=True, reason=KNOWN_MISSES[row[:4]])] if row[:4] in KNOWN_MISSES else [],
+        )
+        for row in BLIND
+    ],
+    ids=[f"{n.split('.')[0]}-{c}-{k}-{i}" for n, c, k, i, _ in BLIND],
+)
+def test_blind_answers(name: str, cid: str, kind: str, index: int, text: str) -> None:
+    _check(cid, kind, text)
+
+
+def test_blind_batches_cover_every_task_and_the_known_misses_exist() -> None:
+    for name in ("blind_batch3.yaml", "blind_batch4.yaml"):
+        rows = [r for r in BLIND if r[0] == name]
+        assert {r[1] for r in rows} == set(CASES)
+        assert all(
+            sum(1 for r in rows if r[1] == cid and r[2] == kind) == 2 for cid in CASES for kind in ("good", "wrong")
+        )
+    assert set(KNOWN_MISSES) <= {r[:4] for r in BLIND}

@@ -101,3 +101,54 @@ def test_ground_truths_pass_their_own_checks() -> None:
         if bad:
             failures.append((case.id, bad))
     assert failures == []
+
+
+# ------------------------------------------------------------------ clause and number forms seen in blind answers
+def test_a_label_colon_and_a_list_of_numbers_stay_in_one_clause() -> None:
+    from memtune.bench.grading import spans
+
+    text = (
+        "Ranks 0-2: unchanged. Legal sizes are 1, 2, 4, 5, 10, 20. Not capacity: fragmentation. It will start: maybe."
+    )
+    parts = [text[s.start : s.end].strip() for s in spans(text)]
+    assert "Ranks 0-2: unchanged." in parts and "Legal sizes are 1, 2, 4, 5, 10, 20." in parts
+    assert "Not capacity" in parts and "fragmentation." in parts  # a denying label keeps its colon a break
+    assert "It will start" in parts  # a clause, not a label
+
+
+def test_a_bracketed_figure_belongs_to_its_words_and_a_ranking_then_is_no_hedge() -> None:
+    checks = {"wrong": [{"label": "TP8 cheap", "patterns": [r"\bTP\s*8\b\s*\(?\s*~?\s*[0-9]\s*%"]}]}
+    assert grade_answer(checks, "Distributed optimizer first, then TP8 (~6%).").content_score == 0.0
+    assert grade_answer(checks, "TP8 costs about 28%.").content_score == 1.0
+
+
+def test_instead_of_denies_only_the_words_right_after_it() -> None:
+    checks = {"claims": [{"label": "qkv", "patterns": [r"linear_qkv"], "key": True}]}
+    far = "Instead of saving the all-gathered activation for the LoRA-A matmul on linear_qkv, it saves one shard."
+    assert grade_answer(checks, far).content_score == 1.0
+    assert grade_answer(checks, "Use linear_fc2 instead of linear_qkv.").content_score < 0.25
+
+
+def test_last_is_a_hedge_for_a_wrong_recommendation() -> None:
+    checks = {"wrong": ["raise-tp"], "claims": [{"label": "x", "patterns": ["recompute"], "key": True}]}
+    from memtune.bench.dataset import load_claims, resolve_checks
+
+    root = Path(__file__).resolve().parent.parent / "evals"
+    resolved = resolve_checks(checks, load_claims(root / "claims.yaml"), "test")
+    assert grade_answer(resolved, "Add recompute; raise TP last, it costs 28%.").content_score == 1.0
+    assert grade_answer(resolved, "Add recompute and raise TP to 8.").content_score == 0.0
+
+
+def test_sizes_with_a_thousands_multiplier_exact_short_numbers_and_growth_pairs() -> None:
+    big = {"numbers": [{"label": "request", "bytes": 37631.79 * 2**30, "rel_tolerance": 0.02}]}
+    assert grade_answer(big, "It asks for ~37.6k GiB.").content_score == 1.0
+    one = {"numbers": [{"label": "request", "bytes": 2**30, "rel_tolerance": 0.02}]}
+    assert grade_answer(one, "Request 1 GiB.").content_score == 1.0
+    assert grade_answer({"numbers": [{"label": "x", "bytes": 1.015 * 2**30}]}, "about 1 GiB").content_score < 0.25
+    growth = {"numbers": [{"label": "growth", "bytes": 2.89 * 2**30, "rel_tolerance": 0.02, "delta": True}]}
+    assert grade_answer(growth, "Peak reserved rose from 4.69 to 7.58 GiB.").content_score == 1.0
+    assert grade_answer(growth, "Peak reserved rose 4.69 → 9.58 GiB.").content_score < 0.25
+    assert (
+        grade_answer({**growth, "numbers": [{**growth["numbers"][0], "delta": False}]}, "4.69 → 7.58 GiB").content_score
+        < 0.25
+    )

@@ -156,7 +156,7 @@ def extract_percentages(text: str) -> list[float]:
 
 # A size as answers write it: "172 MiB", "2.84GiB", "147.4 GB", "40,406,826,834,985 bytes".
 _SIZE = re.compile(
-    r"(?<![\w.])(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)\s*"
+    r"(?<![\w.])(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)(k)?\s*"
     r"(TiB|GiB|MiB|KiB|TB|GB|MB|KB|bytes|byte|B)(?![A-Za-z])",
     re.IGNORECASE,
 )
@@ -179,15 +179,39 @@ def extract_sizes(text: str) -> list[tuple[str, tuple[float, ...], float]]:
     size_matches)."""
     found = []
     for match in _SIZE.finditer(text):
-        number, unit = match.group(1).replace(",", ""), match.group(2).lower()
-        value = float(number)
+        number, unit = match.group(1).replace(",", ""), match.group(3).lower()
+        thousands = 1000.0 if match.group(2) else 1.0  # "37.6k GiB"
+        value = float(number) * thousands
         decimals = len(number.split(".", 1)[1]) if "." in number else 0
         power = _PREFIX.get(unit[0], 0) if unit not in ("b", "byte", "bytes") else 0
         scales = (1.0,) if power == 0 else (1000.0**power, 1024.0**power)
         candidates = tuple(value * scale for scale in scales)
-        allowance = 0.5 * 10.0**-decimals * max(scales)
+        allowance = 0.5 * 10.0**-decimals * max(scales) * thousands
         found.append((match.group(0), candidates, allowance))
     return found
+
+
+#: How close a number with fewer than ``min_digits`` digits must be to count: it is the value.
+EXACT_SHARE = 0.001
+#: "4.69 → 7.58 GiB", "from 4.69 to 7.58 GiB": a before/after pair, for ``delta`` checks.
+_PAIR = re.compile(
+    r"(?<![\w.])(\d+(?:\.\d+)?)\s*(?:(TiB|GiB|MiB|TB|GB|MB)\s*)?(?:→|->|=>|⇒|\bto\b)\s*(\d+(?:\.\d+)?)\s*"
+    r"(TiB|GiB|MiB|TB|GB|MB)(?![A-Za-z])",
+    re.IGNORECASE,
+)
+
+
+def pair_sizes(text: str) -> list[str]:
+    """Each before/after pair rewritten as its difference ("+2.89 GiB" for "4.69 → 7.58 GiB"),
+    so a growth check accepts an answer that gives both ends instead of the difference."""
+    out = []
+    for m in _PAIR.finditer(text):
+        if m.group(2) and m.group(2).lower() != m.group(4).lower():
+            continue
+        before, after = m.group(1), m.group(3)
+        decimals = max(len(x.split(".", 1)[1]) if "." in x else 0 for x in (before, after))
+        out.append(f"{float(after) - float(before):.{decimals}f} {m.group(4)}")
+    return out
 
 
 def size_matches(spec: Mapping[str, Any], text: str) -> str | None:
@@ -204,9 +228,10 @@ def size_matches(spec: Mapping[str, Any], text: str) -> str | None:
     for written, candidates, allowance in extract_sizes(text):
         number = _SIZE.match(written)
         assert number is not None, written  # ``written`` is a whole _SIZE match, so it matches again
-        if significant_digits(number.group(1)) < min_digits:
-            continue
+        digits_ok = significant_digits(number.group(1)) >= min_digits
         for target in targets:
+            if not digits_ok and not any(abs(c - target) <= EXACT_SHARE * target for c in candidates):
+                continue  # a short number counts only where it is the value itself ("1 GiB" for 1.00 GiB)
             allowed = max(relative * target, min(allowance, 0.05 * target))
             if any(abs(c - target) <= allowed for c in candidates):
                 return written
@@ -218,6 +243,8 @@ def check_number(spec: Mapping[str, Any], answer: str) -> CheckResult:
     label, key = str(spec["label"]), bool(spec.get("key", True))
     if "bytes" in spec:
         written = size_matches(spec, answer)
+        if written is None and spec.get("delta"):
+            written = next((d for d in pair_sizes(answer) if size_matches(spec, d)), None)
         return CheckResult("number", label, written is not None, written or "", key)
     values = extract_percentages(answer) if spec.get("unit") == "%" else extract_numbers(answer)
     hit = number_matches(spec, values)
@@ -247,9 +274,12 @@ _SENTENCE_END = re.compile(
     r"|(?<![A-Za-z,])\n\s*|\n\s*(?=[^a-z(`\s])"  # a line break inside wrapped prose joins two lines
 )
 # Clauses: a negation reaches to the end of its clause, not beyond. "It is not capacity,
-# it is fragmentation" denies capacity only; "do not panic; raise TP" denies nothing.
+# it is fragmentation" denies capacity only; "do not panic; raise TP" denies nothing. A comma
+# before a number does not end a clause ("legal sizes are 2, 4, 5, 10" is one list), and a
+# short label's colon does not either ("Ranks 0-2: unchanged", "Diagnosis: capacity"; see
+# spans), unless the label itself denies ("Not capacity: fragmentation").
 _CLAUSE_BREAK = re.compile(
-    r"[;,()\[\]]|:\s(?!\s*[`'\"]?(?:true|false|\d)\b)|\s[—–-]{1,2}\s|—"
+    r"[;()\[\]]|,(?!\s*\d)|:\s(?!\s*[`'\"]?(?:true|false|\d)\b)|\s[—–-]{1,2}\s|—"
     r"|\b(?:but|however|whereas|although|though|so|therefore|thus|hence|because|since|yet|otherwise)\b",
     re.IGNORECASE,
 )
@@ -271,9 +301,10 @@ _DENY_AFTER = re.compile(
     r"^\W*(?:\w+\W+){0,6}?(?:"
     r"(?:is|are|was|were|'s)\s+(?:not|never|n[’']t)\b|(?:isn[’']t|aren[’']t|wasn[’']t|weren[’']t)\b"
     r"|(?:would|will|does|do|did|should|can|could)\s*(?:not|n[’']t)\s+(?:help|work|fix|solve|matter|save|reduce|cut|"
-    r"change|be\s+(?:the|a|needed|necessary|enough|right|useful|worth))"
+    r"change|apply|tell|show|reveal|be\s+(?:the|a|needed|necessary|enough|right|useful|worth))"
     r"|(?:won[’']t|wouldn[’']t|doesn[’']t|don[’']t|didn[’']t|shouldn[’']t|can[’']t|cannot)\s+"
-    r"(?:help|work|fix|solve|matter|save|reduce|cut|change|be\s+(?:the|a|needed|necessary|enough|right|useful|worth))"
+    r"(?:help|work|fix|solve|matter|save|reduce|cut|change|apply|tell|show|reveal|"
+    r"be\s+(?:the|a|needed|necessary|enough|right|useful|worth))"
     r"|(?:is|are|would\s+be|'s)\s+(?:a\s+|the\s+)?(?:myth|mistake|wrong|false|incorrect|misconception|bad\s+idea|"
     r"last\s+resort|red\s+herring|not\s+needed|unnecessary|pointless|useless|counterproductive)"
     r"|(?:only\s+)?as\s+a\s+(?:last\s+resort|fallback)|(?:is\s+)?(?:only\s+)?(?:a\s+)?last\s+resort"
@@ -288,12 +319,34 @@ _AFTER_STOP = re.compile(r"\b(?:and|that|which|while|whereas|who|where|when|whos
 # ("only if that is not enough, raise TP", "raise TP as a last resort").
 _HEDGE_SENTENCE = re.compile(
     r"\b(?:if|unless|whether|only\s+(?:if|when|after|as|then|once)|last\s+resort|fallback|later|eventually|"
-    r"afterwards|after\s+that|then)\b",
+    r"afterwards|after\s+that)\b",
     re.IGNORECASE,
 )
 _HEDGE_AFTER = re.compile(
     r"^[^.;!?]{0,40}?\b(?:if\s+(?:needed|necessary|required|(?:it|that|this|you)\b)|only\s+if|as\s+a\s+"
-    r"(?:last\s+resort|fallback)|last\s+resort|later|afterwards)\b",
+    r"(?:last\s+resort|fallback)|last\s+resort|later|afterwards|last(?!\s+(?:step|layer|stage|rank|iteration)))\b",
+    re.IGNORECASE,
+)
+
+
+#: A bracketed figure ("(~28%)", "(1-2%)", "(410 MiB)", "(-4.7 GB)"): not a clause of its own.
+_NUMERIC_ASIDE = re.compile(r"\(\s*[~≈<>±+\-−]?\s*\d[^()]{0,24}\)")
+
+#: A label before a colon: at most this many words (a bullet's or a table cell's heading).
+LABEL_WORDS = 4
+
+
+def _is_label(segment: str) -> bool:
+    """A short heading such as "Ranks 0-2" or "**Fix**" that the text after its colon completes;
+    a denying one ("Not capacity") keeps its colon a clause break."""
+    words = re.findall(r"[\w.%/-]+", segment)
+    return 0 < len(words) <= LABEL_WORDS and not _DENY_BEFORE.search(segment) and not _CLAUSE_WORDS.search(segment)
+
+
+#: Words that make the text before a colon a clause of its own ("It will start: ..."), not a label.
+_CLAUSE_WORDS = re.compile(
+    r"^\W*(?:it|this|that|they|we|you|i|he|she)\b|\b(?:is|are|was|were|will|would|can|could|should|shall|"
+    r"does|do|did|has|have|had|may|might|must)\b",
     re.IGNORECASE,
 )
 
@@ -308,7 +361,12 @@ def spans(text: str) -> list[Span]:
         stripped = sentence.rstrip()
         question = stripped.endswith("?")
         cut = pos
+        inline = {i for m in _NUMERIC_ASIDE.finditer(sentence) for i in (m.start(), m.end() - 1)}
         for brk in _CLAUSE_BREAK.finditer(sentence):
+            if brk.group(0).startswith(":") and _is_label(text[cut : pos + brk.start()]):
+                continue  # "Label: value" reads as one statement
+            if brk.start() in inline:
+                continue  # "TP8 (~28%)": a figure in brackets belongs to the words before it
             out.append(Span(cut, pos + brk.start(), pos, question))
             cut = pos + brk.end()
         out.append(Span(cut, end, pos, question))
@@ -323,6 +381,25 @@ class ClaimMatch:
     text: str
     asserted: bool
     why: str
+
+
+#: "instead of" / "rather than" deny the words right after them ("rather than raising TP"),
+#: not the rest of a long clause ("instead of saving the gathered input for the LoRA-A matmul on
+#: linear_qkv, it saves ..."): a wording further than this many words away is not denied by them.
+CONTRAST_REACH_WORDS = 5
+_CONTRAST = re.compile(r"^(?:instead\s+of|rather\s+than)$", re.IGNORECASE)
+
+
+def _denial_before(before: str, start: int) -> re.Match[str] | None:
+    """The first denial in ``before`` that reaches the wording at ``start``."""
+    for deny in _DENY_BEFORE.finditer(before):
+        if (
+            _CONTRAST.match(deny.group(0))
+            and len(re.findall(r"\w+", before[deny.end() : start])) > CONTRAST_REACH_WORDS
+        ):
+            continue
+        return deny
+    return None
 
 
 def _find(pattern: str, answer: str, clauses: Sequence[Span], negative: bool, hedged_ok: bool) -> list[ClaimMatch]:
@@ -340,7 +417,7 @@ def _find(pattern: str, answer: str, clauses: Sequence[Span], negative: bool, he
             # For a wrong claim a denial inside the wording counts too ("VPP does not reduce
             # memory" is not "VPP reduces memory"). A required claim is often a negative fact
             # itself ("NCCL could not allocate its buffers"), so only what comes before it denies it.
-            deny = _DENY_BEFORE.search(part[: m.end()] if hedged_ok and not negative else part[: m.start()])
+            deny = _denial_before(part[: m.end()] if hedged_ok and not negative else part[: m.start()], m.start())
             after = answer[span.start + m.end() : span.end]
             # a denial after the wording belongs to it only up to the next conjunction:
             # "offloading with PP 4 (error) and a warning that X is not set" denies X, not offloading
