@@ -152,3 +152,18 @@ def test_sizes_with_a_thousands_multiplier_exact_short_numbers_and_growth_pairs(
         grade_answer({**growth, "numbers": [{**growth["numbers"][0], "delta": False}]}, "4.69 → 7.58 GiB").content_score
         < 0.25
     )
+
+
+def test_a_table_unit_header_code_ticks_an_arrow_and_a_labelled_verdict() -> None:
+    sizes = {"numbers": [{"label": "request", "bytes": 448 * 2**20, "rel_tolerance": 0.01}]}
+    table = "| | MiB |\n|---|---|\n| Failed request | 448.00 |\n"
+    assert grade_answer(sizes, table).content_score == 1.0
+    assert grade_answer(sizes, "| | count |\n|---|---|\n| Failed request | 448.00 |\n").content_score < 0.25
+    workers = {"claims": [{"label": "fewer workers", "patterns": [r"\breduce\s+num_workers"], "key": True}]}
+    assert grade_answer(workers, "Reduce `num_workers` to 2.").content_score == 1.0
+    frag = {"claims": [{"label": "fragmentation", "patterns": [r"fragment\w*"], "key": True}]}
+    assert grade_answer(frag, "The cache held enough, but not contiguously → fragmentation.").content_score == 1.0
+    assert grade_answer(frag, "It is not fragmentation.").content_score < 0.25
+    verdict = {"claims": [{"label": "no", "patterns": [r"^\W*no\b"], "key": True}]}
+    assert grade_answer(verdict, "Short answer: no. It needs 94 GiB.").content_score == 1.0
+    assert grade_answer(verdict, "Short answer: yes, it fits.").content_score < 0.25

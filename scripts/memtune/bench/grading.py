@@ -238,6 +238,42 @@ def size_matches(spec: Mapping[str, Any], text: str) -> str | None:
     return None
 
 
+_UNIT_CELL = re.compile(r"\b(TiB|GiB|MiB|TB|GB|MB)\b")
+_BARE_CELL = re.compile(r"^(\s*[~≈]?\s*)([-+]?\d+(?:\.\d+)?)(\s*)$")
+
+
+def _with_unit(cell: str, unit: str) -> str:
+    m = _BARE_CELL.match(cell)
+    return f"{m.group(1)}{m.group(2)} {unit}{m.group(3)}" if m else cell
+
+
+def with_table_units(text: str) -> str:
+    """The answer with the unit of a markdown table's column header written after each bare
+    number in that column ("| Failed request | 448.00 |" under "| | MiB |" reads "448.00 MiB"):
+    a table that names its unit once states every size in it."""
+    out: list[str] = []
+    units: dict[int, str] = {}
+    header_seen = False
+    for line in text.splitlines(keepends=True):
+        stripped = line.strip()
+        if not stripped.startswith("|"):
+            units, header_seen = {}, False
+            out.append(line)
+            continue
+        cells = stripped.strip("|").split("|")
+        if all(re.fullmatch(r"\s*:?-{2,}:?\s*", c) for c in cells):
+            out.append(line)
+            continue
+        if not header_seen:  # the first row of a table is its header
+            header_seen = True
+            units = {i: m.group(1) for i, c in enumerate(cells) if (m := _UNIT_CELL.search(c))}
+            out.append(line)
+            continue
+        filled = [_with_unit(c, units[i]) if i in units else c for i, c in enumerate(cells)]
+        out.append("|" + "|".join(filled) + "|" + ("\n" if line.endswith("\n") else ""))
+    return "".join(out)
+
+
 def check_number(spec: Mapping[str, Any], answer: str) -> CheckResult:
     """A ``numbers`` entry: a size (``bytes``), a percentage (``unit: "%"``) or a plain value."""
     label, key = str(spec["label"]), bool(spec.get("key", True))
@@ -361,15 +397,17 @@ def spans(text: str) -> list[Span]:
         stripped = sentence.rstrip()
         question = stripped.endswith("?")
         cut = pos
+        values: list[int] = []  # where a joined label's value starts: a clause start too ("Short answer: no")
         inline = {i for m in _NUMERIC_ASIDE.finditer(sentence) for i in (m.start(), m.end() - 1)}
         for brk in _CLAUSE_BREAK.finditer(sentence):
             if brk.group(0).startswith(":") and _is_label(text[cut : pos + brk.start()]):
-                continue  # "Label: value" reads as one statement
+                values.append(pos + brk.end())  # "Label: value" reads as one statement
+                continue
             if brk.start() in inline:
                 continue  # "TP8 (~28%)": a figure in brackets belongs to the words before it
-            out.append(Span(cut, pos + brk.start(), pos, question))
-            cut = pos + brk.end()
-        out.append(Span(cut, end, pos, question))
+            out += [Span(c, pos + brk.start(), pos, question) for c in (cut, *values)]
+            cut, values = pos + brk.end(), []
+        out += [Span(c, end, pos, question) for c in (cut, *values)]
         pos = match.end() if match else len(text)
     return [s for s in out if text[s.start : s.end].strip()]
 
@@ -390,13 +428,17 @@ CONTRAST_REACH_WORDS = 5
 _CONTRAST = re.compile(r"^(?:instead\s+of|rather\s+than)$", re.IGNORECASE)
 
 
+_ARROW = re.compile(r"→|=>|⇒|->")
+
+
 def _denial_before(before: str, start: int) -> re.Match[str] | None:
-    """The first denial in ``before`` that reaches the wording at ``start``."""
+    """The first denial in ``before`` that reaches the wording at ``start``: not one before an
+    arrow (the arrow states a conclusion: "not contiguously -> fragmentation")."""
     for deny in _DENY_BEFORE.finditer(before):
-        if (
-            _CONTRAST.match(deny.group(0))
-            and len(re.findall(r"\w+", before[deny.end() : start])) > CONTRAST_REACH_WORDS
-        ):
+        between = before[deny.end() : start]
+        if _CONTRAST.match(deny.group(0)) and len(re.findall(r"\w+", between)) > CONTRAST_REACH_WORDS:
+            continue
+        if _ARROW.search(between):
             continue
         return deny
     return None
@@ -496,20 +538,23 @@ def grade_answer(
     The command check looks in the commands first and falls back to the answer text: an
     agent without tools can only recommend a command.
     """
-    clauses = spans(answer)
+    # Claims read the prose: code ticks around a name ("reduce `num_workers`") are formatting.
+    prose = answer.replace("`", "")
+    clauses = spans(prose)
+    sized = with_table_units(answer)
     results: list[CheckResult] = []
     for pattern in checks.get("must_include", ()):
         claim = {"label": pattern, "patterns": [pattern], "key": True}
-        results.append(_check_claim(claim, answer, clauses, wrong=False))
+        results.append(_check_claim(claim, prose, clauses, wrong=False))
     for claim in checks.get("claims", ()):
-        results.append(_check_claim(claim, answer, clauses, wrong=False))
+        results.append(_check_claim(claim, prose, clauses, wrong=False))
     for spec in checks.get("numbers", ()):
-        results.append(check_number(spec, answer))
+        results.append(check_number(spec, sized))
     for pattern in checks.get("must_not_include", ()):
         claim = {"label": pattern, "patterns": [pattern]}
-        results.append(_check_claim(claim, answer, clauses, wrong=True))
+        results.append(_check_claim(claim, prose, clauses, wrong=True))
     for claim in checks.get("wrong", ()):
-        results.append(_check_claim(claim, answer, clauses, wrong=True))
+        results.append(_check_claim(claim, prose, clauses, wrong=True))
     content = list(results)
     command_ok: bool | None = None
     if checks.get("command"):
