@@ -144,44 +144,104 @@ def _indexed(name: str) -> list[tuple[str, str, int, str]]:
 #: Blind answers (written without the grader, see the files' headers) that the grader still
 #: scores against their label, and why. Each is an xfail that must keep failing (strict), so a
 #: change that fixes one shows up and the list stays true.
-KNOWN_MISSES = {
-    **{
-        ("blind_batch4.yaml", task, "good", 1): 'rounds the helper\'s figure to two digits ("about 56 GiB"); '
-        "helper-number checks need three, or the number cannot tell a run helper from a guess"
-        for task in (
-            "estimate-phi-4",
-            "estimate-gemma-3-27b-it",
-            "estimate-qwen2-5-7b-instruct",
-            "estimate-llama-3-2-3b-instruct",
-            "estimate-qwen3-30b-a3b",
-            "estimate-llama-3-2-1b-instruct",
-        )
-    },
-    ("blind_batch4.yaml", "trace-leak-one-rank", "good", 1): "gives the allocation trend (1.95 -> 2.93 GiB) but not "
-    "the key figure, rank 3's +1.12 GiB of peak allocated",
-    ("blind_batch4.yaml", "read-outside-pytorch-nvidia-smi", "good", 1): "writes the 57.1 GiB peak reserved without "
-    "its unit, inside an expression (59.9 - 57.1)",
-    ("blind_batch4.yaml", "neg-dataloader-host-oom", "good", 1): "says to reduce num_workers x prefetch_factor only "
-    "as 'reduce them' after a dash, which ends the clause",
-    ("blind_batch5.yaml", "log-deepspeed-issue237", "good", 1): "argues the case (reserve ~600x below the request) "
-    "but never states the conclusion, capacity",
-    ("blind_batch5.yaml", "log-deepspeed-issue3671", "good", 1): "never states the conclusion, capacity, nor the "
-    "idle reserve as a figure",
-    ("blind_batch5.yaml", "trace-leak-one-rank", "good", 1): "gives the allocation trend, not the key figure "
-    "(rank 3's +1.12 GiB of peak allocated)",
-    **{
-        ("blind_batch5.yaml", task, "wrong", i): why
-        for task, i, why in (
-            ("lora-regather-enable", 1, "says re-gather acts on the frozen weights: a wrong mechanism no check names"),
-            ("neg-nsys-profile", 1, "invents nsys options (--iterations, --profile-ranks)"),
-            ("neg-mfu-overlap", 1, "invents overlap flags and misstates what tp_comm_overlap does"),
-            ("log-gpt4llm-a100", 1, "its own misreading of the log's figures, with the right fix"),
-            ("estimate-qwen3-32b", 1, "blames the distributed optimizer (turning it off would add memory)"),
-            ("estimate-llama-3-2-1b-instruct", 0, "quotes the right 28.07 GiB, then asserts other figures"),
-            ("estimate-llama-3-2-1b-instruct", 1, "quotes the right 28.07 GiB, then asserts other figures"),
-        )
-    },
-}
+ROUNDS = (
+    'rounds the helper\'s figure to two digits ("about 56 GiB"); helper-number checks need three, '
+    "or the number cannot tell a helper run from a guess"
+)
+_MISSES = (
+    ("blind_batch4.yaml", "estimate-phi-4", "good", 1, ROUNDS),
+    ("blind_batch4.yaml", "estimate-gemma-3-27b-it", "good", 1, ROUNDS),
+    ("blind_batch4.yaml", "estimate-qwen2-5-7b-instruct", "good", 1, ROUNDS),
+    ("blind_batch4.yaml", "estimate-llama-3-2-3b-instruct", "good", 1, ROUNDS),
+    ("blind_batch4.yaml", "estimate-qwen3-30b-a3b", "good", 1, ROUNDS),
+    ("blind_batch4.yaml", "estimate-llama-3-2-1b-instruct", "good", 1, ROUNDS),
+    (
+        "blind_batch4.yaml",
+        "trace-leak-one-rank",
+        "good",
+        1,
+        "gives the allocation trend (1.95 -> 2.93 GiB), not the key figure: rank 3's +1.12 GiB of peak allocated",
+    ),
+    (
+        "blind_batch4.yaml",
+        "read-outside-pytorch-nvidia-smi",
+        "good",
+        1,
+        "writes the 57.1 GiB peak reserved without its unit, inside an expression (59.9 - 57.1)",
+    ),
+    (
+        "blind_batch4.yaml",
+        "neg-dataloader-host-oom",
+        "good",
+        1,
+        "says to reduce num_workers x prefetch_factor only as 'reduce them' after a dash, which ends the clause",
+    ),
+    (
+        "blind_batch5.yaml",
+        "log-deepspeed-issue237",
+        "good",
+        1,
+        "argues the case (reserve ~600x below the request) but never states the conclusion, capacity",
+    ),
+    (
+        "blind_batch5.yaml",
+        "log-deepspeed-issue3671",
+        "good",
+        1,
+        "never states the conclusion, capacity, nor the idle reserve as a figure",
+    ),
+    (
+        "blind_batch5.yaml",
+        "trace-leak-one-rank",
+        "good",
+        1,
+        "gives the allocation trend, not the key figure: rank 3's +1.12 GiB of peak allocated",
+    ),
+    (
+        "blind_batch5.yaml",
+        "lora-regather-enable",
+        "wrong",
+        1,
+        "says re-gather acts on the frozen weights: a wrong mechanism no check names",
+    ),
+    ("blind_batch5.yaml", "neg-nsys-profile", "wrong", 1, "invents nsys options (--iterations, --profile-ranks)"),
+    (
+        "blind_batch5.yaml",
+        "neg-mfu-overlap",
+        "wrong",
+        1,
+        "invents overlap flags and misstates what tp_comm_overlap does",
+    ),
+    (
+        "blind_batch5.yaml",
+        "log-gpt4llm-a100",
+        "wrong",
+        1,
+        "its own misreading of the log's figures, with the right fix",
+    ),
+    (
+        "blind_batch5.yaml",
+        "estimate-qwen3-32b",
+        "wrong",
+        1,
+        "blames the distributed optimizer (turning it off would add memory)",
+    ),
+    (
+        "blind_batch5.yaml",
+        "estimate-llama-3-2-1b-instruct",
+        "wrong",
+        0,
+        "quotes the right 28.07 GiB, then asserts other figures",
+    ),
+    (
+        "blind_batch5.yaml",
+        "estimate-llama-3-2-1b-instruct",
+        "wrong",
+        1,
+        "quotes the right 28.07 GiB, then asserts other figures",
+    ),
+)
+KNOWN_MISSES = {(b, t, k, i): why for b, t, k, i, why in _MISSES}
 BATCHES = ("blind_batch3.yaml", "blind_batch4.yaml", "blind_batch5.yaml")
 BLIND = [(name, *row) for name in BATCHES for row in _indexed(name)]
 
