@@ -7,8 +7,8 @@ Three kinds of evidence, each a test:
   that echoes the right words (<= 0.25);
 - a second set written afterwards in yet other words (other_words.yaml), never used to
   adjust a pattern before it was graded: the same two bars;
-- three blind batches written by separate sessions that never saw the grader (blind_batch3.yaml
-  to blind_batch5.yaml; how each was used is in its header): the same bars, with the answers the
+- four blind batches written by separate sessions that never saw the grader (blind_batch3.yaml
+  to blind_batch6.yaml; how each was used is in its header): the same bars, with the answers the
   grader still misses listed in KNOWN_MISSES as strict xfails.
 """
 
@@ -240,9 +240,40 @@ _MISSES = (
         1,
         "quotes the right 28.07 GiB, then asserts other figures",
     ),
+    (
+        "blind_batch6.yaml",
+        "log-verl-fsdp-logprob",
+        "good",
+        1,
+        "FAQ style: the numbers and the fix, never the conclusion, capacity",
+    ),
+    (
+        "blind_batch6.yaml",
+        "nccl-ub-expandable",
+        "wrong",
+        1,
+        "moves the conflict to the distributed optimizer: a wrong cause no check names",
+    ),
+    ("blind_batch6.yaml", "neg-nsys-profile", "wrong", 1, "invents an nsys option (--capture-steps)"),
+    (
+        "blind_batch6.yaml",
+        "log-gpt4llm-a100",
+        "wrong",
+        1,
+        "turns expandable segments off with garbage_collection_threshold, an allocator recipe no check names",
+    ),
+    (
+        "blind_batch6.yaml",
+        "estimate-llama-3-2-3b-instruct",
+        "wrong",
+        1,
+        "swaps max allocated and reserved and says the distributed optimizer offloads to the CPU",
+    ),
+    ("blind_batch6.yaml", "neg-tokenizer-padding", "wrong", 1, "invents dataset keys and misstates the packing mask"),
+    ("blind_batch6.yaml", "neg-slurm-container", "wrong", 1, "invents pyxis options (--container, --bind)"),
 )
 KNOWN_MISSES = {(b, t, k, i): why for b, t, k, i, why in _MISSES}
-BATCHES = ("blind_batch3.yaml", "blind_batch4.yaml", "blind_batch5.yaml")
+BATCHES = ("blind_batch3.yaml", "blind_batch4.yaml", "blind_batch5.yaml", "blind_batch6.yaml")
 BLIND = [(name, *row) for name in BATCHES for row in _indexed(name)]
 
 

@@ -167,3 +167,11 @@ def test_a_table_unit_header_code_ticks_an_arrow_and_a_labelled_verdict() -> Non
     verdict = {"claims": [{"label": "no", "patterns": [r"^\W*no\b"], "key": True}]}
     assert grade_answer(verdict, "Short answer: no. It needs 94 GiB.").content_score == 1.0
     assert grade_answer(verdict, "Short answer: yes, it fits.").content_score < 0.25
+
+
+def test_a_bold_question_asks_and_a_bold_label_introduces_its_value() -> None:
+    wrong = {"wrong": [{"label": "is fragmentation", "patterns": [r"^\W*fragmentation\s+again\b"]}]}
+    assert grade_answer(wrong, "**Q: Fragmentation again?** No, it is capacity.").content_score == 1.0
+    assert grade_answer(wrong, "Fragmentation again. Set expandable segments.").content_score == 0.0
+    verdict = {"claims": [{"label": "no fit", "patterns": [r"^\W*does\s*n[o’']?t\s+fit"], "key": True}]}
+    assert grade_answer(verdict, "**Verdict:** doesn't fit in 80 GB.").content_score == 1.0

@@ -306,7 +306,7 @@ class Span:
 # row, and at line breaks, except one inside wrapped prose (a word or comma, then a lower-case
 # word on the next line).
 _SENTENCE_END = re.compile(
-    r"(?<=[.!?])[\"')\]]*\s+|\n\s*\n\s*|\n\s*(?=[-*+]\s|\d+[.)]\s|#|\|)|\|\s*\n"
+    r"(?<=[.!?])[\"')\]*_]*\s+|\n\s*\n\s*|\n\s*(?=[-*+]\s|\d+[.)]\s|#|\|)|\|\s*\n"
     r"|(?<![A-Za-z,])\n\s*|\n\s*(?=[^a-z(`\s])"  # a line break inside wrapped prose joins two lines
 )
 # Clauses: a negation reaches to the end of its clause, not beyond. "It is not capacity,
@@ -315,7 +315,7 @@ _SENTENCE_END = re.compile(
 # short label's colon does not either ("Ranks 0-2: unchanged", "Diagnosis: capacity"; see
 # spans), unless the label itself denies ("Not capacity: fragmentation").
 _CLAUSE_BREAK = re.compile(
-    r"[;()\[\]]|,(?!\s*\d)|:\s(?!\s*[`'\"]?(?:true|false|\d)\b)|\s[—–-]{1,2}\s|—"
+    r"[;()\[\]]|,(?!\s*\d)|:[*_]*\s(?!\s*[`'\"]?(?:true|false|\d)\b)|\s[—–-]{1,2}\s|—"
     r"|\b(?:but|however|whereas|although|though|so|therefore|thus|hence|because|since|yet|otherwise)\b",
     re.IGNORECASE,
 )
@@ -394,7 +394,7 @@ def spans(text: str) -> list[Span]:
     for match in [*_SENTENCE_END.finditer(text), None]:
         end = match.start() if match else len(text)
         sentence = text[pos:end]
-        stripped = sentence.rstrip()
+        stripped = sentence.rstrip().rstrip("*_\"')]")  # "**Q: Fragmentation again?**" asks
         question = stripped.endswith("?")
         cut = pos
         values: list[int] = []  # where a joined label's value starts: a clause start too ("Short answer: no")
