@@ -241,3 +241,15 @@ def test_unknown_gpu_memory_failure_is_reported_not_silent() -> None:
     doc = json.loads(res.stdout)
     assert [f["kind"] for f in doc["findings"]] == ["unrecognized-gpu-memory-error"]
     assert doc["message"] is None
+
+
+def test_a_standard_input_that_cannot_be_read_is_one_line_exit_2(tmp_path: Path) -> None:
+    """stdin opened for writing (a wrapper's mistake) is bad input, not a traceback."""
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parent.parent / "scripts" / "diagnose.py"
+    with (tmp_path / "out").open("w") as write_only:
+        proc = subprocess.run([sys.executable, str(script), "-"], stdin=write_only, capture_output=True, text=True)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()] and "cannot read it" in proc.stderr

@@ -77,8 +77,11 @@ def open_source(source: Source) -> ByteStream:
             raise InputError(f"{source.name}: cannot open ({exc.strerror or exc})") from exc
     # A stdin replaced in-process (a test runner's BytesIO) is no raw stream, but BufferedReader
     # only calls its readinto: the cast states that duck-typing.
-    buffered = raw if isinstance(raw, io.BufferedReader) else io.BufferedReader(cast("io.RawIOBase", raw))
-    head = buffered.peek(2)[:2]
+    try:
+        buffered = raw if isinstance(raw, io.BufferedReader) else io.BufferedReader(cast("io.RawIOBase", raw))
+        head = buffered.peek(2)[:2]
+    except (OSError, ValueError) as exc:  # stdin opened for writing, or already closed
+        raise InputError(f"{source.name}: cannot read it ({exc}); pipe the log in or pass the file") from None
     stream: gzip.GzipFile | io.BufferedReader = (
         gzip.GzipFile(fileobj=buffered, mode="rb") if head == GZIP_MAGIC else buffered
     )
