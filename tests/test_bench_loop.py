@@ -411,7 +411,7 @@ def test_a_repeated_command_is_answered_from_history_not_rerun(tmp_path: Path, s
     result = run_loop(model, task, CATALOG, LoopSettings(activation="forced"))
     calls = result.extra["tool_calls"]
     assert [c["refused"] for c in calls] == [None, "repeat"] and calls[1]["exit_code"] is None
-    assert "already ran" in model.seen[2][-1]["content"] and result.answer == "Set expandable segments."
+    assert "already ran" in model.seen[2][-2]["content"] and result.answer == "Set expandable segments."
     # the same helper on other input is not a repeat
     other = ScriptedModel(
         [
@@ -423,6 +423,80 @@ def test_a_repeated_command_is_answered_from_history_not_rerun(tmp_path: Path, s
     (tmp_path / "b").mkdir()
     again = run_loop(other, workdir_for(tmp_path / "b", "frag-log-diagnosis", WITH, staged), CATALOG, LoopSettings())
     assert [c["refused"] for c in again.extra["tool_calls"]] == [None, None]
+
+
+def test_a_repeated_command_makes_the_next_reply_the_last(tmp_path: Path, staged: Path) -> None:
+    """Under harness 5 the 1.5B model repeated one command until its six turns ran out and
+    its answer was the command; now the turn after a repeat asks for the answer and ends."""
+    task = workdir_for(tmp_path, "frag-log-diagnosis", WITH, staged)
+    same = run_block(f"python3 scripts/diagnose.py {LOG}")
+    model = ScriptedModel([same] * 6)
+    result = run_loop(model, task, CATALOG, LoopSettings(activation="forced", max_turns=6))
+    assert result.extra["turns"] == 3 and len(model.seen) == 3
+    assert model.seen[-1][-1]["content"] == FINAL_TURN and "already ran" in model.seen[-1][-2]["content"]
+    assert [c["refused"] for c in result.extra["tool_calls"]] == [None, "repeat"]
+
+
+def test_output_that_ran_asks_for_the_answer_and_a_failed_run_does_not(tmp_path: Path, staged: Path) -> None:
+    from memtune.bench.loop import AFTER_OUTPUT
+
+    task = workdir_for(tmp_path, "frag-log-diagnosis", WITH, staged)
+    model = ScriptedModel(
+        [
+            run_block("python3 scripts/estimate_memory.py --tp 0 --example"),  # exit 2: usage
+            run_block(f"python3 scripts/diagnose.py {LOG}"),  # exit 0: it ran
+            "Fragmentation on rank 13.",
+        ]
+    )
+    result = run_loop(model, task, CATALOG, LoopSettings(activation="forced"))
+    failed, ran = model.seen[1][-1]["content"], model.seen[2][-1]["content"]
+    assert "exit code 2" in failed and AFTER_OUTPUT not in failed
+    assert "exit code 0" in ran and ran.endswith(AFTER_OUTPUT)
+    # the system message stays the same through the attempt (the cached prefix holds)
+    assert model.seen[0][0] == model.seen[1][0] == model.seen[2][0]
+    assert result.answer == "Fragmentation on rank 13."
+
+
+def test_template_value_slots_are_refused_unrun_with_what_to_put_there(tmp_path: Path, staged: Path) -> None:
+    task = workdir_for(tmp_path, "frag-log-diagnosis", WITH, staged)
+    box = Sandbox(task.workdir, files=tuple(task.case.files))
+    for command, slot in (
+        ("python3 scripts/estimate_memory.py --preset MODEL --tp TP --pp PP --gpus N", "--preset MODEL"),
+        ("python3 scripts/plan_memory.py --preset llama3-70b --tp=TP --gpus 32", "--tp TP"),
+        ("python3 scripts/estimate_memory.py --preset llama3-70b --gpu-memory GPU_GiB", "--gpu-memory GPU_GiB"),
+    ):
+        call = box.run(command, loaded=SKILL.name)
+        assert call.exit_code is None and call.refused == "placeholder" and call.to_json()["failed"]
+        assert f"`{slot}`" in call.output and "user's own value" in call.output
+    # real values in capitals are values, and a bare word that is no option's value is not a slot
+    assert box.placeholder(["--gpu", "H200", "--symptom", "OOM", "--preset", "llama3-70b"]) is None
+    assert box.placeholder(["--set", "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"]) is None
+    assert box.placeholder(["MODEL"]) is None
+
+
+def test_every_value_slot_the_instructions_and_next_steps_print_is_known() -> None:
+    """The capitalised option values of SKILL.md's commands and of diagnose's next-step
+    templates are the slots an agent copies; the loop must know each one."""
+    import re
+
+    import yaml
+
+    from memtune.bench.tools import FILE_SLOTS, VALUE_SLOTS
+    from memtune.diagnose.report import gpu_memory_flag, parallel_flags
+
+    patterns = yaml.safe_load((REPO / "scripts" / "memtune" / "data" / "oom_patterns.yaml").read_text())
+    steps = [
+        str(k.get("next_step", ""))
+        .replace("{parallel}", parallel_flags({}))
+        .replace("{gpu_memory}", gpu_memory_flag(None))
+        for k in patterns["kinds"].values()
+    ]
+    assert steps, "oom_patterns.yaml has no next_step templates: the test reads nothing"
+    texts = [SKILL.body, *steps]
+    values = {m for t in texts for m in re.findall(r"--[a-z][a-z0-9-]*[ =]([A-Z][^\s`'\"),;]*)", t)}
+    slots = {v for v in values if re.fullmatch(r"[A-Z][A-Z_]*(?:GiB)?(?:\.\.[A-Z]+)?", v)}
+    assert {"MODEL", "TP"} <= slots, sorted(slots)
+    assert slots <= set(VALUE_SLOTS) | set(FILE_SLOTS), sorted(slots - set(VALUE_SLOTS) - set(FILE_SLOTS))
 
 
 # ------------------------------------------------------------------ the allow-list follows SKILL.md

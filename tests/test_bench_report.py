@@ -150,6 +150,25 @@ def test_forced_activation_is_its_own_measured_mode(activation: str) -> None:
     assert text.count("- Overall verdict:") == 1  # only the main run has a verdict
 
 
+def test_a_forced_run_stays_paired_across_a_checks_only_edit_and_not_across_other_tasks() -> None:
+    """Pairing follows what the agent was asked (tasks_sha256), not the dataset file: the
+    report grades stored answers again, so an edit to the checks must not unpair the runs."""
+    main = synthetic_run(lambda cond, c, a: 0.8 if cond == "with_skill" else 0.2)
+    helper_tasks = [main.header["dataset"]["cases"][0]["id"]]
+
+    def forced_with(file_sha: str, tasks_sha: str) -> RunFile:
+        run = synthetic_run(lambda cond, c, a: 0.6 if cond == "with_skill" else 0.2)
+        dataset = dict(run.header["dataset"], sha256=file_sha, tasks_sha256=tasks_sha)
+        header = dict(run.header, run_id="forced", agent_settings={"activation": "forced"}, dataset=dataset)
+        return RunFile(Path("forced.jsonl"), header, run.results)
+
+    main = RunFile(main.path, dict(main.header, dataset=dict(main.header["dataset"], tasks_sha256="t1")), main.results)
+    paired = render(main, None, [forced_with("cd" * 32, "t1")], helper_number_tasks=helper_tasks)
+    assert "- `forced` (forced activation):" in paired.split("## Primary metric")[1].split("## ")[0]
+    apart = render(main, None, [forced_with("cd" * 32, "t2")], helper_number_tasks=helper_tasks)
+    assert "`forced`" not in apart.split("## Primary metric")[1].split("## ")[0]
+
+
 def test_a_discover_run_with_another_model_is_not_paired_as_forced() -> None:
     main = synthetic_run(lambda cond, c, a: 0.8 if cond == "with_skill" else 0.2)
     other = synthetic_run(lambda cond, c, a: 0.6 if cond == "with_skill" else 0.2)

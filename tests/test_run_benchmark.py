@@ -384,4 +384,46 @@ def test_a_baseline_from_before_a_grader_change_still_matches() -> None:
 
     assert baseline_mismatch(header("f1", "t"), header("f2", "t")) == []  # only the checks changed
     assert baseline_mismatch(header("f1", "t1"), header("f1", "t2")) == ["tasks (questions, files)"]
-    assert baseline_mismatch(header("f1", None), header("f2", "t")) == ["dataset sha256"]  # an older run
+    assert baseline_mismatch(header("f1", None), header("f2", "t")) == ["tasks (questions, files)"]  # an older run
+    assert baseline_mismatch(header("f1", None), header("f1", "t")) == []  # an older run, the same file
+
+
+def test_a_run_does_not_resume_over_changed_helpers(tmp_path: Path) -> None:
+    """SKILL.md's digest alone let a resumed run mix two versions of the helpers; the header
+    now carries a digest of everything the installed skill runs or shows the agent."""
+    results = tmp_path / "results"
+    assert _run_as(results, "r").returncode == 0
+    path = results / "r.jsonl"
+    header, *rest = records(path)
+    assert len(header["skill"]["files_sha256"]) == 64
+
+    def with_files_digest(value: str | None) -> None:
+        skill = {k: v for k, v in header["skill"].items() if k != "files_sha256"}
+        if value is not None:
+            skill["files_sha256"] = value
+        path.write_text("".join(json.dumps(r) + "\n" for r in [dict(header, skill=skill), *rest]))
+
+    with_files_digest("0" * 64)  # recorded with other helpers
+    refused = _run_as(results, "r")
+    assert refused.returncode == 2 and "helpers and references" in refused.stderr
+    with_files_digest(None)  # recorded before the digest existed: SKILL.md guards it
+    assert _run_as(results, "r").returncode == 0
+
+
+def test_the_skill_files_digest_follows_the_helpers_not_the_harness_or_the_evals(tmp_path: Path) -> None:
+    import subprocess
+
+    from memtune.bench.skill import skill_files_sha256
+
+    assert skill_files_sha256(tmp_path) is None  # no git: nothing to list
+    for rel in ("SKILL.md", "scripts/diagnose.py", "scripts/memtune/bench/grading.py", "evals/evals.json"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("v1\n")
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), "add", "-A"], check=True)
+    first = skill_files_sha256(tmp_path)
+    for harness_side in ("scripts/memtune/bench/grading.py", "evals/evals.json"):
+        (tmp_path / harness_side).write_text("v2\n")
+        assert skill_files_sha256(tmp_path) == first, harness_side
+    (tmp_path / "scripts/diagnose.py").write_text("v2\n")
+    assert skill_files_sha256(tmp_path) not in (None, first)

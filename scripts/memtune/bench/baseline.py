@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from memtune.bench.agent_types import WITHOUT
-from memtune.bench.results import Key, RunFile, result_key
+from memtune.bench.results import Key, RunFile, result_key, same_tasks
 
 #: Agent settings that only act on the with-skill condition (the rest must match exactly).
 WITH_SKILL_ONLY_SETTINGS = frozenset({"activation"})
@@ -25,7 +25,6 @@ _SAME_FIELDS = (
     ("harness", ("harness",)),
     ("agent", ("agent",)),
     ("model", ("model",)),
-    ("tasks (questions, files)", ("dataset", "tasks_sha256")),
     ("SKILL.md sha256", ("skill", "sha256")),
     ("security rules", ("security_rules_sha256",)),
 )
@@ -42,10 +41,8 @@ def baseline_mismatch(source: Mapping[str, Any], target: Mapping[str, Any]) -> l
     """What differs between two run headers in a way that could change the without-skill
     condition (empty: the source's without-skill attempts are this run's)."""
     out = [name for name, path in _SAME_FIELDS if _get(source, path) != _get(target, path)]
-    if _get(source, ("dataset", "tasks_sha256")) is None:  # a run recorded before tasks_sha256 existed
-        out = [n for n in out if n != "tasks (questions, files)"]
-        if _get(source, ("dataset", "sha256")) != _get(target, ("dataset", "sha256")):
-            out.append("dataset sha256")
+    if not same_tasks(source, target):
+        out.append("tasks (questions, files)")
     src_cases = [c.get("id") for c in _get(source, ("dataset", "cases")) or []]
     dst_cases = [c.get("id") for c in _get(target, ("dataset", "cases")) or []]
     if not set(dst_cases) <= set(src_cases):

@@ -17,7 +17,9 @@ conditions (with the skill installed, and without it):
    directory (fixtures + the installed skill copy); the output goes back as the next
    user message.
 4. A reply with none of these is the final answer, which is graded. The last turn asks
-   for the answer outright, so every attempt ends with one.
+   for the answer outright, so every attempt ends with one; a helper's output comes with a
+   line asking for the answer if it suffices, and a command sent a second time makes the
+   next turn the last.
 
 ``activation="forced"`` starts every with-skill task in the loaded state (the body is
 in the system message from the first turn): it measures what the skill does once it is
@@ -87,7 +89,19 @@ file names and numbers, then answer with the figures it prints. Its SKILL.md:
 
 {body}
 
-(End of the skill's instructions: they are for you, not for the user, so never repeat them. Your next reply is a ```run block with the command they give for this request, unless its output is already above; then answer the user with the figures that output shows.)"""
+(End of the skill's instructions: they are for you, not for the user, so never repeat them. Your first \
+reply is a ```run block with the command they give for this request; once its output is above, answer \
+the user in prose with the figures it shows.)"""
+
+#: Follows a helper's output that ran (exit 0 or 1). It sits in the newest user message, not in
+#: the system message: a system message that changed mid-attempt would make the model read
+#: the whole conversation again (minutes on 2 cores), and the newest turn is what a small
+#: model heeds. Under harness 5, with no such line, the 1.5B model ran or repeated commands
+#: until its turns ran out in 14 of 20 forced attempts and gave a command as its answer.
+AFTER_OUTPUT = (
+    "If this output answers the question, reply now to the user in prose with its figures; "
+    "run another helper only for a number it does not give."
+)
 
 LOAD_ACK = (
     "Skill {name} is loaded: its instructions are now at the end of the system message. "
@@ -180,8 +194,9 @@ def run_loop(model: ChatModel, task: Task, decoys: Sequence[Mapping[str, str]], 
         state.loaded, state.body_loaded = task.skill.name, True
     history: list[dict[str, str]] = [{"role": "user", "content": user_message(task)}]
     answer = ""
+    wrap_up = False  # a repeated command: the next reply is the last one
     for turn in range(settings.max_turns):
-        last = turn == settings.max_turns - 1
+        last = wrap_up or turn == settings.max_turns - 1
         if last and turn > 0:
             history.append({"role": "user", "content": FINAL_TURN})
         messages = [{"role": "system", "content": system_prompt(base, state, task)}, *history]
@@ -196,18 +211,19 @@ def run_loop(model: ChatModel, task: Task, decoys: Sequence[Mapping[str, str]], 
         if action.kind == "load":
             feedback = _load(action.text, task, names, state)
         elif any(c.command == action.text and c.stdin == action.stdin for c in state.calls):
-            # the same command again: its output is already in the history (the 1.5B model
-            # re-ran one helper four times in a row in a smoke run instead of answering)
+            # the same command again: its output is already in the history. The 1.5B model
+            # repeated one command until its turns ran out in most forced attempts under
+            # harness 5, so a repeat now leads straight to the final turn.
             state.calls.append(ToolCall(action.text, None, "", 0.0, "repeat", stdin=action.stdin))
-            feedback = (
-                f"You already ran `{action.text}`; its output is above. Do not run it again: "
-                "give your final answer now, quoting the figures from that output."
-            )
+            feedback = f"You already ran `{action.text}`; its output is above."
+            wrap_up = True
         else:
             call = sandbox.run(action.text, action.stdin, state.loaded)
             state.calls.append(call)
             code = "refused" if call.exit_code is None else f"exit code {call.exit_code}"
             feedback = f"Output of `{action.text}` ({code}):\n```\n{call.output.rstrip()}\n```"
+            if call.exit_code is not None and call.exit_code < 2:
+                feedback += "\n" + AFTER_OUTPUT
         history += [{"role": "assistant", "content": reply.text.strip()}, {"role": "user", "content": feedback}]
     result = AgentResult(
         answer=answer,

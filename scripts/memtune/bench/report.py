@@ -43,7 +43,7 @@ from typing import Any
 
 from memtune.bench.agents import WITH, WITHOUT
 from memtune.bench.grading import FLAGS
-from memtune.bench.results import SCOPE_SUFFIX, RunFile, iter_sorted
+from memtune.bench.results import SCOPE_SUFFIX, RunFile, iter_sorted, same_tasks
 from memtune.bench.stats import BOOTSTRAP_SAMPLES, Interval, bootstrap_mean_ci, mean, stddev
 
 VERDICT_RULE = (
@@ -473,7 +473,7 @@ def render(
         forced_runs = [
             (o.run_id, Analysis(o, regrade))
             for o in sorted(others, key=lambda r: r.run_id)
-            if is_forced_activation(o) and not is_smoke(o) and o.header["dataset"]["sha256"] == ds["sha256"]
+            if is_forced_activation(o) and not is_smoke(o) and same_tasks(o.header, h)
         ]
         for row in primary_metric(an, helper_number_tasks, forced_runs):
             w(row)

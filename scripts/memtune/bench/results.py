@@ -56,6 +56,19 @@ def result_key(record: Mapping[str, Any]) -> Key:
     return (str(record["case_id"]), str(record["condition"]), int(record["attempt"]))
 
 
+def same_tasks(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Whether two run headers pose the same tasks to the agent.
+
+    Both headers carry ``tasks_sha256`` (ids, questions, fixture bytes, should_trigger): that
+    decides, so an edit to the checks alone keeps a run resumable and paired with its twin
+    (the report grades stored answers again anyway). A header written before that digest
+    existed is compared by the whole dataset file's sha256."""
+    da, db = a.get("dataset") or {}, b.get("dataset") or {}
+    if da.get("tasks_sha256") and db.get("tasks_sha256"):
+        return bool(da["tasks_sha256"] == db["tasks_sha256"])
+    return bool(da.get("sha256") == db.get("sha256"))
+
+
 def _parse_lines(path: Path) -> tuple[list[dict[str, Any]], int]:
     """Records in order, and the byte length of the intact prefix (a torn last line is cut)."""
     data = path.read_bytes()

@@ -54,6 +54,44 @@ def load_skill(root: Path) -> SkillDoc:
     return SkillDoc(str(meta["name"]), description, body, hashlib.sha256(raw).hexdigest(), root)
 
 
+#: Package paths whose content the agent reads or runs in a task, and the benchmark harness
+#: inside them, which HARNESS_VERSION tracks instead (a grader fix must not orphan a run).
+_AGENT_FACING = ("SKILL.md", "references/", "scripts/")
+_HARNESS = ("scripts/run_benchmark.py", "scripts/memtune/bench/", "scripts/memtune/commands/bench_",
+            "scripts/memtune/commands/run_benchmark.py")  # fmt: skip
+
+
+def _tracked_files(root: Path) -> list[str]:
+    """The files git tracks under ``root`` (raw results left out), or [] without git."""
+    try:
+        listed = (
+            subprocess.run(["git", "-C", str(root), "ls-files", "-z"], capture_output=True, check=True, timeout=60)
+            .stdout.decode("utf-8")
+            .split("\0")
+        )
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [f for f in listed if f and not f.startswith("evals/results/")]
+
+
+def skill_files_sha256(root: Path) -> str | None:
+    """One digest of what the agent meets once the skill is installed: SKILL.md, the
+    references and the helpers with the library they run, without the benchmark harness.
+
+    Why: a run is resumed across sessions, and a helper whose output changed between two
+    sessions would put two skills in one run while SKILL.md's digest stays the same. None
+    without git (then only SKILL.md's digest guards a resume)."""
+    files = sorted(f for f in _tracked_files(root) if f.startswith(_AGENT_FACING) and not f.startswith(_HARNESS))
+    if not files:
+        return None
+    digest = hashlib.sha256()
+    for rel in files:
+        path = root / rel
+        if path.is_file():
+            digest.update(rel.encode("utf-8") + b"\0" + hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
 def stage_clean_copy(root: Path, dest: Path) -> Path:
     """Copy the files git tracks (the package as it ships) into ``dest``.
 
@@ -62,15 +100,7 @@ def stage_clean_copy(root: Path, dest: Path) -> Path:
     shipped top-level entries.
     """
     dest.mkdir(parents=True, exist_ok=True)
-    try:
-        listed = (
-            subprocess.run(["git", "-C", str(root), "ls-files", "-z"], capture_output=True, check=True, timeout=60)
-            .stdout.decode("utf-8")
-            .split("\0")
-        )
-        files = [f for f in listed if f and not f.startswith("evals/results/")]
-    except (OSError, subprocess.SubprocessError):
-        files = []
+    files = _tracked_files(root)
     if not files:
         for entry in ("SKILL.md", "skill-card.md", "card.yaml", "README.md", "LICENSE", "references", "scripts"):
             src = root / entry

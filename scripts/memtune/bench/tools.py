@@ -19,6 +19,9 @@ input (that is how an agent pipes an error message into ``diagnose.py -``): it i
 never parsed as commands. Each run has a timeout and an output cap that keeps whole
 paragraphs (the verdict and the summary) rather than cutting through them.
 
+An option whose value is one of the instructions' capitalised slots (``--tp TP``,
+``--preset MODEL``) is answered the same way, before anything runs.
+
 A file argument that is not in the project directory (``train.log``, ``launch.sh``: the
 skill's example names, copied instead of the user's) is answered before anything runs
 with the names of the files that are there, so the model can retry with the right one.
@@ -57,6 +60,12 @@ _CODE_FENCE = re.compile(
 _RUNS_HELPER = re.compile(r"^python3?\s+(?:\./)?(?:\.agents/skills/[^/\s]+/)?scripts/[A-Za-z0-9_]+\.py(?:\s|$)")
 #: the file slots of SKILL.md's "Question -> command" table, which the user's file names replace
 FILE_SLOTS = ("LOG_FILE", "HF_CONFIG_JSON", "LAUNCH_SCRIPT", "BRIDGE_YAML", "NVIDIA_SMI_TXT", "BEFORE", "AFTER")
+#: the value slots of SKILL.md's commands and of the helpers' next-step templates
+#: (``--preset MODEL --tp TP``): an option given one of these copied a template, not the
+#: user's number; the forced run under harness 5 sent them again and again
+VALUE_SLOTS = (
+    "MODEL", "NAME", "TP", "PP", "CP", "EP", "VPP", "N", "S", "B", "GPU_GiB", "GPU_NAME", "VALUE", "GOOD..BAD",
+)  # fmt: skip
 #: a reply that is only "load" and a skill name on the next line (the fence left out, as the
 #: 1.5B model did in a smoke run): a load, not an answer
 _BARE_LOAD = re.compile(r"\A\s*load\s*\n\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*\Z", re.IGNORECASE)
@@ -210,6 +219,19 @@ class Sandbox:
                 return value
         return None
 
+    def placeholder(self, args: Sequence[str]) -> str | None:
+        """The first ``--option SLOT`` (or ``--option=SLOT``) whose value is a template slot."""
+        for i, arg in enumerate(args):
+            if arg.startswith("--") and "=" in arg:
+                option, value = arg.split("=", 1)
+            elif i > 0 and args[i - 1].startswith("--") and "=" not in args[i - 1]:
+                option, value = args[i - 1], arg
+            else:
+                continue
+            if value in VALUE_SLOTS:
+                return f"{option} {value}"
+        return None
+
     def files_here(self) -> list[str]:
         if self.files:
             return list(self.files)
@@ -248,6 +270,19 @@ class Sandbox:
         why = self.check_args(args)
         if why:
             return ToolCall(command, None, f"refused: {why}", 0.0, "not-allowed", path.stem)
+        slot = self.placeholder(args)
+        if slot is not None:
+            return ToolCall(
+                command,
+                None,
+                f"not run: in `{slot}` the capitals are a placeholder from the instructions, not a value. "
+                "Put the user's own value from the question in its place (for --preset, a model name "
+                "that --list-presets prints, such as llama3-70b), or leave the option out when the "
+                "question does not give it.",
+                0.0,
+                "placeholder",
+                path.stem,
+            )
         missing = self.missing_file(args)
         if missing is not None:
             here = self.files_here()

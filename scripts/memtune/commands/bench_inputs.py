@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from memtune.bench.dataset import Dataset
     from memtune.bench.grading import SecurityRule
 
-HARNESS_VERSION = "memtune-bench 5"  # 5: runtime_memory and trace_regression allowed; 4: load turns kept, fenced helper runs, forced mode; 3: tool loop; 2: seeds
+HARNESS_VERSION = "memtune-bench 6"  # 6: a line asking for the answer after helper output, a repeat ends the attempt, template slots refused; 5: runtime_memory and trace_regression allowed; 4: load turns kept, fenced helper runs, forced mode; 3: tool loop; 2: seeds
 
 
 def default_evals() -> Path:

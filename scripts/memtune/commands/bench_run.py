@@ -60,9 +60,9 @@ def cmd_run(args: SimpleNamespace, evals: Path, results_dir: Path) -> int:
     from memtune.bench.agents import AgentUnavailable, make_agent
     from memtune.bench.baseline import baseline_records
     from memtune.bench.dataset import Dataset, read_json
-    from memtune.bench.results import RunWriter, read_run, result_key
+    from memtune.bench.results import RunWriter, read_run, result_key, same_tasks
     from memtune.bench.runner import Progress, Runner, plan_jobs
-    from memtune.bench.skill import load_skill
+    from memtune.bench.skill import load_skill, skill_files_sha256
 
     dataset = load_dataset_file(evals)
     if args.cases:
@@ -129,7 +129,7 @@ def cmd_run(args: SimpleNamespace, evals: Path, results_dir: Path) -> int:
                 for c in dataset.cases
             ],
         },
-        "skill": {"name": skill.name, "sha256": skill.sha256},
+        "skill": {"name": skill.name, "sha256": skill.sha256, "files_sha256": skill_files_sha256(skill.root)},
         "security_rules_sha256": rules_sha,
     }
     if args.baseline_from:
@@ -140,6 +140,8 @@ def cmd_run(args: SimpleNamespace, evals: Path, results_dir: Path) -> int:
     if path.exists():
         existing = read_run(path)
         h = existing.header
+        # a run recorded before skill_files_sha256 existed carries none: SKILL.md alone guards it
+        recorded_files = h["skill"].get("files_sha256")
         mismatch = [
             name
             for name, old, new in (
@@ -150,14 +152,10 @@ def cmd_run(args: SimpleNamespace, evals: Path, results_dir: Path) -> int:
                     (key, h.get("agent_settings", {}).get(key), agent.describe().get("settings", {}).get(key))
                     for key in ("activation", "max_turns", "max_tokens_per_turn", "output_cap_chars")
                 ),
-                # what the agent sees of the tasks; runs recorded before tasks_sha256 existed
-                # compare the whole file
-                (
-                    "tasks (questions, files)",
-                    h["dataset"].get("tasks_sha256", h["dataset"]["sha256"]),
-                    dataset.tasks_sha256 if "tasks_sha256" in h["dataset"] else dataset.sha256,
-                ),
+                # what the agent sees of the tasks (results.same_tasks)
+                ("tasks (questions, files)", True, same_tasks(h, header)),
                 ("SKILL.md sha256", h["skill"]["sha256"], skill.sha256),
+                ("helpers and references", recorded_files, header["skill"]["files_sha256"] if recorded_files else None),
                 ("cases", [c["id"] for c in h["dataset"]["cases"]], [c.id for c in dataset.cases]),
             )
             if old != new
