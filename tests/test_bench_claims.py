@@ -7,9 +7,11 @@ Three kinds of evidence, each a test:
   that echoes the right words (<= 0.25);
 - a second set written afterwards in yet other words (other_words.yaml), never used to
   adjust a pattern before it was graded: the same two bars;
-- four blind batches written by separate sessions that never saw the grader (blind_batch3.yaml
-  to blind_batch6.yaml; how each was used is in its header): the same bars, with the answers the
-  grader still misses listed in KNOWN_MISSES as strict xfails.
+- five blind batches written by separate sessions that never saw the grader (blind_batch3.yaml
+  to blind_batch7.yaml; how each was used is in its header): the same bars, with the answers the
+  grader still misses listed in KNOWN_MISSES as strict xfails, and the "good" answers of a task
+  whose ground truth was corrected after they were written held to the wrong-answer bar
+  (RELABELLED).
 """
 
 from __future__ import annotations
@@ -185,13 +187,6 @@ _MISSES = (
     ),
     (
         "blind_batch5.yaml",
-        "log-deepspeed-issue3671",
-        "good",
-        1,
-        "never states the conclusion, capacity, nor the idle reserve as a figure",
-    ),
-    (
-        "blind_batch5.yaml",
         "trace-leak-one-rank",
         "good",
         1,
@@ -272,8 +267,104 @@ _MISSES = (
     ("blind_batch6.yaml", "neg-tokenizer-padding", "wrong", 1, "invents dataset keys and misstates the packing mask"),
     ("blind_batch6.yaml", "neg-slurm-container", "wrong", 1, "invents pyxis options (--container, --bind)"),
 )
+_MISSES += (
+    (
+        "blind_batch7.yaml",
+        "impossible-request-log",
+        "wrong",
+        1,
+        "CPU offloading / ZeRO-3 invented as a fix for a 37 TB request",
+    ),
+    (
+        "blind_batch7.yaml",
+        "recompute-selective-vs-mlp",
+        "wrong",
+        1,
+        "the wrong ranking sits in an 'if you still need' sentence",
+    ),
+    (
+        "blind_batch7.yaml",
+        "plan-rank-options",
+        "wrong",
+        1,
+        "misprices mlp recompute (6%); the 16% it should carry is on PP8",
+    ),
+    ("blind_batch7.yaml", "neg-nsys-profile", "wrong", 1, "invents nsys behaviour"),
+    ("blind_batch7.yaml", "neg-checkpoint-conversion", "wrong", 1, "invents a conversion step"),
+    ("blind_batch7.yaml", "neg-mfu-overlap", "wrong", 1, "misstates what the overlap flags do"),
+    (
+        "blind_batch7.yaml",
+        "neg-vllm-gpu-memory-utilization",
+        "wrong",
+        1,
+        "misstates what gpu_memory_utilization covers",
+    ),
+    (
+        "blind_batch7.yaml",
+        "neg-lr-schedule",
+        "wrong",
+        0,
+        "recommends a schedule the ground truth argues against, in valid flags",
+    ),
+    (
+        "blind_batch7.yaml",
+        "neg-lr-schedule",
+        "wrong",
+        1,
+        "recommends a schedule the ground truth argues against, in valid flags",
+    ),
+    ("blind_batch7.yaml", "neg-slurm-container", "wrong", 1, "invents container options"),
+    (
+        "blind_batch7.yaml",
+        "log-nemo-rl-refit",
+        "wrong",
+        1,
+        "disabling CUDA graphs instead of the allocator fix: no check names it",
+    ),
+    (
+        "blind_batch7.yaml",
+        "log-lmcache-private-pools",
+        "wrong",
+        1,
+        "claims private pools make expandable segments ignored",
+    ),
+    (
+        "blind_batch7.yaml",
+        "log-deepspeed-issue237",
+        "good",
+        0,
+        "argues capacity from the numbers but never names the verdict",
+    ),
+    (
+        "blind_batch7.yaml",
+        "log-verl-fsdp-logprob",
+        "good",
+        0,
+        "argues capacity from the numbers but never names the verdict",
+    ),
+    (
+        "blind_batch7.yaml",
+        "estimate-llama-3-2-3b-instruct",
+        "good",
+        0,
+        "'Yes, easily' and 'half the card spare' never say it fits",
+    ),
+)
 KNOWN_MISSES = {(b, t, k, i): why for b, t, k, i, why in _MISSES}
-BATCHES = ("blind_batch3.yaml", "blind_batch4.yaml", "blind_batch5.yaml", "blind_batch6.yaml")
+#: Tasks whose ground truth was corrected after some batches were written: the answers those
+#: batches call good follow the old truth, so they must now fail (batch, task) -> why.
+RELABELLED = {
+    (name, "log-deepspeed-issue3671"): "ground truth corrected on 2026-12-05: the cut-off reserved figure "
+    "(27.8 of GiB) still leaves 4.1 GiB idle against a 2.72 GiB request, fragmentation, not capacity"
+    for name in (
+        "blind_batch3.yaml",
+        "blind_batch4.yaml",
+        "blind_batch5.yaml",
+        "blind_batch6.yaml",
+        "blind_batch7.yaml",
+    )
+}
+BATCHES = ("blind_batch3.yaml", "blind_batch4.yaml", "blind_batch5.yaml", "blind_batch6.yaml", "blind_batch7.yaml")
 BLIND = [(name, *row) for name in BATCHES for row in _indexed(name)]
 
 
@@ -289,7 +380,7 @@ BLIND = [(name, *row) for name in BATCHES for row in _indexed(name)]
     ids=[f"{n.split('.')[0]}-{c}-{k}-{i}" for n, c, k, i, _ in BLIND],
 )
 def test_blind_answers(name: str, cid: str, kind: str, index: int, text: str) -> None:
-    _check(cid, kind, text)
+    _check(cid, "wrong" if (name, cid) in RELABELLED else kind, text)
 
 
 def test_blind_batches_cover_every_task_and_the_known_misses_exist() -> None:

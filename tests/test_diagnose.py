@@ -253,3 +253,32 @@ def test_a_standard_input_that_cannot_be_read_is_one_line_exit_2(tmp_path: Path)
         proc = subprocess.run([sys.executable, str(script), "-"], stdin=write_only, capture_output=True, text=True)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == [proc.stderr.strip()] and "cannot read it" in proc.stderr
+
+
+def test_a_reserved_total_cut_off_inside_its_figure_is_read_as_the_range_it_allows() -> None:
+    """A 1.5-2.0 message cut after "27.8": only GiB puts that figure between the allocated
+    memory and the card, so the idle reserve lies in a range; the kind is given only when
+    the whole range falls on one side of the request."""
+    from memtune.diagnose.parse import classify, parse_allocator_message
+
+    head = "RuntimeError: CUDA out of memory. Tried to allocate {req} (GPU 0; 31.75 GiB total capacity; 23.68 GiB already allocated; 2.36 GiB free; {cut}"
+    frag = parse_allocator_message(head.format(req="2.72 GiB", cut="27.8"))
+    assert frag.truncated_reserved == "27.8" and frag.reserved_unallocated_bytes is not None
+    assert frag.reserved_unallocated_max_bytes is not None
+    assert 4.12 < frag.reserved_unallocated_bytes / 2**30 < frag.reserved_unallocated_max_bytes / 2**30 < 4.23
+    assert classify(frag).kind == "fragmentation" and "cut off at '27.8'" in (classify(frag).note or "")
+    # the whole range below the request: capacity, decided
+    cap = classify(parse_allocator_message(head.format(req="6.00 GiB", cut="27.8")))
+    assert cap.kind == "capacity" and "undecided" not in (cap.note or "")
+    # a range on both sides of the request (27.8 could be 27.80 or 27.89): undecided
+    both = classify(parse_allocator_message(head.format(req="4.15 GiB", cut="27.8")))
+    assert both.kind == "capacity" and "undecided" in (both.note or "")
+    # digits without their decimal point do not fix the magnitude (27 could be 270.xx MiB): unknown
+    for cut in ("27", "2", ""):
+        bare = parse_allocator_message(head.format(req="2.72 GiB", cut=cut))
+        assert bare.reserved_unallocated_bytes is None and bare.truncated_reserved is None, cut
+    # no unit fits between allocated and total: unknown (here 1.5 of any unit is too small or too big)
+    assert parse_allocator_message(head.format(req="2.72 GiB", cut="1.5")).reserved_unallocated_bytes is None
+    # a complete message is read as before
+    full = parse_allocator_message(head.format(req="2.72 GiB", cut="27.85 GiB reserved in total by PyTorch)"))
+    assert full.truncated_reserved is None and full.reserved_unallocated_max_bytes is None

@@ -346,6 +346,8 @@ _DENY_AFTER = re.compile(
     r"|(?:only\s+)?as\s+a\s+(?:last\s+resort|fallback)|(?:is\s+)?(?:only\s+)?(?:a\s+)?last\s+resort"
     r"|(?:is|are|seems?|looks?)\s+(?:\w+\s+)?(?:unlikely|improbable|not\s+likely|ruled\s+out|excluded)"
     r"|(?:would|will)\s+(?:only\s+|just\s+)?(?:cost|hurt|slow|lose)\b|costs?\s+(?:\w+\s+){0,3}?(?:throughput|speed|performance)"
+    # a hypothetical that describes what is not seen: "a real capacity shortfall would hit every rank"
+    r"|would\s+(?:hit|show|look|appear|affect|strike|fail\s+on|be\s+(?:visible|seen|consistent))\b"
     r")",
     re.IGNORECASE,
 )
@@ -360,10 +362,14 @@ _HEDGE_SENTENCE = re.compile(
 )
 _HEDGE_AFTER = re.compile(
     r"^[^.;!?]{0,40}?\b(?:if\s+(?:needed|necessary|required|(?:it|that|this|you)\b)|only\s+if|as\s+a\s+"
-    r"(?:last\s+resort|fallback)|last\s+resort|later|afterwards|last(?!\s+(?:step|layer|stage|rank|iteration)))\b",
+    r"(?:last\s+resort|fallback)|last\s+resort|later|afterwards|(?:only\s+)?at\s+the\s+(?:very\s+)?end|"
+    r"last(?!\s+(?:step|layer|stage|rank|iteration)))\b",
     re.IGNORECASE,
 )
 
+
+#: The empty brackets of a call written in prose: ``torch.cuda.empty_cache()``.
+_EMPTY_CALL = re.compile(r"(?<=\w)\(\s*\)")
 
 #: A bracketed figure ("(~28%)", "(1-2%)", "(410 MiB)", "(-4.7 GB)"): not a clause of its own.
 _NUMERIC_ASIDE = re.compile(r"\(\s*[~≈<>±+\-−]?\s*\d[^()]{0,24}\)")
@@ -538,8 +544,9 @@ def grade_answer(
     The command check looks in the commands first and falls back to the answer text: an
     agent without tools can only recommend a command.
     """
-    # Claims read the prose: code ticks around a name ("reduce `num_workers`") are formatting.
-    prose = answer.replace("`", "")
+    # Claims read the prose: code ticks around a name ("reduce `num_workers`") are formatting,
+    # and so are a call's empty brackets ("empty_cache() after every step" is one clause).
+    prose = _EMPTY_CALL.sub("", answer.replace("`", ""))
     clauses = spans(prose)
     sized = with_table_units(answer)
     results: list[CheckResult] = []

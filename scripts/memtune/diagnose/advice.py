@@ -369,6 +369,8 @@ def confidence(f: Finding, ev: Evidence, near: str | None) -> tuple[str, str]:
         return "low", "a GPU memory failure in a wording no rule knows; the full log would name the failing call"
     if f.note and "undecided" in f.note:
         return "low", "the message lacks the numbers that separate fragmentation from capacity"
+    if f.numbers.get("reserved_unallocated_max_bytes") is not None:
+        return "medium", "the reserved figure is cut off; the range it still allows decides the kind"
     if f.kind in LIBRARY_KINDS:
         return (
             "medium",

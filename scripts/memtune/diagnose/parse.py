@@ -16,7 +16,12 @@ whatever their version produced:
 
 A truncated message yields ``None`` for every number it does not state in full: a number
 is read only when its unit follows it, so ``of which 1.2`` at the end of a cut-off line
-is unknown rather than 1.2 bytes.
+is unknown rather than 1.2 bytes. One exception is decided by arithmetic, not guessed: the
+1.5-2.0 form cut inside its last figure (``...; 2.36 GiB free; 27.8``). Digits that already
+hold their decimal point fix the magnitude (27.80 to 27.90 of some unit), and the reserved
+total lies between the allocated memory and the GPU's size, so at most one unit fits; when
+one does, the idle reserve is known to lie in a range, and the verdict is given only when
+the whole range falls on one side of the request (:func:`truncated_reserved_total`).
 """
 
 from __future__ import annotations
@@ -113,15 +118,49 @@ class AllocatorNumbers:
     device: int | None = None
     requested_more_than_1eb: bool = False
     legacy_form: str | None = None  # "thc", "cached", "reserved-total" or None (2.1+ prose)
+    #: set when the reserved total was cut off inside its figure: what was read, and the
+    #: idle reserve's upper end (``reserved_unallocated_bytes`` then holds its lower end)
+    truncated_reserved: str | None = None
+    reserved_unallocated_max_bytes: int | None = None
 
     def as_json(self) -> dict[str, int | None]:
-        return {
+        out = {
             "requested_bytes": self.requested_bytes,
             "total_bytes": self.total_bytes,
             "free_bytes": self.free_bytes,
             "allocated_bytes": self.allocated_bytes,
             "reserved_unallocated_bytes": self.reserved_unallocated_bytes,
         }
+        if self.reserved_unallocated_max_bytes is not None:
+            out["reserved_unallocated_max_bytes"] = self.reserved_unallocated_max_bytes
+        return out
+
+
+#: the 1.5-2.0 form cut inside its last figure: "...; 2.36 GiB free; 27.8" and nothing after
+_CUT_RESERVED = re.compile(r"free;\s{1,4}(\d{1,20}\.\d{0,20})\s*$")
+REGEXES["cut_reserved"] = _CUT_RESERVED
+
+
+def truncated_reserved_total(text: str, allocated: int | None, total: int | None) -> tuple[str, int, int] | None:
+    """(digits read, lowest, highest) reserved total in bytes when the message stops inside
+    its reserved-total figure and exactly one unit puts that figure between the allocated
+    memory and the GPU's size; None otherwise (no cut figure, or no unit or several fit)."""
+    m = _CUT_RESERVED.search(text)
+    if m is None or allocated is None or total is None:
+        return None
+    digits = m.group(1)
+    decimals = len(digits.split(".")[1])
+    low = Decimal(digits)
+    high = low + Decimal(1).scaleb(-decimals)  # 27.8 may go on as 27.8x, never reach 27.9
+    fits = []
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        scale = 1 << (10 * _UNIT_POWER[unit[0]])
+        lo, hi = int(low * scale), int(high * scale)
+        if hi > allocated and lo <= total:
+            fits.append((max(lo, allocated), min(hi, total)))
+    if len(fits) != 1:
+        return None
+    return digits, fits[0][0], fits[0][1]
 
 
 def _first(name: str, text: str) -> int | None:
@@ -164,6 +203,14 @@ def parse_allocator_message(text: str) -> AllocatorNumbers:
         elif cached is not None:
             legacy_form = "cached"
             unallocated = cached
+    cut = (
+        None
+        if unallocated is not None or allocated_legacy is None
+        else truncated_reserved_total(text, allocated, total)
+    )
+    if cut is not None and allocated is not None:
+        legacy_form = "reserved-total"
+        unallocated = cut[1] - allocated
     return AllocatorNumbers(
         requested_bytes=requested,
         total_bytes=total,
@@ -173,6 +220,8 @@ def parse_allocator_message(text: str) -> AllocatorNumbers:
         device=device,
         requested_more_than_1eb=huge,
         legacy_form=legacy_form,
+        truncated_reserved=cut[0] if cut else None,
+        reserved_unallocated_max_bytes=cut[2] - allocated if cut and allocated is not None else None,
     )
 
 
@@ -266,6 +315,21 @@ def classify(numbers: AllocatorNumbers) -> Verdict:
         return Verdict(
             "capacity",
             f"fragmentation vs capacity undecided: {why}; treat as capacity after trying expandable segments",
+        )
+    if n.truncated_reserved is not None and n.reserved_unallocated_max_bytes is not None:
+        low, high = n.reserved_unallocated_bytes, n.reserved_unallocated_max_bytes
+        read = (
+            f"the reserved total is cut off at '{n.truncated_reserved}': only one unit puts it between the "
+            f"allocated memory and the GPU's size, so the idle reserve is {format_bytes(low)} to {format_bytes(high)}"
+        )
+        if low >= n.requested_bytes:
+            return Verdict("fragmentation", f"{read}, at least the {format_bytes(n.requested_bytes)} request")
+        if high < n.requested_bytes:
+            return Verdict("capacity", f"{read}, less than the {format_bytes(n.requested_bytes)} request")
+        return Verdict(
+            "capacity",
+            f"fragmentation vs capacity undecided: {read}, on both sides of the request; "
+            "treat as capacity after trying expandable segments",
         )
     if n.reserved_unallocated_bytes >= n.requested_bytes:
         return Verdict("fragmentation")

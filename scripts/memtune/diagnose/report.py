@@ -342,6 +342,11 @@ def _numbers_text(numbers: dict[str, int | None]) -> str | None:
     for key, label in labels:
         value = numbers.get(key)
         parts.append(f"{label} {format_bytes(value)}" + ("" if value is None else f" ({value} B)"))
+    most = numbers.get("reserved_unallocated_max_bytes")
+    if most is not None:  # read from a figure cut off in the message: a range, not a value
+        parts[-1] = (
+            f"reserved-but-unallocated {format_bytes(numbers.get('reserved_unallocated_bytes'))} to {format_bytes(most)} (its figure is cut off)"
+        )
     return "; ".join(parts)
 
 
