@@ -179,8 +179,12 @@ def large_model_cases():
 
 
 def external_case_specs(case: dict) -> tuple[ModelSpec, RunSpec]:
-    """Model and run of one external-measured.json row: the architecture from a real HF
-    config.json in tests/data/hf-configs, the run from RunSpec fields (lists become tuples)."""
+    """Model and run of one external-measured.json row: the Megatron-LM flags the run printed
+    (``megatron_args``, read as a launch line is), or the architecture from a real HF
+    config.json in tests/data/hf-configs and the run from RunSpec fields (lists become tuples)."""
+    if "megatron_args" in case:
+        model, run, _ = specs_from_megatron_args(case["megatron_args"], world_size=case["world_size"])
+        return model, run
     name = case["model"]["hf_config"]
     model = model_from_hf(json.loads((HF_CONFIGS / name / "config.json").read_text()), name=name)
     fields = {k: tuple(v) if isinstance(v, list) else v for k, v in case["run"].items()}
