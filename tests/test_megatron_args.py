@@ -224,6 +224,16 @@ def test_largest_step_of_a_batch_schedule_and_ignored_flags_listed():
     assert "--log-interval" not in ignored[0] and "--lr" not in ignored[0] and "--num-layers" not in ignored[0]
 
 
+def test_a_modelled_flag_the_reading_did_not_need_is_not_called_unknown():
+    """With --bf16 the fp32 gradient buffer is settled before --accumulate-allreduce-grads-in-fp32
+    is consulted; the flag is still Megatron-LM's own and modelled, so it is not 'ignored'."""
+    _, run, notes = specs_from_megatron_args(
+        {**BASE_FLAGS, "--bf16": True, "--accumulate-allreduce-grads-in-fp32": True}
+    )
+    assert run.grad_reduce_in_fp32
+    assert not any("accumulate-allreduce" in n for n in notes if n.startswith("ignored flags"))
+
+
 def test_hybrid_pattern_gives_layers_kinds_and_the_pipeline_split():
     flags = {k: v for k, v in BASE_FLAGS.items() if k != "--num-layers"}
     model, run, _ = specs_from_megatron_args({**flags, "--hybrid-layer-pattern": "M-M*-M-"})

@@ -17,7 +17,11 @@ from memtune.errors import InputError
 
 
 def ignored_flags(a: Mapping[str, Any]) -> list[str]:
-    """Flags given but neither read by the estimator nor classified in data/megatron_flags.yaml."""
+    """Flags given but neither read by the estimator nor classified in data/megatron_flags.yaml.
+
+    A modelled flag counts as known even when this run's reading never consulted it (with
+    --bf16 the fp32 gradient buffer is decided before --accumulate-allreduce-grads-in-fp32 is
+    looked at): calling it "not a Megatron-LM flag" would be false."""
     table = flag_classes()
     prefixes, names = table.prefixes, table.names
     read: set[str] = getattr(a, "read", set())
@@ -25,6 +29,7 @@ def ignored_flags(a: Mapping[str, Any]) -> list[str]:
         k
         for k in a
         if k not in read
+        and k not in table.modelled
         and k not in names
         and k not in table.warned
         and k not in table.refused
