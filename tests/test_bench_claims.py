@@ -7,8 +7,8 @@ Three kinds of evidence, each a test:
   that echoes the right words (<= 0.25);
 - a second set written afterwards in yet other words (other_words.yaml), never used to
   adjust a pattern before it was graded: the same two bars;
-- five blind batches written by separate sessions that never saw the grader (blind_batch3.yaml
-  to blind_batch7.yaml; how each was used is in its header): the same bars, with the answers the
+- six blind batches written by separate sessions that never saw the grader (blind_batch3.yaml
+  to blind_batch8.yaml; how each was used is in its header): the same bars, with the answers the
   grader still misses listed in KNOWN_MISSES as strict xfails, and the "good" answers of a task
   whose ground truth was corrected after they were written held to the wrong-answer bar
   (RELABELLED).
@@ -192,13 +192,6 @@ _MISSES = (
         1,
         "gives the allocation trend, not the key figure: rank 3's +1.12 GiB of peak allocated",
     ),
-    (
-        "blind_batch5.yaml",
-        "lora-regather-enable",
-        "wrong",
-        1,
-        "says re-gather acts on the frozen weights: a wrong mechanism no check names",
-    ),
     ("blind_batch5.yaml", "neg-nsys-profile", "wrong", 1, "invents nsys options (--iterations, --profile-ranks)"),
     (
         "blind_batch5.yaml",
@@ -270,13 +263,6 @@ _MISSES = (
 _MISSES += (
     (
         "blind_batch7.yaml",
-        "impossible-request-log",
-        "wrong",
-        1,
-        "CPU offloading / ZeRO-3 invented as a fix for a 37 TB request",
-    ),
-    (
-        "blind_batch7.yaml",
         "recompute-selective-vs-mlp",
         "wrong",
         1,
@@ -330,24 +316,206 @@ _MISSES += (
     ),
     (
         "blind_batch7.yaml",
-        "log-deepspeed-issue237",
-        "good",
-        0,
-        "argues capacity from the numbers but never names the verdict",
-    ),
-    (
-        "blind_batch7.yaml",
-        "log-verl-fsdp-logprob",
-        "good",
-        0,
-        "argues capacity from the numbers but never names the verdict",
-    ),
-    (
-        "blind_batch7.yaml",
         "estimate-llama-3-2-3b-instruct",
         "good",
         0,
         "'Yes, easily' and 'half the card spare' never say it fits",
+    ),
+)
+_MISSES += (
+    (
+        "blind_batch8.yaml",
+        "neg-checkpoint-conversion",
+        "wrong",
+        0,
+        "drags memory fixes into a conversion question in words no check names",
+    ),
+    (
+        "blind_batch8.yaml",
+        "lora-regather-fallbacks",
+        "wrong",
+        1,
+        "invents an EP fallback and says CUDA graphs/offloading keep re-gather on",
+    ),
+    (
+        "blind_batch8.yaml",
+        "lora-regather-small-gain",
+        "wrong",
+        1,
+        "right figures, invented mechanism (re-gather on expert adapters) and advice (lower EP)",
+    ),
+    (
+        "blind_batch8.yaml",
+        "recompute-selective-vs-mlp",
+        "wrong",
+        1,
+        "recommends TP8 as the better next step in words no raise-TP wording covers",
+    ),
+    ("blind_batch8.yaml", "vpp-myth", "wrong", 1, "invents a VPP rule (only VPP 5 legal) next to the right verdict"),
+    (
+        "blind_batch8.yaml",
+        "cudagraph-nccl-register",
+        "wrong",
+        1,
+        "says B200 needs NCCL_GRAPH_REGISTER=0 too, in a compute-capability argument",
+    ),
+    (
+        "blind_batch8.yaml",
+        "estimate-qwen3-8b-full-ft",
+        "wrong",
+        1,
+        "says the distributed optimizer shards weights and gradients too",
+    ),
+    ("blind_batch8.yaml", "plan-rank-options", "wrong", 1, "misprices TP8 (-5.9%) and PP8 (-28.4%) in a ranked list"),
+    (
+        "blind_batch8.yaml",
+        "alloc-conf-deprecation",
+        "wrong",
+        1,
+        "invents a merge error and says Megatron reads only the old name",
+    ),
+    (
+        "blind_batch8.yaml",
+        "neg-nsys-profile",
+        "wrong",
+        1,
+        "says Megatron runs Nsight itself and no nsys wrapper is needed",
+    ),
+    (
+        "blind_batch8.yaml",
+        "neg-checkpoint-conversion",
+        "wrong",
+        1,
+        "swaps export_ckpt and import_ckpt",
+    ),
+    ("blind_batch8.yaml", "neg-nan-loss", "wrong", 1, "misstates bf16 vs fp16 range"),
+    (
+        "blind_batch8.yaml",
+        "neg-mfu-overlap",
+        "wrong",
+        1,
+        "says overlap_param_gather needs the distributed optimizer off",
+    ),
+    (
+        "blind_batch8.yaml",
+        "log-megatron-lm-v100",
+        "wrong",
+        1,
+        "the myth (no expandable segments on V100) sits in a clause a denial covers",
+    ),
+    (
+        "blind_batch8.yaml",
+        "log-llamafactory-rank5",
+        "wrong",
+        1,
+        "invents a loader fix (low_cpu_mem_usage=False) for a capacity OOM",
+    ),
+    (
+        "blind_batch8.yaml",
+        "log-framepack-huge-alloc",
+        "wrong",
+        1,
+        "a bigger card instead of fixing the 30 GiB allocation's shape",
+    ),
+    (
+        "blind_batch8.yaml",
+        "estimate-meta-llama-3-1-8b",
+        "wrong",
+        1,
+        "says expandable segments remove the device-view gap",
+    ),
+    (
+        "blind_batch8.yaml",
+        "estimate-gemma-3-27b-it",
+        "wrong",
+        1,
+        "invents a sliding-window reason to raise the micro-batch",
+    ),
+    ("blind_batch8.yaml", "estimate-mixtral-8x7b-v0-1", "wrong", 1, "says full recompute alone makes it fit"),
+    (
+        "blind_batch8.yaml",
+        "neg-vllm-gpu-memory-utilization",
+        "wrong",
+        1,
+        "says gpu_memory_utilization covers the KV cache alone",
+    ),
+    (
+        "blind_batch8.yaml",
+        "neg-lr-schedule",
+        "wrong",
+        1,
+        "recommends a schedule the ground truth argues against, in valid flags",
+    ),
+    (
+        "blind_batch8.yaml",
+        "neg-slurm-container",
+        "wrong",
+        1,
+        "one task per node: says run_recipe.py spawns a process per GPU",
+    ),
+    (
+        "blind_batch8.yaml",
+        "log-chatglm3-finetune",
+        "wrong",
+        1,
+        "right fix, then an invented margin to raise the batch size",
+    ),
+    ("blind_batch8.yaml", "log-fireredtts2", "wrong", 1, "invents a small-pool rule and picks max_split_size_mb"),
+    (
+        "blind_batch8.yaml",
+        "estimate-qwen2-5-7b-instruct",
+        "wrong",
+        1,
+        "advises dropping the distributed optimizer with a wrong cost",
+    ),
+    (
+        "blind_batch8.yaml",
+        "estimate-llama-3-2-3b-instruct",
+        "wrong",
+        1,
+        "advises dropping the distributed optimizer with a wrong cost",
+    ),
+    (
+        "blind_batch8.yaml",
+        "log-meta-llama-v100",
+        "wrong",
+        1,
+        "right fix, then an invented margin to raise the batch size",
+    ),
+    (
+        "blind_batch8.yaml",
+        "log-nemo-rl-refit",
+        "wrong",
+        1,
+        "disabling CUDA graphs instead of the allocator fix: no check names it",
+    ),
+    (
+        "blind_batch8.yaml",
+        "estimate-llama-3-2-1b-instruct",
+        "wrong",
+        1,
+        "advises dropping the distributed optimizer and says activations ignore the micro-batch",
+    ),
+    (
+        "blind_batch8.yaml",
+        "trace-ci-gate-longer-seq",
+        "wrong",
+        1,
+        "says the helper always exits 0 (it exits 1 on a regression)",
+    ),
+    (
+        "blind_batch8.yaml",
+        "read-outside-pytorch-nvidia-smi",
+        "wrong",
+        1,
+        "misreads the headroom as nearly full in words no check names",
+    ),
+    (
+        "blind_batch8.yaml",
+        "trace-noise-not-regression",
+        "wrong",
+        1,
+        "invents a per-segment cost of expandable segments",
     ),
 )
 KNOWN_MISSES = {(b, t, k, i): why for b, t, k, i, why in _MISSES}
@@ -364,7 +532,14 @@ RELABELLED = {
         "blind_batch7.yaml",
     )
 }
-BATCHES = ("blind_batch3.yaml", "blind_batch4.yaml", "blind_batch5.yaml", "blind_batch6.yaml", "blind_batch7.yaml")
+BATCHES = (
+    "blind_batch3.yaml",
+    "blind_batch4.yaml",
+    "blind_batch5.yaml",
+    "blind_batch6.yaml",
+    "blind_batch7.yaml",
+    "blind_batch8.yaml",
+)
 BLIND = [(name, *row) for name in BATCHES for row in _indexed(name)]
 
 
