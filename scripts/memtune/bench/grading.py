@@ -544,9 +544,10 @@ def grade_answer(
     The command check looks in the commands first and falls back to the answer text: an
     agent without tools can only recommend a command.
     """
-    # Claims read the prose: code ticks around a name ("reduce `num_workers`") are formatting,
-    # and so are a call's empty brackets ("empty_cache() after every step" is one clause).
-    prose = _EMPTY_CALL.sub("", answer.replace("`", ""))
+    # Claims read the prose: code ticks around a name ("reduce `num_workers`"), bold markers
+    # ("it does **not** fit") and a call's empty brackets ("empty_cache() after every step" is
+    # one clause) are formatting.
+    prose = _EMPTY_CALL.sub("", answer.replace("`", "").replace("**", ""))
     clauses = spans(prose)
     sized = with_table_units(answer)
     results: list[CheckResult] = []
