@@ -233,7 +233,17 @@ def test_text_output_names_stack_release_and_confidence() -> None:
     assert "framework in" in out and "verl" in out and "outside Megatron" in out
     assert "do 1:" in out and "gpu_memory_utilization" in out
     assert "pytorch:  2.2 or newer (message format)" in out
-    assert "confidence: high" in out
+    # capacity by the rule (idle 6.77 GiB < 13.91 GiB), but free 8.85 GiB + idle reach the request
+    assert "confidence: medium" in out and "together exceed it" in out
+
+
+def test_capacity_confidence_is_high_only_when_free_and_idle_memory_together_fall_short() -> None:
+    """Expandable segments map memory in pages, so free memory plus the idle reserve can back
+    one request that neither holds alone: capacity then stays the kind, at medium confidence."""
+    head = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB. GPU 0 has a total capacity of 79.11 GiB of which {free} is free. Of the allocated memory 70.00 GiB is allocated by PyTorch, and 1.00 GiB is reserved by PyTorch but unallocated.\n"
+    for free, level in (("3.50 GiB", "medium"), ("1.00 GiB", "high")):
+        (f,) = json.loads(run("-", "--json", stdin=head.format(free=free).encode()).stdout)["findings"]
+        assert (f["kind"], f["confidence"]["level"]) == ("capacity", level), free
 
 
 def test_unknown_gpu_memory_failure_is_reported_not_silent() -> None:

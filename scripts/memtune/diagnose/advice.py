@@ -387,6 +387,16 @@ def confidence(f: Finding, ev: Evidence, near: str | None) -> tuple[str, str]:
     if f.kind == "capacity" and r is not None:
         if r >= 0.8:
             return "medium", f"the idle reserve is {r:.0%} of the request: close to the fragmentation line"
+        free = f.numbers.get("free_bytes")
+        if free is not None and idle is not None and req is not None and free + idle >= req:
+            # Expandable segments map and unmap memory in pages, so free memory and the idle
+            # reserve together can back one request that neither holds alone.
+            return (
+                "medium",
+                f"the idle reserve covers only {r:.0%} of the request, but free memory ({format_bytes(free)}) and "
+                f"the idle reserve ({format_bytes(idle)}) together exceed it: with expandable segments this one "
+                "allocation might be served, leaving the card at its limit",
+            )
         return "high", f"the idle reserve covers only {r:.0%} of the request"
     return "medium", "numbers incomplete"
 
