@@ -175,3 +175,34 @@ def test_a_bold_question_asks_and_a_bold_label_introduces_its_value() -> None:
     assert grade_answer(wrong, "Fragmentation again. Set expandable segments.").content_score == 0.0
     verdict = {"claims": [{"label": "no fit", "patterns": [r"^\W*does\s*n[o’']?t\s+fit"], "key": True}]}
     assert grade_answer(verdict, "**Verdict:** doesn't fit in 80 GB.").content_score == 1.0
+
+
+def test_an_allocator_option_pytorch_rejects_fails_the_answer_unless_the_user_wrote_it() -> None:
+    """An invented allocator option (no task can list every one) is told apart by the project's
+    own parser of PyTorch's allocator grammar; real options pass, and so does quoting the
+    user's own broken string, or naming an invented one to say it does not exist."""
+    from memtune.bench.grading import rejected_alloc_settings
+
+    assert rejected_alloc_settings("Set PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocManaged.") == [
+        "backend:cudaMallocManaged"
+    ]
+    assert rejected_alloc_settings("export PYTORCH_ALLOC_CONF=sysmem_fallback:True") == ["sysmem_fallback:True"]
+    for real in ("expandable_segments:True", "max_split_size_mb:128,garbage_collection_threshold:0.6",
+                 "backend:cudaMallocAsync", "roundup_power2_divisions:4"):  # fmt: skip
+        assert rejected_alloc_settings(f"PYTORCH_CUDA_ALLOC_CONF={real}") == [], real
+    assert (
+        rejected_alloc_settings("PYTORCH_CUDA_ALLOC_CONF=expandable_segments=True", given=["expandable_segments=True"])
+        == []
+    )
+
+    checks = {"claims": [{"label": "fragmentation", "patterns": ["fragment"], "key": True}]}
+    wrong = "Fragmentation. Set `PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocManaged` so it pages to host memory."
+    assert grade_answer(checks, wrong).content_score == 0.0
+    denied = (
+        "Fragmentation. There is no PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocManaged; set expandable_segments:True."
+    )
+    assert grade_answer(checks, denied).content_score == 1.0
+    quoted = "Fragmentation, and your PYTORCH_CUDA_ALLOC_CONF=expandable_segments=True is rejected: use a colon."
+    given = {**checks, "alloc_conf_given": ["expandable_segments=True"]}
+    assert grade_answer(given, quoted).content_score == 1.0
+    assert grade_answer(checks, quoted).content_score == 0.0  # not the user's string: naming it counts unless denied

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memtune.bench.grading import alloc_conf_values
 from memtune.errors import InputError
 
 
@@ -202,12 +203,17 @@ def load_dataset(path: Path, schema_path: Path | None = None) -> Dataset:
             raise InputError(f"{path}: duplicate case id {obj['id']!r}; ids must be unique")
         seen.add(obj["id"])
         digest = hashlib.sha256()
+        given = obj["question"]  # what the user wrote: an answer may quote its allocator strings
         for name in obj.get("files", ()):
             if not (files_dir / name).is_file():
                 raise InputError(
                     f"{path}: case {obj['id']!r} names file {name!r} but {files_dir / name} does not exist"
                 )
-            digest.update(name.encode() + b"\0" + (files_dir / name).read_bytes() + b"\0")
+            raw_file = (files_dir / name).read_bytes()
+            digest.update(name.encode() + b"\0" + raw_file + b"\0")
+            given += "\n" + raw_file.decode("utf-8", errors="replace")
+        checks = resolve_checks(obj.get("checks", {}), library, f"{path}: case {obj['id']!r}")
+        checks["alloc_conf_given"] = alloc_conf_values(given)
         case = Case(
             id=obj["id"],
             question=obj["question"],
@@ -217,7 +223,7 @@ def load_dataset(path: Path, schema_path: Path | None = None) -> Dataset:
             expected_behavior=tuple(obj.get("expected_behavior", ())),
             files=tuple(obj.get("files", ())),
             should_trigger=bool(obj.get("should_trigger", obj.get("expected_skill") is not None)),
-            checks=resolve_checks(obj.get("checks", {}), library, f"{path}: case {obj['id']!r}"),
+            checks=checks,
             category=obj.get("category", ""),
             raw=obj,
         )

@@ -368,6 +368,48 @@ _HEDGE_AFTER = re.compile(
 )
 
 
+#: An allocator setting as an answer writes it: ``PYTORCH_CUDA_ALLOC_CONF=backend:...``.
+_ALLOC_CONF = re.compile(r"PYTORCH(?:_CUDA)?_ALLOC_CONF\s{0,3}=\s{0,3}[\"'`]?([^\s\"'`]{1,200})")
+
+
+#: A template standing for a value, not a value: ``VALUE``, ``OPTIONS``.
+_PLACEHOLDER = re.compile(r"[A-Z][A-Z0-9_]*")
+
+
+def alloc_conf_values(text: str) -> list[str]:
+    """The allocator strings set in ``text`` (trailing sentence punctuation left out)."""
+    out: list[str] = []
+    for m in _ALLOC_CONF.finditer(text):
+        value = m.group(1).rstrip(".,;:)!?")
+        if value and value not in out:
+            out.append(value)
+    return out
+
+
+def rejected_alloc_settings(answer: str, given: Iterable[str] = ()) -> list[str]:
+    """Allocator strings the answer sets that every PyTorch release the project knows rejects
+    (an option or backend that does not exist: ``backend:cudaMallocManaged``), leaving out the
+    ones the user gave (an answer may quote the user's broken string to explain it).
+
+    Why: an invented setting is the wrong answer no task's claims can list in advance, and the
+    project's own parser of PyTorch's allocator grammar (memtune.readers.alloc_conf) can tell it.
+    Imported here, not at the top: this module stays importable with the standard library."""
+    from memtune.readers.alloc_conf import parse
+
+    known = set(given)
+    out = []
+    for value in alloc_conf_values(answer):
+        if value in known or _PLACEHOLDER.fullmatch(value) or any(c in value for c in "$<{") or "..." in value:
+            continue  # the user's own string, or a template (VALUE, $VAR, <value>, ...) rather than a setting
+        try:
+            verdicts = parse(value).verdicts
+        except Exception:  # noqa: BLE001 - a string the parser cannot even judge is not graded
+            continue
+        if verdicts and not any(v.accepted for v in verdicts):
+            out.append(value)
+    return out
+
+
 #: The empty brackets of a call written in prose: ``torch.cuda.empty_cache()``.
 _EMPTY_CALL = re.compile(r"(?<=\w)\(\s*\)")
 
@@ -562,6 +604,9 @@ def grade_answer(
         claim = {"label": pattern, "patterns": [pattern]}
         results.append(_check_claim(claim, prose, clauses, wrong=True))
     for claim in checks.get("wrong", ()):
+        results.append(_check_claim(claim, prose, clauses, wrong=True))
+    for value in rejected_alloc_settings(prose, checks.get("alloc_conf_given", ())):
+        claim = {"label": f"sets an allocator option PyTorch rejects ({value})", "patterns": [re.escape(value)]}
         results.append(_check_claim(claim, prose, clauses, wrong=True))
     content = list(results)
     command_ok: bool | None = None
