@@ -206,3 +206,25 @@ def test_an_allocator_option_pytorch_rejects_fails_the_answer_unless_the_user_wr
     given = {**checks, "alloc_conf_given": ["expandable_segments=True"]}
     assert grade_answer(given, quoted).content_score == 1.0
     assert grade_answer(checks, quoted).content_score == 0.0  # not the user's string: naming it counts unless denied
+
+
+def test_an_option_a_helper_does_not_have_fails_the_answer() -> None:
+    """An invented helper option is an invented interface; the helper's own click command says
+    which options exist. Real options, other tools' flags and denied inventions pass."""
+    from memtune.bench.grading import unknown_helper_options
+
+    assert unknown_helper_options("python3 scripts/trace_regression.py a.log b.log --fail-on-oom") == ["--fail-on-oom"]
+    real = "`python3 scripts/plan_memory.py --preset llama3-70b --gpus 32 --tp 4 --pp 4 --gpu-memory 80GiB --json`"
+    assert unknown_helper_options(real) == []
+    assert unknown_helper_options("`python3 scripts/diagnose.py train.log` then `srun --mem 0`") == []
+    # an option of another helper is not this helper's
+    assert unknown_helper_options("python3 scripts/diagnose.py train.log --tp 4") == ["--tp"]
+    # each helper on a line keeps its own options (diagnose prints "check_env ...; then plan_memory ...")
+    two = "python3 scripts/check_env.py --config bridge.yaml (MT004); then python3 scripts/plan_memory.py --tp 4 --bogus 1"
+    assert unknown_helper_options(two) == ["--bogus"]
+
+    checks = {"claims": [{"label": "regressed", "patterns": ["regress"], "key": True}]}
+    invented = "It regressed; gate CI on `python3 scripts/trace_regression.py a.log b.log --fail-on-oom`."
+    assert grade_answer(checks, invented).content_score == 0.0
+    denied = "It regressed. Don't run `python3 scripts/trace_regression.py a.log b.log --fail-on-oom`: no such option."
+    assert grade_answer(checks, denied).content_score == 1.0

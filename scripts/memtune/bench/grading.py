@@ -35,6 +35,7 @@ packages.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -372,6 +373,42 @@ _HEDGE_AFTER = re.compile(
 _ALLOC_CONF = re.compile(r"PYTORCH(?:_CUDA)?_ALLOC_CONF\s{0,3}=\s{0,3}[\"'`]?([^\s\"'`]{1,200})")
 
 
+#: One of this skill's helpers on a command line, and the rest of that line (up to a code tick).
+_HELPER_CALL = re.compile(
+    r"scripts/(diagnose|estimate_memory|plan_memory|check_env|runtime_memory|trace_regression|regather_config)\.py"
+    r"([^\n`]{0,400}?)(?=scripts/|[\n`]|$)"
+)
+_OPTION = re.compile(r"(?<![\w-])--[A-Za-z][\w-]{0,60}")
+_COMMAND_END = re.compile(r"[;(|]|\bthen\b|\band\b|\bor\b|python3?\s|scripts/")
+
+
+@functools.cache
+def helper_options(helper: str) -> frozenset[str]:
+    """Every option the helper's command line accepts, read from its click command."""
+    import importlib
+
+    command = importlib.import_module(f"memtune.commands.{helper}").command
+    names = {"--help"}
+    for param in command.params:
+        names.update(o for o in (*param.opts, *param.secondary_opts) if o.startswith("--"))
+    return frozenset(names)
+
+
+def unknown_helper_options(answer: str) -> list[str]:
+    """Options the answer passes to one of this skill's helpers that the helper does not have
+    (``trace_regression.py --fail-on-oom``): an invented interface, told apart by the helper's
+    own command line. Each is returned once, as the option."""
+    out: list[str] = []
+    for m in _HELPER_CALL.finditer(answer):
+        known = helper_options(m.group(1))
+        # the helper's own arguments end where another command or clause begins
+        rest = _COMMAND_END.split(m.group(2), maxsplit=1)[0]
+        for option in _OPTION.findall(rest):
+            if option not in known and option not in out:
+                out.append(option)
+    return out
+
+
 #: A template standing for a value, not a value: ``VALUE``, ``OPTIONS``.
 _PLACEHOLDER = re.compile(r"[A-Z][A-Z0-9_]*")
 
@@ -607,6 +644,12 @@ def grade_answer(
         results.append(_check_claim(claim, prose, clauses, wrong=True))
     for value in rejected_alloc_settings(prose, checks.get("alloc_conf_given", ())):
         claim = {"label": f"sets an allocator option PyTorch rejects ({value})", "patterns": [re.escape(value)]}
+        results.append(_check_claim(claim, prose, clauses, wrong=True))
+    for option in unknown_helper_options(answer):
+        claim = {
+            "label": f"gives a helper an option it does not have ({option})",
+            "patterns": [re.escape(option) + r"(?![\w-])"],
+        }
         results.append(_check_claim(claim, prose, clauses, wrong=True))
     content = list(results)
     command_ok: bool | None = None
