@@ -7,8 +7,8 @@ Three kinds of evidence, each a test:
   that echoes the right words (<= 0.25);
 - a second set written afterwards in yet other words (other_words.yaml), never used to
   adjust a pattern before it was graded: the same two bars;
-- seven blind batches written by separate sessions that never saw the grader (blind_batch3.yaml
-  to blind_batch9.yaml; how each was used is in its header): the same bars, with the answers the
+- eight blind batches written by separate sessions that never saw the grader (blind_batch3.yaml
+  to blind_batch10.yaml; how each was used is in its header): the same bars, with the answers the
   grader still misses listed in KNOWN_MISSES as strict xfails, and the "good" answers of a task
   whose ground truth was corrected after they were written held to the wrong-answer bar
   (RELABELLED).
@@ -172,6 +172,7 @@ BATCHES = (
     "blind_batch7.yaml",
     "blind_batch8.yaml",
     "blind_batch9.yaml",
+    "blind_batch10.yaml",
 )
 BLIND = [(name, *row) for name in BATCHES for row in _indexed(name)]
 

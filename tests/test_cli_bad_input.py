@@ -113,6 +113,13 @@ ROWS = [
     # click does not expand abbreviations (argparse read --lora as --lora-dim): an unknown option
     # named with the one it resembles
     row("plan_memory", f"{LLAMA8B} --lora", "no such option", "--lora", "did you mean --lora-dim"),
+    # a shortened option is offered the options it starts, not click's edit-distance guesses
+    # ("--seq" was answered with --ep or --mbs or --preset)
+    row(
+        "estimate_memory",
+        f"{LLAMA8B} --seq 4096",
+        "no such option: --seq (did you mean --seq-length or --sequence-parallel?)",
+    ),
     row("estimate_memory", f"{LLAMA8B} --gpu-memory 0GB", "--gpu-memory", "0GB"),
     row("estimate_memory", f"{LLAMA8B} --first-stage-layers 40 --pp 2", "40"),
     row("estimate_memory", "--example a.b", "'a.b'", "=value"),

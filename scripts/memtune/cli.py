@@ -212,8 +212,13 @@ def usage_line(exc: click.UsageError, prog: str = "") -> str:
     """click's usage error as one line: what is wrong, then where --help is."""
     if isinstance(exc, click.NoSuchOption):
         text = f"no such option: {exc.option_name}"
-        if exc.possibilities:
-            text += f" (did you mean {' or '.join(sorted(exc.possibilities))}?)"
+        # a shortened option ("--seq") means the options it starts (--seq-length); click's
+        # edit-distance guesses would offer --ep or --mbs instead
+        known = {o for p in exc.ctx.command.params for o in (*p.opts, *p.secondary_opts)} if exc.ctx else set()
+        guesses = sorted(o for o in known if o.startswith(exc.option_name) and o != exc.option_name)
+        guesses = guesses or sorted(exc.possibilities or ())
+        if guesses:
+            text += f" (did you mean {' or '.join(guesses)}?)"
     elif isinstance(exc, click.BadParameter) and not isinstance(exc, click.MissingParameter):
         hint = exc.param_hint if isinstance(exc.param_hint, str) else _hint(exc.param)
         text = f"{hint}: {exc.message}" if hint else exc.message

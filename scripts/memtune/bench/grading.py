@@ -404,7 +404,8 @@ def unknown_helper_options(answer: str) -> list[str]:
         # the helper's own arguments end where another command or clause begins
         rest = _COMMAND_END.split(m.group(2), maxsplit=1)[0]
         for option in _OPTION.findall(rest):
-            if option not in known and option not in out:
+            # a shortened real option ("--seq" for --seq-length) is a slip, not an invention
+            if option not in known and option not in out and not any(k.startswith(option) for k in known):
                 out.append(option)
     return out
 
