@@ -42,6 +42,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from memtune.bench.tools import HELPERS
+
 FLAGS = re.IGNORECASE | re.MULTILINE
 
 KEY_MISS_SCALE = 0.1  # an answer that misses a key point keeps a tenth of its partial credit
@@ -374,10 +376,7 @@ _ALLOC_CONF = re.compile(r"PYTORCH(?:_CUDA)?_ALLOC_CONF\s{0,3}=\s{0,3}[\"'`]?([^
 
 
 #: One of this skill's helpers on a command line, and the rest of that line (up to a code tick).
-_HELPER_CALL = re.compile(
-    r"scripts/(diagnose|estimate_memory|plan_memory|check_env|runtime_memory|trace_regression|regather_config)\.py"
-    r"([^\n`]{0,400}?)(?=scripts/|[\n`]|$)"
-)
+_HELPER_CALL = re.compile(r"scripts/(" + "|".join(HELPERS) + r")\.py([^\n`]{0,400}?)(?=scripts/|[\n`]|$)")
 _OPTION = re.compile(r"(?<![\w-])--[A-Za-z][\w-]{0,60}")
 _COMMAND_END = re.compile(r"[;(|]|\bthen\b|\band\b|\bor\b|python3?\s|scripts/")
 
