@@ -228,3 +228,37 @@ def test_an_option_a_helper_does_not_have_fails_the_answer() -> None:
     assert grade_answer(checks, invented).content_score == 0.0
     denied = "It regressed. Don't run `python3 scripts/trace_regression.py a.log b.log --fail-on-oom`: no such option."
     assert grade_answer(checks, denied).content_score == 1.0
+
+
+def test_a_megatron_option_that_never_existed_fails_the_answer() -> None:
+    """An invented Megatron-LM flag is a real one misremembered (--overlap-grad-allreduce for
+    --overlap-grad-reduce); the project's list of Megatron-LM's arguments, now and at every
+    earlier commit, tells it from a real flag, an old one and another tool's option."""
+    from memtune.bench.grading import unknown_megatron_options
+
+    invented = "Add --overlap-grad-allreduce and --overlap-param-scatter to the launch line."
+    assert unknown_megatron_options(invented) == ["--overlap-grad-allreduce", "--overlap-param-scatter"]
+    assert unknown_megatron_options("Pass --lr-warmup-memory-fraction 0.1.") == ["--lr-warmup-memory-fraction"]
+    real = (
+        "Use --overlap-grad-reduce --overlap-param-gather --use-distributed-optimizer --recompute-granularity selective"
+    )
+    assert unknown_megatron_options(real) == []
+    # underscores are how argparse users sometimes write it; the name is the same
+    assert unknown_megatron_options("--use_distributed_optimizer") == []
+    # removed from Megatron-LM since, but a real flag of earlier releases
+    assert unknown_megatron_options("Older releases had --overlap-p2p-communication and --checkpoint-activations") == []
+    # other tools' options do not start like a Megatron option ...
+    assert unknown_megatron_options("srun --container-image nvcr.io/x --ntasks-per-node 8; nsys --capture-range") == []
+    # ... and where they might (vLLM --max-num-seqs against --max-num-samples) the answer names the tool
+    assert unknown_megatron_options("Lower --max-num-seqs in vLLM.") == []
+    assert unknown_megatron_options("Lower --max-num-seqs.") == ["--max-num-seqs"]
+    # this skill's helper options and the user's own options are not Megatron-LM's to judge
+    assert unknown_megatron_options("python3 scripts/plan_memory.py --gpu-memory 80GiB") == []
+    assert (
+        unknown_megatron_options("Your --overlap-grad-allreduce is ignored.", given=["--overlap-grad-allreduce"]) == []
+    )
+
+    checks = {"claims": [{"label": "overlap", "patterns": ["overlap"], "key": True}]}
+    assert grade_answer(checks, invented).content_score == 0.0
+    denied = "Turn on overlap with --overlap-grad-reduce; there is no --overlap-grad-allreduce flag."
+    assert grade_answer(checks, denied).content_score == 1.0

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memtune.bench.grading import alloc_conf_values
+from memtune.bench.grading import alloc_conf_values, options_in
 from memtune.errors import InputError
 
 
@@ -214,6 +214,7 @@ def load_dataset(path: Path, schema_path: Path | None = None) -> Dataset:
             given += "\n" + raw_file.decode("utf-8", errors="replace")
         checks = resolve_checks(obj.get("checks", {}), library, f"{path}: case {obj['id']!r}")
         checks["alloc_conf_given"] = alloc_conf_values(given)
+        checks["options_given"] = options_in(given)
         case = Case(
             id=obj["id"],
             question=obj["question"],

@@ -409,6 +409,69 @@ def unknown_helper_options(answer: str) -> list[str]:
     return out
 
 
+#: Tools whose options an answer may name beside Megatron-LM's and whose spellings can start like
+#: Megatron's (vLLM ``--max-num-seqs``, ms-swift ``--max_length``): an answer that names one is
+#: not held to Megatron-LM's option list.
+_OTHER_TOOL = re.compile(
+    r"\b(?:vLLM|SGLang|TensorRT|TRT-LLM|TGI|text-generation-inference|ms-swift|swift\s+sft|Megatron-SWIFT|"
+    r"DeepSpeed|LLaMA-Factory|llamafactory|accelerate\s+launch|nsys|Nsight|NeMo-RL|verl|OpenRLHF)\b",
+    re.IGNORECASE,
+)
+
+
+def options_in(text: str) -> list[str]:
+    """The ``--options`` written in ``text``, each once, in order."""
+    return list(dict.fromkeys(_OPTION.findall(text)))
+
+
+def option_name(option: str) -> str:
+    """``--Overlap-Grad-Reduce`` -> ``overlap_grad_reduce``: how data/megatron_flags.yaml writes names."""
+    return option.lstrip("-").replace("-", "_").lower()
+
+
+def option_family(name: str) -> str:
+    """The first two words of an option name (``overlap_grad`` of ``overlap_grad_reduce``)."""
+    return "_".join(name.split("_")[:2])
+
+
+@functools.cache
+def megatron_options() -> tuple[frozenset[str], frozenset[str]]:
+    """(names, families) of every option Megatron-LM's training arguments have or once had,
+    with the Megatron-DeepSpeed spellings the launch-script reader knows."""
+    from memtune.readers.megatron_flags import flag_classes
+
+    table = flag_classes()
+    names = table.arguments | table.removed | table.modelled | table.deepspeed_neutral
+    return frozenset(names), frozenset(option_family(n) for n in names if "_" in n)
+
+
+def unknown_megatron_options(answer: str, given: Iterable[str] = ()) -> list[str]:
+    """Megatron-LM-looking options that Megatron-LM has never had (``--overlap-grad-allreduce``,
+    ``--overlap-param-scatter``): each starts like a family of real options but is none of them.
+
+    Why the family rule: answers also name options of other tools (nsys ``--capture-range``,
+    srun ``--container-image``) that no list here can hold, and those seldom begin like a
+    Megatron option; an invented Megatron flag almost always does, because it is a real one
+    misremembered. Where they can collide (vLLM ``--max-num-seqs`` against Megatron-LM's
+    ``--max-num-samples``) the answer names the other tool, and is then not checked. Options
+    this skill's helpers accept, and the user's own (in the question or files), are left out. Imported lazily: this module stays importable with the
+    standard library."""
+    if _OTHER_TOOL.search(answer):
+        return []
+    names, families = megatron_options()
+    mine = {option_name(o) for o in given}
+    for helper in HELPERS:
+        mine.update(option_name(o) for o in helper_options(helper))
+    out: list[str] = []
+    for option in _OPTION.findall(answer):
+        name = option_name(option)
+        if name in names or name in mine or "_" not in name or option in out:
+            continue
+        if option_family(name) in families:
+            out.append(option)
+    return out
+
+
 #: A template standing for a value, not a value: ``VALUE``, ``OPTIONS``.
 _PLACEHOLDER = re.compile(r"[A-Z][A-Z0-9_]*")
 
@@ -648,6 +711,12 @@ def grade_answer(
     for option in unknown_helper_options(answer):
         claim = {
             "label": f"gives a helper an option it does not have ({option})",
+            "patterns": [re.escape(option) + r"(?![\w-])"],
+        }
+        results.append(_check_claim(claim, prose, clauses, wrong=True))
+    for option in unknown_megatron_options(answer, checks.get("options_given", ())):
+        claim = {
+            "label": f"names a Megatron-LM option that does not exist ({option})",
             "patterns": [re.escape(option) + r"(?![\w-])"],
         }
         results.append(_check_claim(claim, prose, clauses, wrong=True))

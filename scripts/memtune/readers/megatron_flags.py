@@ -86,6 +86,8 @@ class FlagClasses:
     warned: Mapping[str, str]
     refused: Mapping[str, str]
     deepspeed_neutral: frozenset[str] = frozenset()
+    #: options of earlier Megatron-LM commits that ``arguments`` no longer has (real, not invented)
+    removed: frozenset[str] = frozenset()
 
     def classify(self, name: str) -> str:
         """'refused' | 'warned' | 'modelled' | 'neutral' | 'unclassified'."""
@@ -114,4 +116,5 @@ def flag_classes() -> FlagClasses:
         warned=dict(table.get("warned", {})),
         refused=dict(table.get("refused", {})),
         deepspeed_neutral=frozenset(table.get("deepspeed_neutral", ())),
+        removed=frozenset(table.get("removed_arguments", ())),
     )
