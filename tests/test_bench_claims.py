@@ -22,7 +22,8 @@ import pytest
 import yaml
 
 from memtune.bench.dataset import load_dataset
-from memtune.bench.grading import KEY_MISS_SCALE, content_score, extract_percentages, grade_answer, spans
+from memtune.bench.grading import KEY_MISS_SCALE, content_score, grade_answer, spans
+from memtune.bench.numbers import extract_percentages
 
 REPO = Path(__file__).resolve().parent.parent
 DATASET = load_dataset(REPO / "evals" / "evals.json")
@@ -173,6 +174,7 @@ BATCHES = (
     "blind_batch8.yaml",
     "blind_batch9.yaml",
     "blind_batch10.yaml",
+    "blind_batch11.yaml",
 )
 BLIND = [(name, *row) for name in BATCHES for row in _indexed(name)]
 

@@ -10,13 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from memtune.bench.grading import (
-    Grade,
-    extract_numbers,
-    grade_answer,
-    load_security_rules,
-    number_matches,
-)
+from memtune.bench.grading import Grade, grade_answer, load_security_rules
+from memtune.bench.numbers import extract_numbers, number_matches
 
 REPO = Path(__file__).resolve().parent.parent
 RULES = load_security_rules(json.loads((REPO / "evals" / "harness" / "security.json").read_text()))
@@ -181,7 +176,7 @@ def test_an_allocator_option_pytorch_rejects_fails_the_answer_unless_the_user_wr
     """An invented allocator option (no task can list every one) is told apart by the project's
     own parser of PyTorch's allocator grammar; real options pass, and so does quoting the
     user's own broken string, or naming an invented one to say it does not exist."""
-    from memtune.bench.grading import rejected_alloc_settings
+    from memtune.bench.inventions import rejected_alloc_settings
 
     assert rejected_alloc_settings("Set PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocManaged.") == [
         "backend:cudaMallocManaged"
@@ -211,7 +206,7 @@ def test_an_allocator_option_pytorch_rejects_fails_the_answer_unless_the_user_wr
 def test_an_option_a_helper_does_not_have_fails_the_answer() -> None:
     """An invented helper option is an invented interface; the helper's own click command says
     which options exist. Real options, other tools' flags and denied inventions pass."""
-    from memtune.bench.grading import unknown_helper_options
+    from memtune.bench.inventions import unknown_helper_options
 
     assert unknown_helper_options("python3 scripts/trace_regression.py a.log b.log --fail-on-oom") == ["--fail-on-oom"]
     real = "`python3 scripts/plan_memory.py --preset llama3-70b --gpus 32 --tp 4 --pp 4 --gpu-memory 80GiB --json`"
@@ -234,7 +229,7 @@ def test_a_megatron_option_that_never_existed_fails_the_answer() -> None:
     """An invented Megatron-LM flag is a real one misremembered (--overlap-grad-allreduce for
     --overlap-grad-reduce); the project's list of Megatron-LM's arguments, now and at every
     earlier commit, tells it from a real flag, an old one and another tool's option."""
-    from memtune.bench.grading import unknown_megatron_options
+    from memtune.bench.inventions import unknown_megatron_options
 
     invented = "Add --overlap-grad-allreduce and --overlap-param-scatter to the launch line."
     assert unknown_megatron_options(invented) == ["--overlap-grad-allreduce", "--overlap-param-scatter"]
@@ -262,3 +257,30 @@ def test_a_megatron_option_that_never_existed_fails_the_answer() -> None:
     assert grade_answer(checks, invented).content_score == 0.0
     denied = "Turn on overlap with --overlap-grad-reduce; there is no --overlap-grad-allreduce flag."
     assert grade_answer(checks, denied).content_score == 1.0
+
+
+def test_a_figure_given_to_the_wrong_option_fails_the_answer() -> None:
+    """Two measured costs swapped (TP8 -5.9%, PP8 -28.4%) turn the advice around although every
+    number is present; comparisons that keep each figure with its option pass."""
+    checks = {
+        "numbers": [{"label": "TP8 cost", "value": 28.4, "tolerance": 0.6, "unit": "%"}],
+        "figures": [
+            {"subject": r"\bTP\s*8\b", "value": 28.4, "tolerance": 0.6, "unit": "%"},
+            {"subject": r"\bPP\s*8\b", "value": 5.9, "tolerance": 0.3, "unit": "%"},
+        ],
+    }
+    swapped = [
+        "TP8 costs only 5.9%. PP8 is the expensive one at 28.4%.",
+        "Cheapest: TP8 (-5.9%: it stays in the NVLink domain), then PP8 with DP1 (-28.4%).",
+        "TP8 -5.9% and PP8/DP1 -28.4%, so take TP8.",
+    ]
+    for answer in swapped:
+        assert grade_answer(checks, answer).content_score == 0.0, answer
+    kept = [
+        "TP8 costs 28.4% while PP8 costs 5.9%.",
+        "PP8 (-5.9%) beats TP8 (-28.4%).",
+        "Compared with the -5.9% of PP8, TP8 at -28.4% is the last resort.",
+        "Is TP8 really 5.9%? No: TP8 measured -28.4%.",
+    ]
+    for answer in kept:
+        assert grade_answer(checks, answer).content_score == 1.0, answer

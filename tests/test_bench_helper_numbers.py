@@ -18,7 +18,8 @@ import pytest
 
 from helper_cli import invoke
 from memtune.bench.dataset import load_dataset
-from memtune.bench.grading import extract_sizes, grade_answer, size_matches
+from memtune.bench.grading import grade_answer
+from memtune.bench.numbers import extract_sizes, size_matches
 from memtune.bench.skill import split_frontmatter
 from memtune.bench.tools import HELPERS
 

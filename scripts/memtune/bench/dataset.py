@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memtune.bench.grading import alloc_conf_values, options_in
+from memtune.bench.inventions import alloc_conf_values, options_in
 from memtune.errors import InputError
 
 
@@ -138,12 +138,30 @@ def load_claims(path: Path) -> dict[str, dict[str, Any]]:
                 re.compile(pattern)
             except re.error as exc:
                 raise InputError(f"{path}: claim {claim_id!r}: pattern {pattern!r} does not compile ({exc})") from None
+        if body.get("scope", "clause") not in ("clause", "sentence"):
+            raise InputError(f"{path}: claim {claim_id!r}: scope must be 'clause' or 'sentence', not {body['scope']!r}")
         library[str(claim_id)] = {
             "says": str(body.get("says", "")),
             "patterns": [str(p) for p in body["patterns"]],
             "negative_patterns": [str(p) for p in body.get("negative_patterns", [])],
+            "everywhere": bool(body.get("everywhere", False)),
+            "scope": str(body.get("scope", "clause")),
         }
     return library
+
+
+def with_myths(checks: dict[str, Any], library: Mapping[str, Mapping[str, Any]], where: str) -> dict[str, Any]:
+    """``checks`` with every ``everywhere`` claim of the library added to its wrong claims.
+
+    Why: a myth (nsys counts training steps; the distributed optimizer offloads to the CPU) is
+    false in any task, and an answer to any task can slip one in beside the right verdict. Listed
+    once in claims.yaml, it guards all tasks instead of only those someone thought to tag."""
+    wrong = list(checks.get("wrong", ()))
+    labels = {claim["label"] for claim in wrong}
+    for name, body in library.items():
+        if body.get("everywhere") and name not in labels:
+            wrong.append(resolve_claim(name, library, where))
+    return {**checks, "wrong": wrong}
 
 
 def resolve_claim(item: Any, library: Mapping[str, Mapping[str, Any]], where: str) -> dict[str, Any]:
@@ -163,6 +181,7 @@ def resolve_claim(item: Any, library: Mapping[str, Mapping[str, Any]], where: st
             "patterns": list(base["patterns"]) + list(item.get("patterns", [])),
             "negative_patterns": list(base["negative_patterns"]) + list(item.get("negative_patterns", [])),
             "key": bool(item.get("key", False)),
+            "scope": str(base.get("scope", "clause")),
         }
     return {
         "label": str(item["label"]),
@@ -212,7 +231,8 @@ def load_dataset(path: Path, schema_path: Path | None = None) -> Dataset:
             raw_file = (files_dir / name).read_bytes()
             digest.update(name.encode() + b"\0" + raw_file + b"\0")
             given += "\n" + raw_file.decode("utf-8", errors="replace")
-        checks = resolve_checks(obj.get("checks", {}), library, f"{path}: case {obj['id']!r}")
+        where = f"{path}: case {obj['id']!r}"
+        checks = with_myths(resolve_checks(obj.get("checks", {}), library, where), library, where)
         checks["alloc_conf_given"] = alloc_conf_values(given)
         checks["options_given"] = options_in(given)
         case = Case(

@@ -35,22 +35,25 @@ packages.
 
 from __future__ import annotations
 
-import functools
-import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from memtune.bench.tools import HELPERS
+from memtune.bench.inventions import rejected_alloc_settings, unknown_helper_options, unknown_megatron_options
+from memtune.bench.numbers import (
+    extract_numbers,
+    extract_percentages,
+    number_matches,
+    pair_sizes,
+    size_matches,
+    with_table_units,
+)
 
 FLAGS = re.IGNORECASE | re.MULTILINE
 
 KEY_MISS_SCALE = 0.1  # an answer that misses a key point keeps a tenth of its partial credit
 SOLVED_AT = 0.8  # and a solved one at least this
-
-# A number as people write it in answers: 1,024 / 58.8 / -28.4 / 4.731e9 / .5
-_NUMBER = re.compile(r"(?<![\w.])[-+−]?(?:\d{1,3}(?:,\d{3})+|\d+)?(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\d.]\d)(?!\d)")
 
 
 @dataclass(frozen=True)
@@ -109,172 +112,7 @@ class Grade:
 
 
 # ---------------------------------------------------------------------------------------
-# Numbers
-
-
-def extract_numbers(text: str) -> list[float]:
-    """Every number written in ``text`` (thousands separators and a Unicode minus accepted)."""
-    found = []
-    for match in _NUMBER.finditer(text):
-        token = match.group(0)
-        if not any(ch.isdigit() for ch in token):
-            continue
-        token = token.replace(",", "").replace("−", "-")
-        try:
-            value = float(token)
-        except ValueError:
-            continue
-        if math.isfinite(value):
-            found.append(value)
-    return found
-
-
-def number_matches(spec: Mapping[str, Any], numbers: Iterable[float]) -> float | None:
-    """The first number within tolerance of the spec's value or an alternative, else None.
-
-    Signs are ignored ("-28.4%" and "28.4% slower" say the same thing). Without a stated
-    tolerance a number must match to 1e-9 relative.
-    """
-    targets = [float(spec["value"]), *map(float, spec.get("alternatives", ()))]
-    absolute = float(spec.get("tolerance", 0.0))
-    relative = float(spec.get("rel_tolerance", 0.0))
-    for number in numbers:
-        for target in targets:
-            allowed = max(absolute, relative * abs(target), 1e-9 * abs(target))
-            if abs(abs(number) - abs(target)) <= allowed:
-                return number
-    return None
-
-
-# A percentage: "28.4%", "-28.4 %", "28.4 percent", "28.4 pct".
-_PERCENT = re.compile(
-    r"(?<![\w.])[-+−]?(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)\s*(?:%|per\s?cent\b|pct\b)", re.IGNORECASE
-)
-
-
-def extract_percentages(text: str) -> list[float]:
-    """Every number written as a percentage (the sign dropped: "-6%" and "6% slower" agree)."""
-    return [float(m.group(1).replace(",", "")) for m in _PERCENT.finditer(text)]
-
-
-# A size as answers write it: "172 MiB", "2.84GiB", "147.4 GB", "40,406,826,834,985 bytes".
-_SIZE = re.compile(
-    r"(?<![\w.])(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)(k)?\s*"
-    r"(TiB|GiB|MiB|KiB|TB|GB|MB|KB|bytes|byte|B)(?![A-Za-z])",
-    re.IGNORECASE,
-)
-_PREFIX = {"k": 1, "m": 2, "g": 3, "t": 4}
-
-
-def significant_digits(number: str) -> int:
-    """Digits that carry information: "0.05" has 1, "172" and "2.8" have 3 and 2, "80" has 2."""
-    digits = number.replace(",", "").replace(".", "").lstrip("0")
-    return len(digits)
-
-
-def extract_sizes(text: str) -> list[tuple[str, tuple[float, ...], float]]:
-    """Every size written with a unit: (as written, candidate byte values, rounding allowance).
-
-    Why two candidates: "GB" and "GiB" are used interchangeably in training logs and
-    tools (PyTorch prints GiB, many dashboards print the same number as GB), so a prefix
-    is read both ways. Why an allowance: "0.17 GiB" is an honest rounding of 172 MiB; the
-    last written digit may be off by half a unit (never credited beyond 5%, see
-    size_matches)."""
-    found = []
-    for match in _SIZE.finditer(text):
-        number, unit = match.group(1).replace(",", ""), match.group(3).lower()
-        thousands = 1000.0 if match.group(2) else 1.0  # "37.6k GiB"
-        value = float(number) * thousands
-        decimals = len(number.split(".", 1)[1]) if "." in number else 0
-        power = _PREFIX.get(unit[0], 0) if unit not in ("b", "byte", "bytes") else 0
-        scales = (1.0,) if power == 0 else (1000.0**power, 1024.0**power)
-        candidates = tuple(value * scale for scale in scales)
-        allowance = 0.5 * 10.0**-decimals * max(scales) * thousands
-        found.append((match.group(0), candidates, allowance))
-    return found
-
-
-#: How close a number with fewer than ``min_digits`` digits must be to count: it is the value.
-EXACT_SHARE = 0.001
-#: "4.69 → 7.58 GiB", "from 4.69 to 7.58 GiB": a before/after pair, for ``delta`` checks.
-_PAIR = re.compile(
-    r"(?<![\w.])(\d+(?:\.\d+)?)\s*(?:(TiB|GiB|MiB|TB|GB|MB)\s*)?(?:→|->|=>|⇒|\bto\b)\s*(\d+(?:\.\d+)?)\s*"
-    r"(TiB|GiB|MiB|TB|GB|MB)(?![A-Za-z])",
-    re.IGNORECASE,
-)
-
-
-def pair_sizes(text: str) -> list[str]:
-    """Each before/after pair rewritten as its difference ("+2.89 GiB" for "4.69 → 7.58 GiB"),
-    so a growth check accepts an answer that gives both ends instead of the difference."""
-    out = []
-    for m in _PAIR.finditer(text):
-        if m.group(2) and m.group(2).lower() != m.group(4).lower():
-            continue
-        before, after = m.group(1), m.group(3)
-        decimals = max(len(x.split(".", 1)[1]) if "." in x else 0 for x in (before, after))
-        out.append(f"{float(after) - float(before):.{decimals}f} {m.group(4)}")
-    return out
-
-
-def size_matches(spec: Mapping[str, Any], text: str) -> str | None:
-    """The first size in ``text`` within tolerance of ``spec["bytes"]`` or one of its
-    ``alternatives_bytes`` (as written), else None.
-
-    A helper's number must carry its unit, and at least ``min_digits`` significant digits
-    (default 2): a bare "172" could be anything, and a one-digit "~3 GB" from SKILL.md's
-    measured tables lies near many users' numbers by coincidence. A spec whose own
-    input is that coarse (values rounded to 0.01 GiB) sets ``min_digits`` to 1."""
-    targets = [float(spec["bytes"]), *map(float, spec.get("alternatives_bytes", ()))]
-    relative = float(spec.get("rel_tolerance", 0.02))
-    min_digits = int(spec.get("min_digits", 2))
-    for written, candidates, allowance in extract_sizes(text):
-        number = _SIZE.match(written)
-        assert number is not None, written  # ``written`` is a whole _SIZE match, so it matches again
-        digits_ok = significant_digits(number.group(1)) >= min_digits
-        for target in targets:
-            if not digits_ok and not any(abs(c - target) <= EXACT_SHARE * target for c in candidates):
-                continue  # a short number counts only where it is the value itself ("1 GiB" for 1.00 GiB)
-            allowed = max(relative * target, min(allowance, 0.05 * target))
-            if any(abs(c - target) <= allowed for c in candidates):
-                return written
-    return None
-
-
-_UNIT_CELL = re.compile(r"\b(TiB|GiB|MiB|TB|GB|MB)\b")
-_BARE_CELL = re.compile(r"^(\s*[~≈]?\s*)([-+]?\d+(?:\.\d+)?)(\s*)$")
-
-
-def _with_unit(cell: str, unit: str) -> str:
-    m = _BARE_CELL.match(cell)
-    return f"{m.group(1)}{m.group(2)} {unit}{m.group(3)}" if m else cell
-
-
-def with_table_units(text: str) -> str:
-    """The answer with the unit of a markdown table's column header written after each bare
-    number in that column ("| Failed request | 448.00 |" under "| | MiB |" reads "448.00 MiB"):
-    a table that names its unit once states every size in it."""
-    out: list[str] = []
-    units: dict[int, str] = {}
-    header_seen = False
-    for line in text.splitlines(keepends=True):
-        stripped = line.strip()
-        if not stripped.startswith("|"):
-            units, header_seen = {}, False
-            out.append(line)
-            continue
-        cells = stripped.strip("|").split("|")
-        if all(re.fullmatch(r"\s*:?-{2,}:?\s*", c) for c in cells):
-            out.append(line)
-            continue
-        if not header_seen:  # the first row of a table is its header
-            header_seen = True
-            units = {i: m.group(1) for i, c in enumerate(cells) if (m := _UNIT_CELL.search(c))}
-            out.append(line)
-            continue
-        filled = [_with_unit(c, units[i]) if i in units else c for i, c in enumerate(cells)]
-        out.append("|" + "|".join(filled) + "|" + ("\n" if line.endswith("\n") else ""))
-    return "".join(out)
+# Numbers (extraction lives in memtune.bench.numbers)
 
 
 def check_number(spec: Mapping[str, Any], answer: str) -> CheckResult:
@@ -288,6 +126,58 @@ def check_number(spec: Mapping[str, Any], answer: str) -> CheckResult:
     values = extract_percentages(answer) if spec.get("unit") == "%" else extract_numbers(answer)
     hit = number_matches(spec, values)
     return CheckResult("number", label, hit is not None, "" if hit is None else repr(hit), key)
+
+
+#: How far after a subject (in characters) a figure counts as that subject's, where one clause
+#: names several subjects.
+FIGURE_REACH = 24
+
+
+def _gives_figure(figure: Mapping[str, Any], text: str) -> bool:
+    values = extract_percentages(text) if figure.get("unit") == "%" else extract_numbers(text)
+    return number_matches({"value": figure["value"], "tolerance": figure.get("tolerance", 0.0)}, values) is not None
+
+
+def swapped_figures(figures: Sequence[Mapping[str, Any]], answer: str, clauses: Sequence[Span]) -> list[str]:
+    """Clauses that name one subject of ``figures`` and give only another subject's figure
+    ("TP8 costs 5.9%" where TP8 measured -28.4% and PP8 -5.9%), each described once.
+
+    Why: a wrong answer can carry every right number and still swap two of them, which turns
+    the advice around; the numbers checks alone see all the figures present. A clause naming
+    two subjects ("TP8 (-28.4%) against PP8 (-5.9%)") compares them and is left alone."""
+    out: list[str] = []
+
+    def swapped(own: Mapping[str, Any], text: str) -> None:
+        if _gives_figure(own, text):
+            return
+        for other in figures:
+            if other is not own and _gives_figure(other, text):
+                why = f"gives {other['value']}{other.get('unit', '')} (measured for {other['subject']}) to {own['subject']}"
+                if why not in out:
+                    out.append(why)
+
+    for span in clauses:
+        part = answer[span.start : span.end]
+        named = [f for f in figures if re.search(str(f["subject"]), part, FLAGS)]
+        if len(named) == 1 and not span.question:
+            swapped(named[0], part)
+    # and in each sentence, a figure written right after a subject is that subject's ("TP8
+    # (-5.9%: ...) and PP8 with DP1 (-28.4%)"); a list of subjects and then figures is not read
+    for span in whole_sentences(clauses) if figures else ():
+        part = answer[span.start : span.end]
+        if span.question:
+            continue
+        mentions = sorted(
+            (
+                (m.start(), m.end(), i)
+                for i, f in enumerate(figures)
+                for m in re.finditer(str(f["subject"]), part, FLAGS)
+            ),
+        )
+        for k, (_, end, i) in enumerate(mentions):
+            stop = mentions[k + 1][0] if k + 1 < len(mentions) else len(part)
+            swapped(figures[i], part[end : min(stop, end + FIGURE_REACH)])
+    return out
 
 
 # ---------------------------------------------------------------------------------------
@@ -369,145 +259,6 @@ _HEDGE_AFTER = re.compile(
     r"last(?!\s+(?:step|layer|stage|rank|iteration)))\b",
     re.IGNORECASE,
 )
-
-
-#: An allocator setting as an answer writes it: ``PYTORCH_CUDA_ALLOC_CONF=backend:...``.
-_ALLOC_CONF = re.compile(r"PYTORCH(?:_CUDA)?_ALLOC_CONF\s{0,3}=\s{0,3}[\"'`]?([^\s\"'`]{1,200})")
-
-
-#: One of this skill's helpers on a command line, and the rest of that line (up to a code tick).
-_HELPER_CALL = re.compile(r"scripts/(" + "|".join(HELPERS) + r")\.py([^\n`]{0,400}?)(?=scripts/|[\n`]|$)")
-_OPTION = re.compile(r"(?<![\w-])--[A-Za-z][\w-]{0,60}")
-_COMMAND_END = re.compile(r"[;(|]|\bthen\b|\band\b|\bor\b|python3?\s|scripts/")
-
-
-@functools.cache
-def helper_options(helper: str) -> frozenset[str]:
-    """Every option the helper's command line accepts, read from its click command."""
-    import importlib
-
-    command = importlib.import_module(f"memtune.commands.{helper}").command
-    names = {"--help"}
-    for param in command.params:
-        names.update(o for o in (*param.opts, *param.secondary_opts) if o.startswith("--"))
-    return frozenset(names)
-
-
-def unknown_helper_options(answer: str) -> list[str]:
-    """Options the answer passes to one of this skill's helpers that the helper does not have
-    (``trace_regression.py --fail-on-oom``): an invented interface, told apart by the helper's
-    own command line. Each is returned once, as the option."""
-    out: list[str] = []
-    for m in _HELPER_CALL.finditer(answer):
-        known = helper_options(m.group(1))
-        # the helper's own arguments end where another command or clause begins
-        rest = _COMMAND_END.split(m.group(2), maxsplit=1)[0]
-        for option in _OPTION.findall(rest):
-            # a shortened real option ("--seq" for --seq-length) is a slip, not an invention
-            if option not in known and option not in out and not any(k.startswith(option) for k in known):
-                out.append(option)
-    return out
-
-
-#: Tools whose options an answer may name beside Megatron-LM's and whose spellings can start like
-#: Megatron's (vLLM ``--max-num-seqs``, ms-swift ``--max_length``): an answer that names one is
-#: not held to Megatron-LM's option list.
-_OTHER_TOOL = re.compile(
-    r"\b(?:vLLM|SGLang|TensorRT|TRT-LLM|TGI|text-generation-inference|ms-swift|swift\s+sft|Megatron-SWIFT|"
-    r"DeepSpeed|LLaMA-Factory|llamafactory|accelerate\s+launch|nsys|Nsight|NeMo-RL|verl|OpenRLHF)\b",
-    re.IGNORECASE,
-)
-
-
-def options_in(text: str) -> list[str]:
-    """The ``--options`` written in ``text``, each once, in order."""
-    return list(dict.fromkeys(_OPTION.findall(text)))
-
-
-def option_name(option: str) -> str:
-    """``--Overlap-Grad-Reduce`` -> ``overlap_grad_reduce``: how data/megatron_flags.yaml writes names."""
-    return option.lstrip("-").replace("-", "_").lower()
-
-
-def option_family(name: str) -> str:
-    """The first two words of an option name (``overlap_grad`` of ``overlap_grad_reduce``)."""
-    return "_".join(name.split("_")[:2])
-
-
-@functools.cache
-def megatron_options() -> tuple[frozenset[str], frozenset[str]]:
-    """(names, families) of every option Megatron-LM's training arguments have or once had,
-    with the Megatron-DeepSpeed spellings the launch-script reader knows."""
-    from memtune.readers.megatron_flags import flag_classes
-
-    table = flag_classes()
-    names = table.arguments | table.removed | table.modelled | table.deepspeed_neutral
-    return frozenset(names), frozenset(option_family(n) for n in names if "_" in n)
-
-
-def unknown_megatron_options(answer: str, given: Iterable[str] = ()) -> list[str]:
-    """Megatron-LM-looking options that Megatron-LM has never had (``--overlap-grad-allreduce``,
-    ``--overlap-param-scatter``): each starts like a family of real options but is none of them.
-
-    Why the family rule: answers also name options of other tools (nsys ``--capture-range``,
-    srun ``--container-image``) that no list here can hold, and those seldom begin like a
-    Megatron option; an invented Megatron flag almost always does, because it is a real one
-    misremembered. Where they can collide (vLLM ``--max-num-seqs`` against Megatron-LM's
-    ``--max-num-samples``) the answer names the other tool, and is then not checked. Options
-    this skill's helpers accept, and the user's own (in the question or files), are left out. Imported lazily: this module stays importable with the
-    standard library."""
-    if _OTHER_TOOL.search(answer):
-        return []
-    names, families = megatron_options()
-    mine = {option_name(o) for o in given}
-    for helper in HELPERS:
-        mine.update(option_name(o) for o in helper_options(helper))
-    out: list[str] = []
-    for option in _OPTION.findall(answer):
-        name = option_name(option)
-        if name in names or name in mine or "_" not in name or option in out:
-            continue
-        if option_family(name) in families:
-            out.append(option)
-    return out
-
-
-#: A template standing for a value, not a value: ``VALUE``, ``OPTIONS``.
-_PLACEHOLDER = re.compile(r"[A-Z][A-Z0-9_]*")
-
-
-def alloc_conf_values(text: str) -> list[str]:
-    """The allocator strings set in ``text`` (trailing sentence punctuation left out)."""
-    out: list[str] = []
-    for m in _ALLOC_CONF.finditer(text):
-        value = m.group(1).rstrip(".,;:)!?")
-        if value and value not in out:
-            out.append(value)
-    return out
-
-
-def rejected_alloc_settings(answer: str, given: Iterable[str] = ()) -> list[str]:
-    """Allocator strings the answer sets that every PyTorch release the project knows rejects
-    (an option or backend that does not exist: ``backend:cudaMallocManaged``), leaving out the
-    ones the user gave (an answer may quote the user's broken string to explain it).
-
-    Why: an invented setting is the wrong answer no task's claims can list in advance, and the
-    project's own parser of PyTorch's allocator grammar (memtune.readers.alloc_conf) can tell it.
-    Imported here, not at the top: this module stays importable with the standard library."""
-    from memtune.readers.alloc_conf import parse
-
-    known = set(given)
-    out = []
-    for value in alloc_conf_values(answer):
-        if value in known or _PLACEHOLDER.fullmatch(value) or any(c in value for c in "$<{") or "..." in value:
-            continue  # the user's own string, or a template (VALUE, $VAR, <value>, ...) rather than a setting
-        try:
-            verdicts = parse(value).verdicts
-        except Exception:  # noqa: BLE001 - a string the parser cannot even judge is not graded
-            continue
-        if verdicts and not any(v.accepted for v in verdicts):
-            out.append(value)
-    return out
 
 
 #: The empty brackets of a call written in prose: ``torch.cuda.empty_cache()``.
@@ -632,9 +383,25 @@ def _find(pattern: str, answer: str, clauses: Sequence[Span], negative: bool, he
     return found
 
 
+def whole_sentences(clauses: Sequence[Span]) -> list[Span]:
+    """The clauses joined back into their sentences (one span per sentence)."""
+    joined: dict[int, Span] = {}
+    for span in clauses:
+        first = joined.get(span.sentence_start)
+        joined[span.sentence_start] = (
+            span if first is None else Span(first.start, max(first.end, span.end), first.sentence_start, first.question)
+        )
+    return list(joined.values())
+
+
 def claim_verdict(claim: Mapping[str, Any], answer: str, clauses: Sequence[Span], wrong: bool) -> ClaimMatch | None:
     """The first assertion of the claim in the answer (None when it is never asserted).
-    When it is only found denied, that denial is returned with ``asserted`` False."""
+    When it is only found denied, that denial is returned with ``asserted`` False.
+
+    A claim with ``scope: sentence`` is matched across a whole sentence: a comparison such as
+    "the more virtual stages, the lower the peak" is one statement split by its comma."""
+    if claim.get("scope") == "sentence":
+        clauses = whole_sentences(clauses)
     denied: ClaimMatch | None = None
     wordings = [(p, False) for p in claim.get("patterns", ())] + [(p, True) for p in claim.get("negative_patterns", ())]
     for pattern, negative in wordings:
@@ -705,6 +472,8 @@ def grade_answer(
         results.append(_check_claim(claim, prose, clauses, wrong=True))
     for claim in checks.get("wrong", ()):
         results.append(_check_claim(claim, prose, clauses, wrong=True))
+    for swap in swapped_figures(checks.get("figures", ()), prose, clauses):
+        results.append(CheckResult("wrong", "a figure given to the wrong option", False, swap, True))
     for value in rejected_alloc_settings(prose, checks.get("alloc_conf_given", ())):
         claim = {"label": f"sets an allocator option PyTorch rejects ({value})", "patterns": [re.escape(value)]}
         results.append(_check_claim(claim, prose, clauses, wrong=True))

@@ -1,0 +1,155 @@
+"""Inventions an answer can make in any task, each told apart by the project's own knowledge:
+an allocator setting PyTorch rejects, an option a helper does not have, a Megatron-LM option that
+never existed.
+
+Why a module of its own: each check reads the answer's command lines and options rather than its
+claims, and each leans on another part of the project (the allocator parser, the helpers' click
+commands, the Megatron-LM flag table), imported lazily so the grader still imports with the
+standard library alone.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterable
+
+from memtune.bench.tools import HELPERS
+
+#: An allocator setting as an answer writes it: ``PYTORCH_CUDA_ALLOC_CONF=backend:...``.
+_ALLOC_CONF = re.compile(r"PYTORCH(?:_CUDA)?_ALLOC_CONF\s{0,3}=\s{0,3}[\"'`]?([^\s\"'`]{1,200})")
+
+
+#: One of this skill's helpers on a command line, and the rest of that line (up to a code tick).
+_HELPER_CALL = re.compile(r"scripts/(" + "|".join(HELPERS) + r")\.py([^\n`]{0,400}?)(?=scripts/|[\n`]|$)")
+_OPTION = re.compile(r"(?<![\w-])--[A-Za-z][\w-]{0,60}")
+_COMMAND_END = re.compile(r"[;(|]|\bthen\b|\band\b|\bor\b|python3?\s|scripts/")
+
+
+@functools.cache
+def helper_options(helper: str) -> frozenset[str]:
+    """Every option the helper's command line accepts, read from its click command."""
+    import importlib
+
+    command = importlib.import_module(f"memtune.commands.{helper}").command
+    names = {"--help"}
+    for param in command.params:
+        names.update(o for o in (*param.opts, *param.secondary_opts) if o.startswith("--"))
+    return frozenset(names)
+
+
+def unknown_helper_options(answer: str) -> list[str]:
+    """Options the answer passes to one of this skill's helpers that the helper does not have
+    (``trace_regression.py --fail-on-oom``): an invented interface, told apart by the helper's
+    own command line. Each is returned once, as the option."""
+    out: list[str] = []
+    for m in _HELPER_CALL.finditer(answer):
+        known = helper_options(m.group(1))
+        # the helper's own arguments end where another command or clause begins
+        rest = _COMMAND_END.split(m.group(2), maxsplit=1)[0]
+        for option in _OPTION.findall(rest):
+            # a shortened real option ("--seq" for --seq-length) is a slip, not an invention
+            if option not in known and option not in out and not any(k.startswith(option) for k in known):
+                out.append(option)
+    return out
+
+
+#: Tools whose options an answer may name beside Megatron-LM's and whose spellings can start like
+#: Megatron's (vLLM ``--max-num-seqs``, ms-swift ``--max_length``): an answer that names one is
+#: not held to Megatron-LM's option list.
+_OTHER_TOOL = re.compile(
+    r"\b(?:vLLM|SGLang|TensorRT|TRT-LLM|TGI|text-generation-inference|ms-swift|swift\s+sft|Megatron-SWIFT|"
+    r"DeepSpeed|LLaMA-Factory|llamafactory|accelerate\s+launch|nsys|Nsight|NeMo-RL|verl|OpenRLHF)\b",
+    re.IGNORECASE,
+)
+
+
+def options_in(text: str) -> list[str]:
+    """The ``--options`` written in ``text``, each once, in order."""
+    return list(dict.fromkeys(_OPTION.findall(text)))
+
+
+def option_name(option: str) -> str:
+    """``--Overlap-Grad-Reduce`` -> ``overlap_grad_reduce``: how data/megatron_flags.yaml writes names."""
+    return option.lstrip("-").replace("-", "_").lower()
+
+
+def option_family(name: str) -> str:
+    """The first two words of an option name (``overlap_grad`` of ``overlap_grad_reduce``)."""
+    return "_".join(name.split("_")[:2])
+
+
+@functools.cache
+def megatron_options() -> tuple[frozenset[str], frozenset[str]]:
+    """(names, families) of every option Megatron-LM's training arguments have or once had,
+    with the Megatron-DeepSpeed spellings the launch-script reader knows."""
+    from memtune.readers.megatron_flags import flag_classes
+
+    table = flag_classes()
+    names = table.arguments | table.removed | table.modelled | table.deepspeed_neutral
+    return frozenset(names), frozenset(option_family(n) for n in names if "_" in n)
+
+
+def unknown_megatron_options(answer: str, given: Iterable[str] = ()) -> list[str]:
+    """Megatron-LM-looking options that Megatron-LM has never had (``--overlap-grad-allreduce``,
+    ``--overlap-param-scatter``): each starts like a family of real options but is none of them.
+
+    Why the family rule: answers also name options of other tools (nsys ``--capture-range``,
+    srun ``--container-image``) that no list here can hold, and those seldom begin like a
+    Megatron option; an invented Megatron flag almost always does, because it is a real one
+    misremembered. Where they can collide (vLLM ``--max-num-seqs`` against Megatron-LM's
+    ``--max-num-samples``) the answer names the other tool, and is then not checked. Options
+    this skill's helpers accept, and the user's own (in the question or files), are left out. Imported lazily: this module stays importable with the
+    standard library."""
+    if _OTHER_TOOL.search(answer):
+        return []
+    names, families = megatron_options()
+    mine = {option_name(o) for o in given}
+    for helper in HELPERS:
+        mine.update(option_name(o) for o in helper_options(helper))
+    out: list[str] = []
+    for option in _OPTION.findall(answer):
+        name = option_name(option)
+        if name in names or name in mine or "_" not in name or option in out:
+            continue
+        if option_family(name) in families:
+            out.append(option)
+    return out
+
+
+#: A template standing for a value, not a value: ``VALUE``, ``OPTIONS``.
+_PLACEHOLDER = re.compile(r"[A-Z][A-Z0-9_]*")
+
+
+def alloc_conf_values(text: str) -> list[str]:
+    """The allocator strings set in ``text`` (trailing sentence punctuation left out)."""
+    out: list[str] = []
+    for m in _ALLOC_CONF.finditer(text):
+        value = m.group(1).rstrip(".,;:)!?")
+        if value and value not in out:
+            out.append(value)
+    return out
+
+
+def rejected_alloc_settings(answer: str, given: Iterable[str] = ()) -> list[str]:
+    """Allocator strings the answer sets that every PyTorch release the project knows rejects
+    (an option or backend that does not exist: ``backend:cudaMallocManaged``), leaving out the
+    ones the user gave (an answer may quote the user's broken string to explain it).
+
+    Why: an invented setting is the wrong answer no task's claims can list in advance, and the
+    project's own parser of PyTorch's allocator grammar (memtune.readers.alloc_conf) can tell it.
+    Imported here, not at the top: this module stays importable with the standard library."""
+    from memtune.readers.alloc_conf import parse
+
+    known = set(given)
+    out = []
+    for value in alloc_conf_values(answer):
+        if value in known or _PLACEHOLDER.fullmatch(value) or any(c in value for c in "$<{") or "..." in value:
+            continue  # the user's own string, or a template (VALUE, $VAR, <value>, ...) rather than a setting
+        try:
+            verdicts = parse(value).verdicts
+        except Exception:  # noqa: BLE001 - a string the parser cannot even judge is not graded
+            continue
+        if verdicts and not any(v.accepted for v in verdicts):
+            out.append(value)
+    return out

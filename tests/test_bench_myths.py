@@ -1,0 +1,139 @@
+"""Myths: claims false in every task (evals/claims.yaml, ``everywhere: true``).
+
+Each myth is held to two sentences written for this test, not taken from any answer set: one
+that asserts it in fresh words (an answer saying it fails, whatever the task) and one that
+denies or corrects it (passes). The loader must put every myth in every task's wrong claims.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from memtune.bench.dataset import load_claims, load_dataset, resolve_claim
+from memtune.bench.grading import grade_answer
+
+REPO = Path(__file__).resolve().parents[1]
+LIBRARY = load_claims(REPO / "evals" / "claims.yaml")
+MYTHS = sorted(name for name, body in LIBRARY.items() if body["everywhere"])
+
+#: myth -> (asserts it, denies or corrects it)
+SENTENCES = {
+    "myth-distopt-costly-or-useless": (
+        "Also switch off the distributed optimizer for more throughput.",
+        "Keep the distributed optimizer: turning it off would add the full fp32 optimizer state per GPU.",
+    ),
+    "myth-nsys-knows-steps": (
+        "Nsight Systems detects the training steps on its own, so wrap the launch in nsys.",
+        "nsys has no idea what a training step is: add --profile --profile-step-start 10 --profile-step-end 12.",
+    ),
+    "myth-regather-coverage": (
+        "With CUDA graphs on, the run still keeps the re-gather active.",
+        "The re-gather covers linear_qkv and linear_fc1 only, never the row-parallel adapters.",
+    ),
+    "myth-oversize-request-fits": (
+        "Turn on expandable segments: they can map host memory behind the GPU's address space.",
+        "No allocator setting helps a request bigger than the card; make the tensor smaller.",
+    ),
+    "myth-slurm-one-task": (
+        "Use --ntasks-per-node=1, the container launches the other workers itself.",
+        "Set --ntasks-per-node=8, one task per GPU, because nothing else spawns the workers.",
+    ),
+    "myth-expandable-vs-graphs": (
+        "CUDA graphs are incompatible with expandable segments, so pick one.",
+        "Expandable segments work next to CUDA-graph private pools; only the NCCL registration guard matters.",
+    ),
+    "myth-autobridge-direction": (
+        "Megatron Bridge can't read Hugging Face checkpoints, so convert them elsewhere.",
+        "AutoBridge imports the Hugging Face checkpoint (import_ckpt) and exports back with export_ckpt.",
+    ),
+    "myth-precision-halves-all": (
+        "Switching to bf16 halves everything, optimizer states included.",
+        "bf16 halves the weights and activations, but the fp32 Adam state stays as large.",
+    ),
+    "myth-mbs-no-activations": (
+        "Raise the micro-batch: activation memory only grows with the sequence length.",
+        "Activations scale with micro-batch times sequence length; gradients and Adam do not.",
+    ),
+    "myth-nccl-graph-register-blackwell": (
+        "Set NCCL_GRAPH_REGISTER=0 on the B200 nodes as well, since the guard trips on B200 too.",
+        "The guard is for GPUs below compute capability 10, so the B200 jobs do not need it.",
+    ),
+    "myth-alloc-conf-merge": (
+        "PyTorch merges the two variables, so either may hold the setting.",
+        "PyTorch reads PYTORCH_ALLOC_CONF first; give both names the same value for Megatron's checks.",
+    ),
+    "myth-packing-no-mask": (
+        "Keep a plain causal mask across the pack, the model learns the same.",
+        "Pass cu_seqlens so no token attends across a sample boundary in the pack.",
+    ),
+    "myth-vpp-lowers-peak": (
+        "The more virtual stages, the lower the activation peak per GPU.",
+        "VPP shrinks the bubble; it does not lower the peak (VPP 10 measured 60.2 GB against 58.8 GB).",
+    ),
+    "myth-tp-splits-mask": (
+        "Go to TP8 so the attention mask is split across the ranks.",
+        "Every rank builds the whole mask whatever TP is, so shrink the sequence instead.",
+    ),
+    "myth-allocator-knob-for-fragmentation": (
+        "Set roundup_power2_divisions:4, which eliminates fragmentation for good.",
+        "roundup_power2_divisions only rounds sizes; expandable_segments:True is what lets blocks grow.",
+    ),
+    "myth-zero2-less-memory": (
+        "Move to ZeRO-2 instead, it saves memory because no parameters are gathered.",
+        "ZeRO-3 shards the parameters too, so going to ZeRO-2 would raise GPU memory.",
+    ),
+    "myth-drop-extra-state": (
+        "Strip all _extra_state entries from the checkpoint and load again.",
+        "Keep _extra_state (it holds the FP8 scales) and match the checkpoint format instead.",
+    ),
+    "myth-deeper-pp-smaller-bubble": (
+        "A deeper pipeline reduces the bubble, so PP 8 is faster.",
+        "At a fixed number of micro-batches a deeper pipeline has a bigger bubble.",
+    ),
+    "myth-estimate-includes-fragmentation": (
+        "The estimate already accounts for fragmentation, so leave the allocator alone.",
+        "The estimate cannot see fragmentation; set expandable segments as well.",
+    ),
+    "myth-empty-cache-fixes-leak": (
+        "Call torch.cuda.empty_cache() after each step, that fixes the leak.",
+        "empty_cache only hands back unused cached blocks; find what keeps the tensors alive.",
+    ),
+    "myth-nccl-buffsize-raise": (
+        "Increase NCCL_BUFFSIZE to 16 MiB so NCCL stops running out of memory.",
+        "Lower NCCL_BUFFSIZE or leave headroom: bigger buffers need more GPU memory.",
+    ),
+    "myth-estimate-scope": (
+        "Keep in mind the estimate_memory.py figure excludes activations, so add some on top.",
+        "The helper's peak already includes weights, gradients, optimizer state and activations.",
+    ),
+    "myth-trace-exit-codes": (
+        "The gate needs a grep, because trace_regression.py always exits 0.",
+        "trace_regression.py exits 1 on a regression and 2 on bad input, so CI can use its status.",
+    ),
+    "myth-snapshot-pickle": (
+        "Open it with pickle.load(f) and walk the segments.",
+        "Read the snapshot as data with runtime_memory.py; unpickling a file runs whatever it carries.",
+    ),
+}
+
+
+def test_every_myth_has_its_sentences() -> None:
+    assert MYTHS, "evals/claims.yaml has no everywhere claims"
+    assert sorted(SENTENCES) == MYTHS
+
+
+@pytest.mark.parametrize("name", MYTHS)
+def test_a_myth_fails_the_answer_and_its_correction_does_not(name: str) -> None:
+    asserts, corrects = SENTENCES[name]
+    checks = {"wrong": [resolve_claim(name, LIBRARY, "test")]}
+    assert grade_answer(checks, asserts).content_score == 0.0, asserts
+    assert grade_answer(checks, corrects).content_score == 1.0, corrects
+
+
+def test_every_task_carries_every_myth() -> None:
+    dataset = load_dataset(REPO / "evals" / "evals.json")
+    for case in dataset.cases:
+        labels = {claim["label"] for claim in case.checks["wrong"]}
+        assert set(MYTHS) <= labels, case.id
