@@ -112,6 +112,22 @@ SENTENCES = {
         "The gate needs a grep, because trace_regression.py always exits 0.",
         "trace_regression.py exits 1 on a regression and 2 on bad input, so CI can use its status.",
     ),
+    "myth-alloc-conf-late": (
+        "Add os.environ['PYTORCH_CUDA_ALLOC_CONF'] = 'expandable_segments:True' once the model is on the GPU.",
+        "Export PYTORCH_CUDA_ALLOC_CONF in the job script; the allocator reads it before the first CUDA call.",
+    ),
+    "myth-distopt-shards-more": (
+        "Turn on the distributed optimizer: the weights and gradients then get sharded across DP ranks.",
+        "The distributed optimizer shards the fp32 main weights and the Adam moments over the DP ranks.",
+    ),
+    "myth-expandable-returns-memory": (
+        "Expandable segments give back the reserved memory to the driver after every step.",
+        "Expandable segments grow a segment in place; the reserve stays with the process.",
+    ),
+    "myth-bigger-microbatch-lower-peak": (
+        "Doubling the micro-batch size lowers the peak because there are fewer chunks.",
+        "Halve the micro-batch size: activations shrink with it, at a small throughput cost.",
+    ),
     "myth-snapshot-pickle": (
         "Open it with pickle.load(f) and walk the segments.",
         "Read the snapshot as data with runtime_memory.py; unpickling a file runs whatever it carries.",
