@@ -175,6 +175,7 @@ BATCHES = (
     "blind_batch9.yaml",
     "blind_batch10.yaml",
     "blind_batch11.yaml",
+    "blind_batch12.yaml",
 )
 BLIND = [(name, *row) for name in BATCHES for row in _indexed(name)]
 
