@@ -284,3 +284,17 @@ def test_a_figure_given_to_the_wrong_option_fails_the_answer() -> None:
     ]
     for answer in kept:
         assert grade_answer(checks, answer).content_score == 1.0, answer
+
+
+def test_a_pyxis_option_that_never_existed_fails_the_answer() -> None:
+    """pyxis adds only --container-* / --no-container-* options to srun; one of that shape that
+    no pyxis release had (--container-bind) is invented. Real ones and other srun options pass."""
+    from memtune.bench.inventions import unknown_pyxis_options
+
+    assert unknown_pyxis_options("srun --container-bind=/data:/data python x.py") == ["--container-bind"]
+    real = "srun --ntasks-per-node=8 --container-image=nvcr.io/nvidia/nemo:25.09 --container-mounts=/d:/d --no-container-mount-home"
+    assert unknown_pyxis_options(real) == []
+    assert unknown_pyxis_options("--container-env=FOO --container-writable --no-container-entrypoint") == []
+    checks = {"claims": [{"label": "pyxis", "patterns": ["container-image"], "key": True}]}
+    assert grade_answer(checks, "srun --container-image=x --container-volume=/a:/a train.py").content_score == 0.0
+    assert grade_answer(checks, "srun --container-image=x --container-mounts=/a:/a train.py").content_score == 1.0

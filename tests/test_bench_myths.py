@@ -128,6 +128,26 @@ SENTENCES = {
         "Doubling the micro-batch size lowers the peak because there are fewer chunks.",
         "Halve the micro-batch size: activations shrink with it, at a small throughput cost.",
     ),
+    "myth-alloc-conf-in-config": (
+        "Put it in the recipe as model.pytorch_cuda_alloc_conf so it travels with the config.",
+        "It is an environment variable of the process, not a recipe key: export it in the sbatch script.",
+    ),
+    "myth-v100-no-expandable": (
+        "Volta has no virtual memory management, so expandable segments cannot work on a V100.",
+        "Expandable segments work on V100 as well; set them before launch like on any other GPU.",
+    ),
+    "myth-recompute-free": (
+        "Full activation recompute is practically free on H100, so turn it on everywhere.",
+        "Full recompute reruns every layer's forward, about a third more compute per step.",
+    ),
+    "myth-pinned-memory-saves-ram": (
+        "Set pin_memory=True, which reduces host RAM use by the workers.",
+        "Pinned memory is page-locked host RAM, so it adds to the pressure rather than relieving it.",
+    ),
+    "myth-distopt-off-for-speed": (
+        "For better throughput, switch off the distributed optimizer and let DDP overlap the all-reduce.",
+        "Keep the distributed optimizer on; overlap_grad_reduce and overlap_param_gather work with it.",
+    ),
     "myth-snapshot-pickle": (
         "Open it with pickle.load(f) and walk the segments.",
         "Read the snapshot as data with runtime_memory.py; unpickling a file runs whatever it carries.",

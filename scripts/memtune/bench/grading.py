@@ -40,7 +40,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from memtune.bench.inventions import rejected_alloc_settings, unknown_helper_options, unknown_megatron_options
+from memtune.bench.inventions import (
+    rejected_alloc_settings,
+    unknown_helper_options,
+    unknown_megatron_options,
+    unknown_pyxis_options,
+)
 from memtune.bench.numbers import (
     extract_numbers,
     extract_percentages,
@@ -486,6 +491,12 @@ def grade_answer(
     for option in unknown_megatron_options(answer, checks.get("options_given", ())):
         claim = {
             "label": f"names a Megatron-LM option that does not exist ({option})",
+            "patterns": [re.escape(option) + r"(?![\w-])"],
+        }
+        results.append(_check_claim(claim, prose, clauses, wrong=True))
+    for option in unknown_pyxis_options(answer):
+        claim = {
+            "label": f"names a pyxis option that does not exist ({option})",
             "patterns": [re.escape(option) + r"(?![\w-])"],
         }
         results.append(_check_claim(claim, prose, clauses, wrong=True))

@@ -153,3 +153,29 @@ def rejected_alloc_settings(answer: str, given: Iterable[str] = ()) -> list[str]
         if verdicts and not any(v.accepted for v in verdicts):
             out.append(value)
     return out
+
+
+#: An option of pyxis's shape: every option the plugin adds to srun starts this way.
+_PYXIS_OPTION = re.compile(r"(?<![\w-])--(?:no-)?container-[a-z][a-z-]*")
+
+
+@functools.cache
+def pyxis_options() -> frozenset[str]:
+    """Every srun option pyxis has had (data/pyxis_options.yaml), without the dashes."""
+    from memtune.files.data_yaml import load_data_yaml
+    from memtune.files.paths import DATA_DIR
+
+    table = load_data_yaml(DATA_DIR / "pyxis_options.yaml") or {}
+    return frozenset(str(name) for name in table.get("options", ()))
+
+
+def unknown_pyxis_options(answer: str) -> list[str]:
+    """``--container-bind``-style options that pyxis never had: the plugin's options all share
+    that shape, so one of the shape that is not on its list is an invention."""
+    known = pyxis_options()
+    out: list[str] = []
+    for option in _PYXIS_OPTION.findall(answer):
+        option = option.rstrip("-")
+        if option[2:] not in known and option not in out:
+            out.append(option)
+    return out
