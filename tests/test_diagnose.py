@@ -292,3 +292,16 @@ def test_a_reserved_total_cut_off_inside_its_figure_is_read_as_the_range_it_allo
     # a complete message is read as before
     full = parse_allocator_message(head.format(req="2.72 GiB", cut="27.85 GiB reserved in total by PyTorch)"))
     assert full.truncated_reserved is None and full.reserved_unallocated_max_bytes is None
+
+
+def test_text_states_the_comparison_that_decided_the_kind(tmp_path: Path) -> None:
+    """Each finding's verdict line names the two figures behind its kind, so a reader quotes the
+    request and the idle reserve (or the GPU total), not whichever figure comes first."""
+    log = tmp_path / "frag.log"
+    log.write_text(FRAG.format(r=0, req=172, idle=2900))
+    out = run(str(log)).stdout
+    assert "verdict:  fragmentation: the 172.00 MiB request is smaller than the 2.83 GiB reserved" in out
+    cap = tmp_path / "cap.log"
+    cap.write_text(FRAG.format(r=0, req=4096, idle=12))
+    out = run(str(cap)).stdout
+    assert "verdict:  capacity: the 4.00 GiB request is more than the 10.00 MiB free plus the 12.00 MiB reserved" in out

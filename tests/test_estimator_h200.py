@@ -190,3 +190,11 @@ def test_measured_gaps_lead_with_a_warning():
     model, run = specs(records("measured.json")[2])
     assert not estimate(model, run).warnings
     assert any("fp8 blockwise" in w for w in estimate(model, run.with_(fp8="blockwise")).warnings)
+
+
+def test_the_verdict_sentence_opens_with_the_peak() -> None:
+    """The verdict line is the one an agent quotes: every status gives the peak it judged, not
+    only the headroom (a 1.5B agent quoted "24.4 GiB headroom" as the peak)."""
+    for need in (50 * GIB, 75 * GIB, 90 * GIB):
+        sentence = fit_verdict(need, 80 * GIB).sentence()
+        assert f"needs {need / GIB:.2f} GiB on the most-loaded GPU" in sentence, sentence

@@ -350,6 +350,36 @@ def _numbers_text(numbers: dict[str, int | None]) -> str | None:
     return "; ".join(parts)
 
 
+def _verdict_text(kind: str, numbers: dict[str, int | None]) -> str | None:
+    """The finding in one sentence, with the two figures that decide it.
+
+    Why: the numbers line lists five figures, and a reader (a small agent above all) picks the
+    wrong one; this line says which comparison made the verdict."""
+    request, total = numbers.get("requested_bytes"), numbers.get("total_bytes")
+    idle = numbers.get("reserved_unallocated_bytes")
+    if request is None:
+        return None
+    asked = format_bytes(request)
+    if kind == "fragmentation" and idle is not None:
+        return (
+            f"fragmentation: the {asked} request is smaller than the {format_bytes(idle)} reserved but "
+            "unallocated: the memory is there, not as one block"
+        )
+    free = numbers.get("free_bytes")
+    if kind == "capacity" and idle is not None and (free is None or free + idle < request):
+        spare = f"the {format_bytes(free)} free plus the " if free is not None else "the "
+        return (
+            f"capacity: the {asked} request is more than {spare}{format_bytes(idle)} reserved but unallocated: "
+            "the GPU is really full; lower the peak"
+        )
+    if kind == "impossible-request" and total is not None:
+        return (
+            f"impossible request: {asked} asked of a GPU with {format_bytes(total)} in total, more than the "
+            "whole device: a size or shape bug, not an allocator problem"
+        )
+    return None
+
+
 def render_text(report: dict[str, Any]) -> str:
     findings = report["findings"]
     if not findings:
@@ -392,6 +422,9 @@ def render_text(report: dict[str, Any]) -> str:
         times = f" (x{f['occurrences']})" if f["occurrences"] > 1 else ""
         lines.append("")
         lines.append(f"[{i}] {f['kind']} - {who} - {where}{times}")
+        verdict = _verdict_text(f["kind"], f["numbers"])
+        if verdict:
+            lines.append(f"    verdict:  {verdict}")
         lines.append(f"    evidence: {f['evidence']}")
         nums = _numbers_text(f["numbers"])
         if nums:

@@ -67,21 +67,28 @@ class FitVerdict:
         }
 
     def sentence(self) -> str:
-        """One line for people, with the figures behind the word."""
+        """One line for people, with the figures behind the word.
+
+        Every status opens with the peak itself ("needs 55.57 GiB"): the line is the one an agent
+        quotes, and a line that gave only the headroom was quoted as the peak."""
         need, gpu, head = self.needed_bytes / GIB, self.gpu_memory_bytes / GIB, self.headroom_bytes / GIB
         basis = f"{self.view} view: allocated peak + allocator reserve + memory outside PyTorch"
         if self.status == DOES_NOT_FIT:
             return (
-                f"DOES NOT FIT: needs {need:.1f} GiB ({basis}), GPU has {gpu:.1f} GiB "
+                f"DOES NOT FIT: needs {need:.2f} GiB on the most-loaded GPU ({basis}), GPU has {gpu:.1f} GiB "
                 f"(short by {-head:.1f} GiB). Next: plan_memory.py with the same arguments."
             )
         if self.status == BORDERLINE:
             return (
-                f"BORDERLINE: {head:.1f} GiB ({self.headroom_share:.0%}) headroom of {gpu:.1f} GiB, under the "
-                f"{self.band_share:.0%} band ({basis}); the estimate's spread or allocator fragmentation can still "
-                "OOM - set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True or plan with plan_memory.py."
+                f"BORDERLINE: needs {need:.2f} GiB on the most-loaded GPU, {head:.1f} GiB "
+                f"({self.headroom_share:.0%}) headroom of {gpu:.1f} GiB, under the {self.band_share:.0%} band "
+                f"({basis}); the estimate's spread or allocator fragmentation can still OOM - set "
+                "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True or plan with plan_memory.py."
             )
-        return f"FITS: {head:.1f} GiB ({self.headroom_share:.0%}) headroom of {gpu:.1f} GiB ({basis})."
+        return (
+            f"FITS: needs {need:.2f} GiB on the most-loaded GPU, {head:.1f} GiB ({self.headroom_share:.0%}) "
+            f"headroom of {gpu:.1f} GiB ({basis})."
+        )
 
 
 def fit_verdict(needed_bytes: int, gpu_memory_bytes: int, band_share: float = BORDERLINE_SHARE) -> FitVerdict:
