@@ -176,6 +176,7 @@ BATCHES = (
     "blind_batch10.yaml",
     "blind_batch11.yaml",
     "blind_batch12.yaml",
+    "blind_batch13.yaml",
 )
 BLIND = [(name, *row) for name in BATCHES for row in _indexed(name)]
 

@@ -255,7 +255,7 @@ _AFTER_STOP = re.compile(r"\b(?:and|that|which|while|whereas|who|where|when|whos
 # ("only if that is not enough, raise TP", "raise TP as a last resort").
 _HEDGE_SENTENCE = re.compile(
     r"\b(?:if|unless|whether|only\s+(?:if|when|after|as|then|once)|last\s+resort|fallback|later|eventually|"
-    r"afterwards|after\s+that)\b",
+    r"afterwards|after\s+that|(?:only\s+)?at\s+the\s+(?:very\s+)?end)\b",
     re.IGNORECASE,
 )
 _HEDGE_AFTER = re.compile(
