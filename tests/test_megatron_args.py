@@ -294,3 +294,16 @@ def test_swiglu_fusion_flag_is_read():
     assert not any(n.startswith("ignored flags") and "swiglu" in n for n in notes)
     _, run, _ = specs_from_megatron_args({**swiglu, "--bias-swiglu-fusion": False})
     assert not run.bias_activation_fusion
+
+
+def test_an_old_flag_is_told_apart_from_a_flag_megatron_never_had():
+    """A flag of an earlier Megatron-LM release is real but unmodelled; a misspelt one stops
+    Megatron-LM's parser, and the nearest real flag is offered."""
+    _, _, notes = specs_from_megatron_args(
+        {**BASE_FLAGS, "--overlap-p2p-communication": True, "--recompute-granularty": "full", "--zzz-flag": 1}
+    )
+    old = [n for n in notes if n.startswith("ignored flags of earlier Megatron-LM releases")]
+    never = [n for n in notes if n.startswith("ignored flags (not Megatron-LM flags at any commit")]
+    assert old and "--overlap-p2p-communication" in old[0] and "--zzz-flag" not in old[0]
+    assert never and "--recompute-granularty (did you mean --recompute-granularity?)" in never[0]
+    assert "--zzz-flag" in never[0] and "--zzz-flag (did you mean" not in never[0]

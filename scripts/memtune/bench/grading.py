@@ -482,24 +482,18 @@ def grade_answer(
     for value in rejected_alloc_settings(prose, checks.get("alloc_conf_given", ())):
         claim = {"label": f"sets an allocator option PyTorch rejects ({value})", "patterns": [re.escape(value)]}
         results.append(_check_claim(claim, prose, clauses, wrong=True))
-    for option in unknown_helper_options(answer):
-        claim = {
-            "label": f"gives a helper an option it does not have ({option})",
-            "patterns": [re.escape(option) + r"(?![\w-])"],
-        }
-        results.append(_check_claim(claim, prose, clauses, wrong=True))
-    for option in unknown_megatron_options(answer, checks.get("options_given", ())):
-        claim = {
-            "label": f"names a Megatron-LM option that does not exist ({option})",
-            "patterns": [re.escape(option) + r"(?![\w-])"],
-        }
-        results.append(_check_claim(claim, prose, clauses, wrong=True))
-    for option in unknown_pyxis_options(answer):
-        claim = {
-            "label": f"names a pyxis option that does not exist ({option})",
-            "patterns": [re.escape(option) + r"(?![\w-])"],
-        }
-        results.append(_check_claim(claim, prose, clauses, wrong=True))
+    invented = (
+        ("gives a helper an option it does not have", unknown_helper_options(answer)),
+        (
+            "names a Megatron-LM option that does not exist",
+            unknown_megatron_options(answer, checks.get("options_given", ())),
+        ),
+        ("names a pyxis option that does not exist", unknown_pyxis_options(answer)),
+    )
+    for what, options in invented:
+        for option in options:
+            claim = {"label": f"{what} ({option})", "patterns": [re.escape(option) + r"(?![\w-])"]}
+            results.append(_check_claim(claim, prose, clauses, wrong=True))
     content = list(results)
     command_ok: bool | None = None
     if checks.get("command"):

@@ -30,7 +30,12 @@ from memtune.errors import InputError
 from memtune.readers.megatron_flags import (
     flag_classes as flag_classes,  # re-exported: the classification callers look up here
 )
-from memtune.readers.megatron_flags import ignored_flags, memory_flags_not_modelled, refuse_unmodelled_models
+from memtune.readers.megatron_flags import (
+    ignored_flag_notes,
+    ignored_flags,
+    memory_flags_not_modelled,
+    refuse_unmodelled_models,
+)
 from memtune.readers.megatron_layout import (  # re-exported: callers read layouts through this module
     deepspeed_pipeline_split as deepspeed_pipeline_split,
 )
@@ -630,12 +635,7 @@ def specs_from_megatron_args(
             "WARNING: flags that change memory are not modelled; the estimate is for the run without them: "
             + "; ".join(f"--{f.replace('_', '-')} ({why})" for f, why in unmodelled),
         )
-    ignored = ignored_flags(a)
-    if ignored:
-        assumptions.append(
-            "ignored flags (not Megatron-LM flags this reader knows; check they do not change memory): "
-            + ", ".join("--" + f.replace("_", "-") for f in ignored)
-        )
+    assumptions += ignored_flag_notes(ignored_flags(a))
     return model, run, assumptions
 
 

@@ -38,6 +38,38 @@ def ignored_flags(a: Mapping[str, Any]) -> list[str]:
     )
 
 
+def ignored_flag_notes(ignored: list[str]) -> list[str]:
+    """What the reader says of flags it does not read: an old flag of an earlier Megatron-LM
+    release is told apart from a flag Megatron-LM never had (a typo, or the training script's own
+    option), which gets the nearest real flag when one is close.
+
+    Why: the two need different actions. An old flag is real but unmodelled; a misspelt one
+    stops Megatron-LM's argument parser before the run starts."""
+    import difflib
+
+    table = flag_classes()
+    removed = [f for f in ignored if f in table.removed]
+    never = [f for f in ignored if f not in table.removed]
+    notes = []
+    if removed:
+        notes.append(
+            "ignored flags of earlier Megatron-LM releases (removed since; not modelled here, check they do not "
+            "change memory): " + ", ".join("--" + f.replace("_", "-") for f in removed)
+        )
+    if never:
+        known = sorted(table.arguments | table.removed)
+        named = []
+        for flag in never:
+            near = difflib.get_close_matches(flag, known, n=1, cutoff=0.85)
+            hint = f" (did you mean --{near[0].replace('_', '-')}?)" if near else ""
+            named.append("--" + flag.replace("_", "-") + hint)
+        notes.append(
+            "ignored flags (not Megatron-LM flags at any commit: its argument parser rejects them unless the "
+            "training script adds them; check the spelling and that they do not change memory): " + ", ".join(named)
+        )
+    return notes
+
+
 def _peek(a: Mapping[str, Any], key: str) -> Any:
     """A flag's value without marking it read (a _ReadFlags lists what the estimate used)."""
     return dict.get(a, key) if isinstance(a, dict) else a.get(key)
