@@ -173,3 +173,33 @@ def test_every_task_carries_every_myth() -> None:
     for case in dataset.cases:
         labels = {claim["label"] for claim in case.checks["wrong"]}
         assert set(MYTHS) <= labels, case.id
+
+
+#: Right statements on the myths' own topics, written for this test: none may trip any myth.
+NEAR_MISSES = (
+    "runtime_memory.py reads the snapshot without pickle.load(), so nothing in the file runs.",
+    "The distributed optimizer costs about 1-2% and shards the optimizer state over DP.",
+    "Turning the distributed optimizer off would cost tens of GiB, so keep it.",
+    "nsys only records what happens between cudaProfilerStart and Stop; Megatron's --profile-step-start sets those.",
+    "Use --ntasks-per-node=8: one task per GPU; srun launches each worker.",
+    "CUDA graphs keep their own private pools, and expandable segments still apply to the rest.",
+    "bf16 halves the activations and the weight copies but not the fp32 optimizer state.",
+    "B200 (compute capability 10) is exempt from the guard, so only the H100 jobs need NCCL_GRAPH_REGISTER=0.",
+    "PyTorch 2.9 reads PYTORCH_ALLOC_CONF and falls back to PYTORCH_CUDA_ALLOC_CONF; it does not merge them.",
+    "VPP shrinks the pipeline bubble; the more virtual stages, the more p2p communication.",
+    "Lower NCCL_BUFFSIZE if NCCL runs out of memory at init; raising it makes buffers bigger.",
+    "A deeper pipeline grows the bubble unless you add micro-batches.",
+    "Export PYTORCH_CUDA_ALLOC_CONF before python starts; setting it after the model is on the GPU does nothing.",
+    "The distributed optimizer shards only the fp32 main weights and Adam moments; the bf16 weights and gradients stay whole.",
+    "A larger micro-batch raises the peak; a smaller one lowers it.",
+    "Full recompute costs about 30% more compute; selective core_attn recompute is nearly free with flash attention.",
+    "pin_memory=True speeds host-to-device copies but uses page-locked host RAM.",
+    "Keep the distributed optimizer on; for better throughput, enable overlap_grad_reduce.",
+)
+
+
+@pytest.mark.parametrize("sentence", NEAR_MISSES)
+def test_right_statements_on_a_myths_topic_pass(sentence: str) -> None:
+    checks = {"wrong": [resolve_claim(name, LIBRARY, "test") for name in MYTHS]}
+    grade = grade_answer(checks, sentence)
+    assert grade.content_score == 1.0, [c.detail for c in grade.checks if not c.passed]
