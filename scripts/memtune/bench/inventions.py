@@ -1,11 +1,11 @@
 """Inventions an answer can make in any task, each told apart by the project's own knowledge:
-an allocator setting PyTorch rejects, an option a helper does not have, a Megatron-LM option that
-never existed.
+an allocator setting PyTorch rejects, an option a helper does not have, a Megatron-LM option or a
+pyxis option that never existed.
 
 Why a module of its own: each check reads the answer's command lines and options rather than its
 claims, and each leans on another part of the project (the allocator parser, the helpers' click
-commands, the Megatron-LM flag table), imported lazily so the grader still imports with the
-standard library alone.
+commands, the Megatron-LM flag table, the pyxis option list), imported lazily so the grader still
+imports with the standard library alone.
 """
 
 from __future__ import annotations
