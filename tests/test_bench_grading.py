@@ -298,3 +298,22 @@ def test_a_pyxis_option_that_never_existed_fails_the_answer() -> None:
     checks = {"claims": [{"label": "pyxis", "patterns": ["container-image"], "key": True}]}
     assert grade_answer(checks, "srun --container-image=x --container-volume=/a:/a train.py").content_score == 0.0
     assert grade_answer(checks, "srun --container-image=x --container-mounts=/a:/a train.py").content_score == 1.0
+
+
+def test_an_allocator_fix_for_an_oversized_request_in_a_small_agents_words() -> None:
+    """The forced run's 1.5B agent writes the allocator fix as "fix this by setting
+    PYTORCH_CUDA_ALLOC_CONF=..." or "the fix is to set PYTORCH_CUDA_ALLOC_CONF=...": for a request
+    larger than the GPU both are the wrong fix; saying it will not help is not."""
+    from memtune.bench.dataset import load_dataset
+
+    checks = load_dataset(REPO / "evals" / "evals.json").by_id()["log-framepack-huge-alloc"].checks
+    for wrong in (
+        "30.29 GiB is more than the 10.74 GiB GPU. You can fix this by setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.",
+        "30.29 GiB is more than the 10.74 GiB GPU. The fix is to set `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`.",
+    ):
+        assert grade_answer(checks, wrong).content_score == 0.0, wrong
+    right = (
+        "30.29 GiB is more than the whole 10.74 GiB GPU, so no allocator setting can help: setting "
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True would not fix it. Shrink the batch or resolution."
+    )
+    assert grade_answer(checks, right).content_score >= 0.8
