@@ -150,3 +150,19 @@ def test_regression_between_two_real_runs_is_visible_in_the_peaks() -> None:
         assert code == 0, err
         peaks[name] = json.loads(out)["ranks"][0]["peak_allocated_bytes"]
     assert peaks["h200-runtime/torchrun_longer.log"] > 1.5 * peaks["h200-runtime/torchrun_base.log"]
+
+
+def test_trace_text_states_ranks_leak_and_exit_status() -> None:
+    """The measured comparison opens with its conclusions: how many ranks regressed, a leak apart
+    from a larger steady working set, and the exit status a CI gate reads; a change under 1 GiB is
+    also given in MiB."""
+    runs = DATA / "h200-runtime"
+    longer = invoke("trace_regression", str(runs / "torchrun_base.log"), str(runs / "torchrun_longer.log"))
+    assert longer.returncode == 1
+    assert "verdict: regressed on every rank (4 of 4); B is stable over its iterations" in longer.stdout
+    assert "exit status 1 (a regression past the threshold)" in longer.stdout
+    leak = invoke("trace_regression", str(runs / "torchrun_base.log"), str(runs / "torchrun_leak.log"))
+    assert "verdict: regressed on 1 of 4 ranks: rank 3; B leaks on rank 3" in leak.stdout
+    same = invoke("trace_regression", str(runs / "torchrun_base.log"), str(runs / "torchrun_base.log"))
+    assert same.returncode == 0 and "exit status 0 (no regression)" in same.stdout
+    assert "+0.00 GiB" in same.stdout and "MiB" not in same.stdout.splitlines()[0]
