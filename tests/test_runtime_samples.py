@@ -166,3 +166,11 @@ def test_trace_text_states_ranks_leak_and_exit_status() -> None:
     same = invoke("trace_regression", str(runs / "torchrun_base.log"), str(runs / "torchrun_base.log"))
     assert same.returncode == 0 and "exit status 0 (no regression)" in same.stdout
     assert "+0.00 GiB" in same.stdout and "MiB" not in same.stdout.splitlines()[0]
+
+
+def test_a_snapshot_and_its_summary_are_one_rank_in_the_verdicts() -> None:
+    """A snapshot gives rank 0 two readings (its segments and its summary); the verdict names the
+    rank once, not "rank(s) 0, 0"."""
+    out = invoke("runtime_memory", str(DATA / "h200-mcore" / "snapshot_c01_h1024_l4_gpt2.pickle")).stdout
+    assert "FRAGMENTATION: rank 0: PyTorch reserved 5.64 GiB" in out
+    assert "rank(s) 0, 0" not in out

@@ -247,10 +247,10 @@ def render_text(doc: dict[str, Any]) -> str:
             by_kind, key=lambda k: (min(order[v["severity"]] for v in by_kind[k]), VERDICT_KINDS.index(k))
         ):
             group = by_kind[kind]
-            ranks_of = [v["rank"] for v in group if v["rank"] is not None]
+            ranks_of = sorted({v["rank"] for v in group if v["rank"] is not None})
             label = kind.upper()
             worst = group[0]
-            if len(group) > 1 and ranks_of:
+            if len(ranks_of) > 1:  # two readings of one rank (a snapshot and its summary) are one rank
                 lines.append(f"  {label} on rank(s) {_ranks_text(ranks_of)}; e.g. {worst['message']}")
             else:
                 lines.append(f"  {label}: {worst['message']}")
