@@ -174,9 +174,13 @@ def _measured_verdict(doc: MeasurementDocument) -> str | None:
     elif len(worse) == len(ranks):
         where = f"regressed on every rank ({len(ranks)} of {len(ranks)})"
     else:
-        where = f"regressed on {len(worse)} of {len(ranks)} ranks: rank {', '.join(str(r) for r in worse)}"
+        where = f"regressed on rank {', '.join(str(r) for r in worse)} only ({len(worse)} of {len(ranks)} ranks)"
     if leaks:
-        trend = f"B leaks on rank {', '.join(str(r) for r in leaks)} (allocated keeps growing after warm-up)"
+        on = ", ".join(str(r) for r in leaks)
+        trend = (
+            f"B leaks on rank {on} (allocated keeps growing after warm-up): a memory snapshot of rank {on} "
+            "(torch.cuda.memory._record_memory_history, then _dump_snapshot) shows what stays alive"
+        )
     elif worse and all(r["trend_b"] == "stable" for r in ranks if r["regressed"]):
         trend = "B is stable over its iterations: a larger working set per step, not a leak"
     else:
