@@ -360,7 +360,7 @@ def _verdict_text(kind: str, numbers: dict[str, int | None]) -> str | None:
     if request is None:
         return None
     asked = format_bytes(request)
-    if kind == "fragmentation" and idle is not None:
+    if kind == "fragmentation" and idle is not None and idle >= request:
         return (
             f"fragmentation: the {asked} request is smaller than the {format_bytes(idle)} reserved but "
             "unallocated: the memory is there, not as one block"
