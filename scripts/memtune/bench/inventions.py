@@ -38,6 +38,12 @@ def helper_options(helper: str) -> frozenset[str]:
     return frozenset(names)
 
 
+@functools.cache
+def helper_option_names() -> frozenset[str]:
+    """Every option of every helper, as option_name writes it (computed once, not per answer)."""
+    return frozenset(option_name(o) for helper in HELPERS for o in helper_options(helper))
+
+
 def unknown_helper_options(answer: str) -> list[str]:
     """Options the answer passes to one of this skill's helpers that the helper does not have
     (``trace_regression.py --fail-on-oom``): an invented interface, told apart by the helper's
@@ -104,9 +110,7 @@ def unknown_megatron_options(answer: str, given: Iterable[str] = ()) -> list[str
     if _OTHER_TOOL.search(answer):
         return []
     names, families = megatron_options()
-    mine = {option_name(o) for o in given}
-    for helper in HELPERS:
-        mine.update(option_name(o) for o in helper_options(helper))
+    mine = {option_name(o) for o in given} | helper_option_names()
     out: list[str] = []
     for option in _OPTION.findall(answer):
         name = option_name(option)

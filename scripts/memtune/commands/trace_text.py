@@ -15,13 +15,10 @@ if TYPE_CHECKING:
 
 
 def _g(value: int | None, signed: bool = False) -> str:
-    """GiB with two decimals; a change under 1 GiB also in MiB, so +16 MiB does not read as +0.02 GiB."""
+    """GiB with two decimals; a signed value is a change, worded by ``_change``."""
     if value is None:
         return "n/a"
-    if not signed:
-        return f"{value / GIB:.2f} GiB"
-    small = f" ({value / MIB:+.0f} MiB)" if 0 < abs(value) < GIB else ""
-    return f"{value / GIB:+.2f} GiB{small}"
+    return _change(value) if signed else f"{value / GIB:.2f} GiB"
 
 
 def _value(v: object) -> str:
@@ -114,7 +111,7 @@ _FIGURE_NAMES = {
 }
 
 
-def _change(delta: int | None, base: int | None) -> str:
+def _change(delta: int | None, base: int | None = None) -> str:
     """ "+2.89 GiB (+61.7%)", "+0.02 GiB (+16 MiB, +0.01%)": the change, in MiB too when under
     1 GiB, and as a share of A, which a percentage threshold is read against."""
     if delta is None:
