@@ -177,6 +177,8 @@ BATCHES = (
     "blind_batch11.yaml",
     "blind_batch12.yaml",
     "blind_batch13.yaml",
+    "blind_batch14.yaml",
+    "blind_batch15.yaml",
 )
 BLIND = [(name, *row) for name in BATCHES for row in _indexed(name)]
 

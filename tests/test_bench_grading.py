@@ -300,6 +300,74 @@ def test_a_pyxis_option_that_never_existed_fails_the_answer() -> None:
     assert grade_answer(checks, "srun --container-image=x --container-mounts=/a:/a train.py").content_score == 1.0
 
 
+@pytest.mark.parametrize(
+    ("answer", "invented"),
+    [
+        ("export CUDA_ALLOC_CONF=expandable_segments:True before srun", ["CUDA_ALLOC_CONF"]),
+        ("os.environ['TORCH_CUDA_EXPANDABLE_SEGMENTS'] = '1'", ["TORCH_CUDA_EXPANDABLE_SEGMENTS"]),
+        ("MEGATRON_ALLOC_CONF=expandable_segments:True torchrun ...", ["MEGATRON_ALLOC_CONF"]),
+        ("PYTORCH_CUDA_ALLOC_CONFIG=expandable_segments:True", ["PYTORCH_CUDA_ALLOC_CONFIG"]),
+        ("raise NCCL_TIMEOUT=3600 and set NCCL_BUFFER_SIZE=4194304", ["NCCL_TIMEOUT", "NCCL_BUFFER_SIZE"]),
+        ("NCCL_MEM_RESERVE_MB=2048 keeps NCCL's buffers out of the way", ["NCCL_MEM_RESERVE_MB"]),
+        ("export NVTE_ACTIVATION_OFFLOAD=1 to move activations to the host", ["NVTE_ACTIVATION_OFFLOAD"]),
+    ],
+)
+def test_an_environment_variable_nothing_reads_is_found(answer: str, invented: list[str]) -> None:
+    from memtune.bench.inventions import unknown_environment_variables
+
+    assert unknown_environment_variables(answer) == invented
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+        "on 2.9 and later PYTORCH_ALLOC_CONF=expandable_segments:True; on ROCm PYTORCH_HIP_ALLOC_CONF",
+        "NCCL_BUFFSIZE=2097152 NCCL_NVLS_ENABLE=0 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=ALLOC NCCL_GRAPH_REGISTER=0",
+        "NCCL_BLOCKING_WAIT=1 is the older spelling of TORCH_NCCL_BLOCKING_WAIT",  # PyTorch's own alias
+        "NCCL_SINGLE_RING_THRESHOLD and NCCL_SHARP_DISABLE are real too",  # NCCL 2.2 docs; SHARP plugin
+        "CUDA_DEVICE_MAX_CONNECTIONS=1 TORCH_NCCL_AVOID_RECORD_STREAMS=1 CUDA_VISIBLE_DEVICES=0,1",  # not judged
+        "NVTE_FLASH_ATTN=0 NVTE_FUSED_ATTN=1 NVTE_FWD_LAYERNORM_SM_MARGIN=8",
+    ],
+)
+def test_real_environment_variables_pass(answer: str) -> None:
+    from memtune.bench.inventions import unknown_environment_variables
+
+    assert unknown_environment_variables(answer) == []
+
+
+def test_an_invented_environment_variable_fails_the_answer_unless_denied_or_the_users() -> None:
+    """An answer with every right word that tells the user to export CUDA_ALLOC_CONF changes
+    nothing on the user's job: it fails. Saying that name is not read, or quoting the user's own
+    (misnamed) variable from the question or files, does not."""
+    checks = {"claims": [{"label": "expandable", "patterns": ["expandable_segments:True"], "key": True}]}
+    wrong = "Fragmentation: export CUDA_ALLOC_CONF=expandable_segments:True before launch."
+    assert grade_answer(checks, wrong).content_score == 0.0
+    right = "Fragmentation: export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True before launch."
+    assert grade_answer(checks, right).content_score == 1.0
+    denied = right + " Do not set CUDA_ALLOC_CONF: nothing reads it."
+    assert grade_answer(checks, denied).content_score == 1.0
+    assert grade_answer({**checks, "env_given": ["CUDA_ALLOC_CONF"]}, wrong).content_score == 1.0
+
+
+def test_the_environment_name_lists_hold_what_the_check_relies_on() -> None:
+    """The allocator list is exactly PyTorch's four names; the NCCL and NVTE lists are harvests of
+    those projects' source history (hundreds of names each), not a hand-picked few."""
+    from memtune.bench.inventions import environment_names
+
+    allocator, families = environment_names()
+    assert allocator == {
+        "PYTORCH_ALLOC_CONF",
+        "PYTORCH_CUDA_ALLOC_CONF",
+        "PYTORCH_HIP_ALLOC_CONF",
+        "PYTORCH_XPU_ALLOC_CONF",
+    }
+    assert len(families["NCCL_"]) > 400 and len(families["NVTE_"]) > 250
+    assert {"NCCL_BUFFSIZE", "NCCL_IB_TIMEOUT", "NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE"} <= families["NCCL_"]
+    assert {"NVTE_FLASH_ATTN", "NVTE_FUSED_ATTN", "NVTE_ALLOW_NONDETERMINISTIC_ALGO"} <= families["NVTE_"]
+    assert all(name.startswith(prefix) for prefix, names in families.items() for name in names)
+
+
 def test_an_allocator_fix_for_an_oversized_request_in_a_small_agents_words() -> None:
     """The forced run's 1.5B agent writes the allocator fix as "fix this by setting
     PYTORCH_CUDA_ALLOC_CONF=..." or "the fix is to set PYTORCH_CUDA_ALLOC_CONF=...": for a request

@@ -148,6 +148,86 @@ SENTENCES = {
         "For better throughput, switch off the distributed optimizer and let DDP overlap the all-reduce.",
         "Keep the distributed optimizer on; overlap_grad_reduce and overlap_param_gather work with it.",
     ),
+    "myth-vpp-more-bubble": (
+        "More virtual stages widen the pipeline bubble, so VPP 10 is slower than VPP 5.",
+        "Going from VPP 5 to VPP 10 shrinks the bubble but doubles the p2p sends; memory stays about the same.",
+    ),
+    "myth-distopt-one-gpu": (
+        "Enable the distributed optimizer even on a single GPU: it halves the Adam state.",
+        "With one GPU (DP=1) there is no data-parallel group to shard over, so the distributed optimizer saves nothing.",
+    ),
+    "myth-launch-blocking-memory": (
+        "Export CUDA_LAUNCH_BLOCKING=1 so frees happen synchronously and blocks coalesce.",
+        "CUDA_LAUNCH_BLOCKING=1 is a debugging switch that serialises kernel launches; leave it unset in training.",
+    ),
+    "myth-expandable-needs-split-size": (
+        "Expandable segments need max_split_size_mb set as well, or the allocator ignores them.",
+        "Expandable segments work on their own; max_split_size_mb is a different, older knob.",
+    ),
+    "myth-cuda-alloc-conf-ignored": (
+        "From 2.9 on, PyTorch ignores PYTORCH_CUDA_ALLOC_CONF, so only the new name works.",
+        "From 2.9 on, PYTORCH_ALLOC_CONF is read first and PYTORCH_CUDA_ALLOC_CONF is still honoured as an alias.",
+    ),
+    "myth-tp-overlap-without-sp": (
+        "Switch sequence parallelism off before you turn on tp_comm_overlap.",
+        "tp_comm_overlap needs sequence parallelism on, so keep sequence_parallel=True.",
+    ),
+    "myth-nccl-env-first-node": (
+        "Set NCCL_NVLS_ENABLE=0 on the head node only; the remaining nodes inherit it at init.",
+        "Set NCCL_NVLS_ENABLE=0 in the job environment so every rank on every node sees it.",
+    ),
+    "myth-recompute-modules-need-full": (
+        "Use recompute_granularity: full, which is what makes Megatron honour recompute_modules.",
+        "recompute_modules is read with recompute_granularity: selective; full recomputes whole layers.",
+    ),
+    "myth-more-workers-less-ram": (
+        "Raise num_workers to 16: each worker then holds a smaller slice, which lowers host RAM.",
+        "Lower num_workers: every worker is its own process with its own prefetch, so more workers use more RAM.",
+    ),
+    "myth-vllm-full-utilization": (
+        "Start vLLM with --gpu-memory-utilization 1.0 so the KV cache gets the whole card.",
+        "Keep --gpu-memory-utilization at 0.9 or lower so activations and CUDA graphs have room.",
+    ),
+    "myth-unlimited-all-gathers": (
+        "Rate-limiting all-gathers is what causes the fragmentation, so lift the limit.",
+        "Keep limit_all_gathers=True: it caps how many unsharded layers are in flight at once.",
+    ),
+    "myth-expandable-mechanism": (
+        "Expandable segments costs about 10% throughput, so turn it off once the run is stable.",
+        "Expandable segments cost about 0.8% here: the allocator grows one mapping instead of cutting new blocks.",
+    ),
+    "myth-moe-active-memory": (
+        "Training memory of an MoE scales with the active parameters, so 3B active means a 3B footprint.",
+        "Every expert's weights, gradients and Adam state live on some GPU, so an MoE's model state follows its total parameters.",
+    ),
+    "myth-tf32-saves-memory": (
+        "Enable TF32 with allow_tf32 to reduce activation memory on Ampere.",
+        "TF32 changes matmul precision and speed; tensors stay fp32 in memory.",
+    ),
+    "myth-visible-devices-spreads-model": (
+        "Set CUDA_VISIBLE_DEVICES=0,1 and PyTorch distributes the layers over both cards automatically.",
+        "CUDA_VISIBLE_DEVICES only chooses which GPUs the process sees; splitting the model needs TP, PP or FSDP.",
+    ),
+    "myth-fsdp-shards-activations": (
+        "FSDP shards the activations across ranks, so add more GPUs to the FSDP group.",
+        "FSDP shards parameters, gradients and optimizer state; activations stay per rank.",
+    ),
+    "myth-sp-without-tp": (
+        "Enable sequence_parallel=True with TP=1 to split the activations.",
+        "Sequence parallelism splits activations across the TP group, so it does nothing at TP 1.",
+    ),
+    "myth-vllm-utilization-meaning": (
+        "--gpu-memory-utilization is the fraction of the card vLLM leaves free for others.",
+        "--gpu-memory-utilization is the fraction of the card vLLM may use in total: weights, activations and KV cache.",
+    ),
+    "myth-global-batch-memory": (
+        "Raise --global-batch-size to 8 to lower the peak.",
+        "The global batch only sets the number of micro-batches per step; the peak follows the micro-batch.",
+    ),
+    "myth-disable-offload-lowers-gpu": (
+        "Turn off CPU offload of the optimizer: that reduces GPU memory.",
+        "Turning CPU offload off moves the optimizer state back onto the GPU, which raises GPU memory.",
+    ),
     "myth-snapshot-pickle": (
         "Open it with pickle.load(f) and walk the segments.",
         "Read the snapshot as data with runtime_memory.py; unpickling a file runs whatever it carries.",
@@ -195,6 +275,29 @@ NEAR_MISSES = (
     "Full recompute costs about 30% more compute; selective core_attn recompute is nearly free with flash attention.",
     "pin_memory=True speeds host-to-device copies but uses page-locked host RAM.",
     "Keep the distributed optimizer on; for better throughput, enable overlap_grad_reduce.",
+    "Interleaving (VPP) shrinks the bubble; the price is more point-to-point traffic, not memory.",
+    "At DP 8 the distributed optimizer cuts the Adam state to an eighth; at DP 1 it changes nothing.",
+    "Set CUDA_LAUNCH_BLOCKING=1 only to find which kernel faulted; it slows training and does nothing for memory.",
+    "max_split_size_mb and expandable segments are separate options; expandable segments alone fixes this.",
+    "PYTORCH_CUDA_ALLOC_CONF still works on 2.9; PyTorch warns that the name is deprecated.",
+    "tp_comm_overlap requires sequence_parallel=True and TP > 1.",
+    "Export the NCCL variables in the sbatch script so every task on every node inherits them.",
+    "Selective recompute with recompute_modules=[core_attn] is the cheap option; full recompute costs about a third more compute.",
+    "Recompute the mlp only at the end: it saved about 3 GB but cost about 16% throughput.",
+    "Fewer workers and a smaller prefetch_factor lower host RAM.",
+    "The default --gpu-memory-utilization 0.9 leaves a tenth of the card for everything else.",
+    "FSDP's limit_all_gathers=True keeps memory lower by rate-limiting all-gathers.",
+    "Expandable segments have been in PyTorch since 2.1; on older releases use max_split_size_mb.",
+    "With expandable segments, the allocator still caches blocks; it maps more physical memory into one segment.",
+    "Switching from top-2 to top-1 routing halves the expert compute per token, not the expert weights.",
+    "EP 2 halves the expert weights each GPU holds.",
+    "TF32 is a compute mode; it saves time, not memory.",
+    "CUDA_VISIBLE_DEVICES=0,1 exposes two GPUs; torchrun then starts one process per GPU.",
+    "FSDP shards parameters and gradients; use activation checkpointing for activations.",
+    "Keep sequence_parallel=True with TP 4: it splits the LayerNorm and dropout activations.",
+    "Lower --gpu-memory-utilization to 0.8 to leave room for another process.",
+    "Raising the global batch adds accumulation steps; memory per step stays the same.",
+    "CPU offload lowers GPU memory at the cost of PCIe traffic.",
 )
 
 

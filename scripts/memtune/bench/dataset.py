@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memtune.bench.inventions import alloc_conf_values, options_in
+from memtune.bench.inventions import alloc_conf_values, env_names_in, options_in
 from memtune.errors import InputError
 
 
@@ -235,6 +235,7 @@ def load_dataset(path: Path, schema_path: Path | None = None) -> Dataset:
         checks = with_myths(resolve_checks(obj.get("checks", {}), library, where), library, where)
         checks["alloc_conf_given"] = alloc_conf_values(given)
         checks["options_given"] = options_in(given)
+        checks["env_given"] = env_names_in(given)
         case = Case(
             id=obj["id"],
             question=obj["question"],

@@ -42,6 +42,7 @@ from typing import Any
 
 from memtune.bench.inventions import (
     rejected_alloc_settings,
+    unknown_environment_variables,
     unknown_helper_options,
     unknown_megatron_options,
     unknown_pyxis_options,
@@ -254,7 +255,8 @@ _AFTER_STOP = re.compile(r"\b(?:and|that|which|while|whereas|who|where|when|whos
 # For a wrong claim only: a recommendation kept for later is not the recommendation
 # ("only if that is not enough, raise TP", "raise TP as a last resort").
 _HEDGE_SENTENCE = re.compile(
-    r"\b(?:if|unless|whether|only\s+(?:if|when|after|as|then|once)|last\s+resort|fallback|later|eventually|"
+    r"\b(?:if|unless|whether|only\s+(?:(?:helps?|works?|matters?|applies)\s+)?(?:if|when|after|as|then|once)|"
+    r"last\s+resort|fallback|later|eventually|"
     r"afterwards|after\s+that|(?:only\s+)?at\s+the\s+(?:very\s+)?end)\b",
     re.IGNORECASE,
 )
@@ -348,12 +350,16 @@ def _denial_before(before: str, start: int) -> re.Match[str] | None:
     return None
 
 
-def _find(pattern: str, answer: str, clauses: Sequence[Span], negative: bool, hedged_ok: bool) -> list[ClaimMatch]:
+def _find(
+    pattern: str, answer: str, clauses: Sequence[Span], negative: bool, hedged_ok: bool, hedge_rescues: bool = True
+) -> list[ClaimMatch]:
     """Each place ``pattern`` matches inside one clause, with its polarity.
 
     ``negative``: the wording itself carries a negation ("no layout change"), so its own
     "no" does not deny it. ``hedged_ok``: a hedge ("if needed", "as a last resort") leaves
-    the claim unasserted — used for wrong claims, which are recommendations."""
+    the claim unasserted — used for wrong claims, which are recommendations. ``hedge_rescues``
+    False: only a denial or a question does (an invented name is wrong even as a conditional
+    step: "if you want to keep both, export NCCL_UB_EXPANDABLE_COMPAT=1")."""
     found = []
     for span in clauses:
         part = answer[span.start : span.end]
@@ -381,7 +387,7 @@ def _find(pattern: str, answer: str, clauses: Sequence[Span], negative: bool, he
                     continue
                 hedge = _HEDGE_SENTENCE.search(answer[span.sentence_start : span.start + m.start()])
                 hedge = hedge or _HEDGE_AFTER.search(after)
-                if hedge:
+                if hedge and hedge_rescues:
                     found.append(ClaimMatch(m.group(0), False, f"hedged by {hedge.group(0).strip()!r}"))
                     continue
             found.append(ClaimMatch(m.group(0), True, "asserted"))
@@ -410,7 +416,7 @@ def claim_verdict(claim: Mapping[str, Any], answer: str, clauses: Sequence[Span]
     denied: ClaimMatch | None = None
     wordings = [(p, False) for p in claim.get("patterns", ())] + [(p, True) for p in claim.get("negative_patterns", ())]
     for pattern, negative in wordings:
-        for match in _find(pattern, answer, clauses, negative, hedged_ok=wrong):
+        for match in _find(pattern, answer, clauses, negative, hedged_ok=wrong, hedge_rescues=claim.get("hedge", True)):
             if match.asserted:
                 return match
             denied = denied or match
@@ -489,10 +495,15 @@ def grade_answer(
             unknown_megatron_options(answer, checks.get("options_given", ())),
         ),
         ("names a pyxis option that does not exist", unknown_pyxis_options(answer)),
+        (
+            "names an environment variable that nothing reads",
+            unknown_environment_variables(answer, checks.get("env_given", ())),
+        ),
     )
     for what, options in invented:
         for option in options:
-            claim = {"label": f"{what} ({option})", "patterns": [re.escape(option) + r"(?![\w-])"]}
+            pattern = rf"(?<![\w-]){re.escape(option)}(?![\w-])"
+            claim = {"label": f"{what} ({option})", "patterns": [pattern], "hedge": False}
             results.append(_check_claim(claim, prose, clauses, wrong=True))
     content = list(results)
     command_ok: bool | None = None

@@ -1,6 +1,6 @@
 """Inventions an answer can make in any task, each told apart by the project's own knowledge:
 an allocator setting PyTorch rejects, an option a helper does not have, a Megatron-LM option or a
-pyxis option that never existed.
+pyxis option that never existed, an environment variable that nothing reads.
 
 Why a module of its own: each check reads the answer's command lines and options rather than its
 claims, and each leans on another part of the project (the allocator parser, the helpers' click
@@ -182,4 +182,57 @@ def unknown_pyxis_options(answer: str) -> list[str]:
         option = option.rstrip("-")
         if option[2:] not in known and option not in out:
             out.append(option)
+    return out
+
+
+#: An environment variable's name: upper-case words joined by underscores (``NCCL_BUFFSIZE``).
+_ENV_NAME = re.compile(r"(?<![\w$-])[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+(?![\w-])")
+#: The words that mark a name as an allocator setting's: PyTorch reads those only under its own names.
+_ALLOCATOR_WORDS = ("ALLOC_CONF", "EXPANDABLE_SEGMENTS")
+
+
+#: Variable families whose every real name data/env_names.yaml lists: prefix -> its key there.
+_ENV_FAMILIES = {"NCCL_": "nccl", "NVTE_": "transformer_engine"}
+
+
+@functools.cache
+def environment_names() -> tuple[frozenset[str], dict[str, frozenset[str]]]:
+    """(allocator names, {family prefix: names}): every name PyTorch's allocators, NCCL and
+    Transformer Engine read (data/env_names.yaml)."""
+    from memtune.files.data_yaml import load_data_yaml
+    from memtune.files.paths import DATA_DIR
+
+    table = load_data_yaml(DATA_DIR / "env_names.yaml") or {}
+    families = {prefix: frozenset(map(str, table.get(key, ()))) for prefix, key in _ENV_FAMILIES.items()}
+    return frozenset(map(str, table.get("allocator", ()))), families
+
+
+def env_names_in(text: str) -> list[str]:
+    """The variable-shaped names written in ``text``, each once, in order."""
+    return list(dict.fromkeys(_ENV_NAME.findall(text)))
+
+
+def unknown_environment_variables(answer: str, given: Iterable[str] = ()) -> list[str]:
+    """Environment variables the answer names that nothing reads: an allocator setting under
+    another name than PyTorch's (``CUDA_ALLOC_CONF=expandable_segments:True``,
+    ``TORCH_CUDA_EXPANDABLE_SEGMENTS=1``), an ``NCCL_`` name NCCL never had (``NCCL_TIMEOUT``) or
+    an ``NVTE_`` name Transformer Engine never had (``NVTE_SLIDING_WINDOW_MEMORY_SAVER``).
+
+    Why: a user who exports such a variable gets no change at all, and the answer still carries
+    every right word (the setting's value, the verdict), so no claim check can fail it; the small
+    model of the Tier-3 runs writes ``CUDA_ALLOC_CONF`` often. Only the families whose every real
+    name the project lists are judged; names the user wrote (question, files) are left out."""
+    allocator, families = environment_names()
+    mine = set(given)
+    out: list[str] = []
+    for name in env_names_in(answer):
+        if name in mine or name in out:
+            continue
+        if any(word in name for word in _ALLOCATOR_WORDS):
+            if name not in allocator:
+                out.append(name)
+        else:
+            known = next((names for prefix, names in families.items() if name.startswith(prefix)), None)
+            if known is not None and name not in known:
+                out.append(name)
     return out
