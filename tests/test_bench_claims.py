@@ -179,6 +179,7 @@ BATCHES = (
     "blind_batch13.yaml",
     "blind_batch14.yaml",
     "blind_batch15.yaml",
+    "blind_batch16.yaml",
 )
 BLIND = [(name, *row) for name in BATCHES for row in _indexed(name)]
 

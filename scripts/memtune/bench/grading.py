@@ -261,7 +261,7 @@ _HEDGE_SENTENCE = re.compile(
     re.IGNORECASE,
 )
 _HEDGE_AFTER = re.compile(
-    r"^[^.;!?]{0,40}?\b(?:if\s+(?:needed|necessary|required|(?:it|that|this|you)\b)|only\s+if|as\s+a\s+"
+    r"^[^.;!?]{0,40}?\b(?:if\s+(?:needed|necessary|required|(?:it|that|this|you)\b)|if(?=\s*$)|only\s+if|as\s+a\s+"
     r"(?:last\s+resort|fallback)|last\s+resort|later|afterwards|(?:only\s+)?at\s+the\s+(?:very\s+)?end|"
     r"last(?!\s+(?:step|layer|stage|rank|iteration)))\b",
     re.IGNORECASE,
