@@ -228,6 +228,34 @@ SENTENCES = {
         "Turn off CPU offload of the optimizer: that reduces GPU memory.",
         "Turning CPU offload off moves the optimizer state back onto the GPU, which raises GPU memory.",
     ),
+    "myth-allocator-compacts": (
+        "The caching allocator compacts the heap every few steps, so fragmentation clears itself.",
+        "PyTorch never moves a live tensor; expandable segments avoid the gaps by growing one mapping instead.",
+    ),
+    "myth-module-loading-eager": (
+        "Set CUDA_MODULE_LOADING=EAGER to shrink the CUDA context.",
+        "CUDA_MODULE_LOADING=LAZY loads kernels on first use and keeps the context smaller than EAGER.",
+    ),
+    "myth-history-backfill": (
+        "Call _record_memory_history() just before the dump; it backfills stacks for blocks allocated earlier.",
+        "Call _record_memory_history() before building the model: allocations made earlier carry no stack.",
+    ),
+    "myth-adamw-less-state": (
+        "Move from Adam to AdamW, which keeps half as much optimizer state.",
+        "AdamW only changes how weight decay is applied; it keeps the same two moments as Adam.",
+    ),
+    "myth-untie-saves": (
+        "Pass --untie-embeddings-and-output-weights to save memory on the embedding.",
+        "Tying the embeddings shares one matrix; untying adds a second vocab x hidden weight.",
+    ),
+    "myth-recompute-model-state": (
+        "Full recompute halves the weights and gradients on each GPU.",
+        "Recompute trades compute for activation memory; the weights, gradients and Adam state stay the same.",
+    ),
+    "myth-sliding-window-caps": (
+        "With a 4096 sliding window the attention activations are capped, so go to 32k tokens for free.",
+        "A sliding window limits which keys each token attends to; the MLP and norm activations still grow with the sequence.",
+    ),
     "myth-snapshot-pickle": (
         "Open it with pickle.load(f) and walk the segments.",
         "Read the snapshot as data with runtime_memory.py; unpickling a file runs whatever it carries.",
@@ -298,6 +326,13 @@ NEAR_MISSES = (
     "Lower --gpu-memory-utilization to 0.8 to leave room for another process.",
     "Raising the global batch adds accumulation steps; memory per step stays the same.",
     "CPU offload lowers GPU memory at the cost of PCIe traffic.",
+    "The allocator cannot defragment live memory; restart or use expandable segments.",
+    "CUDA_MODULE_LOADING=LAZY is the default on recent CUDA and saves context memory.",
+    "_record_memory_history() records only allocations made after the call.",
+    "Adam and AdamW both keep two fp32 moments per parameter.",
+    "Untying the embeddings adds a vocab x hidden matrix, so it costs memory.",
+    "Recompute cuts activation memory; it leaves weights and gradients as they are.",
+    "Gemma 3's sliding-window layers limit attention span; global layers still see the whole sequence.",
 )
 
 

@@ -96,6 +96,15 @@ def megatron_options() -> tuple[frozenset[str], frozenset[str]]:
     return frozenset(names), frozenset(option_family(n) for n in names if "_" in n)
 
 
+#: First words that, in an option, mean Megatron-LM: several of its options start with each and
+#: the tools answers also name (nsys, srun, pyxis, the helpers) have none that do. An option
+#: starting with one of them that Megatron-LM never had is invented even when its first two words
+#: are new (``--recompute-all-layers``, ``--overlap-tp-gemm``, ``--ckpt-strict``).
+DISTINCT_FIRST_WORDS = frozenset(
+    {"recompute", "overlap", "ckpt", "moe", "cuda", "expert", "pipeline", "tp", "fp8", "dist"}
+)
+
+
 def unknown_megatron_options(answer: str, given: Iterable[str] = ()) -> list[str]:
     """Megatron-LM-looking options that Megatron-LM has never had (``--overlap-grad-allreduce``,
     ``--overlap-param-scatter``): each starts like a family of real options but is none of them.
@@ -103,10 +112,11 @@ def unknown_megatron_options(answer: str, given: Iterable[str] = ()) -> list[str
     Why the family rule: answers also name options of other tools (nsys ``--capture-range``,
     srun ``--container-image``) that no list here can hold, and those seldom begin like a
     Megatron option; an invented Megatron flag almost always does, because it is a real one
-    misremembered. Where they can collide (vLLM ``--max-num-seqs`` against Megatron-LM's
-    ``--max-num-samples``) the answer names the other tool, and is then not checked. Options
-    this skill's helpers accept, and the user's own (in the question or files), are left out. Imported lazily: this module stays importable with the
-    standard library."""
+    misremembered (a few first words are Megatron's alone: DISTINCT_FIRST_WORDS). Where they can
+    collide (vLLM ``--max-num-seqs`` against Megatron-LM's ``--max-num-samples``) the answer names
+    the other tool, and is then not checked. Options this skill's helpers accept, and the user's
+    own (in the question or files), are left out. Imported lazily: this module stays importable
+    with the standard library."""
     if _OTHER_TOOL.search(answer):
         return []
     names, families = megatron_options()
@@ -116,7 +126,7 @@ def unknown_megatron_options(answer: str, given: Iterable[str] = ()) -> list[str
         name = option_name(option)
         if name in names or name in mine or "_" not in name or option in out:
             continue
-        if option_family(name) in families:
+        if option_family(name) in families or name.split("_")[0] in DISTINCT_FIRST_WORDS:
             out.append(option)
     return out
 
