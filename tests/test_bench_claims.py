@@ -180,6 +180,7 @@ BATCHES = (
     "blind_batch14.yaml",
     "blind_batch15.yaml",
     "blind_batch16.yaml",
+    "blind_batch17.yaml",
 )
 BLIND = [(name, *row) for name in BATCHES for row in _indexed(name)]
 
