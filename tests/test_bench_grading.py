@@ -286,6 +286,20 @@ def test_a_figure_given_to_the_wrong_option_fails_the_answer() -> None:
         assert grade_answer(checks, answer).content_score == 1.0, answer
 
 
+def test_an_option_starting_with_a_word_only_megatron_uses_is_judged_whole() -> None:
+    """--recompute-all-layers shares no two-word family with a real option, yet only Megatron-LM's
+    options start with "recompute": it is invented. Real options of those words pass, and the
+    words no other tool in the answers uses are the only ones judged this way."""
+    from memtune.bench.inventions import DISTINCT_FIRST_WORDS, unknown_megatron_options
+
+    invented = "Add --recompute-all-layers, --overlap-tp-gemm and --ckpt-strict to the launch line."
+    assert unknown_megatron_options(invented) == ["--recompute-all-layers", "--overlap-tp-gemm", "--ckpt-strict"]
+    real = "--recompute-granularity full --recompute-method uniform --overlap-grad-reduce --ckpt-format torch_dist --moe-token-dispatcher-type alltoall"
+    assert unknown_megatron_options(real) == []
+    assert "no" not in DISTINCT_FIRST_WORDS and "max" not in DISTINCT_FIRST_WORDS  # pyxis, TGI, vLLM use those
+    assert unknown_megatron_options("srun --no-container-mount-home; TGI --max-batch-prefill-tokens 4096") == []
+
+
 def test_a_pyxis_option_that_never_existed_fails_the_answer() -> None:
     """pyxis adds only --container-* / --no-container-* options to srun; one of that shape that
     no pyxis release had (--container-bind) is invented. Real ones and other srun options pass."""

@@ -276,6 +276,20 @@ def test_a_myth_fails_the_answer_and_its_correction_does_not(name: str) -> None:
     assert grade_answer(checks, corrects).content_score == 1.0, corrects
 
 
+def test_a_myth_stays_wrong_as_a_conditional_step() -> None:
+    """A hedge ("if you want memory back, ...") defers a right action; it does not make a false
+    statement true. A denial still spares the sentence."""
+    checks = {"wrong": [resolve_claim(name, LIBRARY, "test") for name in MYTHS]}
+    conditional = "If the peak is tight, remove --use-distributed-optimizer to save a few GiB."
+    assert grade_answer(checks, conditional).content_score == 0.0
+    later = (
+        "Later, when it is stable, turn off expandable segments, since expandable segments cost about 10% throughput."
+    )
+    assert grade_answer(checks, later).content_score == 0.0
+    denied = "Do not remove --use-distributed-optimizer to get memory back: it would cost memory."
+    assert grade_answer(checks, denied).content_score == 1.0
+
+
 def test_every_task_carries_every_myth() -> None:
     dataset = load_dataset(REPO / "evals" / "evals.json")
     for case in dataset.cases:
