@@ -318,6 +318,7 @@ def test_a_pyxis_option_that_never_existed_fails_the_answer() -> None:
     ("answer", "invented"),
     [
         ("export CUDA_ALLOC_CONF=expandable_segments:True before srun", ["CUDA_ALLOC_CONF"]),
+        ('echo "$CUDA_ALLOC_CONF" to check it is set', ["CUDA_ALLOC_CONF"]),
         ("os.environ['TORCH_CUDA_EXPANDABLE_SEGMENTS'] = '1'", ["TORCH_CUDA_EXPANDABLE_SEGMENTS"]),
         ("MEGATRON_ALLOC_CONF=expandable_segments:True torchrun ...", ["MEGATRON_ALLOC_CONF"]),
         ("PYTORCH_CUDA_ALLOC_CONFIG=expandable_segments:True", ["PYTORCH_CUDA_ALLOC_CONFIG"]),

@@ -96,10 +96,11 @@ def megatron_options() -> tuple[frozenset[str], frozenset[str]]:
     return frozenset(names), frozenset(option_family(n) for n in names if "_" in n)
 
 
-#: First words that, in an option, mean Megatron-LM: several of its options start with each and
-#: the tools answers also name (nsys, srun, pyxis, the helpers) have none that do. An option
-#: starting with one of them that Megatron-LM never had is invented even when its first two words
-#: are new (``--recompute-all-layers``, ``--overlap-tp-gemm``, ``--ckpt-strict``).
+#: First words that, in an option, mean Megatron-LM: several of its options start with each, and
+#: of the other tools answers name only nsys has such options (``--cuda-memory-usage``), and an
+#: answer that names nsys is not checked. An option starting with one of them that Megatron-LM
+#: never had is invented even when its first two words are new (``--recompute-all-layers``,
+#: ``--overlap-tp-gemm``, ``--ckpt-strict``).
 DISTINCT_FIRST_WORDS = frozenset(
     {"recompute", "overlap", "ckpt", "moe", "cuda", "expert", "pipeline", "tp", "fp8", "dist"}
 )
@@ -196,7 +197,7 @@ def unknown_pyxis_options(answer: str) -> list[str]:
 
 
 #: An environment variable's name: upper-case words joined by underscores (``NCCL_BUFFSIZE``).
-_ENV_NAME = re.compile(r"(?<![\w$-])[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+(?![\w-])")
+_ENV_NAME = re.compile(r"(?<![\w-])[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+(?![\w-])")
 #: The words that mark a name as an allocator setting's: PyTorch reads those only under its own names.
 _ALLOCATOR_WORDS = ("ALLOC_CONF", "EXPANDABLE_SEGMENTS")
 
