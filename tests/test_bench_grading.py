@@ -292,12 +292,16 @@ def test_an_option_starting_with_a_word_only_megatron_uses_is_judged_whole() -> 
     words no other tool in the answers uses are the only ones judged this way."""
     from memtune.bench.inventions import DISTINCT_FIRST_WORDS, unknown_megatron_options
 
-    invented = "Add --recompute-all-layers, --overlap-tp-gemm and --ckpt-strict to the launch line."
-    assert unknown_megatron_options(invented) == ["--recompute-all-layers", "--overlap-tp-gemm", "--ckpt-strict"]
+    invented = "Add --recompute-all-layers and --overlap-tp-gemm to the launch line."
+    assert unknown_megatron_options(invented) == ["--recompute-all-layers", "--overlap-tp-gemm"]
     real = "--recompute-granularity full --recompute-method uniform --overlap-grad-reduce --ckpt-format torch_dist --moe-token-dispatcher-type alltoall"
     assert unknown_megatron_options(real) == []
-    assert "no" not in DISTINCT_FIRST_WORDS and "max" not in DISTINCT_FIRST_WORDS  # pyxis, TGI, vLLM use those
-    assert unknown_megatron_options("srun --no-container-mount-home; TGI --max-batch-prefill-tokens 4096") == []
+    # pyxis, TGI, PyTorch's examples and Meta's Llama scripts use these words unnamed
+    assert not {"no", "max", "dist", "ckpt"} & DISTINCT_FIRST_WORDS
+    unnamed = (
+        "srun --no-container-mount-home; --max-batch-prefill-tokens 4096; --dist-url tcp://h:23456 --ckpt_dir llama/"
+    )
+    assert unknown_megatron_options(unnamed) == []
 
 
 def test_a_pyxis_option_that_never_existed_fails_the_answer() -> None:
@@ -343,12 +347,31 @@ def test_an_environment_variable_nothing_reads_is_found(answer: str, invented: l
         "NCCL_SINGLE_RING_THRESHOLD and NCCL_SHARP_DISABLE are real too",  # NCCL 2.2 docs; SHARP plugin
         "CUDA_DEVICE_MAX_CONNECTIONS=1 TORCH_NCCL_AVOID_RECORD_STREAMS=1 CUDA_VISIBLE_DEVICES=0,1",  # not judged
         "NVTE_FLASH_ATTN=0 NVTE_FUSED_ATTN=1 NVTE_FWD_LAYERNORM_SM_MARGIN=8",
+        "on Ascend, torch_npu reads PYTORCH_NPU_ALLOC_CONF=expandable_segments:True",  # a device plugin's own
+        "NCCL_FASTRAK_CTRL_DEV=eth0 NCCL_GPUDIRECTTCPX_SOCKET_IFNAME=eth1 NCCL_TESTS_SPLIT_MASK=0x7 NVTE_CK_USES_BWD_V3=1",
     ],
 )
 def test_real_environment_variables_pass(answer: str) -> None:
     from memtune.bench.inventions import unknown_environment_variables
 
     assert unknown_environment_variables(answer) == []
+
+
+@pytest.mark.parametrize(
+    "sentence",
+    [
+        "NCCL_TIMEOUT does not exist; use the timeout argument of init_process_group.",
+        "Note that CUDA_ALLOC_CONF is a common typo; PyTorch only reads PYTORCH_CUDA_ALLOC_CONF.",
+        "Beware of TORCH_CUDA_ALLOC_CONF, which PyTorch never reads.",
+        "If you misspell it as CUDA_ALLOC_CONF, nothing happens.",
+        "Setting CUDA_ALLOC_CONF has no effect; the variable is PYTORCH_CUDA_ALLOC_CONF.",
+    ],
+)
+def test_an_invented_name_that_the_answer_calls_wrong_passes(sentence: str) -> None:
+    from memtune.bench.inventions import unknown_environment_variables
+
+    assert unknown_environment_variables(sentence)  # the name is found ...
+    assert grade_answer({}, sentence).content_score == 1.0  # ... and the answer's own denial spares it
 
 
 def test_an_invented_environment_variable_fails_the_answer_unless_denied_or_the_users() -> None:
@@ -370,7 +393,7 @@ def test_the_environment_name_lists_hold_what_the_check_relies_on() -> None:
     those projects' source history (hundreds of names each), not a hand-picked few."""
     from memtune.bench.inventions import environment_names
 
-    allocator, families = environment_names()
+    allocator, families, plugins = environment_names()
     assert allocator == {
         "PYTORCH_ALLOC_CONF",
         "PYTORCH_CUDA_ALLOC_CONF",
@@ -381,6 +404,7 @@ def test_the_environment_name_lists_hold_what_the_check_relies_on() -> None:
     assert {"NCCL_BUFFSIZE", "NCCL_IB_TIMEOUT", "NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE"} <= families["NCCL_"]
     assert {"NVTE_FLASH_ATTN", "NVTE_FUSED_ATTN", "NVTE_ALLOW_NONDETERMINISTIC_ALGO"} <= families["NVTE_"]
     assert all(name.startswith(prefix) for prefix, names in families.items() for name in names)
+    assert plugins and all(prefix.startswith(tuple(families)) for prefix in plugins)
 
 
 def test_an_allocator_fix_for_an_oversized_request_in_a_small_agents_words() -> None:

@@ -173,7 +173,7 @@ SENTENCES = {
         "tp_comm_overlap needs sequence parallelism on, so keep sequence_parallel=True.",
     ),
     "myth-nccl-env-first-node": (
-        "Set NCCL_NVLS_ENABLE=0 on the head node only; the remaining nodes inherit it at init.",
+        "NCCL reads its settings on rank 0 and broadcasts the configuration, so set NCCL_NVLS_ENABLE=0 there.",
         "Set NCCL_NVLS_ENABLE=0 in the job environment so every rank on every node sees it.",
     ),
     "myth-recompute-modules-need-full": (
@@ -347,6 +347,33 @@ NEAR_MISSES = (
     "Untying the embeddings adds a vocab x hidden matrix, so it costs memory.",
     "Recompute cuts activation memory; it leaves weights and gradients as they are.",
     "Gemma 3's sliding-window layers limit attention span; global layers still see the whole sequence.",
+    # right statements a reviewer wrote against these myths (each once failed a draft of them)
+    "If you open the snapshot with pickle.load(f), any code inside it runs, so use runtime_memory.py instead.",
+    "If you keep a plain causal mask across the pack, tokens attend across samples, which is wrong.",
+    "If you delete the _extra_state entries, FP8 scaling history is lost and the loss spikes.",
+    "If you raise NCCL_BUFFSIZE to reduce memory, it has the opposite effect.",
+    "Megatron turns sequence_parallel off automatically if you set sequence_parallel=True with TP=1.",
+    "PyTorch 2.9 prefers PYTORCH_ALLOC_CONF and, if both are set, ignores PYTORCH_CUDA_ALLOC_CONF.",
+    "With one GPU, the distributed optimizer saves no memory.",
+    "Even with one GPU per node, the distributed optimizer shards across all data-parallel ranks.",
+    "Switching from Adam to AdamW saves nothing; to halve optimizer state, use an 8-bit optimizer.",
+    "Recompute shrinks activations while TP halves the weights per GPU.",
+    "TF32 leaves tensors in fp32, whereas bf16 halves activation memory.",
+    "Compared with interleaving, non-interleaved 1F1B has the bigger pipeline bubble.",
+    "Doubling VPP halves the bubble, while raising PP increases the bubble.",
+    "--untie-embeddings-and-output-weights removes the embedding all-reduce, which saves a little step time.",
+    "Under pipeline parallelism, Megatron's tied word embeddings are stored twice, on the first and the last stage.",
+    "limit_all_gathers=False lets more all-gather buffers be in flight, which raises the peak.",
+    "Fewer experts per GPU cuts the expert weights each rank holds, which is what EP does.",
+    "Slurm exports the submitting environment, so the other nodes inherit the variable automatically.",
+    "gpu_memory_utilization=0.9 is a fraction of total memory: vLLM takes 90% and leaves free the remaining 10%.",
+    "Turning off CPU offload raises GPU memory; disabling it reduces GPU memory headroom.",
+    "Recording memory history after the model is built captures the tensors that already exist, but without stacks.",
+    "Recomputing full layers is far from free, while selective core_attn recompute is almost free.",
+    "pin_memory=True lets the copy that moves the batch to the GPU run asynchronously.",
+    "Your config has recompute_granularity: full and recompute_modules: [mlp]; Megatron ignores the module list under full.",
+    "ZeRO-R can partition activation checkpoints across ranks (partition_activations).",
+    "Putting os.environ['PYTORCH_CUDA_ALLOC_CONF'] inside the training loop has no effect.",
 )
 
 

@@ -165,7 +165,8 @@ def with_myths(checks: dict[str, Any], library: Mapping[str, Mapping[str, Any]],
 
 
 def resolve_claim(item: Any, library: Mapping[str, Mapping[str, Any]], where: str) -> dict[str, Any]:
-    """A claim as the grader reads it: {label, patterns, negative_patterns, key}.
+    """A claim as the grader reads it: {label, patterns, negative_patterns, key}, and for a
+    library claim its ``scope`` and ``hedge`` (False for myths: a hedge does not spare them).
 
     ``item`` is a library id, ``{"claim": id, "key": bool}``, or an inline
     ``{"label", "patterns", ...}``."""

@@ -227,7 +227,7 @@ _DENY_BEFORE = re.compile(
     r"barely|hardly|scarcely|marginally|negligibly|unlikely|doubt\w*|ruled?\s+out|rule\s+out|exclude[sd]?|"
     r"(?:different|distinct|apart|separat\w*|distinguish\w*|tell\w*)\b[^.;]{0,40}\bfrom|"
     r"wrong(?:ly)?|false(?:ly)?|incorrect(?:ly)?|bogus|tempting|tempted|skip|stop|forget|ignore|"
-    r"unlike)\b|\w+n[’']t\b",
+    r"unlike|beware\s+of|misspell\w*|typos?)\b|\w+n[’']t\b",
     re.IGNORECASE,
 )
 # Words right after a wording that deny it: "raising TP is not the fix",
@@ -247,6 +247,11 @@ _DENY_AFTER = re.compile(
     r"|(?:would|will)\s+(?:only\s+|just\s+)?(?:cost|hurt|slow|lose)\b|costs?\s+(?:\w+\s+){0,3}?(?:throughput|speed|performance)"
     # a hypothetical that describes what is not seen: "a real capacity shortfall would hit every rank"
     r"|would\s+(?:hit|show|look|appear|affect|strike|fail\s+on|be\s+(?:visible|seen|consistent))\b"
+    # a name or a step said to do nothing: "NCCL_TIMEOUT does not exist", "... has no effect"
+    r"|(?:has|have|had)\s+no\s+effect|(?:is|are)\s+(?:silently\s+)?ignored|(?:does|do)\s+nothing"
+    r"|(?:does\s*n[o’']?t|doesn[’']t|does\s+not|do\s+not|don[’']t)\s+(?:exist|take\s+effect|do\s+anything)"
+    r"|(?:PyTorch|NCCL|it|nothing|nobody)\s+(?:ever\s+)?(?:never\s+)?reads?\b"
+    r"|(?:is|are|'s)\s+(?:a\s+)?(?:common\s+)?(?:typo|misspelling)"
     r")",
     re.IGNORECASE,
 )
@@ -267,6 +272,10 @@ _HEDGE_AFTER = re.compile(
     re.IGNORECASE,
 )
 
+
+#: Text ending inside a conditional clause ("If you open the snapshot with "): a wording that
+#: follows belongs to the condition, a case the answer describes, not a step it recommends.
+_INSIDE_CONDITION = re.compile(r"\b(?:if|when|whenever|once|unless)\b[^,;:.!?]*$", re.IGNORECASE)
 
 #: The empty brackets of a call written in prose: ``torch.cuda.empty_cache()``.
 _EMPTY_CALL = re.compile(r"(?<=\w)\(\s*\)")
@@ -358,8 +367,9 @@ def _find(
     ``negative``: the wording itself carries a negation ("no layout change"), so its own
     "no" does not deny it. ``hedged_ok``: a hedge ("if needed", "as a last resort") leaves
     the claim unasserted — used for wrong claims, which are recommendations. ``hedge_rescues``
-    False: only a denial or a question does (an invented name is wrong even as a conditional
-    step: "if you want to keep both, export NCCL_UB_EXPANDABLE_COMPAT=1")."""
+    False: a hedge does not (an invented name is wrong even as a conditional step: "if you want to
+    keep both, export NCCL_UB_EXPANDABLE_COMPAT=1"), only a denial, a question, or the wording
+    standing inside the condition itself ("if you open it with pickle.load, code runs")."""
     found = []
     for span in clauses:
         part = answer[span.start : span.end]
@@ -385,10 +395,15 @@ def _find(
                 if span.question:
                     found.append(ClaimMatch(m.group(0), False, "asked, not asserted"))
                     continue
-                hedge = _HEDGE_SENTENCE.search(answer[span.sentence_start : span.start + m.start()])
+                before = answer[span.sentence_start : span.start + m.start()]
+                hedge = _HEDGE_SENTENCE.search(before)
                 hedge = hedge or _HEDGE_AFTER.search(after)
                 if hedge and hedge_rescues:
                     found.append(ClaimMatch(m.group(0), False, f"hedged by {hedge.group(0).strip()!r}"))
+                    continue
+                condition = None if hedge_rescues else _INSIDE_CONDITION.search(before)
+                if condition:
+                    found.append(ClaimMatch(m.group(0), False, f"inside the condition {condition.group(0).strip()!r}"))
                     continue
             found.append(ClaimMatch(m.group(0), True, "asserted"))
     return found
@@ -407,7 +422,8 @@ def whole_sentences(clauses: Sequence[Span]) -> list[Span]:
 
 def claim_verdict(claim: Mapping[str, Any], answer: str, clauses: Sequence[Span], wrong: bool) -> ClaimMatch | None:
     """The first assertion of the claim in the answer (None when it is never asserted).
-    When it is only found denied, that denial is returned with ``asserted`` False.
+    When it is only found denied, that denial is returned with ``asserted`` False. A claim with
+    ``hedge`` False (invented names, myths) is not spared by a hedge (see ``_find``).
 
     A claim with ``scope: sentence`` is matched across a whole sentence: a comparison such as
     "the more virtual stages, the lower the peak" is one statement split by its comma."""

@@ -97,13 +97,12 @@ def megatron_options() -> tuple[frozenset[str], frozenset[str]]:
 
 
 #: First words that, in an option, mean Megatron-LM: several of its options start with each, and
-#: of the other tools answers name only nsys has such options (``--cuda-memory-usage``), and an
-#: answer that names nsys is not checked. An option starting with one of them that Megatron-LM
-#: never had is invented even when its first two words are new (``--recompute-all-layers``,
-#: ``--overlap-tp-gemm``, ``--ckpt-strict``).
-DISTINCT_FIRST_WORDS = frozenset(
-    {"recompute", "overlap", "ckpt", "moe", "cuda", "expert", "pipeline", "tp", "fp8", "dist"}
-)
+#: the other tools with such options (nsys ``--cuda-memory-usage``, SGLang ``--tp-size``) are
+#: named by the answers that use them, which are then not checked. An option starting with one of
+#: them that Megatron-LM never had is invented even when its first two words are new
+#: (``--recompute-all-layers``, ``--overlap-tp-gemm``). Words that other scripts use unnamed are
+#: left out (``--dist-url`` of PyTorch's examples, ``--ckpt_dir`` of Meta's Llama scripts).
+DISTINCT_FIRST_WORDS = frozenset({"recompute", "overlap", "moe", "cuda", "expert", "pipeline", "tp", "fp8"})
 
 
 def unknown_megatron_options(answer: str, given: Iterable[str] = ()) -> list[str]:
@@ -200,6 +199,9 @@ def unknown_pyxis_options(answer: str) -> list[str]:
 _ENV_NAME = re.compile(r"(?<![\w-])[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+(?![\w-])")
 #: The words that mark a name as an allocator setting's: PyTorch reads those only under its own names.
 _ALLOCATOR_WORDS = ("ALLOC_CONF", "EXPANDABLE_SEGMENTS")
+#: A device plugin's own allocator variable (torch_npu reads ``PYTORCH_NPU_ALLOC_CONF``): the shape
+#: PyTorch's device allocators follow, so a name of that shape is left alone.
+_DEVICE_ALLOC_CONF = re.compile(r"PYTORCH_[A-Z0-9]+_ALLOC_CONF")
 
 
 #: Variable families whose every real name data/env_names.yaml lists: prefix -> its key there.
@@ -207,15 +209,17 @@ _ENV_FAMILIES = {"NCCL_": "nccl", "NVTE_": "transformer_engine"}
 
 
 @functools.cache
-def environment_names() -> tuple[frozenset[str], dict[str, frozenset[str]]]:
-    """(allocator names, {family prefix: names}): every name PyTorch's allocators, NCCL and
-    Transformer Engine read (data/env_names.yaml)."""
+def environment_names() -> tuple[frozenset[str], dict[str, frozenset[str]], tuple[str, ...]]:
+    """(allocator names, {family prefix: names}, plugin prefixes): the names PyTorch's allocators,
+    NCCL and Transformer Engine read, and the prefixes of plugins and forks whose names are not
+    listed (data/env_names.yaml)."""
     from memtune.files.data_yaml import load_data_yaml
     from memtune.files.paths import DATA_DIR
 
     table = load_data_yaml(DATA_DIR / "env_names.yaml") or {}
     families = {prefix: frozenset(map(str, table.get(key, ()))) for prefix, key in _ENV_FAMILIES.items()}
-    return frozenset(map(str, table.get("allocator", ()))), families
+    plugins = tuple(str(prefix) for prefix in table.get("plugin_prefixes", ()))
+    return frozenset(map(str, table.get("allocator", ()))), families, plugins
 
 
 def env_names_in(text: str) -> list[str]:
@@ -233,14 +237,14 @@ def unknown_environment_variables(answer: str, given: Iterable[str] = ()) -> lis
     every right word (the setting's value, the verdict), so no claim check can fail it; the small
     model of the Tier-3 runs writes ``CUDA_ALLOC_CONF`` often. Only the families whose every real
     name the project lists are judged; names the user wrote (question, files) are left out."""
-    allocator, families = environment_names()
+    allocator, families, plugins = environment_names()
     mine = set(given)
     out: list[str] = []
     for name in env_names_in(answer):
-        if name in mine or name in out:
+        if name in mine or name in out or name.startswith(plugins):
             continue
         if any(word in name for word in _ALLOCATOR_WORDS):
-            if name not in allocator:
+            if name not in allocator and not _DEVICE_ALLOC_CONF.fullmatch(name):
                 out.append(name)
         else:
             known = next((names for prefix, names in families.items() if name.startswith(prefix)), None)
