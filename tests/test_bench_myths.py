@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from memtune.bench.dataset import load_claims, load_dataset, resolve_claim
 from memtune.bench.grading import grade_answer
@@ -379,6 +380,26 @@ NEAR_MISSES = (
 
 @pytest.mark.parametrize("sentence", NEAR_MISSES)
 def test_right_statements_on_a_myths_topic_pass(sentence: str) -> None:
+    checks = {"wrong": [resolve_claim(name, LIBRARY, "test") for name in MYTHS]}
+    grade = grade_answer(checks, sentence)
+    assert grade.content_score == 1.0, [c.detail for c in grade.checks if not c.passed]
+
+
+#: Right statements on every myth's topic written blind (by a session that saw only each myth's id
+#: and false claim, never a pattern), three per myth: the grader's false-fail rate on text it was
+#: not tuned to. Graded once as written: 179 of 180 passed; the one miss ("... changes nothing for
+#: the running allocator") was a denial the grader did not know, since added.
+BLIND_NEAR_MISSES = yaml.safe_load((REPO / "tests" / "data" / "grader-answers" / "myth_near_misses.yaml").read_text())
+
+
+def test_blind_right_statements_cover_every_myth() -> None:
+    assert set(BLIND_NEAR_MISSES) == set(MYTHS)
+
+
+@pytest.mark.parametrize(
+    "sentence", [s for name in sorted(BLIND_NEAR_MISSES) for s in BLIND_NEAR_MISSES[name]], ids=lambda s: s[:40]
+)
+def test_blind_right_statements_pass(sentence: str) -> None:
     checks = {"wrong": [resolve_claim(name, LIBRARY, "test") for name in MYTHS]}
     grade = grade_answer(checks, sentence)
     assert grade.content_score == 1.0, [c.detail for c in grade.checks if not c.passed]

@@ -248,7 +248,7 @@ _DENY_AFTER = re.compile(
     # a hypothetical that describes what is not seen: "a real capacity shortfall would hit every rank"
     r"|would\s+(?:hit|show|look|appear|affect|strike|fail\s+on|be\s+(?:visible|seen|consistent))\b"
     # a name or a step said to do nothing: "NCCL_TIMEOUT does not exist", "... has no effect"
-    r"|(?:has|have|had)\s+no\s+effect|(?:is|are)\s+(?:silently\s+)?ignored|(?:does|do)\s+nothing"
+    r"|(?:has|have|had)\s+no\s+effect|(?:is|are)\s+(?:silently\s+)?ignored|(?:does|do|changes?|achieves?)\s+nothing"
     r"|(?:does\s*n[o’']?t|doesn[’']t|does\s+not|do\s+not|don[’']t)\s+(?:exist|take\s+effect|do\s+anything)"
     r"|(?:PyTorch|NCCL|it|nothing|nobody)\s+(?:ever\s+)?(?:never\s+)?reads?\b"
     r"|(?:is|are|'s)\s+(?:a\s+)?(?:common\s+)?(?:typo|misspelling)"
