@@ -181,6 +181,7 @@ BATCHES = (
     "blind_batch15.yaml",
     "blind_batch16.yaml",
     "blind_batch17.yaml",
+    "blind_batch18.yaml",
 )
 BLIND = [(name, *row) for name in BATCHES for row in _indexed(name)]
 
