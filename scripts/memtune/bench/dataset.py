@@ -183,8 +183,8 @@ def resolve_claim(item: Any, library: Mapping[str, Mapping[str, Any]], where: st
             "negative_patterns": list(base["negative_patterns"]) + list(item.get("negative_patterns", [])),
             "key": bool(item.get("key", False)),
             "scope": str(base.get("scope", "clause")),
-            # a myth is false as a conditional too ("if you want memory back, drop the
-            # distributed optimizer"): only a denial or a question spares it
+            # a myth is false as a conditional step too ("if the peak is tight, drop the
+            # distributed optimizer"): a hedge does not spare it (grading._find says what does)
             "hedge": not base.get("everywhere", False),
         }
     return {

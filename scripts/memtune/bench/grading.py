@@ -372,8 +372,8 @@ def _find(
     standing inside the condition itself ("if you open it with pickle.load, code runs")."""
     found = []
     for span in clauses:
-        if pattern.startswith("^") and answer[: span.start].rstrip().endswith(","):
-            continue  # a clause-initial wording ("yes", "no") after a comma is an aside, not a verdict
+        if hedged_ok and pattern.startswith("^") and answer[: span.start].rstrip().endswith(","):
+            continue  # a wrong claim's clause-initial "yes" or "right" after a comma is an aside, not a verdict
         part = answer[span.start : span.end]
         for m in re.finditer(pattern, part, FLAGS):
             if not m.group(0).strip():
