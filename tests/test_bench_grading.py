@@ -302,6 +302,8 @@ def test_an_option_starting_with_a_word_only_megatron_uses_is_judged_whole() -> 
         "srun --no-container-mount-home; --max-batch-prefill-tokens 4096; --dist-url tcp://h:23456 --ckpt_dir llama/"
     )
     assert unknown_megatron_options(unnamed) == []
+    assert unknown_megatron_options("python -m sglang_router.launch_server --tp-size 8") == []  # SGLang named
+    assert unknown_megatron_options("Set --tp-size 8.") == ["--tp-size"]
 
 
 def test_a_pyxis_option_that_never_existed_fails_the_answer() -> None:

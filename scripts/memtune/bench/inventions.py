@@ -64,7 +64,7 @@ def unknown_helper_options(answer: str) -> list[str]:
 #: Megatron's (vLLM ``--max-num-seqs``, ms-swift ``--max_length``): an answer that names one is
 #: not held to Megatron-LM's option list.
 _OTHER_TOOL = re.compile(
-    r"\b(?:vLLM|SGLang|TensorRT|TRT-LLM|TGI|text-generation-inference|ms-swift|swift\s+sft|Megatron-SWIFT|"
+    r"\b(?:vLLM\w*|SGLang\w*|TensorRT|TRT-LLM|TGI|text-generation-inference|ms-swift|swift\s+sft|Megatron-SWIFT|"
     r"DeepSpeed|LLaMA-Factory|llamafactory|accelerate\s+launch|nsys|Nsight|NeMo-RL|verl|OpenRLHF)\b",
     re.IGNORECASE,
 )
