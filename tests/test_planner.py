@@ -350,7 +350,7 @@ def test_sweep_pruning_does_not_change_the_answer(table, extra, memory):
         m: tc.step_terms(model, run.with_(recompute_granularity="selective", recompute_modules=(m,)), table)[
             "recompute"
         ]
-        for m in pl.recompute_modules_for(model)
+        for m in pl.recompute_modules_for(model, run)
     }
     rcs = [{"recompute_granularity": None}] + pl.recompute_options(model, run, module_cost)
     best = None
@@ -438,8 +438,10 @@ def test_a_recompute_rung_keeps_what_the_run_already_recomputes(seed_plan, seed)
             assert "(adds " in cand.title and "to selective [core_attn])" in cand.title, cand.title
         else:
             assert cand.title.endswith("(replaces selective [core_attn])"), cand.title
-    layernorm = next(e for e in seed_plan.ranked if "adds layernorm to" in e.candidate.title)
-    assert layernorm.cost is not None and layernorm.cost.change < 0  # adding recompute never reads as a gain
+    added = [e for e in seed_plan.ranked if "(adds " in e.candidate.title]
+    assert added and all(e.cost is not None and e.cost.change < 0 for e in added)  # never reads as a gain
+    # The seed model is dense on the TE spec: its norms are fused, layernorm recompute re-runs nothing.
+    assert not any("layernorm" in c.run.recompute_modules for c in recompute), [c.title for c in recompute]
 
 
 def test_a_change_that_saves_nothing_is_not_offered(table):

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from memtune.estimate import throughput_cost as tc
+from memtune.estimate.activations import layernorm_recompute_acts
 from memtune.estimate.estimator import regather_eligible
 from memtune.spec import model_spec as ms
 from memtune.spec import run_spec as rs
@@ -221,9 +222,12 @@ def vpp_options(model: ms.ModelSpec, pp: int, keep: int | None) -> list[int | No
     return options
 
 
-def recompute_modules_for(model: ms.ModelSpec) -> list[str]:
-    """The selective-recompute modules that exist in this model."""
-    modules = ["core_attn", "layernorm"]
+def recompute_modules_for(model: ms.ModelSpec, run: RunSpec) -> list[str]:
+    """The selective-recompute modules that exist in this model and do something in this run
+    (``layernorm`` only where a norm is not fused into the GEMM after it)."""
+    modules = ["core_attn"]
+    if layernorm_recompute_acts(model, run):
+        modules.append("layernorm")
     if not model.is_moe or not all(model.moe_layers()):
         modules.append("mlp")
     if model.is_moe:
@@ -245,7 +249,7 @@ def recompute_options(
     cheapest-first ladder and all modules - the sets an engineer climbs through, and a
     chain whose memory only falls as it grows, which keeps the full sweep fast.
     """
-    modules = recompute_modules_for(model)
+    modules = recompute_modules_for(model, base)
     sets: list[tuple[str, ...]] = [(m,) for m in modules]
     if ladder_costs is None:
         sets += [pair for pair in itertools.combinations(modules, 2) if not ({"moe", "moe_act"} <= set(pair))]

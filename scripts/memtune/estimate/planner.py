@@ -438,7 +438,7 @@ def sweep(
         m: tc.step_terms(model, base.with_(recompute_granularity="selective", recompute_modules=(m,)), table)[
             "recompute"
         ]
-        for m in recompute_modules_for(model)
+        for m in recompute_modules_for(model, base)
     }
     rcs = [{"recompute_granularity": None}] + recompute_options(model, base, module_cost)
     none_terms = tc.step_terms(model, base.with_(recompute_granularity=None), table)["recompute"]
