@@ -336,6 +336,14 @@ def test_layernorm_recompute_drops_only_norms_that_are_modules_of_their_own():
     one_norm = saved(moe, run, True)  # the pre-MLP norm of a MoE layer is a TENorm
     assert one_norm > 0
     assert saved(moe, run.with_(transformer_impl="local"), True) == pytest.approx(2 * one_norm)
+    # The estimate says so where the module does nothing, and only there.
+    from memtune.estimate.estimator import estimate
+
+    ln = {"recompute_granularity": "selective", "recompute_modules": ("core_attn", "layernorm")}
+    note = "recompute layernorm does nothing here"
+    assert any(note in a for a in estimate(dense, run.with_(**ln)).assumptions)
+    assert not any(note in a for a in estimate(moe, run.with_(**ln)).assumptions)
+    assert not any(note in a for a in estimate(dense, run.with_(**ln, transformer_impl="local")).assumptions)
 
 
 def test_405b_ladder_stops_at_the_deepest_published_pipeline():

@@ -33,6 +33,7 @@ from memtune.estimate.activations import (
     frozen_unsaved_terms,
     hybrid_layer_activations,
     layer_activations,
+    layernorm_recompute_acts,
     regather_eligible,
     tied_output_grad_bytes,
     unfused_working_set,
@@ -298,8 +299,9 @@ def known_gaps(model: ModelSpec, run: RunSpec) -> list[str]:
         )
     if run.recompute_granularity == "selective" and "moe_act" in run.recompute_modules and model.is_moe:
         out.append(
-            "WARNING: selective recompute of moe_act: on the one external run measured, it saved about 2.5 GiB "
-            "where this model removes 6.4 GiB; read the saving as an upper bound"
+            "WARNING: selective recompute of moe_act: on two external runs it saved less than this model "
+            "removes (about 2.5 GiB against 6.4 GiB; 0.68 GB against 0.90 GB on Moonlight-16B-A3B, TP 2 EP 8); "
+            "read the saving as an upper bound"
         )
     if model.is_moe and run.ep >= 8:
         out.append(
@@ -346,6 +348,16 @@ def _describe(model: ModelSpec, run: RunSpec, vocab: int) -> list[str]:
             f"{saved:g} B per score element kept per layer, {transient:g} B more while a layer runs backward, and a "
             "one-layer score buffer kept for the run; torch AdamW's foreach temporaries (+4 B per parameter at the "
             "step) assumed - Megatron-Core's fallback without Transformer Engine or apex"
+        )
+    if (
+        run.recompute_granularity == "selective"
+        and "layernorm" in run.recompute_modules
+        and not layernorm_recompute_acts(model, run)
+    ):
+        out.append(
+            "recompute layernorm does nothing here: on the Transformer Engine spec the norms are fused into "
+            "linear_qkv and linear_fc1, and Megatron-Core re-runs only a norm that is a module of its own "
+            "(MLA and MoE layers, or the local spec)"
         )
     if model.gated_linear_unit and not run.bias_activation_fusion:
         out.append("gated MLP unfused (bias_activation_fusion off): activation output and linear half kept too")
