@@ -188,5 +188,19 @@ def static_bytes(
             per_layer = (dense + expert) / max(1, layers)
             weights = dense * param_b / dp_shard + expert * param_b / edp_shard + 2 * per_layer * param_b
     if run.optimizer_cpu_offload:
-        optim *= 1 - max(0.0, min(1.0, run.optimizer_offload_fraction))
+        optim -= optim * offloaded_optimizer_share(run) * max(0.0, min(1.0, run.optimizer_offload_fraction))
     return weights, grads, optim
+
+
+def offloaded_optimizer_share(run: RunSpec) -> float:
+    """The share of the optimizer state that optimizer CPU offload moves to the host.
+
+    Without the precision-aware optimizer the distributed optimizer still builds its fp32 main
+    parameter shard on the GPU (``shard_main_param = shard_model_param.clone().float()``), and
+    HybridDeviceOptimizer steps a pinned host *copy* of it, copying the result back: only the
+    Adam moments leave (8 of 12 bytes per parameter). With it, the main shard is not built on the
+    GPU and everything leaves. Measured (Megatron Bridge's CPU-offloading card, Qwen3-30B-A3B
+    TP2 PP2 EP4, 16 x H100, precision-aware optimizer off): 3.8 GB saved per 25% offloaded,
+    15.3 GB at 100%, where moving all 12 bytes would have saved 22.9 GB.
+    """
+    return 1.0 if run.use_precision_aware_optimizer else 1.0 - main_param_share(run)

@@ -122,6 +122,8 @@ def extra_violations(model: ms.ModelSpec, base: RunSpec, run: RunSpec, settings:
             "full recompute is only supported with full-iteration CUDA graphs "
             f"(cuda_graph_scope={list(run.cuda_graph_scope)})"
         )
+    already = set(rs.recompute_refusals(base))  # the user's own run: the estimate warns about those
+    out.extend(f"Megatron-Core refuses it: {r}" for r in rs.recompute_refusals(run) if r not in already)
     if run.tp > settings.gpus_per_node and run.tp != base.tp:
         out.append(
             f"TP {run.tp} would span more than one {settings.gpus_per_node}-GPU NVLink domain "

@@ -614,7 +614,13 @@ def specs_from_bridge(
         recompute_granularity=_str_field(model_s, "recompute_granularity", "model", None),
         recompute_method=_str_field(model_s, "recompute_method", "model", None),
         recompute_num_layers=_int_field(model_s, "recompute_num_layers", "model"),
-        recompute_modules=_modules(model_s.get("recompute_modules"), "model.recompute_modules") or ("core_attn",),
+        # Megatron-Core's default [core_attn] applies only when the field is unset: an explicit
+        # empty list (a no-recompute control under selective granularity) stays empty.
+        recompute_modules=(
+            ("core_attn",)
+            if model_s.get("recompute_modules") is None
+            else _modules(model_s.get("recompute_modules"), "model.recompute_modules")
+        ),
         attention_backend=(_str_field(model_s, "attention_backend", "model", "auto") or "auto").split(".")[-1],
         attention_dropout=_float_field(model_s, "attention_dropout", "model", 0.0),
         hidden_dropout=_float_field(model_s, "hidden_dropout", "model", 0.0),
@@ -663,5 +669,12 @@ def specs_from_bridge(
         cuda_graph_scope=cuda_graph,
         cuda_graph_warmup_steps=_int_field(model_s, "cuda_graph_warmup_steps", "model", 3),
         use_nccl_ub=_bool_field(ddp, "nccl_ub", "ddp", False),
+        overlap_moe_expert_parallel_comm=_bool_field(
+            comm,
+            "overlap_moe_expert_parallel_comm",
+            "comm_overlap",
+            _bool_field(model_s, "overlap_moe_expert_parallel_comm", "model", False),
+        ),
+        moe_shared_expert_overlap=_bool_field(model_s, "moe_shared_expert_overlap", "model", False),
     )
     return model, run, assumptions

@@ -589,6 +589,8 @@ def specs_from_megatron_args(
         cuda_graph_scope=cuda_graph,
         cuda_graph_warmup_steps=_int(a, "cuda_graph_warmup_steps", 3),
         use_nccl_ub=_bool(a, "use_nccl_ub"),
+        overlap_moe_expert_parallel_comm=_bool(a, "overlap_moe_expert_parallel_comm"),
+        moe_shared_expert_overlap=_bool(a, "moe_shared_expert_overlap"),
         unmodelled=unmodelled_features(a),
     )
     if "attention_dropout" not in a or "hidden_dropout" not in a:

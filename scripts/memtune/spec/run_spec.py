@@ -107,6 +107,10 @@ class RunSpec:
     cuda_graph_scope: tuple[str, ...] = ()  # non-empty = CUDA graphs captured for these
     cuda_graph_warmup_steps: int = 3  # training steps before capture (Megatron default 3)
     use_nccl_ub: bool = False
+    # Megatron-Core's EP all-to-all overlap (combined 1F1B) and shared-expert overlap: read only
+    # for the start-up checks they take part in (recompute_refusals).
+    overlap_moe_expert_parallel_comm: bool = False
+    moe_shared_expert_overlap: bool = False
     # Memory-relevant features the input declares that no estimator term models (a reader fills
     # it: one short name each, e.g. "Gated DeltaNet linear attention (--experimental-attention-variant
     # gated_delta_net)"). The estimator refuses such a run instead of estimating something else.
@@ -281,6 +285,29 @@ def expert_parallel_problem(num_experts: int, ep: int) -> str | None:
     if num_experts % ep:
         return f"expert_model_parallel_size {ep} does not divide num_moe_experts {num_experts}"
     return None
+
+
+def recompute_refusals(run: RunSpec) -> list[str]:
+    """Recompute settings Megatron-Core's TransformerConfig refuses at start-up together with
+    other features of the run, one line each in its own words (transformer_config.py
+    ``__post_init__``). Kept apart from ``violations`` because the refusal depends on the
+    Megatron-Core release: the estimator warns, the planner never proposes them."""
+    out: list[str] = []
+    selective = set(run.recompute_modules) if run.recompute_granularity == "selective" else set()
+    if run.overlap_moe_expert_parallel_comm:
+        if run.recompute_granularity == "full":
+            out.append("full recompute is refused with overlap_moe_expert_parallel_comm (EP all-to-all overlap)")
+        if "moe" in selective:
+            out.append("recompute module moe is refused with overlap_moe_expert_parallel_comm (EP all-to-all overlap)")
+        if run.moe_shared_expert_overlap:
+            out.append("moe_shared_expert_overlap is refused with overlap_moe_expert_parallel_comm")
+    if "shared_experts" in selective and run.moe_shared_expert_overlap:
+        out.append("recompute module shared_experts is refused with moe_shared_expert_overlap")
+    if "moe" in selective and "moe_router" in run.cuda_graph_scope:
+        out.append("recompute module moe is refused with the moe_router CUDA-graph scope (Transformer Engine graphs)")
+    if run.fp8 == "delayed" and selective & {"moe_act", "layernorm"}:
+        out.append("recompute modules moe_act and layernorm are refused with fp8 delayed scaling")
+    return out
 
 
 def violations(model: ModelSpec, run: RunSpec) -> list[str]:
