@@ -134,9 +134,13 @@ def test_register_zero_silences_mt003() -> None:
     assert not any(f.rule == "MT003" for f in check_rules.run_all(view))
 
 
-def test_blackwell_does_not_need_graph_register() -> None:
-    assert any(f.rule == "MT003" for f in check("mt003_cuda_graph.sh", gpu="NVIDIA H100-SXM5-80GB"))
-    assert not any(f.rule == "MT003" for f in check("mt003_cuda_graph.sh", gpu="B200"))
+def test_blackwell_needs_graph_register_only_with_transformer_engine_graphs() -> None:
+    """Megatron-LM's argument checks and TECudaGraphHelper assert for Transformer Engine graphs
+    on every GPU; the local implementation's guard tests ``get_device_capability()[0] < 10``."""
+    te = check("mt003_cuda_graph.sh", gpu="B200")  # --cuda-graph-impl transformer_engine
+    assert any(f.rule == "MT003" and "on every GPU" in f.message for f in te)
+    assert any(f.rule == "MT003" for f in check("mt003_cuda_graph_local.sh", gpu="NVIDIA H100-SXM5-80GB"))
+    assert not any(f.rule == "MT003" for f in check("mt003_cuda_graph_local.sh", gpu="B200"))
     with pytest.raises(Exception, match="--gpu"):
         check("mt003_cuda_graph.sh", gpu="TPU")
 
@@ -205,9 +209,9 @@ def test_check_rules_yaml_no_longer_keeps_its_own_gpu_table() -> None:
 
 
 def test_mi300x_keeps_the_pre_blackwell_verdict_in_mt003() -> None:
-    """ROCm reports gfx942 as capability 9.4, so Megatron-Core's `major < 10` guard applies."""
-    assert any(f.rule == "MT003" for f in check("mt003_cuda_graph.sh", gpu="MI300X"))
-    assert not any(f.rule == "MT003" for f in check("mt003_cuda_graph.sh", gpu="NVIDIA B300 SXM6 AC"))
+    """ROCm reports gfx942 as capability 9.4, so the local implementation's `major < 10` guard applies."""
+    assert any(f.rule == "MT003" for f in check("mt003_cuda_graph_local.sh", gpu="MI300X"))
+    assert not any(f.rule == "MT003" for f in check("mt003_cuda_graph_local.sh", gpu="NVIDIA B300 SXM6 AC"))
 
 
 def test_unknown_gpu_is_one_line_with_close_matches_in_every_helper() -> None:
@@ -436,3 +440,14 @@ def test_keys_combined_with_expandable_segments_are_judged(value: str, moot: lis
         for k in ("max_split_size_mb", "garbage_collection_threshold", "release_lock_on_cudamalloc")
         if any(k in n for n in notes)
     ] == moot
+
+
+def test_mt002_is_a_warning_from_pytorch_2_11() -> None:
+    """Megatron-Core's check became ``if self.nccl_ub and not is_torch_min_version("2.11.0a0")``
+    (May 2026): an error when the release is older or unknown, a warning from 2.11 on."""
+    for version, severity in ((None, "error"), ("2.10", "error"), ("2.11", "warning"), ("2.12.1", "warning")):
+        kwargs = {"torch_version": version} if version else {}
+        found = [f for f in check("mt002_nccl_ub.sh", **kwargs) if f.rule == "MT002"]
+        assert [f.severity for f in found] == [severity], version
+        if severity == "warning":
+            assert "before PyTorch 2.11" in found[0].message and version in found[0].message

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from memtune.check.facts import alloc_state, change_text, cuda_graphs, es_effective, es_possible
+from memtune.check.facts import alloc_state, change_text, cuda_graphs, es_effective, es_possible, te_cuda_graphs
 from memtune.check.registry import Finding, make, rule
 from memtune.readers import alloc_conf as ac
 from memtune.readers.run_view import ALLOC_VARS, EnvValue, RunView
@@ -130,9 +130,12 @@ def es_with_nccl_ub(view: RunView) -> Iterable[Finding]:
     state = alloc_state(view)
     if not es_possible(state, view.torch_version):
         return
+    relaxed = view.torch_version is not None and view.torch_version >= (2, 11)
     yield make(
         "MT002",
         state.es_where,
+        variant="torch_211" if relaxed else None,
+        torch=".".join(str(p) for p in view.torch_version or ()),
         es_source=state.es_source,
         ub_source=f"{view.text('nccl_ub')} at {view.where('nccl_ub')}",
         ub_off=change_text(view, "nccl_ub", "false"),
@@ -150,8 +153,11 @@ def es_cuda_graph_without_register(view: RunView) -> Iterable[Finding]:
     register = view.env.get("NCCL_GRAPH_REGISTER")
     if register is not None and register.value.strip() == "0":
         return
-    if view.compute_capability is not None and view.compute_capability >= 10:
-        return  # Blackwell and later: the registration hazard and Megatron's guard do not apply
+    te_graphs = te_cuda_graphs(view)
+    if not te_graphs and view.compute_capability is not None and view.compute_capability >= 10:
+        # The local implementation's guard tests ``get_device_capability()[0] < 10``; Transformer
+        # Engine's (arguments.py, TECudaGraphHelper) asserts on every GPU.
+        return
     cuda_text = (
         state.cuda_intended.text if state.cuda_intended is not None else (state.cuda.value if state.cuda else "")
     )
@@ -169,6 +175,11 @@ def es_cuda_graph_without_register(view: RunView) -> Iterable[Finding]:
     yield make(
         "MT003",
         state.es_where,
+        scope=(
+            "with Transformer Engine CUDA graphs, on every GPU"
+            if te_graphs
+            else "with the local CUDA-graph implementation, on GPUs before Blackwell (compute capability < 10)"
+        ),
         graph_source=f"{graph_text} at {graph_source}",
         es_source=state.es_source,
         guard_note=guard_note,

@@ -136,6 +136,15 @@ def cuda_graphs(view: RunView) -> tuple[bool, str, str]:
     return False, "-", ""
 
 
+def te_cuda_graphs(view: RunView) -> bool:
+    """Whether the CUDA graphs are Transformer Engine's (``cuda_graph_impl=transformer_engine``,
+    or the older ``--external-cuda-graph`` that Megatron-LM maps to it), not the local ones."""
+    if view.get("external_cuda_graph") is True:
+        return True
+    impl = view.get("cuda_graph_impl")
+    return isinstance(impl, str) and impl.strip().lower() in ("transformer_engine", "te")
+
+
 def change_text(view: RunView, name: str, value: str, flag_value: str | None = None) -> str:
     """How to write ``name = value`` in the form the user's config already uses."""
     spec = rules_data()["settings"][name]

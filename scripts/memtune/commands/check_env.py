@@ -73,7 +73,8 @@ rules: references/check-rules.md (one section per MT id)"""
     "--gpu",
     type=GpuNameType(fallback="or leave --gpu out: MT003 then assumes a GPU before Blackwell"),
     help="GPU model, e.g. H100, B200, MI300X or the name nvidia-smi prints; the same names as "
-    "estimate_memory.py --gpu (data/gpus.yaml). NCCL_GRAPH_REGISTER matters before Blackwell",
+    "estimate_memory.py --gpu (data/gpus.yaml). NCCL_GRAPH_REGISTER: local CUDA graphs need it "
+    "before Blackwell only, Transformer Engine graphs everywhere",
 )
 @option(
     "--world-size", "--gpus", "world_size", type=POSITIVE, metavar="N", help="GPU count, when the script does not say"

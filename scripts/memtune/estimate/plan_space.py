@@ -408,7 +408,7 @@ def exact_change(base: RunSpec, cand: Candidate) -> dict[str, list[str]]:
     if cand.expandable:
         env.append(f"export {EXPANDABLE_ENV}")
         if base.cuda_graph_scope:
-            env.append("export NCCL_GRAPH_REGISTER=0  # required with CUDA graphs on pre-Blackwell GPUs")
+            env.append("export NCCL_GRAPH_REGISTER=0  # required with CUDA graphs (TE graphs: every GPU)")
     changed = cand.changed_fields(base)
     for name, (_old, new) in changed.items():
         bridge.append(f"{BRIDGE_KEYS[name]}={bridge_value(new)}")
