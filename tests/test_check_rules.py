@@ -31,6 +31,8 @@ CASES = [
     ("mt002_nccl_ub.sh", "MT002", "error", 3, {}),
     ("mt002_megatron_model_config.yaml", "MT002", "error", 4, {}),
     ("mt003_cuda_graph.sh", "MT003", "error", 4, {}),
+    ("mt026_ep_overlap_moe_recompute.yaml", "MT026", "error", 5, {}),
+    ("mt026_fp8_delayed_moe_act.sh", "MT026", "error", 6, {}),
     ("mt004_cpu_offload_pp.yaml", "MT004", "error", 10, {}),
     ("mt005_vpp_divisibility.yaml", "MT005", "error", 7, {}),
     ("mt006_pp_divisibility.sh", "MT006", "error", 4, {}),
@@ -451,3 +453,17 @@ def test_mt002_is_a_warning_from_pytorch_2_11() -> None:
         assert [f.severity for f in found] == [severity], version
         if severity == "warning":
             assert "before PyTorch 2.11" in found[0].message and version in found[0].message
+
+
+def test_mt026_stays_quiet_on_the_nearest_legal_settings() -> None:
+    """An fp8 recipe other than delayed, the inner moe_act module under EP overlap, or the overlap
+    off: Megatron-Core starts, so no MT026."""
+    legal = [
+        ("mt026_fp8_delayed_moe_act.sh", ("model.fp8_recipe=tensorwise",)),
+        ("mt026_ep_overlap_moe_recompute.yaml", ("model.recompute_modules=[moe_act]",)),
+        ("mt026_ep_overlap_moe_recompute.yaml", ("comm_overlap.overlap_moe_expert_parallel_comm=false",)),
+    ]
+    for fixture, overrides in legal:
+        assert not any(f.rule == "MT026" for f in check(fixture, overrides=overrides)), (fixture, overrides)
+    refused = [f for f in check("mt026_fp8_delayed_moe_act.sh") if f.rule == "MT026"]
+    assert "fp8 delayed" in refused[0].message and "tensorwise" in refused[0].fix

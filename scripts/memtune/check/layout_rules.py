@@ -11,10 +11,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from memtune.check.facts import change_text, cuda_graphs, divisors, regather_inputs
+from memtune.check.facts import change_text, cuda_graphs, divisors, regather_inputs, te_cuda_graphs
 from memtune.check.registry import Finding, make, rule
 from memtune.readers import alloc_conf as ac
 from memtune.readers.run_view import RunView
+from memtune.spec.run_spec import RunSpec, recompute_refusals
 
 
 @rule("MT004")
@@ -133,6 +134,53 @@ def cpu_offload_with_recompute(view: RunView) -> Iterable[Finding]:
             recompute_source=view.where("recompute_granularity"),
             recompute_off=change_text(view, "recompute_granularity", "null", flag_value=""),
             offload_off=change_text(view, "cpu_offloading", "false"),
+        )
+
+
+#: What to change for each refusal of run_spec.recompute_refusals (keyed by a word of its text).
+_REFUSAL_FIXES = (
+    ("fp8 delayed", "use an fp8 recipe other than delayed (tensorwise, mxfp8, blockwise) or drop moe_act/layernorm"),
+    (
+        "moe_router",
+        "drop moe from recompute_modules (moe_act recomputes the experts' activation) or moe_router from cuda_graph_scope",
+    ),
+    ("shared_experts", "drop shared_experts from recompute_modules or turn moe_shared_expert_overlap off"),
+    (
+        "overlap_moe_expert_parallel_comm",
+        "keep EP overlap with selective recompute of moe_act / layernorm / core_attn, or turn the overlap off",
+    ),
+)
+
+
+@rule("MT026")
+def recompute_refused_with_feature(view: RunView) -> Iterable[Finding]:
+    granularity = view.get("recompute_granularity")
+    if granularity not in ("selective", "full"):
+        return
+    raw = view.get("recompute_modules")
+    modules = ("core_attn",) if raw is None else tuple(str(m) for m in (raw if isinstance(raw, list) else [raw]))
+    fp8 = view.get("fp8")
+    fp8_on = isinstance(fp8, str) and fp8.strip().lower() not in ("", "none", "null", "false")
+    scope = view.get("cuda_graph_scope") if te_cuda_graphs(view) else None
+    run = RunSpec(
+        world_size=1,
+        recompute_granularity=granularity,
+        recompute_modules=modules,
+        overlap_moe_expert_parallel_comm=view.get("overlap_moe_expert_parallel_comm") is True,
+        moe_shared_expert_overlap=view.get("moe_shared_expert_overlap") is True,
+        cuda_graph_scope=tuple(str(x) for x in scope) if isinstance(scope, list) else (),
+        fp8=(str(view.get("fp8_recipe") or "delayed").strip().lower()) if fp8_on else None,
+    )
+    for refusal in recompute_refusals(run):
+        fix = next(text for key, text in _REFUSAL_FIXES if key in refusal)
+        yield make(
+            "MT026",
+            view.where("recompute_granularity"),
+            granularity=granularity,
+            modules="[" + ", ".join(modules) + "]" if granularity == "selective" else "(all)",
+            recompute_source=view.where("recompute_granularity"),
+            refusal=refusal,
+            fix=fix,
         )
 
 
