@@ -9,7 +9,10 @@ Megatron-Core's TransformerConfig (checked at the Megatron-LM commit Megatron Br
 overlap; shared-expert overlap refuses the ``shared_experts`` module; Transformer Engine CUDA
 graphs with the ``moe_router`` scope refuse ``moe``; fp8 delayed scaling refuses ``moe_act`` and
 ``layernorm``. Every rule is also tested with the nearest legal run, so a rule that fires on
-everything fails here. Then optimizer CPU offload against the Bridge card's four measured points.
+everything fails here. Then optimizer CPU offload against the Bridge card's four measured points,
+and what a second audit (Megatron-LM's own checks) found: moe_act needs grouped GEMM, EP overlap
+needs EP > 1 and virtual stages with PP > 1, selective recompute takes no layer count, local
+attention takes no context parallelism, and the Megatron-LM reader's loss kernel flag.
 """
 
 from __future__ import annotations
@@ -176,3 +179,75 @@ def test_optimizer_offload_moves_only_the_moments_without_the_precision_aware_op
     assert moments_gone == pytest.approx(kept / 3, rel=1e-6)  # the 4-byte main shard of 12 bytes
     # With the precision-aware optimizer the main shard is not built on the GPU: all of it leaves.
     assert estimate(model, offload_run(1.0, precision_aware=True)).stages[0].optimizer == 0
+
+
+# ------------------------------------------------------------ second audit: Megatron-LM's own checks
+def test_moe_act_needs_grouped_gemm_when_the_run_says_it_is_off() -> None:
+    """``moe_act in recompute_modules is only supported with moe_grouped_gemm`` (ValueError).
+    Megatron-LM's flag is store_true (off unless given); a Bridge config that does not say is
+    left unknown, and the check stays quiet."""
+    assert "moe_grouped_gemm" in recompute_refusals(selective("moe_act", moe_grouped_gemm=False))[0]
+    assert recompute_refusals(selective("moe_act", moe_grouped_gemm=True)) == []
+    assert recompute_refusals(selective("moe_act")) == []  # not stated
+
+
+def test_megatron_args_reader_reads_the_loss_kernel_and_grouped_gemm() -> None:
+    from memtune.readers.megatron_args import specs_from_megatron_args
+
+    flags = {
+        "--num-layers": 4,
+        "--hidden-size": 1024,
+        "--num-attention-heads": 8,
+        "--seq-length": 2048,
+        "--max-position-embeddings": 2048,
+        "--micro-batch-size": 1,
+        "--bf16": True,
+        "--cross-entropy-loss-fusion": True,
+    }
+    _, run, _ = specs_from_megatron_args(flags, world_size=1)
+    assert run.cross_entropy_fusion_impl == "native" and run.moe_grouped_gemm is False
+    _, run, _ = specs_from_megatron_args(
+        {**flags, "--cross-entropy-fusion-impl": "te", "--moe-grouped-gemm": True}, world_size=1
+    )
+    assert run.cross_entropy_fusion_impl == "te" and run.moe_grouped_gemm is True
+
+
+def test_the_planner_keeps_ep_overlap_startable(table: tc.CostTable) -> None:
+    """With EP all-to-all overlap Megatron-Core needs EP > 1 and virtual stages whenever PP > 1:
+    a 'PP 1->4, no VPP' rung (the fitting rung before) or 'EP 8->1' would not start."""
+    model = load_preset("qwen3-30b-a3b")
+    base = RunSpec(
+        world_size=32, ep=8, mbs=1, gbs=64, seq_length=8192, overlap_moe_expert_parallel_comm=True,
+        moe_grouped_gemm=True, use_distributed_optimizer=True,
+    )  # fmt: skip
+    plan = pl.plan(model, base, pl.PlanSettings(gpu_memory_bytes=80 * GIB, headroom_bytes=8 * GIB), table)
+    offered = [e.candidate.run for e in (*plan.ranked, *plan.no_saving)]
+    assert offered
+    assert all(r.ep > 1 and (r.pp == 1 or r.vpp_chunks > 1) for r in offered)
+    assert any("needs virtual pipeline stages" in x for e in plan.rejected for x in e.rejected)
+
+
+def test_switching_full_to_selective_clears_the_layer_count(table: tc.CostTable) -> None:
+    """Megatron-Core raises when selective recompute has recompute_num_layers set."""
+    model = load_preset("llama3-8b")
+    base = RunSpec(
+        world_size=8, tp=2, mbs=1, gbs=16, seq_length=8192, sequence_parallel=True,
+        recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1,
+    )  # fmt: skip
+    plan = pl.plan(model, base, pl.PlanSettings(gpu_memory_bytes=80 * GIB, headroom_bytes=8 * GIB), table)
+    selective_runs = [
+        e.candidate.run
+        for e in (*plan.ranked, *plan.rejected, *plan.no_saving)
+        if e.candidate.run.recompute_granularity == "selective"
+    ]
+    assert selective_runs
+    assert all(r.recompute_method is None and r.recompute_num_layers is None for r in selective_runs)
+
+
+def test_context_parallelism_is_not_offered_to_local_attention(table: tc.CostTable) -> None:
+    model = load_preset("llama3-8b")
+    base = RunSpec(world_size=8, tp=1, mbs=1, gbs=16, seq_length=32768, transformer_impl="local")
+    plan = pl.plan(model, base, pl.PlanSettings(gpu_memory_bytes=80 * GIB, headroom_bytes=8 * GIB), table)
+    assert not any(e.candidate.run.cp > 1 for e in (*plan.ranked, *plan.no_saving))
+    cp = [e for e in plan.rejected if e.candidate.run.cp > 1]
+    assert cp and all(any("local attention" in r for r in e.rejected) for e in cp)

@@ -65,7 +65,7 @@ def test_a_modelled_flag_is_read_by_the_reader() -> None:
     unread = [
         name
         for name in flag_classes().modelled
-        if not re.search(r'\(\s*a,\s*"' + name + '"', SOURCE) and f'a.get("{name}"' not in SOURCE
+        if not re.search(r'\(\s*(?:a|args),\s*"' + name + '"', SOURCE) and f'a.get("{name}"' not in SOURCE
     ]
     assert not unread, unread
 

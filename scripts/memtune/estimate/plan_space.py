@@ -124,6 +124,18 @@ def extra_violations(model: ms.ModelSpec, base: RunSpec, run: RunSpec, settings:
         )
     already = set(rs.recompute_refusals(base))  # the user's own run: the estimate warns about those
     out.extend(f"Megatron-Core refuses it: {r}" for r in rs.recompute_refusals(run) if r not in already)
+    if run.overlap_moe_expert_parallel_comm:
+        # TransformerConfig's EP all-to-all overlap block: expert parallelism, and virtual stages
+        # whenever the pipeline has more than one stage.
+        if run.ep <= 1 < base.ep:
+            out.append("Megatron-Core refuses it: overlap_moe_expert_parallel_comm needs expert parallelism (EP > 1)")
+        if run.pp > 1 and run.vpp_chunks <= 1 and (run.pp, run.vpp_chunks) != (base.pp, base.vpp_chunks):
+            out.append(
+                "Megatron-Core refuses it: overlap_moe_expert_parallel_comm needs virtual pipeline stages when "
+                "pipeline_model_parallel_size > 1"
+            )
+    if run.cp > 1 and run.cp != base.cp and run.transformer_impl == "local":
+        out.append("Megatron-Core's local attention supports no context parallelism (CP must be 1)")
     if run.tp > settings.gpus_per_node and run.tp != base.tp:
         out.append(
             f"TP {run.tp} would span more than one {settings.gpus_per_node}-GPU NVLink domain "
@@ -267,7 +279,17 @@ def recompute_options(
     if len(whole) > 2:
         sets.append(whole)
     unique = list(dict.fromkeys(tuple(sorted(x)) for x in sets))
-    out: list[dict[str, Any]] = [{"recompute_granularity": "selective", "recompute_modules": s} for s in unique]
+    # Selective recompute takes no method or layer count (Megatron-Core raises when they are set),
+    # so a switch from full recompute clears them.
+    out: list[dict[str, Any]] = [
+        {
+            "recompute_granularity": "selective",
+            "recompute_modules": s,
+            "recompute_method": None,
+            "recompute_num_layers": None,
+        }
+        for s in unique
+    ]
     out.append({"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1})
     return out
 

@@ -676,5 +676,11 @@ def specs_from_bridge(
             _bool_field(model_s, "overlap_moe_expert_parallel_comm", "model", False),
         ),
         moe_shared_expert_overlap=_bool_field(model_s, "moe_shared_expert_overlap", "model", False),
+        # Bridge's MoE providers choose it per model; a config that does not say is left unknown.
+        moe_grouped_gemm=(
+            None
+            if model_s.get("moe_grouped_gemm") is None
+            else _bool_field(model_s, "moe_grouped_gemm", "model", False)
+        ),
     )
     return model, run, assumptions

@@ -568,6 +568,8 @@ def specs_from_megatron_args(
         gradient_accumulation_fusion=_bool(a, "gradient_accumulation_fusion", True)
         and not _bool(a, "no_gradient_accumulation_fusion"),
         cross_entropy_loss_fusion=_bool(a, "cross_entropy_loss_fusion"),
+        cross_entropy_fusion_impl=_str(a, "cross_entropy_fusion_impl", "native"),
+        moe_grouped_gemm=_bool(a, "moe_grouped_gemm"),  # store_true: off unless given
         # --bias-swiglu-fusion is on unless --no-bias-swiglu-fusion (Megatron-LM arguments.py);
         # an arguments dump spells it bias_swiglu_fusion: False.
         bias_activation_fusion=_bool(a, "bias_swiglu_fusion", True) and not _bool(a, "no_bias_swiglu_fusion"),

@@ -111,6 +111,7 @@ class RunSpec:
     # for the start-up checks they take part in (recompute_refusals).
     overlap_moe_expert_parallel_comm: bool = False
     moe_shared_expert_overlap: bool = False
+    moe_grouped_gemm: bool | None = None  # None: not stated (the moe_act check then stays quiet)
     # Memory-relevant features the input declares that no estimator term models (a reader fills
     # it: one short name each, e.g. "Gated DeltaNet linear attention (--experimental-attention-variant
     # gated_delta_net)"). The estimator refuses such a run instead of estimating something else.
@@ -305,6 +306,8 @@ def recompute_refusals(run: RunSpec) -> list[str]:
         out.append("recompute module shared_experts is refused with moe_shared_expert_overlap")
     if "moe" in selective and "moe_router" in run.cuda_graph_scope:
         out.append("recompute module moe is refused with the moe_router CUDA-graph scope (Transformer Engine graphs)")
+    if "moe_act" in selective and run.moe_grouped_gemm is False:
+        out.append("recompute module moe_act is refused without moe_grouped_gemm")
     if run.fp8 == "delayed" and selective & {"moe_act", "layernorm"}:
         out.append("recompute modules moe_act and layernorm are refused with fp8 delayed scaling")
     return out
