@@ -251,3 +251,37 @@ def test_context_parallelism_is_not_offered_to_local_attention(table: tc.CostTab
     assert not any(e.candidate.run.cp > 1 for e in (*plan.ranked, *plan.no_saving))
     cp = [e for e in plan.rejected if e.candidate.run.cp > 1]
     assert cp and all(any("local attention" in r for r in e.rejected) for e in cp)
+
+
+_SCRIPT = (
+    "#!/bin/bash\n{export}"
+    "torchrun --nproc-per-node 8 pretrain_gpt.py --tensor-model-parallel-size 2 --num-layers 32 --hidden-size 4096 "
+    "--num-attention-heads 32 --num-query-groups 8 --group-query-attention --ffn-hidden-size 14336 --swiglu "
+    "--seq-length 32768 --max-position-embeddings 32768 --micro-batch-size 1 --global-batch-size 64 --bf16 "
+    "--use-distributed-optimizer --vocab-size 128256\n"
+)
+
+
+def test_a_launch_script_that_exports_expandable_segments_is_estimated_with_it(tmp_path) -> None:
+    """The second audit's GB200 run was called DOES NOT FIT partly because the script's
+    PYTORCH_CUDA_ALLOC_CONF never reached the estimate: the reserve of the default allocator
+    (about 7-12%) was charged where expandable segments keep about 2-3%, and the planner
+    told the user to set what the script already sets."""
+    from helper_cli import invoke_json
+
+    with_es = tmp_path / "with_es.sh"
+    with_es.write_text(_SCRIPT.format(export="export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n"))
+    without = tmp_path / "without.sh"
+    without.write_text(_SCRIPT.format(export=""))
+    other = tmp_path / "other.sh"
+    other.write_text(_SCRIPT.format(export="export PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:512\n"))
+    est = {p.stem: invoke_json("estimate_memory", "--megatron-args", str(p), "--gpu", "H100-80GB", "--json")
+           for p in (with_es, without, other)}  # fmt: skip
+    assert est["with_es"]["peak_allocated_bytes"] == est["without"]["peak_allocated_bytes"]
+    assert est["with_es"]["peak_bytes"] < est["without"]["peak_bytes"] == est["other"]["peak_bytes"]
+    assert any("allocator from the script" in a for a in est["with_es"]["assumptions"])
+    plans = {p.stem: invoke_json("plan_memory", "--megatron-args", str(p), "--gpu", "H100-80GB", "--json")
+             for p in (with_es, without)}  # fmt: skip
+    changes = {k: [r["change"] for r in d["ladder"]["rungs"]] for k, d in plans.items()}
+    assert changes["without"][0] == "set expandable segments"
+    assert "set expandable segments" not in changes["with_es"]

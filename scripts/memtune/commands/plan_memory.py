@@ -100,7 +100,8 @@ _MEMORY_DEFAULT = f"; default when no size is given: the usable memory of --gpu 
     "--expandable-segments",
     type=click.Choice(("on", "off", "unknown")),
     default="unknown",
-    help="is PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True already set? (default unknown: offered)",
+    help="is PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True already set? (default unknown: offered, unless the "
+    "--megatron-args launch script exports the setting)",
     section=PLANNER,
 )
 @option(
@@ -147,6 +148,8 @@ def _plan(args: SimpleNamespace) -> int:
     model, run, gpu, notes = _load(args)
     rs.validate(model, run)
     expandable = {"on": True, "off": False, "unknown": None}[args.expandable_segments]
+    if expandable is None:  # not given: what the launch script exports, if it says
+        expandable = run.expandable_segments
     settings = planner.PlanSettings(
         gpu_memory_bytes=gpu,
         headroom_bytes=args.headroom.bytes_of(gpu),

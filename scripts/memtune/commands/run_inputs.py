@@ -212,6 +212,12 @@ def _load_source(args: SimpleNamespace) -> tuple[ModelSpec, RunSpec, list[str], 
             world, world_note = launch.world.gpus, launch.world.note
         try:
             model, run, notes = specs_from_megatron_args(flags, world_size=world, assumed=assumed)
+            if launch.alloc_conf is not None:
+                from memtune.readers.alloc_conf import parse as parse_alloc_conf
+
+                name, value = launch.alloc_conf
+                run = run.with_(expandable_segments=parse_alloc_conf(value).expandable_segments)
+                notes = [*notes, f"allocator from the script: {name}={value}"]
             if world_note:
                 notes = [world_note, *notes] if world_note.startswith("WARNING") else [*notes, world_note]
         except InputError as exc:  # a bad flag value: say which file holds it

@@ -119,7 +119,7 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
         + NCCL_FIRST_GROUP_BYTES
         + NCCL_BYTES_PER_GROUP * (process_groups(run) - 1)
     )
-    reserve_share = reserve_fraction(model)
+    reserve_share = reserve_fraction(model, run.expandable_segments is True)
     local_attention = torch_softmax_attention(run)
     workspace = WORKSPACE_BYTES
     if local_attention:
@@ -331,8 +331,14 @@ def _describe(model: ModelSpec, run: RunSpec, vocab: int) -> list[str]:
         + (", Megatron-FSDP " + run.data_parallel_sharding_strategy if run.use_megatron_fsdp else ""),
         f"vocabulary padded to {vocab} (multiple of {model.make_vocab_size_divisible_by} x TP); logits and cross entropy in fp32 on the last stage",
         "device view (total) = allocated peak + allocator reserve "
-        f"({reserve_fraction(model):.1%} of it, default allocator; {reserve_fraction(model, True):.1%} with "
-        "expandable_segments:True) + memory outside PyTorch (CUDA context, libraries, NCCL); "
+        + (
+            f"({reserve_fraction(model, True):.1%} of it: expandable_segments:True, as the launch script sets; "
+            f"{reserve_fraction(model):.1%} with the default allocator)"
+            if run.expandable_segments
+            else f"({reserve_fraction(model):.1%} of it, default allocator; {reserve_fraction(model, True):.1%} with "
+            "expandable_segments:True)"
+        )
+        + " + memory outside PyTorch (CUDA context, libraries, NCCL); "
         "peak_allocated_bytes is what torch.cuda.max_memory_allocated reports",
     ]
     if run.world_size > 1:

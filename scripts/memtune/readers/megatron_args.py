@@ -90,6 +90,7 @@ class MegatronArgsReading:
     assumed: dict[str, tuple[str, ...]]
     world: WorldReading | None
     source: str
+    alloc_conf: tuple[str, str] | None = None  # (variable, value) exported to training (Script.alloc_conf_for)
 
     @property
     def world_note(self) -> str | None:
@@ -122,7 +123,7 @@ def read_launch_text(text: str, source: str = "<text>") -> MegatronArgsReading:
         for name, flag in parsed.items():
             flags["--" + name] = _flag_value(flag.values)
             assumed["--" + name] = flag.assumed
-    return MegatronArgsReading(flags, assumed, read_world(script, training), source)
+    return MegatronArgsReading(flags, assumed, read_world(script, training), source, script.alloc_conf_for(training))
 
 
 def parse_launch_text(text: str, source: str = "<text>") -> dict[str, Any]:

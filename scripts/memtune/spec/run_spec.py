@@ -112,6 +112,9 @@ class RunSpec:
     overlap_moe_expert_parallel_comm: bool = False
     moe_shared_expert_overlap: bool = False
     moe_grouped_gemm: bool | None = None  # None: not stated (the moe_act check then stays quiet)
+    # The caching allocator's expandable segments, when the input says (a launch script's export):
+    # the device view then uses that allocator's reserve. None: not stated (the default allocator).
+    expandable_segments: bool | None = None
     # Memory-relevant features the input declares that no estimator term models (a reader fills
     # it: one short name each, e.g. "Gated DeltaNet linear attention (--experimental-attention-variant
     # gated_delta_net)"). The estimator refuses such a run instead of estimating something else.

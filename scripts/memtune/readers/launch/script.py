@@ -191,6 +191,13 @@ class LaunchScript:
                 state[prefix.name] = prefix
         return state
 
+    def alloc_conf_for(self, command: Command | None) -> tuple[str, str] | None:
+        """The allocator setting ``command`` starts with, as (variable, value):
+        PYTORCH_CUDA_ALLOC_CONF, else PYTORCH_ALLOC_CONF; None when the script sets neither."""
+        env = self.env_for(command)
+        setting = env.get("PYTORCH_CUDA_ALLOC_CONF") or env.get("PYTORCH_ALLOC_CONF")
+        return (setting.name, setting.value) if setting is not None and setting.value is not None else None
+
     def later_settings(self, command: Command, name: str) -> list[EnvSetting]:
         """Assignments of ``name`` that come after ``command`` (too late to affect it)."""
         return [s for s in self.env if s.name == name and s.how != "prefix" and s.line > command.starts_at]
