@@ -285,3 +285,21 @@ def test_a_launch_script_that_exports_expandable_segments_is_estimated_with_it(t
     changes = {k: [r["change"] for r in d["ladder"]["rungs"]] for k, d in plans.items()}
     assert changes["without"][0] == "set expandable segments"
     assert "set expandable segments" not in changes["with_es"]
+
+
+def test_the_megatron_fsdp_change_carries_what_megatron_lm_asserts(table: tc.CostTable) -> None:
+    """Megatron-LM asserts the fsdp_dtensor checkpoint format and CUDA_DEVICE_MAX_CONNECTIONS not 1
+    when Megatron-FSDP is on; the printed change must include both, and Muon is refused."""
+    model = load_preset("llama3-8b")
+    base = RunSpec(world_size=8, mbs=1, gbs=64, seq_length=8192)
+    plan = pl.plan(model, base, pl.PlanSettings(gpu_memory_bytes=80 * GIB, headroom_bytes=8 * GIB), table)
+    fsdp = [e for e in (*plan.ranked, *plan.no_saving, *plan.rejected) if e.candidate.run.use_megatron_fsdp]
+    assert fsdp
+    change = pl.exact_change(base, fsdp[0].candidate)
+    assert "--ckpt-format fsdp_dtensor" in change["megatron_args"]
+    assert any("CUDA_DEVICE_MAX_CONNECTIONS" in line for line in change["env"])
+    muon = pl.plan(
+        model, base.with_(optimizer="muon"), pl.PlanSettings(gpu_memory_bytes=80 * GIB, headroom_bytes=8 * GIB), table
+    )
+    refused = [e for e in muon.rejected if e.candidate.run.use_megatron_fsdp]
+    assert refused and all(any("Megatron-FSDP takes only" in r for r in e.rejected) for e in refused)

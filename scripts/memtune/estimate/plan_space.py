@@ -134,6 +134,8 @@ def extra_violations(model: ms.ModelSpec, base: RunSpec, run: RunSpec, settings:
                 "Megatron-Core refuses it: overlap_moe_expert_parallel_comm needs virtual pipeline stages when "
                 "pipeline_model_parallel_size > 1"
             )
+    if run.use_megatron_fsdp and not base.use_megatron_fsdp and run.optimizer not in ("adam", "sgd"):
+        out.append(f"Megatron-FSDP takes only the adam and sgd optimizers, not {run.optimizer} (Megatron-LM)")
     if run.cp > 1 and run.cp != base.cp and run.transformer_impl == "local":
         out.append("Megatron-Core's local attention supports no context parallelism (CP must be 1)")
     if run.tp > settings.gpus_per_node and run.tp != base.tp:
@@ -459,5 +461,8 @@ def exact_change(base: RunSpec, cand: Candidate) -> dict[str, list[str]]:
             "ddp.average_in_collective=false",
             "checkpoint.ckpt_format=fsdp_dtensor",
         ]
-        flags.append("--data-parallel-sharding-strategy optim_grads_params")
+        # Megatron-LM asserts both at start-up (arguments.py): the fsdp_dtensor checkpoint format,
+        # and CUDA_DEVICE_MAX_CONNECTIONS not 1 (many TP launch scripts export 1).
+        flags += ["--data-parallel-sharding-strategy optim_grads_params", "--ckpt-format fsdp_dtensor"]
+        env.append("unset CUDA_DEVICE_MAX_CONNECTIONS  # Megatron-FSDP refuses the value 1")
     return {"env": env, "bridge_overrides": bridge, "megatron_args": flags, "python": python}

@@ -351,8 +351,8 @@ def _fsdp_unknown(base: RunSpec, cand: RunSpec, tb: dict[str, float], tc_: dict[
     ]
     if cand.tp > 1 or cand.cp > 1:
         caveats.append(
-            "with TP/CP > 1 Megatron-LM warns they want CUDA_DEVICE_MAX_CONNECTIONS=1 "
-            "while Megatron-FSDP wants it unset (pre-Blackwell)"
+            "with TP/CP > 1 scripts often export CUDA_DEVICE_MAX_CONNECTIONS=1, which Megatron-FSDP "
+            "refuses at start-up (Megatron-LM and Megatron Bridge assert it is not 1): unset it"
         )
     if cand.pp > 1:
         caveats.append("with PP > 1 Megatron Bridge calls the combination code-supported, not benchmark-proven")
