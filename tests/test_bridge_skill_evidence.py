@@ -125,16 +125,22 @@ def test_bridge_reader_reads_the_overlaps_and_keeps_an_empty_module_list() -> No
     assert not run.overlap_moe_expert_parallel_comm and not run.moe_shared_expert_overlap
 
 
+#: The smallest Megatron-LM flag set the reader builds a model from (tests add what they read).
+SMALL_GPT_FLAGS = {
+    "--num-layers": 4,
+    "--hidden-size": 1024,
+    "--num-attention-heads": 8,
+    "--seq-length": 2048,
+    "--max-position-embeddings": 2048,
+    "--micro-batch-size": 1,
+}
+
+
 def test_megatron_args_reader_reads_the_overlaps() -> None:
     from memtune.readers.megatron_args import specs_from_megatron_args
 
     flags = {
-        "--num-layers": 4,
-        "--hidden-size": 1024,
-        "--num-attention-heads": 8,
-        "--seq-length": 2048,
-        "--max-position-embeddings": 2048,
-        "--micro-batch-size": 1,
+        **SMALL_GPT_FLAGS,
         "--num-experts": 8,
         "--expert-model-parallel-size": 8,
         "--overlap-moe-expert-parallel-comm": True,
@@ -194,16 +200,7 @@ def test_moe_act_needs_grouped_gemm_when_the_run_says_it_is_off() -> None:
 def test_megatron_args_reader_reads_the_loss_kernel_and_grouped_gemm() -> None:
     from memtune.readers.megatron_args import specs_from_megatron_args
 
-    flags = {
-        "--num-layers": 4,
-        "--hidden-size": 1024,
-        "--num-attention-heads": 8,
-        "--seq-length": 2048,
-        "--max-position-embeddings": 2048,
-        "--micro-batch-size": 1,
-        "--bf16": True,
-        "--cross-entropy-loss-fusion": True,
-    }
+    flags = {**SMALL_GPT_FLAGS, "--bf16": True, "--cross-entropy-loss-fusion": True}
     _, run, _ = specs_from_megatron_args(flags, world_size=1)
     assert run.cross_entropy_fusion_impl == "native" and run.moe_grouped_gemm is False
     _, run, _ = specs_from_megatron_args(
