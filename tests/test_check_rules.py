@@ -33,6 +33,8 @@ CASES = [
     ("mt003_cuda_graph.sh", "MT003", "error", 4, {}),
     ("mt026_ep_overlap_moe_recompute.yaml", "MT026", "error", 5, {}),
     ("mt026_fp8_delayed_moe_act.sh", "MT026", "error", 6, {}),
+    ("mt027_fsdp_connections_ckpt.sh", "MT027", "error", 2, {}),
+    ("mt027_fsdp_bridge.yaml", "MT027", "error", 7, {}),
     ("mt004_cpu_offload_pp.yaml", "MT004", "error", 10, {}),
     ("mt005_vpp_divisibility.yaml", "MT005", "error", 7, {}),
     ("mt006_pp_divisibility.sh", "MT006", "error", 4, {}),
@@ -397,7 +399,9 @@ def test_malformed_allocator_string_does_not_hide_the_rules_that_depend_on_it() 
     NCCL_GRAPH_REGISTER=0 (MT003) are reported in the same run, not after a fix-and-rerun."""
     findings = check("mt007_mt002_mt003_one_pass.sh")
     errors = [f.rule for f in findings if f.severity == "error"]
-    assert errors == ["MT007", "MT002", "MT003"]
+    # (the script's Megatron-FSDP also exports CUDA_DEVICE_MAX_CONNECTIONS=1 and keeps the default
+    # checkpoint format: MT027 twice)
+    assert errors == ["MT007", "MT002", "MT003", "MT027", "MT027"]
     by_rule = {f.rule: f for f in findings}
     assert by_rule["MT007"].fix == "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True,max_split_size_mb:512"
     for code in ("MT002", "MT003"):
@@ -467,3 +471,19 @@ def test_mt026_stays_quiet_on_the_nearest_legal_settings() -> None:
         assert not any(f.rule == "MT026" for f in check(fixture, overrides=overrides)), (fixture, overrides)
     refused = [f for f in check("mt026_fp8_delayed_moe_act.sh") if f.rule == "MT026"]
     assert "fp8 delayed" in refused[0].message and "tensorwise" in refused[0].fix
+
+
+def test_mt027_names_each_megatron_fsdp_check_and_stays_quiet_when_met() -> None:
+    found = [f for f in check("mt027_fsdp_connections_ckpt.sh") if f.rule == "MT027"]
+    assert len(found) == 2
+    assert "CUDA_DEVICE_MAX_CONNECTIONS=1" in found[0].message and "torch_dist" in found[1].message
+    assert found[1].fix.startswith("--ckpt-format fsdp_dtensor")
+    assert not any(
+        f.rule == "MT027" for f in check("mt027_fsdp_bridge.yaml", overrides=("checkpoint.ckpt_format=fsdp_dtensor",))
+    )
+    # Bridge checks the format only when the run saves or loads
+    assert not any(f.rule == "MT027" for f in check("mt027_fsdp_bridge.yaml", overrides=("~checkpoint.save",)))
+    # FSDP off: nothing to check
+    assert not any(
+        f.rule == "MT027" for f in check("mt027_fsdp_bridge.yaml", overrides=("ddp.use_megatron_fsdp=false",))
+    )

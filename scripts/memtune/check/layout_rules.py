@@ -184,6 +184,35 @@ def recompute_refused_with_feature(view: RunView) -> Iterable[Finding]:
         )
 
 
+@rule("MT027")
+def megatron_fsdp_start_checks(view: RunView) -> Iterable[Finding]:
+    if view.get("use_megatron_fsdp") is not True:
+        return
+    fsdp_source = f"{view.text('use_megatron_fsdp')} at {view.where('use_megatron_fsdp')}"
+    connections = view.env.get("CUDA_DEVICE_MAX_CONNECTIONS")
+    if connections is not None and connections.value.strip() == "1":
+        yield make(
+            "MT027",
+            connections.source,
+            fsdp_source=fsdp_source,
+            detail=f"CUDA_DEVICE_MAX_CONNECTIONS=1 ({connections.source})",
+            quote='"FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset."',
+            fix="unset CUDA_DEVICE_MAX_CONNECTIONS for this job (or set it above 1)",
+        )
+    fmt = view.get("ckpt_format")
+    megatron = view.config_form == "megatron"
+    saves = view.get("ckpt_save") or view.get("ckpt_load")
+    if (fmt or "torch_dist") != "fsdp_dtensor" and (megatron or (fmt is not None and saves)):
+        yield make(
+            "MT027",
+            view.where("ckpt_format") if fmt is not None else view.where("use_megatron_fsdp"),
+            fsdp_source=fsdp_source,
+            detail=f"checkpoint format {fmt or 'torch_dist (the default)'}",
+            quote='"Megatron-FSDP requires the fsdp_dtensor checkpointing format"',
+            fix=change_text(view, "ckpt_format", "fsdp_dtensor") + " (convert existing checkpoints first)",
+        )
+
+
 def _microbatches(view: RunView) -> tuple[int | None, dict[str, Any]]:
     gbs, mbs, world = view.get("gbs"), view.get("mbs", 1), view.get("world_size")
     tp, pp, cp = view.get("tp", 1), view.get("pp", 1), view.get("cp", 1)
