@@ -33,6 +33,7 @@ CASES = [
     ("mt003_cuda_graph.sh", "MT003", "error", 4, {}),
     ("mt026_ep_overlap_moe_recompute.yaml", "MT026", "error", 5, {}),
     ("mt026_fp8_delayed_moe_act.sh", "MT026", "error", 6, {}),
+    ("mt026_moe_act_no_grouped_gemm.sh", "MT026", "error", 6, {}),
     ("mt027_fsdp_connections_ckpt.sh", "MT027", "error", 2, {}),
     ("mt027_fsdp_bridge.yaml", "MT027", "error", 7, {}),
     ("mt004_cpu_offload_pp.yaml", "MT004", "error", 10, {}),
@@ -470,7 +471,9 @@ def test_mt026_stays_quiet_on_the_nearest_legal_settings() -> None:
     for fixture, overrides in legal:
         assert not any(f.rule == "MT026" for f in check(fixture, overrides=overrides)), (fixture, overrides)
     refused = [f for f in check("mt026_fp8_delayed_moe_act.sh") if f.rule == "MT026"]
-    assert "fp8 delayed" in refused[0].message and "tensorwise" in refused[0].fix
+    assert len(refused) == 1 and "fp8 delayed" in refused[0].message and "tensorwise" in refused[0].fix
+    no_gg = [f for f in check("mt026_moe_act_no_grouped_gemm.sh") if f.rule == "MT026"]
+    assert len(no_gg) == 1 and "moe_grouped_gemm" in no_gg[0].message and "--moe-grouped-gemm" in no_gg[0].fix
 
 
 def test_mt027_names_each_megatron_fsdp_check_and_stays_quiet_when_met() -> None:

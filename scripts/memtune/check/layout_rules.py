@@ -139,6 +139,7 @@ def cpu_offload_with_recompute(view: RunView) -> Iterable[Finding]:
 
 #: What to change for each refusal of run_spec.recompute_refusals (keyed by a word of its text).
 _REFUSAL_FIXES = (
+    ("moe_grouped_gemm", "add --moe-grouped-gemm (model.moe_grouped_gemm=true) or drop moe_act"),
     ("fp8 delayed", "use an fp8 recipe other than delayed (tensorwise, mxfp8, blockwise) or drop moe_act/layernorm"),
     (
         "moe_router",
@@ -170,6 +171,8 @@ def recompute_refused_with_feature(view: RunView) -> Iterable[Finding]:
         moe_shared_expert_overlap=view.get("moe_shared_expert_overlap") is True,
         cuda_graph_scope=tuple(str(x) for x in scope) if isinstance(scope, list) else (),
         fp8=(str(view.get("fp8_recipe") or "delayed").strip().lower()) if fp8_on else None,
+        # Megatron-LM's switch is off unless given; a Bridge config that does not say is not judged
+        moe_grouped_gemm=view.get("moe_grouped_gemm", False if view.config_form == "megatron" else None),
     )
     for refusal in recompute_refusals(run):
         fix = next(text for key, text in _REFUSAL_FIXES if key in refusal)
