@@ -31,11 +31,15 @@ MIB, GIB = 2**20, 2**30
 def _figure_from_text(case: dict) -> float:
     """The measured bytes re-read from the line as it was printed: Megatron's report_memory
     'max allocated' (MiB), a Megatron Bridge study table's 'Peak allocated (GB)' column (the
-    header, then the row after '...:'; Bridge divides by 1e9), an 'N * X GiB' per-GPU note, or
-    an nvidia-smi table row (MiB)."""
+    header, then the row after '...:'; Bridge divides by 1e9) or a Bridge study's sentence
+    ('64.653 GB after iteration 2', '62.166 GiB.'), an 'N * X GiB' per-GPU note, or an
+    nvidia-smi table row (MiB)."""
     text = case["measured_text"]
     if case["metric"] == "max_allocated" and text.startswith("Selective modules | Peak allocated (GB) |"):
         return float(text.split("...:", 1)[1].split("|")[2]) * 1e9
+    prose = re.search(r"([0-9]+\.[0-9]+) (GiB|GB)(?: after iteration \d| peak max allocated memory|\.$)", text)
+    if case["metric"] == "max_allocated" and prose:  # a Bridge study's sentence or table cell
+        return float(prose.group(1)) * (GIB if prose.group(2) == "GiB" else 1e9)
     if case["metric"] == "max_allocated":
         return float(re.search(r"max allocated: ([0-9.]+)", text).group(1)) * MIB
     table = re.search(r"\|\s+(\d+)MiB / \d+MiB \|", text)  # an nvidia-smi table row: used / total
