@@ -486,6 +486,11 @@ def test_mt027_names_each_megatron_fsdp_check_and_stays_quiet_when_met() -> None
     )
     # Bridge checks the format only when the run saves or loads
     assert not any(f.rule == "MT027" for f in check("mt027_fsdp_bridge.yaml", overrides=("~checkpoint.save",)))
+    # a format the job fills in is not judged
+    assert not any(
+        f.rule == "MT027" and "format" in f.message
+        for f in check("mt027_fsdp_bridge.yaml", overrides=("checkpoint.ckpt_format=${FMT}",))
+    )
     # FSDP off: nothing to check
     assert not any(
         f.rule == "MT027" for f in check("mt027_fsdp_bridge.yaml", overrides=("ddp.use_megatron_fsdp=false",))

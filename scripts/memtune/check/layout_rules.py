@@ -203,6 +203,8 @@ def megatron_fsdp_start_checks(view: RunView) -> Iterable[Finding]:
             fix="unset CUDA_DEVICE_MAX_CONNECTIONS for this job (or set it above 1)",
         )
     fmt = view.get("ckpt_format")
+    if isinstance(fmt, str) and ("$" in fmt or "`" in fmt):
+        return  # filled in when the job runs: nothing to judge here
     megatron = view.config_form == "megatron"
     saves = view.get("ckpt_save") or view.get("ckpt_load")
     if (fmt or "torch_dist") != "fsdp_dtensor" and (megatron or (fmt is not None and saves)):
