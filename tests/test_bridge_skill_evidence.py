@@ -2,7 +2,7 @@
 Megatron-Core checks they cite) found wrong in the helpers, kept as tests.
 
 Recompute settings Megatron-Core refuses at start-up together with other features
-(memtune.spec.run_spec.recompute_refusals): the planner never proposes one, the estimate of a
+(memtune.spec.run_spec.start_refusals): the planner never proposes one, the estimate of a
 user's run that has one leads with a WARNING. Each rule is one assert or ValueError of
 Megatron-Core's TransformerConfig (checked at the Megatron-LM commit Megatron Bridge pins,
 2a75ac12): EP all-to-all overlap refuses full recompute, the ``moe`` module and shared-expert
@@ -24,10 +24,10 @@ from memtune.estimate import throughput_cost as tc
 from memtune.estimate.estimator import estimate
 from memtune.readers.bridge_config import specs_from_bridge
 from memtune.spec.presets import load_preset
-from memtune.spec.run_spec import RunSpec, recompute_refusals
+from memtune.spec.run_spec import RunSpec, start_refusals
 from memtune.units import GIB
 
-MOE_RUN = RunSpec(world_size=16, tp=2, pp=2, ep=4, mbs=1, gbs=8, seq_length=4096, sequence_parallel=True)
+MOE_RUN = RunSpec(world_size=16, tp=2, pp=1, ep=4, mbs=1, gbs=8, seq_length=4096, sequence_parallel=True)
 
 
 def selective(*modules: str, **kw: object) -> RunSpec:
@@ -55,10 +55,13 @@ def selective(*modules: str, **kw: object) -> RunSpec:
         (selective("moe", cuda_graph_scope=("moe_router", "moe_preprocess")), "moe_router"),
         (selective("moe_act", fp8="delayed"), "fp8 delayed"),
         (selective("layernorm", fp8="delayed"), "fp8 delayed"),
+        (MOE_RUN.with_(world_size=32, pp=2, overlap_moe_expert_parallel_comm=True), "virtual pipeline stages"),
+        (MOE_RUN.with_(world_size=4, ep=1, overlap_moe_expert_parallel_comm=True), "expert parallelism"),
+        (MOE_RUN.with_(overlap_moe_expert_parallel_comm=True, moe_token_dispatcher_type="allgather"), "dispatcher"),
     ],
 )
 def test_each_refusal_fires_on_its_combination(run: RunSpec, refused: str) -> None:
-    found = recompute_refusals(run)
+    found = start_refusals(run)
     assert len(found) == 1 and refused in found[0], found
 
 
@@ -72,13 +75,15 @@ def test_each_refusal_fires_on_its_combination(run: RunSpec, refused: str) -> No
         selective("moe", cuda_graph_scope=("attn",)),
         selective("moe_act", fp8="tensorwise"),  # only delayed scaling refuses
         selective("moe", fp8="delayed"),
+        MOE_RUN.with_(world_size=32, pp=2, vpp=2, overlap_moe_expert_parallel_comm=True),
+        MOE_RUN.with_(overlap_moe_expert_parallel_comm=True, moe_token_dispatcher_type="flex"),
         MOE_RUN.with_(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1),
         # recompute_modules only counts under selective granularity
         MOE_RUN.with_(recompute_modules=("moe",), overlap_moe_expert_parallel_comm=True),
     ],
 )
 def test_the_nearest_legal_runs_pass(run: RunSpec) -> None:
-    assert recompute_refusals(run) == []
+    assert start_refusals(run) == []
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +99,7 @@ def test_the_planner_never_proposes_a_refused_recompute(table: tc.CostTable) -> 
     plan = pl.plan(model, base, pl.PlanSettings(gpu_memory_bytes=80 * GIB, headroom_bytes=8 * GIB), table)
     offered = [e.candidate.run for e in (*plan.ranked, *plan.no_saving)]
     assert offered
-    assert all(recompute_refusals(run) == [] for run in offered)
+    assert all(start_refusals(run) == [] for run in offered)
     refused = [e for e in plan.rejected if any("Megatron-Core refuses it" in r for r in e.rejected)]
     assert any(e.candidate.run.recompute_granularity == "full" for e in refused)
     assert any("moe" in e.candidate.run.recompute_modules for e in refused)
@@ -144,6 +149,7 @@ def test_megatron_args_reader_reads_the_overlaps() -> None:
         "--num-experts": 8,
         "--expert-model-parallel-size": 8,
         "--overlap-moe-expert-parallel-comm": True,
+        "--moe-token-dispatcher-type": "alltoall",  # Megatron-LM's default, allgather, is refused with it
         "--moe-shared-expert-overlap": True,
         "--recompute-granularity": "selective",
         "--recompute-modules": "moe",
@@ -151,7 +157,7 @@ def test_megatron_args_reader_reads_the_overlaps() -> None:
     }
     _, run, _ = specs_from_megatron_args(flags, world_size=8)
     assert run.overlap_moe_expert_parallel_comm and run.moe_shared_expert_overlap
-    assert len(recompute_refusals(run)) == 2
+    assert len(start_refusals(run)) == 2
 
 
 # ------------------------------------------------------------ optimizer CPU offload (same audit)
@@ -192,9 +198,9 @@ def test_moe_act_needs_grouped_gemm_when_the_run_says_it_is_off() -> None:
     """``moe_act in recompute_modules is only supported with moe_grouped_gemm`` (ValueError).
     Megatron-LM's flag is store_true (off unless given); a Bridge config that does not say is
     left unknown, and the check stays quiet."""
-    assert "moe_grouped_gemm" in recompute_refusals(selective("moe_act", moe_grouped_gemm=False))[0]
-    assert recompute_refusals(selective("moe_act", moe_grouped_gemm=True)) == []
-    assert recompute_refusals(selective("moe_act")) == []  # not stated
+    assert "moe_grouped_gemm" in start_refusals(selective("moe_act", moe_grouped_gemm=False))[0]
+    assert start_refusals(selective("moe_act", moe_grouped_gemm=True)) == []
+    assert start_refusals(selective("moe_act")) == []  # not stated
 
 
 def test_megatron_args_reader_reads_the_loss_kernel_and_grouped_gemm() -> None:

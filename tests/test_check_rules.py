@@ -34,6 +34,7 @@ CASES = [
     ("mt026_ep_overlap_moe_recompute.yaml", "MT026", "error", 5, {}),
     ("mt026_fp8_delayed_moe_act.sh", "MT026", "error", 6, {}),
     ("mt026_moe_act_no_grouped_gemm.sh", "MT026", "error", 6, {}),
+    ("mt026_ep_overlap_pp_no_vpp.sh", "MT026", "error", 6, {}),
     ("mt027_fsdp_connections_ckpt.sh", "MT027", "error", 2, {}),
     ("mt027_fsdp_bridge.yaml", "MT027", "error", 7, {}),
     ("mt004_cpu_offload_pp.yaml", "MT004", "error", 10, {}),
@@ -495,3 +496,11 @@ def test_mt027_names_each_megatron_fsdp_check_and_stays_quiet_when_met() -> None
     assert not any(
         f.rule == "MT027" for f in check("mt027_fsdp_bridge.yaml", overrides=("ddp.use_megatron_fsdp=false",))
     )
+
+
+def test_mt026_ep_overlap_needs_virtual_stages_only_with_a_pipeline() -> None:
+    found = [f for f in check("mt026_ep_overlap_pp_no_vpp.sh") if f.rule == "MT026"]
+    assert len(found) == 1 and "virtual pipeline stages" in found[0].message
+    assert found[0].message.startswith("overlap_moe_expert_parallel_comm (")
+    interleaved = ("model.virtual_pipeline_model_parallel_size=2",)
+    assert not any(f.rule == "MT026" for f in check("mt026_ep_overlap_pp_no_vpp.sh", overrides=interleaved))

@@ -15,7 +15,7 @@ from memtune.check.facts import change_text, cuda_graphs, divisors, regather_inp
 from memtune.check.registry import Finding, make, rule
 from memtune.readers import alloc_conf as ac
 from memtune.readers.run_view import RunView
-from memtune.spec.run_spec import RunSpec, recompute_refusals
+from memtune.spec.run_spec import RunSpec, start_refusals
 
 
 @rule("MT004")
@@ -137,7 +137,7 @@ def cpu_offload_with_recompute(view: RunView) -> Iterable[Finding]:
         )
 
 
-#: What to change for each refusal of run_spec.recompute_refusals (keyed by a word of its text).
+#: What to change for each refusal of run_spec.start_refusals (keyed by a word of its text).
 _REFUSAL_FIXES = (
     ("moe_grouped_gemm", "add --moe-grouped-gemm (model.moe_grouped_gemm=true) or drop moe_act"),
     ("fp8 delayed", "use an fp8 recipe other than delayed (tensorwise, mxfp8, blockwise) or drop moe_act/layernorm"),
@@ -146,6 +146,12 @@ _REFUSAL_FIXES = (
         "drop moe from recompute_modules (moe_act recomputes the experts' activation) or moe_router from cuda_graph_scope",
     ),
     ("shared_experts", "drop shared_experts from recompute_modules or turn moe_shared_expert_overlap off"),
+    ("expert parallelism", "turn overlap_moe_expert_parallel_comm off, or use expert parallelism"),
+    (
+        "virtual pipeline",
+        "add virtual pipeline stages (--num-virtual-stages-per-pipeline-rank) or turn the overlap off",
+    ),
+    ("token dispatcher", "use the alltoall or flex token dispatcher, or turn the overlap off"),
     (
         "overlap_moe_expert_parallel_comm",
         "keep EP overlap with selective recompute of moe_act / layernorm / core_attn, or turn the overlap off",
@@ -154,17 +160,26 @@ _REFUSAL_FIXES = (
 
 
 @rule("MT026")
-def recompute_refused_with_feature(view: RunView) -> Iterable[Finding]:
+def refused_with_another_feature(view: RunView) -> Iterable[Finding]:
     granularity = view.get("recompute_granularity")
     if granularity not in ("selective", "full"):
-        return
+        granularity = None
     raw = view.get("recompute_modules")
     modules = ("core_attn",) if raw is None else tuple(str(m) for m in (raw if isinstance(raw, list) else [raw]))
     fp8 = view.get("fp8")
     fp8_on = isinstance(fp8, str) and fp8.strip().lower() not in ("", "none", "null", "false")
     scope = view.get("cuda_graph_scope") if te_cuda_graphs(view) else None
+    ints = {k: view.get(k) for k in ("ep", "pp", "vpp")}
     run = RunSpec(
         world_size=1,
+        ep=ints["ep"] if isinstance(ints["ep"], int) else 1,
+        pp=ints["pp"] if isinstance(ints["pp"], int) else 1,
+        # the older spelling gives layers per virtual stage, not the count: interleaved all the same
+        vpp=ints["vpp"] if isinstance(ints["vpp"], int) else (2 if view.get("layers_per_virtual_stage") else None),
+        # defaults: Megatron-LM's argument allgather, Megatron Bridge's providers alltoall
+        moe_token_dispatcher_type=str(
+            view.get("moe_token_dispatcher_type") or ("allgather" if view.config_form == "megatron" else "alltoall")
+        ),
         recompute_granularity=granularity,
         recompute_modules=modules,
         overlap_moe_expert_parallel_comm=view.get("overlap_moe_expert_parallel_comm") is True,
@@ -174,17 +189,17 @@ def recompute_refused_with_feature(view: RunView) -> Iterable[Finding]:
         # Megatron-LM's switch is off unless given; a Bridge config that does not say is not judged
         moe_grouped_gemm=view.get("moe_grouped_gemm", False if view.config_form == "megatron" else None),
     )
-    for refusal in recompute_refusals(run):
+    for refusal in start_refusals(run):
         fix = next(text for key, text in _REFUSAL_FIXES if key in refusal)
-        yield make(
-            "MT026",
-            view.where("recompute_granularity"),
-            granularity=granularity,
-            modules="[" + ", ".join(modules) + "]" if granularity == "selective" else "(all)",
-            recompute_source=view.where("recompute_granularity"),
-            refusal=refusal,
-            fix=fix,
+        layout = refusal.startswith("overlap_moe_expert_parallel_comm needs")
+        where = view.where("overlap_moe_expert_parallel_comm" if layout else "recompute_granularity")
+        setting = (
+            "overlap_moe_expert_parallel_comm"
+            if layout
+            else f"recompute_granularity={granularity} with modules "
+            + ("[" + ", ".join(modules) + "]" if granularity == "selective" else "(all)")
         )
+        yield make("MT026", where, setting=setting, source=where, refusal=refusal, fix=fix)
 
 
 @rule("MT027")

@@ -79,7 +79,7 @@ from memtune.estimate.schedule import (
     recompute_replay,
 )
 from memtune.spec.model_spec import ModelSpec, hybrid_layer_params, hybrid_stage_kinds
-from memtune.spec.run_spec import RunSpec, recompute_refusals, stage_chunk_layers, stage_layer_counts, validate
+from memtune.spec.run_spec import RunSpec, stage_chunk_layers, stage_layer_counts, start_refusals, validate
 from memtune.units import GIB
 
 
@@ -291,7 +291,7 @@ def known_gaps(model: ModelSpec, run: RunSpec) -> list[str]:
     out: list[str] = [
         f"WARNING: Megatron-Core refuses to start this run: {refusal}; the figures below are for a run that "
         "cannot start"
-        for refusal in recompute_refusals(run)
+        for refusal in start_refusals(run)
     ]
     if run.fp8 == "blockwise":
         out.append(

@@ -122,18 +122,8 @@ def extra_violations(model: ms.ModelSpec, base: RunSpec, run: RunSpec, settings:
             "full recompute is only supported with full-iteration CUDA graphs "
             f"(cuda_graph_scope={list(run.cuda_graph_scope)})"
         )
-    already = set(rs.recompute_refusals(base))  # the user's own run: the estimate warns about those
-    out.extend(f"Megatron-Core refuses it: {r}" for r in rs.recompute_refusals(run) if r not in already)
-    if run.overlap_moe_expert_parallel_comm:
-        # TransformerConfig's EP all-to-all overlap block: expert parallelism, and virtual stages
-        # whenever the pipeline has more than one stage.
-        if run.ep <= 1 < base.ep:
-            out.append("Megatron-Core refuses it: overlap_moe_expert_parallel_comm needs expert parallelism (EP > 1)")
-        if run.pp > 1 and run.vpp_chunks <= 1 and (run.pp, run.vpp_chunks) != (base.pp, base.vpp_chunks):
-            out.append(
-                "Megatron-Core refuses it: overlap_moe_expert_parallel_comm needs virtual pipeline stages when "
-                "pipeline_model_parallel_size > 1"
-            )
+    already = set(rs.start_refusals(base))  # the user's own run: the estimate warns about those
+    out.extend(f"Megatron-Core refuses it: {r}" for r in rs.start_refusals(run) if r not in already)
     if run.use_megatron_fsdp and not base.use_megatron_fsdp and run.optimizer not in ("adam", "sgd"):
         out.append(f"Megatron-FSDP takes only the adam and sgd optimizers, not {run.optimizer} (Megatron-LM)")
     if run.cp > 1 and run.cp != base.cp and run.transformer_impl == "local":

@@ -107,8 +107,8 @@ class RunSpec:
     cuda_graph_scope: tuple[str, ...] = ()  # non-empty = CUDA graphs captured for these
     cuda_graph_warmup_steps: int = 3  # training steps before capture (Megatron default 3)
     use_nccl_ub: bool = False
-    # Megatron-Core's EP all-to-all overlap (combined 1F1B) and shared-expert overlap: read only
-    # for the start-up checks they take part in (recompute_refusals).
+    # Megatron-Core's EP all-to-all overlap (combined 1F1B) and shared-expert overlap: read for
+    # the start-up checks they take part in (start_refusals) and named in the estimate.
     overlap_moe_expert_parallel_comm: bool = False
     moe_shared_expert_overlap: bool = False
     moe_grouped_gemm: bool | None = None  # None: not stated (the moe_act check then stays quiet)
@@ -291,14 +291,24 @@ def expert_parallel_problem(num_experts: int, ep: int) -> str | None:
     return None
 
 
-def recompute_refusals(run: RunSpec) -> list[str]:
-    """Recompute settings Megatron-Core's TransformerConfig refuses at start-up together with
-    other features of the run, one line each in its own words (transformer_config.py
-    ``__post_init__``). Kept apart from ``violations`` because the refusal depends on the
-    Megatron-Core release: the estimator warns, the planner never proposes them."""
+def start_refusals(run: RunSpec) -> list[str]:
+    """Settings Megatron-Core's TransformerConfig refuses at start-up together with other
+    features of the run - recompute modules against overlaps, CUDA-graph scopes and fp8 recipes,
+    EP all-to-all overlap against the layout - one line each in its own words
+    (transformer_config.py ``__post_init__``). Kept apart from ``violations`` because the refusal
+    depends on the Megatron-Core release: the estimator warns, the planner never proposes them,
+    check_env reports them (MT026)."""
     out: list[str] = []
     selective = set(run.recompute_modules) if run.recompute_granularity == "selective" else set()
     if run.overlap_moe_expert_parallel_comm:
+        if run.ep <= 1:
+            out.append("overlap_moe_expert_parallel_comm needs expert parallelism (EP > 1)")
+        if run.pp > 1 and run.vpp_chunks <= 1:
+            out.append(
+                "overlap_moe_expert_parallel_comm needs virtual pipeline stages when pipeline_model_parallel_size > 1"
+            )
+        if run.moe_token_dispatcher_type not in ("alltoall", "flex"):
+            out.append("overlap_moe_expert_parallel_comm needs the alltoall or flex token dispatcher")
         if run.recompute_granularity == "full":
             out.append("full recompute is refused with overlap_moe_expert_parallel_comm (EP all-to-all overlap)")
         if "moe" in selective:
