@@ -284,8 +284,9 @@ def fused_norm_outputs(model: ModelSpec, run: RunSpec, moe: bool) -> frozenset[s
 
 def layernorm_recompute_acts(model: ModelSpec, run: RunSpec) -> bool:
     """Whether selective ``layernorm`` recompute finds any norm of its own to re-run in this
-    model (see fused_norm_outputs): with the TE spec only MLA or MoE layers have one."""
-    return run.transformer_impl != "transformer_engine" or model.multi_latent_attention or model.is_moe
+    model: some layer keeps a norm output that fused_norm_outputs does not fuse (with the TE spec
+    only MLA or MoE layers have one)."""
+    return len(fused_norm_outputs(model, run, model.is_moe)) < len(RECOMPUTE_DROPS["layernorm"])
 
 
 def frozen_unsaved_terms(model: ModelSpec, run: RunSpec, moe: bool) -> frozenset[str]:
