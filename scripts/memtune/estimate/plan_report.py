@@ -177,6 +177,7 @@ def to_json(
             for e in plan.rejected
         ],
         "no_saving": [e.candidate.title for e in plan.no_saving],
+        "dominated": [{"change": d.title, "instead": d.instead} for d in plan.dominated],
         "notes": [*input_notes, *notes(plan)],
         "evaluated": plan.evaluated,
         "seconds": round(plan.seconds, 4),
@@ -385,6 +386,10 @@ def to_text(plan: Plan, top: int, input_notes: list[str] | tuple[str, ...] = (),
             "Legal, but not memory fixes (they raise the peak or save too little; a VPP change alone must save 4%):",
         ]
         lines += wrap("; ".join(doc["no_saving"]), "    ", "  - ")
+    if doc["dominated"]:
+        lines += ["", "Left out (a cheaper recompute setting saves as much memory):"]
+        for d in doc["dominated"]:
+            lines += wrap(f"{d['change']}: take {d['instead']} instead", "    ", "  - ")
     if doc["notes"]:
         lines += ["", "Notes:"]
         for n in doc["notes"]:

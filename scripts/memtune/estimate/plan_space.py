@@ -288,12 +288,15 @@ def recompute_options(
 
 def full_recompute_block_options(model: ms.ModelSpec, run: RunSpec) -> list[dict[str, Any]]:
     """Full recompute by method and layer count beyond ``uniform x1``: ``block`` over a
-    quarter, half and all of a model chunk's layers (fewer layers re-run, less saved), the
-    knob engineers turn when uniform full recompute is more than the gap needs."""
+    quarter and half of a model chunk's layers (fewer layers re-run, less saved), the
+    knob engineers turn when uniform full recompute is more than the gap needs. ``block``
+    over all of a chunk's layers is not listed: it checkpoints every layer on its own, which
+    is ``uniform x1`` under another name (same memory, same re-run)."""
     chunk = max(1, model.num_layers // max(1, run.pp * run.vpp_chunks))
     return [
         {"recompute_granularity": "full", "recompute_method": "block", "recompute_num_layers": n}
-        for n in sorted({max(1, chunk // 4), max(1, chunk // 2), chunk})
+        for n in sorted({max(1, chunk // 4), max(1, chunk // 2)})
+        if n < chunk
     ]
 
 

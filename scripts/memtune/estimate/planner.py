@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from memtune.estimate import throughput_cost as tc
+from memtune.estimate.dominance import Dominated, split_dominated
 from memtune.estimate.estimator import device_peak_bytes, estimate
 from memtune.estimate.plan_space import (
     BRIDGE_KEYS,
@@ -86,6 +87,7 @@ class Plan:
     evaluated: int
     seconds: float
     combined: tuple[Evaluated, ...] = field(default=())  # sweep results when no single step fits
+    dominated: tuple[Dominated, ...] = field(default=())  # recompute rows a cheaper one saves as much as
 
     @property
     def best(self) -> Evaluated | None:
@@ -342,6 +344,9 @@ def plan(
     baseline = ev.baseline()
     results = [ev.evaluate(c, baseline.peak_bytes or 0) for c in candidates(model, base, settings)]
     ranked, not_fitting, rejected, no_saving = _split(results, settings, cap_gain=True)
+    resolution = int(MIN_SAVING_SHARE * (baseline.peak_bytes or 0))
+    ranked, dominated = split_dominated(ranked, resolution)
+    not_fitting, dominated_above = split_dominated(not_fitting, resolution)
     combined: tuple[Evaluated, ...] = ()
     evaluated = ev.count
     if not ranked and sweep_if_needed:
@@ -359,6 +364,7 @@ def plan(
         not_fitting=tuple(not_fitting),
         rejected=tuple(rejected),
         no_saving=tuple(no_saving),
+        dominated=(*dominated, *dominated_above),
         evaluated=evaluated,
         seconds=time.perf_counter() - start,
         combined=combined,
@@ -633,6 +639,7 @@ def plan_sweep(
         not_fitting=result.closest,
         rejected=single.rejected,
         no_saving=single.no_saving,
+        dominated=single.dominated,
         evaluated=single.evaluated + result.space,
         seconds=time.perf_counter() - start,
     )
