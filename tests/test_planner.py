@@ -487,3 +487,32 @@ def test_a_vpp_change_that_saves_more_than_the_bar_is_still_offered(table):
     plan = pl.plan(model, run.with_(vpp=2), settings(), table)
     offered = titles((*plan.ranked, *plan.not_fitting))
     assert "VPP 2->off" in offered and "VPP 2->4" in titles(plan.no_saving)
+
+
+# ------------------------------------------------------------- TP on an MoE with ETP unset
+def test_moe_tp_change_also_offered_with_the_experts_tp_kept(table):
+    """Unset, ETP follows TP (Megatron-Core's default), so TP 1->4 at EP 8 on 16 GPUs needs 32
+    GPUs per stage and is refused; MoE recipes pin ETP instead, and that layout is legal: it is
+    offered beside the refused one, with the ETP flag in its exact change."""
+    from memtune.spec.presets import load_preset
+
+    model = load_preset("qwen3-30b-a3b")
+    run = RunSpec(world_size=16, tp=1, ep=8, mbs=1, gbs=16, seq_length=8192)
+    plan = pl.plan(model, run, settings(), table)
+    assert "EP x ETP = 8x4" in " ".join(rejected(plan)["TP 1->4"])
+    pinned = [e for e in (*plan.ranked, *plan.not_fitting) if e.candidate.title == "TP 1->4, ETP 1 kept"]
+    assert len(pinned) == 1 and pinned[0].candidate.run.expert_tp == 1
+    change = pl.exact_change(run, pinned[0].candidate)
+    assert "--expert-tensor-parallel-size 1" in change["megatron_args"]
+    assert "model.expert_tensor_parallel_size=1" in change["bridge_overrides"]
+
+
+def test_no_kept_etp_variant_for_dense_models_or_a_pinned_etp(table):
+    from memtune.spec.presets import load_preset
+
+    dense = pl.plan(load_preset("llama3-8b"), RunSpec(world_size=8, tp=1, mbs=1, gbs=8), settings(), table)
+    moe = load_preset("qwen3-30b-a3b")
+    pinned = pl.plan(moe, RunSpec(world_size=16, tp=1, ep=8, etp=1, mbs=1, gbs=16), settings(), table)
+    for plan in (dense, pinned):
+        every = (*plan.ranked, *plan.not_fitting, *plan.rejected, *plan.no_saving)
+        assert not [e for e in every if "kept" in e.candidate.title]

@@ -159,6 +159,8 @@ def candidates(model: ms.ModelSpec, base: RunSpec, settings: PlanSettings) -> It
             continue
         run = base.with_(tp=tp, sequence_parallel=sp_for(base, tp))
         yield Candidate(f"TP {base.tp}->{tp}", "tensor", run)
+        if model.is_moe and base.etp is None:  # unset, ETP follows TP; MoE recipes pin it instead
+            yield Candidate(f"TP {base.tp}->{tp}, ETP {base.tp} kept", "tensor", run.with_(etp=base.tp))
     for cp in powers_of_two_upto(world):
         if cp != base.cp and (cp == 1 or base.seq_length // cp >= MIN_TOKENS_PER_CP_RANK):
             yield Candidate(f"CP {base.cp}->{cp}", "context", base.with_(cp=cp))
