@@ -129,6 +129,27 @@ def test_glu_fusion_and_cross_entropy_kernel_are_read():
         validate(qwen, specs_from_bridge({"model": {"cross_entropy_fusion_impl": "fast"}}, 8, qwen)[1])
 
 
+@pytest.mark.parametrize(
+    ("model_keys", "etp", "noted"),
+    [
+        ({"tensor_model_parallel_size": 4, "expert_model_parallel_size": 4}, 1, True),  # Bridge's own default
+        ({"tensor_model_parallel_size": 1, "expert_model_parallel_size": 8}, 1, False),  # same as TP: nothing to say
+        (
+            {"tensor_model_parallel_size": 4, "expert_model_parallel_size": 4, "expert_tensor_parallel_size": 2},
+            2,
+            False,
+        ),
+        ({"tensor_model_parallel_size": 4, "expert_model_parallel_size": 1}, None, False),  # EP 1: follows TP
+    ],
+)
+def test_unset_expert_tp_is_one_with_ep_as_bridge_finalize_sets_it(model_keys, etp, noted):
+    """Megatron Bridge's finalize() sets an unset expert_tensor_parallel_size to 1 when EP > 1;
+    Megatron-Core alone would make it TP, which changes the expert shards and the GPU grid."""
+    _, run, notes = specs_from_bridge({"model": model_keys}, world_size=16, base=load_preset("qwen3-30b-a3b"))
+    assert run.etp == etp
+    assert any("expert_tensor_parallel_size not given: 1" in n for n in notes) is noted
+
+
 @pytest.mark.parametrize("helper", ["estimate_memory", "check_env"])
 def test_python_tags_are_refused_as_code_not_as_bad_syntax(tmp_path, invoke, helper):
     # yaml.dump of live objects writes these; reading them would import and call the tag's target

@@ -491,9 +491,10 @@ def test_a_vpp_change_that_saves_more_than_the_bar_is_still_offered(table):
 
 # ------------------------------------------------------------- TP on an MoE with ETP unset
 def test_moe_tp_change_also_offered_with_the_experts_tp_kept(table):
-    """Unset, ETP follows TP (Megatron-Core's default), so TP 1->4 at EP 8 on 16 GPUs needs 32
-    GPUs per stage and is refused; MoE recipes pin ETP instead, and that layout is legal: it is
-    offered beside the refused one, with the ETP flag in its exact change."""
+    """Unset on the command line or in Megatron-LM flags, ETP follows TP (Megatron-LM's and
+    Megatron-Core's rule; the Bridge reader sets 1 as Bridge does), so TP 1->4 at EP 8 on 16 GPUs
+    needs 32 GPUs per stage and is refused; MoE recipes pin ETP instead, and that layout is legal:
+    it is offered beside the refused one, with the ETP flag in its exact change."""
     from memtune.spec.presets import load_preset
 
     model = load_preset("qwen3-30b-a3b")
@@ -516,3 +517,14 @@ def test_no_kept_etp_variant_for_dense_models_or_a_pinned_etp(table):
     for plan in (dense, pinned):
         every = (*plan.ranked, *plan.not_fitting, *plan.rejected, *plan.no_saving)
         assert not [e for e in every if "kept" in e.candidate.title]
+
+
+def test_cli_says_how_an_unset_expert_tp_is_read():
+    """On the command line ETP follows TP as in Megatron-LM; a Bridge user is told to pass --etp 1."""
+    from helper_cli import invoke_json
+
+    base = ("--preset", "qwen3-30b-a3b", "--gpus", "16", "--ep", "8", "--json")
+    note = "--etp not given: expert TP follows TP (2)"
+    assert any(note in a for a in invoke_json("estimate_memory", *base, "--tp", "2")["assumptions"])
+    for more in (("--tp", "2", "--etp", "1"), ("--tp", "1")):
+        assert not any("--etp not given" in a for a in invoke_json("estimate_memory", *base, *more)["assumptions"])

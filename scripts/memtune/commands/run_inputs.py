@@ -268,6 +268,11 @@ def _load_source(args: SimpleNamespace) -> tuple[ModelSpec, RunSpec, list[str], 
     gpus = args.gpus or smallest_world(tp, pp, cp, ep, etp, moe=base.is_moe)
     if not args.gpus:
         notes.append(assumed_world_note(gpus, tp, pp, cp, ep, etp))
+    if base.is_moe and ep > 1 and etp is None and tp > 1:
+        notes.append(
+            f"--etp not given: expert TP follows TP ({tp}), as in Megatron-LM and Megatron-Core; "
+            "Megatron Bridge sets it to 1 when EP > 1 (pass --etp 1 for a Bridge run)"
+        )
     if args.dist_opt is None:
         notes.append("distributed optimizer on (Megatron Bridge recipe default); --no-dist-opt to change")
     if args.mbs is None:

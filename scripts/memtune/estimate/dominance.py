@@ -8,7 +8,9 @@ The rule is the planner's own resolution: a setting is *dominated* when another 
 setting lowers the peak to within ``resolution_bytes`` of it (or below) at a strictly smaller
 throughput cost. Only recompute rows are compared: across categories (pipeline vs tensor
 parallelism, say) a cheaper row that saves as much is still a different kind of change, with
-consequences the table's two numbers do not show.
+consequences the table's two numbers do not show; and only rows whose price rests on evidence
+(measured, calibrated, first-principles): an unknown cost is a placeholder 0%, which would
+otherwise push out every priced row beside it.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
+#: Cost kinds whose number can decide that one setting is cheaper than another.
+PRICED_KINDS = ("measured", "calibrated", "first-principles")
 #: Two throughput prices closer than this are the same price (the cost model's resolution is 0.1%).
 COST_RESOLUTION = 0.001
 
@@ -25,6 +29,9 @@ COST_RESOLUTION = 0.001
 class _Cost(Protocol):
     @property
     def change(self) -> float: ...
+
+    @property
+    def kind(self) -> str: ...
 
 
 class _Candidate(Protocol):
@@ -66,7 +73,12 @@ def _saves_as_much_for_less(other: _Row, row: _Row, resolution_bytes: int) -> bo
 
 
 def _comparable(row: _Row) -> bool:
-    return row.candidate.category == "recompute" and row.peak_bytes is not None and row.cost is not None
+    return (
+        row.candidate.category == "recompute"
+        and row.peak_bytes is not None
+        and row.cost is not None
+        and row.cost.kind in PRICED_KINDS
+    )
 
 
 def split_dominated(rows: Sequence[R], resolution_bytes: int) -> tuple[list[R], list[Dominated]]:

@@ -159,7 +159,7 @@ def candidates(model: ms.ModelSpec, base: RunSpec, settings: PlanSettings) -> It
             continue
         run = base.with_(tp=tp, sequence_parallel=sp_for(base, tp))
         yield Candidate(f"TP {base.tp}->{tp}", "tensor", run)
-        if model.is_moe and base.etp is None:  # unset, ETP follows TP; MoE recipes pin it instead
+        if model.is_moe and base.etp is None:  # unset (Megatron-LM), ETP follows TP; MoE recipes pin it
             yield Candidate(f"TP {base.tp}->{tp}, ETP {base.tp} kept", "tensor", run.with_(etp=base.tp))
     for cp in powers_of_two_upto(world):
         if cp != base.cp and (cp == 1 or base.seq_length // cp >= MIN_TOKENS_PER_CP_RANK):
@@ -346,9 +346,8 @@ def plan(
     baseline = ev.baseline()
     results = [ev.evaluate(c, baseline.peak_bytes or 0) for c in candidates(model, base, settings)]
     ranked, not_fitting, rejected, no_saving = _split(results, settings, cap_gain=True)
-    resolution = int(MIN_SAVING_SHARE * (baseline.peak_bytes or 0))
-    ranked, dominated = split_dominated(ranked, resolution)
-    not_fitting, dominated_above = split_dominated(not_fitting, resolution)
+    # only among the rows that fit: "take X instead" must name a row the table shows
+    ranked, dominated = split_dominated(ranked, int(MIN_SAVING_SHARE * (baseline.peak_bytes or 0)))
     combined: tuple[Evaluated, ...] = ()
     evaluated = ev.count
     if not ranked and sweep_if_needed:
@@ -366,7 +365,7 @@ def plan(
         not_fitting=tuple(not_fitting),
         rejected=tuple(rejected),
         no_saving=tuple(no_saving),
-        dominated=(*dominated, *dominated_above),
+        dominated=tuple(dominated),
         evaluated=evaluated,
         seconds=time.perf_counter() - start,
         combined=combined,

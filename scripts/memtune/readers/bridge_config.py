@@ -515,11 +515,20 @@ def specs_from_bridge(
     assumptions.extend(_misspelt_model_keys(model_s, forced))
     _refuse_misspelt_sections(cfg, forced)
 
+    ep_size = _int_field(model_s, "expert_model_parallel_size", "model", 1)
+    etp_size = _int_field(model_s, "expert_tensor_parallel_size", "model")
+    if etp_size is None and ep_size > 1 and model.is_moe:
+        # Megatron Bridge's finalize() sets an unset ETP to 1 when EP > 1
+        # (_set_moe_expert_tensor_parallel_default); Megatron-Core alone would make it TP.
+        etp_size = 1
+        if tp > 1:
+            assumptions.append(
+                f"model.expert_tensor_parallel_size not given: 1, as Megatron Bridge sets it when EP > 1 "
+                f"(Megatron-Core alone, and older Bridge releases, make it TP = {tp})"
+            )
     if world_size is None:
         from memtune.spec.run_spec import assumed_world_note, smallest_world
 
-        ep_size = _int_field(model_s, "expert_model_parallel_size", "model", 1)
-        etp_size = _int_field(model_s, "expert_tensor_parallel_size", "model")
         world_size = smallest_world(tp, pp, cp, ep_size, etp_size, moe=model.is_moe)
         assumptions.insert(0, assumed_world_note(world_size, tp, pp, cp, ep_size, etp_size))
 
@@ -586,8 +595,8 @@ def specs_from_bridge(
             {"model.virtual_pipeline_model_parallel_size": vpp}, "model.virtual_pipeline_model_parallel_size", ""
         ),
         cp=cp,
-        ep=_int_field(model_s, "expert_model_parallel_size", "model", 1),
-        etp=_int_field(model_s, "expert_tensor_parallel_size", "model"),
+        ep=ep_size,
+        etp=etp_size,
         mbs=_int_field(train, "micro_batch_size", "train", 1),
         gbs=_int_field(train, "global_batch_size", "train"),
         seq_length=_int_field({seq_where: seq}, seq_where, "", 4096),  # seq is set by now: the 4096 is never used
