@@ -244,7 +244,9 @@ def _load_source(args: SimpleNamespace) -> tuple[ModelSpec, RunSpec, list[str], 
             cfg = load_bridge_yaml(DATA_DIR / "examples" / "llama3-70b-sft-32gpu.yaml")
         else:
             cfg = load_bridge_yaml(args.config)
-        cfg = apply_overrides(cfg, args.overrides, known=_known_config_keys())
+        from memtune.readers.bridge_nested import flat_override
+
+        cfg = apply_overrides(cfg, [flat_override(o) for o in args.overrides], known=_known_config_keys())
         meta = cfg.pop("_memtune", None) or {}
         if base is None and meta.get("preset"):
             base = presets.load_preset(str(meta["preset"]))

@@ -19,6 +19,7 @@ from typing import Any, overload
 
 from memtune.errors import InputError
 from memtune.files.textfile import read_text, yaml_syntax_error
+from memtune.readers.bridge_nested import lift_transformer
 from memtune.spec.model_spec import ModelSpec, coerce_model_values, model_field_names
 from memtune.spec.run_spec import LORA_DEFAULT_TARGETS, RunSpec, normalize_dtype
 
@@ -223,7 +224,7 @@ def load_bridge_yaml(path: str | Path) -> dict[str, Any]:
         return {}
     if not isinstance(data, dict):
         raise InputError(f"{p}: expected a mapping with sections like model:, train:, optimizer:, ddp:")
-    return data
+    return lift_transformer(data)
 
 
 def _section(cfg: Mapping[str, Any], name: str) -> dict[str, Any]:
@@ -489,7 +490,7 @@ def specs_from_bridge(
     field of its section is refused (as Bridge refuses it) unless ``forced`` names it (a
     ``+key=`` / ``++key=`` override: the user added it on purpose)."""
     assumptions: list[str] = []
-    cfg = _tidy(cfg)
+    cfg = _tidy(lift_transformer(cfg))
     unknown = [k for k in cfg if k not in SECTIONS and not str(k).startswith("_")]
     model_s = _section(cfg, "model")
     if not model_s and base is None and unknown:

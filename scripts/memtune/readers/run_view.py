@@ -29,6 +29,7 @@ from memtune.errors import InputError
 from memtune.files.data_yaml import load_data_mapping
 from memtune.files.paths import DATA_DIR
 from memtune.files.textfile import one_line
+from memtune.readers.bridge_nested import flat_model_key
 from memtune.readers.launch.args import parse_override, split_program_args
 from memtune.readers.launch.commands import parse_file
 from memtune.readers.launch.script import Command, Flag, LaunchScript, Override, is_branch_guess
@@ -324,6 +325,9 @@ def build(inputs: Inputs) -> RunView:
                     flag_file[last[2:]] = path
                 view.config_form = "megatron"
                 continue
+            if key == "model.transformer._target_":
+                continue  # the class building the nested transformer config; the model's own stays
+            key = flat_model_key(key)  # Bridge's nested model.transformer.* is model.* to the rules
             flat[key] = (value, f"{path}:{line}", f"{key}: {_short(value)}")
 
     # --- launch scripts ----------------------------------------------------------------
