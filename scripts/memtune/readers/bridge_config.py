@@ -15,10 +15,20 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import fields as dc_fields
 from pathlib import Path
-from typing import Any, overload
+from typing import Any
 
 from memtune.errors import InputError
 from memtune.files.textfile import read_text, yaml_syntax_error
+from memtune.readers.bridge_fields import (
+    bool_field,
+    config_section,
+    float_field,
+    int_field,
+    is_placeholder,
+    launch_only_error,
+    module_names,
+    str_field,
+)
 from memtune.readers.bridge_nested import lift_transformer
 from memtune.spec.model_spec import ModelSpec, coerce_model_values, model_field_names
 from memtune.spec.run_spec import LORA_DEFAULT_TARGETS, RunSpec, normalize_dtype
@@ -152,18 +162,6 @@ def _tidy(cfg: Mapping[str, Any]) -> dict[str, Any]:
     return {k: walk(v) for k, v in cfg.items()}
 
 
-def _placeholder(value: Any) -> bool:
-    """Text filled in when the job is launched (``${TP}``, ``${oc.env:X}``), not a value."""
-    return isinstance(value, str) and "${" in value
-
-
-def _launch_only(where: str, value: Any) -> InputError:
-    return InputError(
-        f"{where} is {value!r}, a placeholder filled in when the job is launched; "
-        f"give the value as an override ({where}=N)"
-    )
-
-
 _PYTHON_TAG = re.compile(r"tag:yaml\.org,2002:(python/[^'\s]*)")
 
 
@@ -227,95 +225,6 @@ def load_bridge_yaml(path: str | Path) -> dict[str, Any]:
     return lift_transformer(data)
 
 
-def _section(cfg: Mapping[str, Any], name: str) -> dict[str, Any]:
-    value = cfg.get(name)
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        if name in ("mixed_precision", "peft"):
-            return {"_name": value}
-        raise InputError(f"config section {name!r} must be a mapping, got {type(value).__name__}")
-    return dict(value)
-
-
-# The field readers return the default's type: with a non-None default the result is never None.
-@overload
-def _int_field(section: Mapping[str, Any], key: str, where: str, default: int) -> int: ...
-@overload
-def _int_field(section: Mapping[str, Any], key: str, where: str, default: int | None = None) -> int | None: ...
-def _int_field(section: Mapping[str, Any], key: str, where: str, default: int | None = None) -> int | None:
-    value = section.get(key, default)
-    if value is None:
-        return default
-    where = f"{where}.{key}" if where else key
-    if _placeholder(value):
-        raise _launch_only(where, value)
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise InputError(f"{where}: expected an integer, got {value!r}")
-    if isinstance(value, float) and not value.is_integer():  # also inf and NaN
-        # int() would truncate 4096.5 to 4096 (another run) or raise on inf / NaN
-        raise InputError(f"{where}: expected an integer, got {value!r}")
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
-        raise InputError(f"{where}: expected an integer, got {value!r}") from None
-    return number
-
-
-def _modules(value: Any, where: str = "value") -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if isinstance(value, str):
-        return tuple(v for v in value.replace("[", " ").replace("]", " ").replace(",", " ").split() if v)
-    if isinstance(value, (list, tuple)):
-        return tuple(str(v) for v in value)
-    raise InputError(f"{where}: expected a list of module names, got {value!r}")
-
-
-def _float_field(section: Mapping[str, Any], key: str, where: str, default: float) -> float:
-    value = section.get(key, default)
-    if value is None:
-        return default
-    if _placeholder(value):
-        raise _launch_only(f"{where}.{key}", value)
-    if isinstance(value, bool):
-        raise InputError(f"{where}.{key}: expected a number, got {value!r}")
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        raise InputError(f"{where}.{key}: expected a number, got {value!r}") from None
-
-
-def _bool_field(section: Mapping[str, Any], key: str, where: str, default: bool = False) -> bool:
-    value = section.get(key, default)
-    if value is None:
-        return default
-    if _placeholder(value):
-        raise _launch_only(f"{where}.{key}", value)
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, (int, float)) and value in (0, 1):
-        return bool(value)
-    if isinstance(value, str) and value.strip().lower() in ("true", "false", "yes", "no", "1", "0"):
-        return value.strip().lower() in ("true", "yes", "1")
-    raise InputError(f"{where}.{key}: expected true or false, got {value!r}")
-
-
-@overload
-def _str_field(section: Mapping[str, Any], key: str, where: str, default: str) -> str: ...
-@overload
-def _str_field(section: Mapping[str, Any], key: str, where: str, default: str | None) -> str | None: ...
-def _str_field(section: Mapping[str, Any], key: str, where: str, default: str | None) -> str | None:
-    value = section.get(key, default)
-    if value is None:
-        return default
-    if _placeholder(value):
-        raise _launch_only(f"{where}.{key}", value)
-    if isinstance(value, (dict, list, tuple)):
-        raise InputError(f"{where}.{key}: expected a name, got {value!r}")
-    return str(value)
-
-
 _LINEAR_VARIANTS = ("gdn", "gdn2", "gated_delta_net")
 
 
@@ -349,11 +258,11 @@ def model_from_bridge(model: Mapping[str, Any], base: ModelSpec | None = None) -
     for key, value in model.items():
         target = _MODEL_ALIASES.get(key, key)
         if target in known and value is not None:
-            if _placeholder(value):
-                raise _launch_only(f"model.{key}", value)
+            if is_placeholder(value):
+                raise launch_only_error(f"model.{key}", value)
             values[target] = value
     if "share_embeddings_and_output_weights" in model and model["share_embeddings_and_output_weights"] is not None:
-        values["untie_embeddings_and_output_weights"] = not _bool_field(
+        values["untie_embeddings_and_output_weights"] = not bool_field(
             model, "share_embeddings_and_output_weights", "model"
         )
     if "padded_vocab_size" in model and "vocab_size" not in values:
@@ -400,12 +309,12 @@ def _precision_over_ddp(
     with it) - replaces whatever ``ddp`` says. Only without one do the DDP fields stand.
     """
     if mp:
-        grad = _bool_field(mp, "grad_reduce_in_fp32", "mixed_precision", recipe_grad_fp32)
+        grad = bool_field(mp, "grad_reduce_in_fp32", "mixed_precision", recipe_grad_fp32)
         key = "fp8_param_gather" if "fp8_param_gather" in mp else "fp8_param"
-        gather = _bool_field(mp, key, "mixed_precision", recipe_param_gather)
+        gather = bool_field(mp, key, "mixed_precision", recipe_param_gather)
         return grad, bool(gather)
-    grad = _bool_field(ddp, "grad_reduce_in_fp32", "ddp", recipe_grad_fp32)
-    gather = any(_bool_field(sec, "fp8_param_gather", name, False) for sec, name in ((model_s, "model"), (ddp, "ddp")))
+    grad = bool_field(ddp, "grad_reduce_in_fp32", "ddp", recipe_grad_fp32)
+    gather = any(bool_field(sec, "fp8_param_gather", name, False) for sec, name in ((model_s, "model"), (ddp, "ddp")))
     return grad, gather
 
 
@@ -492,7 +401,7 @@ def specs_from_bridge(
     assumptions: list[str] = []
     cfg = _tidy(lift_transformer(cfg))
     unknown = [k for k in cfg if k not in SECTIONS and not str(k).startswith("_")]
-    model_s = _section(cfg, "model")
+    model_s = config_section(cfg, "model")
     if not model_s and base is None and unknown:
         if "perf_matrix" in cfg:
             raise InputError(
@@ -502,22 +411,22 @@ def specs_from_bridge(
             )
         raise InputError(f"config has no model section (top-level keys: {', '.join(map(str, unknown[:6]))})")
     # the layout first: a launcher placeholder there (${TP}) is the first thing to fill in
-    tp = _int_field(model_s, "tensor_model_parallel_size", "model", 1)
-    pp = _int_field(model_s, "pipeline_model_parallel_size", "model", 1)
-    cp = _int_field(model_s, "context_parallel_size", "model", 1)
-    train = _section(cfg, "train")
-    optim = _section(cfg, "optimizer")
-    ddp = _section(cfg, "ddp")
-    mp = _section(cfg, "mixed_precision")
-    peft = _section(cfg, "peft")
-    dataset = _section(cfg, "dataset")
-    comm = _section(cfg, "comm_overlap")
+    tp = int_field(model_s, "tensor_model_parallel_size", "model", 1)
+    pp = int_field(model_s, "pipeline_model_parallel_size", "model", 1)
+    cp = int_field(model_s, "context_parallel_size", "model", 1)
+    train = config_section(cfg, "train")
+    optim = config_section(cfg, "optimizer")
+    ddp = config_section(cfg, "ddp")
+    mp = config_section(cfg, "mixed_precision")
+    peft = config_section(cfg, "peft")
+    dataset = config_section(cfg, "dataset")
+    comm = config_section(cfg, "comm_overlap")
     model = model_from_bridge(model_s, base)
     assumptions.extend(_misspelt_model_keys(model_s, forced))
     _refuse_misspelt_sections(cfg, forced)
 
-    ep_size = _int_field(model_s, "expert_model_parallel_size", "model", 1)
-    etp_size = _int_field(model_s, "expert_tensor_parallel_size", "model")
+    ep_size = int_field(model_s, "expert_model_parallel_size", "model", 1)
+    etp_size = int_field(model_s, "expert_tensor_parallel_size", "model")
     if etp_size is None and ep_size > 1 and model.is_moe:
         # Megatron Bridge's finalize() sets an unset ETP to 1 when EP > 1
         # (_set_moe_expert_tensor_parallel_default); Megatron-Core alone would make it TP.
@@ -563,9 +472,9 @@ def specs_from_bridge(
     if peft:
         target = str(peft.get("_target_", peft.get("_name", "lora"))).lower()
         peft_kind = "dora" if "dora" in target else "lora"
-        lora_dim = _int_field(peft, "dim", "peft", 32)
-        targets = _modules(peft.get("target_modules"), "peft.target_modules") or LORA_DEFAULT_TARGETS
-        regather = _bool_field(peft, "sequence_parallel_input_regather", "peft", False)
+        lora_dim = int_field(peft, "dim", "peft", 32)
+        targets = module_names(peft.get("target_modules"), "peft.target_modules") or LORA_DEFAULT_TARGETS
+        regather = bool_field(peft, "sequence_parallel_input_regather", "peft", False)
 
     seq_where, seq = _sequence_length(model_s, dataset, assumptions)
     if model.gated_linear_unit and model_s.get("bias_activation_fusion") is None:
@@ -580,7 +489,7 @@ def specs_from_bridge(
         assumptions.append("train.micro_batch_size not given: assumed 1 (activations scale with it); pass --mbs")
     cuda_graph: tuple[str, ...] = ()
     if model_s.get("enable_cuda_graph") or (model_s.get("cuda_graph_impl") not in (None, "none")):
-        cuda_graph = _modules(model_s.get("cuda_graph_scope"), "model.cuda_graph_scope") or ("full",)
+        cuda_graph = module_names(model_s.get("cuda_graph_scope"), "model.cuda_graph_scope") or ("full",)
     vpp = model_s.get("virtual_pipeline_model_parallel_size")
     stage_layers = None
     layout = model_s.get("pipeline_model_parallel_layout")
@@ -592,105 +501,103 @@ def specs_from_bridge(
         world_size=int(world_size),
         tp=tp,
         pp=pp,
-        vpp=_int_field(
+        vpp=int_field(
             {"model.virtual_pipeline_model_parallel_size": vpp}, "model.virtual_pipeline_model_parallel_size", ""
         ),
         cp=cp,
         ep=ep_size,
         etp=etp_size,
-        mbs=_int_field(train, "micro_batch_size", "train", 1),
-        gbs=_int_field(train, "global_batch_size", "train"),
-        seq_length=_int_field({seq_where: seq}, seq_where, "", 4096),  # seq is set by now: the 4096 is never used
-        sequence_parallel=_bool_field(model_s, "sequence_parallel", "model", False),
+        mbs=int_field(train, "micro_batch_size", "train", 1),
+        gbs=int_field(train, "global_batch_size", "train"),
+        seq_length=int_field({seq_where: seq}, seq_where, "", 4096),  # seq is set by now: the 4096 is never used
+        sequence_parallel=bool_field(model_s, "sequence_parallel", "model", False),
         params_dtype=params_dtype,
         fp8=fp8,
         fp8_param_gather=param_gather,
         grad_reduce_in_fp32=grad_fp32,
-        optimizer=_str_field(optim, "optimizer", "optimizer", "adam"),
-        use_distributed_optimizer=_bool_field(
-            ddp, "use_distributed_optimizer", "ddp", _bool_field(optim, "use_distributed_optimizer", "optimizer")
+        optimizer=str_field(optim, "optimizer", "optimizer", "adam"),
+        use_distributed_optimizer=bool_field(
+            ddp, "use_distributed_optimizer", "ddp", bool_field(optim, "use_distributed_optimizer", "optimizer")
         ),
-        num_distributed_optimizer_instances=_int_field(ddp, "num_distributed_optimizer_instances", "ddp", 1),
-        use_precision_aware_optimizer=_bool_field(optim, "use_precision_aware_optimizer", "optimizer", False),
+        num_distributed_optimizer_instances=int_field(ddp, "num_distributed_optimizer_instances", "ddp", 1),
+        use_precision_aware_optimizer=bool_field(optim, "use_precision_aware_optimizer", "optimizer", False),
         main_params_dtype=normalize_dtype(optim.get("main_params_dtype", "fp32")),
         exp_avg_dtype=normalize_dtype(optim.get("exp_avg_dtype", "fp32")),
         exp_avg_sq_dtype=normalize_dtype(optim.get("exp_avg_sq_dtype", "fp32")),
-        optimizer_cpu_offload=_bool_field(optim, "optimizer_cpu_offload", "optimizer", False),
-        optimizer_offload_fraction=_float_field(optim, "optimizer_offload_fraction", "optimizer", 1.0),
-        use_megatron_fsdp=_bool_field(ddp, "use_megatron_fsdp", "ddp", False),
-        data_parallel_sharding_strategy=_str_field(ddp, "data_parallel_sharding_strategy", "ddp", "optim_grads_params"),
-        overlap_grad_reduce=_bool_field(ddp, "overlap_grad_reduce", "ddp", False),
-        overlap_param_gather=_bool_field(ddp, "overlap_param_gather", "ddp", False),
-        recompute_granularity=_str_field(model_s, "recompute_granularity", "model", None),
-        recompute_method=_str_field(model_s, "recompute_method", "model", None),
-        recompute_num_layers=_int_field(model_s, "recompute_num_layers", "model"),
+        optimizer_cpu_offload=bool_field(optim, "optimizer_cpu_offload", "optimizer", False),
+        optimizer_offload_fraction=float_field(optim, "optimizer_offload_fraction", "optimizer", 1.0),
+        use_megatron_fsdp=bool_field(ddp, "use_megatron_fsdp", "ddp", False),
+        data_parallel_sharding_strategy=str_field(ddp, "data_parallel_sharding_strategy", "ddp", "optim_grads_params"),
+        overlap_grad_reduce=bool_field(ddp, "overlap_grad_reduce", "ddp", False),
+        overlap_param_gather=bool_field(ddp, "overlap_param_gather", "ddp", False),
+        recompute_granularity=str_field(model_s, "recompute_granularity", "model", None),
+        recompute_method=str_field(model_s, "recompute_method", "model", None),
+        recompute_num_layers=int_field(model_s, "recompute_num_layers", "model"),
         # Megatron-Core's default [core_attn] applies only when the field is unset: an explicit
         # empty list (a no-recompute control under selective granularity) stays empty.
         recompute_modules=(
             ("core_attn",)
             if model_s.get("recompute_modules") is None
-            else _modules(model_s.get("recompute_modules"), "model.recompute_modules")
+            else module_names(model_s.get("recompute_modules"), "model.recompute_modules")
         ),
-        attention_backend=(_str_field(model_s, "attention_backend", "model", "auto") or "auto").split(".")[-1],
-        attention_dropout=_float_field(model_s, "attention_dropout", "model", 0.0),
-        hidden_dropout=_float_field(model_s, "hidden_dropout", "model", 0.0),
+        attention_backend=(str_field(model_s, "attention_backend", "model", "auto") or "auto").split(".")[-1],
+        attention_dropout=float_field(model_s, "attention_dropout", "model", 0.0),
+        hidden_dropout=float_field(model_s, "hidden_dropout", "model", 0.0),
         # Megatron Bridge's GPTModelProvider (and MambaModelProvider) default to the fused loss.
-        cross_entropy_loss_fusion=_bool_field(model_s, "cross_entropy_loss_fusion", "model", True),
-        cross_entropy_fusion_impl=_str_field(model_s, "cross_entropy_fusion_impl", "model", "native"),
-        bias_activation_fusion=_bool_field(model_s, "bias_activation_fusion", "model", True),
+        cross_entropy_loss_fusion=bool_field(model_s, "cross_entropy_loss_fusion", "model", True),
+        cross_entropy_fusion_impl=str_field(model_s, "cross_entropy_fusion_impl", "model", "native"),
+        bias_activation_fusion=bool_field(model_s, "bias_activation_fusion", "model", True),
         # Bridge's GPTModelProvider overrides Megatron-Core's True with False (gpt_provider.py,
         # ``attention_softmax_in_fp32: bool = False``); saved configs write the value out.
-        attention_softmax_in_fp32=_bool_field(model_s, "attention_softmax_in_fp32", "model", False),
+        attention_softmax_in_fp32=bool_field(model_s, "attention_softmax_in_fp32", "model", False),
         # CommOverlapConfig copies these onto the model config (comm_overlap.py); either may carry them.
-        defer_embedding_wgrad_compute=_bool_field(
+        defer_embedding_wgrad_compute=bool_field(
             comm,
             "defer_embedding_wgrad_compute",
             "comm_overlap",
-            _bool_field(model_s, "defer_embedding_wgrad_compute", "model", False),
+            bool_field(model_s, "defer_embedding_wgrad_compute", "model", False),
         ),
-        wgrad_deferral_limit=_int_field(
-            comm, "wgrad_deferral_limit", "comm_overlap", _int_field(model_s, "wgrad_deferral_limit", "model", 0)
+        wgrad_deferral_limit=int_field(
+            comm, "wgrad_deferral_limit", "comm_overlap", int_field(model_s, "wgrad_deferral_limit", "model", 0)
         ),
-        moe_token_dispatcher_type=_str_field(model_s, "moe_token_dispatcher_type", "model", "alltoall"),
-        moe_expert_capacity_factor=_float_field(model_s, "moe_expert_capacity_factor", "model", 0.0) or None,
-        moe_pad_expert_input_to_capacity=_bool_field(model_s, "moe_pad_expert_input_to_capacity", "model", False),
-        moe_router_dtype=_str_field(model_s, "moe_router_dtype", "model", None),
-        cpu_offloading=_bool_field(model_s, "cpu_offloading", "model", False),
-        cpu_offloading_num_layers=_int_field(model_s, "cpu_offloading_num_layers", "model", 0),
-        cpu_offloading_activations=_bool_field(model_s, "cpu_offloading_activations", "model", True),
-        cpu_offloading_weights=_bool_field(model_s, "cpu_offloading_weights", "model", False),
+        moe_token_dispatcher_type=str_field(model_s, "moe_token_dispatcher_type", "model", "alltoall"),
+        moe_expert_capacity_factor=float_field(model_s, "moe_expert_capacity_factor", "model", 0.0) or None,
+        moe_pad_expert_input_to_capacity=bool_field(model_s, "moe_pad_expert_input_to_capacity", "model", False),
+        moe_router_dtype=str_field(model_s, "moe_router_dtype", "model", None),
+        cpu_offloading=bool_field(model_s, "cpu_offloading", "model", False),
+        cpu_offloading_num_layers=int_field(model_s, "cpu_offloading_num_layers", "model", 0),
+        cpu_offloading_activations=bool_field(model_s, "cpu_offloading_activations", "model", True),
+        cpu_offloading_weights=bool_field(model_s, "cpu_offloading_weights", "model", False),
         fine_grained_offload_modules=(
-            _modules(model_s.get("offload_modules"), "model.offload_modules")
-            if _bool_field(model_s, "fine_grained_activation_offloading", "model", False)
+            module_names(model_s.get("offload_modules"), "model.offload_modules")
+            if bool_field(model_s, "fine_grained_activation_offloading", "model", False)
             else ()
         ),
-        num_layers_in_first_pipeline_stage=_int_field(model_s, "num_layers_in_first_pipeline_stage", "model"),
-        num_layers_in_last_pipeline_stage=_int_field(model_s, "num_layers_in_last_pipeline_stage", "model"),
-        account_for_embedding_in_pipeline_split=_bool_field(
+        num_layers_in_first_pipeline_stage=int_field(model_s, "num_layers_in_first_pipeline_stage", "model"),
+        num_layers_in_last_pipeline_stage=int_field(model_s, "num_layers_in_last_pipeline_stage", "model"),
+        account_for_embedding_in_pipeline_split=bool_field(
             model_s, "account_for_embedding_in_pipeline_split", "model", False
         ),
-        account_for_loss_in_pipeline_split=_bool_field(model_s, "account_for_loss_in_pipeline_split", "model", False),
+        account_for_loss_in_pipeline_split=bool_field(model_s, "account_for_loss_in_pipeline_split", "model", False),
         stage_layers=stage_layers,
-        microbatch_group_size_per_vp_stage=_int_field(model_s, "microbatch_group_size_per_vp_stage", "model"),
+        microbatch_group_size_per_vp_stage=int_field(model_s, "microbatch_group_size_per_vp_stage", "model"),
         peft=peft_kind,
         lora_dim=lora_dim,
         lora_target_modules=targets,
         sequence_parallel_input_regather=regather,
         cuda_graph_scope=cuda_graph,
-        cuda_graph_warmup_steps=_int_field(model_s, "cuda_graph_warmup_steps", "model", 3),
-        use_nccl_ub=_bool_field(ddp, "nccl_ub", "ddp", False),
-        overlap_moe_expert_parallel_comm=_bool_field(
+        cuda_graph_warmup_steps=int_field(model_s, "cuda_graph_warmup_steps", "model", 3),
+        use_nccl_ub=bool_field(ddp, "nccl_ub", "ddp", False),
+        overlap_moe_expert_parallel_comm=bool_field(
             comm,
             "overlap_moe_expert_parallel_comm",
             "comm_overlap",
-            _bool_field(model_s, "overlap_moe_expert_parallel_comm", "model", False),
+            bool_field(model_s, "overlap_moe_expert_parallel_comm", "model", False),
         ),
-        moe_shared_expert_overlap=_bool_field(model_s, "moe_shared_expert_overlap", "model", False),
+        moe_shared_expert_overlap=bool_field(model_s, "moe_shared_expert_overlap", "model", False),
         # Bridge's MoE providers choose it per model; a config that does not say is left unknown.
         moe_grouped_gemm=(
-            None
-            if model_s.get("moe_grouped_gemm") is None
-            else _bool_field(model_s, "moe_grouped_gemm", "model", False)
+            None if model_s.get("moe_grouped_gemm") is None else bool_field(model_s, "moe_grouped_gemm", "model", False)
         ),
     )
     return model, run, assumptions
