@@ -150,6 +150,39 @@ def test_unset_expert_tp_is_one_with_ep_as_bridge_finalize_sets_it(model_keys, e
     assert any("expert_tensor_parallel_size not given: 1" in n for n in notes) is noted
 
 
+@pytest.mark.parametrize(
+    ("sections", "fsdp", "dist_opt"),
+    [
+        ({"dist": {"use_megatron_fsdp": True}}, True, True),  # validate() copies dist's switch to ddp
+        ({"ddp": {"use_megatron_fsdp": True, "use_distributed_optimizer": False}}, True, True),  # FSDP forces it
+        ({"ddp": {"use_distributed_optimizer": False}, "optimizer": {"use_distributed_optimizer": True}}, False, True),
+        ({"ddp": {"use_distributed_optimizer": True}, "optimizer": {"use_distributed_optimizer": False}}, False, True),
+        (
+            {"ddp": {"use_distributed_optimizer": False}, "optimizer": {"use_distributed_optimizer": False}},
+            False,
+            False,
+        ),
+    ],
+)
+def test_fsdp_and_distributed_optimizer_are_read_as_bridge_validate_syncs_them(sections, fsdp, dist_opt):
+    """ConfigContainer.validate(): Megatron-FSDP in dist or ddp turns on both and the distributed
+    optimizer; the distributed optimizer is on when either ddp or optimizer says so."""
+    _, run, _ = specs_from_bridge({"model": {}, **sections}, world_size=8, base=load_preset("llama3-8b"))
+    assert (run.use_megatron_fsdp, run.use_distributed_optimizer) == (fsdp, dist_opt)
+
+
+def test_optimizer_offload_fraction_defaults_to_the_config_class_zero():
+    """OptimizerConfig's optimizer_offload_fraction defaults to 0.0 (Megatron-LM's flag to 1.0):
+    switching CPU offload on without a fraction moves nothing, and the estimate says so."""
+    base = load_preset("llama3-8b")
+    _, run, notes = specs_from_bridge({"model": {}, "optimizer": {"optimizer_cpu_offload": True}}, 8, base)
+    assert run.optimizer_cpu_offload and run.optimizer_offload_fraction == 0.0
+    assert any("optimizer_offload_fraction not given: 0.0" in n for n in notes)
+    cfg = {"model": {}, "optimizer": {"optimizer_cpu_offload": True, "optimizer_offload_fraction": 0.5}}
+    _, run, notes = specs_from_bridge(cfg, 8, base)
+    assert run.optimizer_offload_fraction == 0.5 and not any("offload_fraction" in n for n in notes)
+
+
 @pytest.mark.parametrize("helper", ["estimate_memory", "check_env"])
 def test_python_tags_are_refused_as_code_not_as_bad_syntax(tmp_path, invoke, helper):
     # yaml.dump of live objects writes these; reading them would import and call the tag's target

@@ -417,6 +417,14 @@ def specs_from_bridge(
     train = config_section(cfg, "train")
     optim = config_section(cfg, "optimizer")
     ddp = config_section(cfg, "ddp")
+    fsdp = bool_field(ddp, "use_megatron_fsdp", "ddp") or bool_field(
+        config_section(cfg, "dist"), "use_megatron_fsdp", "dist"
+    )
+    if bool_field(optim, "optimizer_cpu_offload", "optimizer") and optim.get("optimizer_offload_fraction") is None:
+        assumptions.append(
+            "optimizer.optimizer_offload_fraction not given: 0.0, the config class's default, so nothing is "
+            "offloaded (Megatron-LM's --optimizer-offload-fraction defaults to 1.0); set the share to move"
+        )
     mp = config_section(cfg, "mixed_precision")
     peft = config_section(cfg, "peft")
     dataset = config_section(cfg, "dataset")
@@ -516,17 +524,19 @@ def specs_from_bridge(
         fp8_param_gather=param_gather,
         grad_reduce_in_fp32=grad_fp32,
         optimizer=str_field(optim, "optimizer", "optimizer", "adam"),
-        use_distributed_optimizer=bool_field(
-            ddp, "use_distributed_optimizer", "ddp", bool_field(optim, "use_distributed_optimizer", "optimizer")
-        ),
+        # ConfigContainer.validate(): either section's flag turns the distributed optimizer on for
+        # both, and Megatron-FSDP (ddp or dist) turns it on too
+        use_distributed_optimizer=fsdp
+        or bool_field(ddp, "use_distributed_optimizer", "ddp")
+        or bool_field(optim, "use_distributed_optimizer", "optimizer"),
         num_distributed_optimizer_instances=int_field(ddp, "num_distributed_optimizer_instances", "ddp", 1),
         use_precision_aware_optimizer=bool_field(optim, "use_precision_aware_optimizer", "optimizer", False),
         main_params_dtype=normalize_dtype(optim.get("main_params_dtype", "fp32")),
         exp_avg_dtype=normalize_dtype(optim.get("exp_avg_dtype", "fp32")),
         exp_avg_sq_dtype=normalize_dtype(optim.get("exp_avg_sq_dtype", "fp32")),
         optimizer_cpu_offload=bool_field(optim, "optimizer_cpu_offload", "optimizer", False),
-        optimizer_offload_fraction=float_field(optim, "optimizer_offload_fraction", "optimizer", 1.0),
-        use_megatron_fsdp=bool_field(ddp, "use_megatron_fsdp", "ddp", False),
+        optimizer_offload_fraction=float_field(optim, "optimizer_offload_fraction", "optimizer", 0.0),
+        use_megatron_fsdp=fsdp,
         data_parallel_sharding_strategy=str_field(ddp, "data_parallel_sharding_strategy", "ddp", "optim_grads_params"),
         overlap_grad_reduce=bool_field(ddp, "overlap_grad_reduce", "ddp", False),
         overlap_param_gather=bool_field(ddp, "overlap_param_gather", "ddp", False),
