@@ -194,3 +194,15 @@ def test_python_tags_are_refused_as_code_not_as_bad_syntax(tmp_path, invoke, hel
     assert len(line.splitlines()) == 1 and "Traceback" not in line
     assert f"{path}:3:" in line and "!!python/name:torch.bfloat16" in line and "never" in line
     assert "syntax" not in line and "recursive" not in line
+
+
+def test_a_config_with_no_precision_setting_says_bf16_is_assumed():
+    """Without a mixed_precision section Bridge applies none (the model stays fp32); a config excerpt
+    is read as bf16, Bridge's recipes' choice, and the estimate says so."""
+    base = load_preset("llama3-8b")
+    note = "no mixed_precision section and no model.bf16: assumed bf16"
+    _, run, notes = specs_from_bridge({"model": {}}, 8, base)
+    assert run.params_dtype == "bf16" and any(note in n for n in notes)
+    for cfg in ({"model": {}, "mixed_precision": "bf16_mixed"}, {"model": {"bf16": True}}):
+        _, run, notes = specs_from_bridge(cfg, 8, base)
+        assert run.params_dtype == "bf16" and not any(note in n for n in notes)

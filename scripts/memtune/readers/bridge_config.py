@@ -461,6 +461,12 @@ def specs_from_bridge(
             params_dtype = "fp16"
         elif mp.get("bf16") is False and model_s.get("bf16") is False:
             params_dtype = "fp32"
+        elif not mp and model_s.get("bf16") is None:
+            assumptions.append(
+                "no mixed_precision section and no model.bf16: assumed bf16 (Bridge's recipes set bf16_mixed); "
+                "a ConfigContainer without a mixed-precision setting trains in fp32, about twice the weights and "
+                "activations"
+            )
         if mp.get("fp8") or model_s.get("fp8"):
             fp8 = str(mp.get("fp8_recipe") or model_s.get("fp8_recipe") or "delayed")
     grad_fp32, param_gather = _precision_over_ddp(mp, ddp, model_s, grad_fp32, recipe_param_gather)
