@@ -206,3 +206,18 @@ def test_a_config_with_no_precision_setting_says_bf16_is_assumed():
     for cfg in ({"model": {}, "mixed_precision": "bf16_mixed"}, {"model": {"bf16": True}}):
         _, run, notes = specs_from_bridge(cfg, 8, base)
         assert run.params_dtype == "bf16" and not any(note in n for n in notes)
+
+
+@pytest.mark.parametrize(
+    ("graph_keys", "scope"),
+    [
+        ({"cuda_graph_scope": ["attn"]}, ("attn",)),
+        ({"cuda_graph_modules": ["attn", "moe_router"]}, ("attn", "moe_router")),  # Megatron-Core's newer name
+        ({"cuda_graph_modules": []}, ("full",)),  # empty: whole layers
+        ({}, ("full",)),
+    ],
+)
+def test_cuda_graph_scope_is_read_under_either_name(graph_keys, scope):
+    cfg = {"model": {"cuda_graph_impl": "transformer_engine", **graph_keys}}
+    _, run, _ = specs_from_bridge(cfg, 8, load_preset("llama3-8b"))
+    assert run.cuda_graph_scope == scope

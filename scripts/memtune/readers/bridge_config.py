@@ -65,6 +65,7 @@ _RUN_MODEL_KEYS = (
     "attention_backend",
     "cuda_graph_impl",
     "cuda_graph_scope",
+    "cuda_graph_modules",
     "fp8",
     "fp8_recipe",
     "fp4",
@@ -503,7 +504,12 @@ def specs_from_bridge(
         assumptions.append("train.micro_batch_size not given: assumed 1 (activations scale with it); pass --mbs")
     cuda_graph: tuple[str, ...] = ()
     if model_s.get("enable_cuda_graph") or (model_s.get("cuda_graph_impl") not in (None, "none")):
-        cuda_graph = module_names(model_s.get("cuda_graph_scope"), "model.cuda_graph_scope") or ("full",)
+        # cuda_graph_modules is Megatron-Core's newer name for the scope (an empty list: whole layers)
+        cuda_graph = (
+            module_names(model_s.get("cuda_graph_scope"), "model.cuda_graph_scope")
+            or module_names(model_s.get("cuda_graph_modules"), "model.cuda_graph_modules")
+            or ("full",)
+        )
     vpp = model_s.get("virtual_pipeline_model_parallel_size")
     stage_layers = None
     layout = model_s.get("pipeline_model_parallel_layout")
