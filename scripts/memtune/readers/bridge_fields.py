@@ -37,18 +37,25 @@ def config_section(cfg: Mapping[str, Any], name: str) -> dict[str, Any]:
     return dict(value)
 
 
+def _given(section: Mapping[str, Any], key: str, label: str) -> Any:
+    """The key's value, None when it is absent or null; a launcher placeholder is refused here,
+    once for every field reader."""
+    value = section.get(key)
+    if is_placeholder(value):
+        raise launch_only_error(label, value)
+    return value
+
+
 # The field readers return the default's type: with a non-None default the result is never None.
 @overload
 def int_field(section: Mapping[str, Any], key: str, where: str, default: int) -> int: ...
 @overload
 def int_field(section: Mapping[str, Any], key: str, where: str, default: int | None = None) -> int | None: ...
 def int_field(section: Mapping[str, Any], key: str, where: str, default: int | None = None) -> int | None:
-    value = section.get(key, default)
+    where = f"{where}.{key}" if where else key
+    value = _given(section, key, where)
     if value is None:
         return default
-    where = f"{where}.{key}" if where else key
-    if is_placeholder(value):
-        raise launch_only_error(where, value)
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise InputError(f"{where}: expected an integer, got {value!r}")
     if isinstance(value, float) and not value.is_integer():  # also inf and NaN
@@ -72,11 +79,9 @@ def module_names(value: Any, where: str = "value") -> tuple[str, ...]:
 
 
 def float_field(section: Mapping[str, Any], key: str, where: str, default: float) -> float:
-    value = section.get(key, default)
+    value = _given(section, key, f"{where}.{key}")
     if value is None:
         return default
-    if is_placeholder(value):
-        raise launch_only_error(f"{where}.{key}", value)
     if isinstance(value, bool):
         raise InputError(f"{where}.{key}: expected a number, got {value!r}")
     try:
@@ -86,11 +91,9 @@ def float_field(section: Mapping[str, Any], key: str, where: str, default: float
 
 
 def bool_field(section: Mapping[str, Any], key: str, where: str, default: bool = False) -> bool:
-    value = section.get(key, default)
+    value = _given(section, key, f"{where}.{key}")
     if value is None:
         return default
-    if is_placeholder(value):
-        raise launch_only_error(f"{where}.{key}", value)
     if isinstance(value, bool):
         return value
     if isinstance(value, (int, float)) and value in (0, 1):
@@ -105,11 +108,9 @@ def str_field(section: Mapping[str, Any], key: str, where: str, default: str) ->
 @overload
 def str_field(section: Mapping[str, Any], key: str, where: str, default: str | None) -> str | None: ...
 def str_field(section: Mapping[str, Any], key: str, where: str, default: str | None) -> str | None:
-    value = section.get(key, default)
+    value = _given(section, key, f"{where}.{key}")
     if value is None:
         return default
-    if is_placeholder(value):
-        raise launch_only_error(f"{where}.{key}", value)
     if isinstance(value, (dict, list, tuple)):
         raise InputError(f"{where}.{key}: expected a name, got {value!r}")
     return str(value)
