@@ -517,6 +517,11 @@ def specs_from_bridge(
         from memtune.readers.megatron_layout import parse_pipeline_layout
 
         stage_layers, vpp = parse_pipeline_layout(layout, pp)
+
+    def overlap_switch(key: str) -> bool:
+        """CommOverlapConfig copies these onto the model config (comm_overlap.py): either may carry them."""
+        return bool_field(comm, key, "comm_overlap", bool_field(model_s, key, "model", False))
+
     run = RunSpec(
         world_size=int(world_size),
         tp=tp,
@@ -572,13 +577,7 @@ def specs_from_bridge(
         # Bridge's GPTModelProvider overrides Megatron-Core's True with False (gpt_provider.py,
         # ``attention_softmax_in_fp32: bool = False``); saved configs write the value out.
         attention_softmax_in_fp32=bool_field(model_s, "attention_softmax_in_fp32", "model", False),
-        # CommOverlapConfig copies these onto the model config (comm_overlap.py); either may carry them.
-        defer_embedding_wgrad_compute=bool_field(
-            comm,
-            "defer_embedding_wgrad_compute",
-            "comm_overlap",
-            bool_field(model_s, "defer_embedding_wgrad_compute", "model", False),
-        ),
+        defer_embedding_wgrad_compute=overlap_switch("defer_embedding_wgrad_compute"),
         wgrad_deferral_limit=int_field(
             comm, "wgrad_deferral_limit", "comm_overlap", int_field(model_s, "wgrad_deferral_limit", "model", 0)
         ),
@@ -610,12 +609,7 @@ def specs_from_bridge(
         cuda_graph_scope=cuda_graph,
         cuda_graph_warmup_steps=int_field(model_s, "cuda_graph_warmup_steps", "model", 3),
         use_nccl_ub=bool_field(ddp, "nccl_ub", "ddp", False),
-        overlap_moe_expert_parallel_comm=bool_field(
-            comm,
-            "overlap_moe_expert_parallel_comm",
-            "comm_overlap",
-            bool_field(model_s, "overlap_moe_expert_parallel_comm", "model", False),
-        ),
+        overlap_moe_expert_parallel_comm=overlap_switch("overlap_moe_expert_parallel_comm"),
         moe_shared_expert_overlap=bool_field(model_s, "moe_shared_expert_overlap", "model", False),
         # Bridge's MoE providers choose it per model; a config that does not say is left unknown.
         moe_grouped_gemm=(
