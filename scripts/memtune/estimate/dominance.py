@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-#: Cost kinds whose number can decide that one setting is cheaper than another.
-PRICED_KINDS = ("measured", "calibrated", "first-principles")
+from memtune.estimate.throughput_cost import PRICED_KINDS
+
 #: Two throughput prices closer than this are the same price (the cost model's resolution is 0.1%).
 COST_RESOLUTION = 0.001
 
@@ -77,7 +77,7 @@ def _comparable(row: _Row) -> bool:
         row.candidate.category == "recompute"
         and row.peak_bytes is not None
         and row.cost is not None
-        and row.cost.kind in PRICED_KINDS
+        and row.cost.kind in PRICED_KINDS  # an unknown 0% or an assumed price decides nothing
     )
 
 

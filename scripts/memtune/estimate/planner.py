@@ -274,7 +274,7 @@ UNSURE_GAIN = ("assumption", tc.UNKNOWN)
 
 
 #: Evidence kinds that put a number on a change (the rest are guesses or nothing).
-PRICED = ("measured", "calibrated", "first-principles")
+PRICED = tc.PRICED_KINDS
 
 
 def priced(cost: tc.Cost | None) -> bool:

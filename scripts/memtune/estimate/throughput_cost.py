@@ -428,6 +428,9 @@ TERM_FACTOR = {
 #: equal changes a guess must not beat a measurement or a stated estimate.
 UNKNOWN = "unknown"
 KIND_ORDER = ("measured", "calibrated", "first-principles", "assumption", UNKNOWN)
+#: The kinds that put a number on a change (the rest are guesses or nothing): only these can
+#: rank one change as cheaper than another.
+PRICED_KINDS = KIND_ORDER[:3]
 
 
 #: Evidence too weak to price a change with. A weak term below NEGLIGIBLE is shown but does
