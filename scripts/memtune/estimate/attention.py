@@ -67,4 +67,4 @@ def unfused_score_bytes(run: RunSpec) -> tuple[float, float]:
         return (2.0 + (3 if dropout else 0), 2.0 - (1 if dropout else 0))
     if run.attention_softmax_in_fp32:
         return (6.0 + (1 if dropout else 0), 10.0 - (1 if dropout else 0))
-    return (2.0 + (3 if dropout else 0), 4.0 - (1 if dropout else 0))
+    return (2.0 + (3 if dropout else 0), 6.0 - (3 if dropout else 0))
