@@ -218,9 +218,24 @@ H200_EXPANDABLE_SETS = (
     ("h200-mcore grid", DATA / "h200-mcore" / "measured_expandable_segments.json"),
     ("h200-mcore validation", DATA / "h200-mcore" / "validation_expandable_segments.json"),
 )
+#: Real Megatron-Core steps on one H100 (tests/data/estimator/h100-mcore/SOURCE.md), the same
+#: harness with the softmax dtype and the recompute modules as knobs; each record's flags state the
+#: softmax dtype the run used, so nothing is added to them. "fit" set the bf16 backward transient;
+#: "check" was predicted and committed before it ran (check_predictions.json).
+H100_SETS = (
+    ("h100-mcore fit", DATA / "h100-mcore" / "fit.json"),
+    ("h100-mcore check", DATA / "h100-mcore" / "check.json"),
+)
+H100_EXPANDABLE_SETS = (("h100-mcore fit", DATA / "h100-mcore" / "fit_expandable_segments.json"),)
 #: Records whose reserved figures the allocator's cache after an earlier OOM polluted (the
 #: measurement's README): compared on the allocated view only.
-H200_ALLOCATED_ONLY = ("w05_full_l16_mbs4", "w06_selective_l16_mbs4_s4096")
+H200_ALLOCATED_ONLY = (
+    "w05_full_l16_mbs4",
+    "w06_selective_l16_mbs4_s4096",
+    # ran right after a config that stopped with an error in the same process (h100-mcore/SOURCE.md)
+    "r03_core_attn_mlp",
+    "r07_mlp_bf16_s4096",
+)
 #: The measuring harness built Megatron-Core's TransformerConfig directly, whose
 #: attention_softmax_in_fp32 defaults to True; Megatron-LM's CLI spells that setting as this flag
 #: (off unless given), so it is added to every recorded flag list.
@@ -228,25 +243,36 @@ H200_HARNESS_FLAGS = ("--attention-softmax-in-fp32",)
 
 
 def flag_mapping(words: list[str]) -> dict[str, Any]:
-    """``["--num-layers", "4", "--bf16"]`` -> ``{"--num-layers": 4, "--bf16": True}``."""
+    """``["--num-layers", "4", "--bf16", "--recompute-modules", "core_attn", "mlp"]`` ->
+    ``{"--num-layers": 4, "--bf16": True, "--recompute-modules": ["core_attn", "mlp"]}``.
+
+    A flag followed by several words keeps them all (argparse's ``nargs='*'`` flags such as
+    --recompute-modules); reading only the first would estimate a different run."""
     out: dict[str, Any] = {}
     i = 0
     while i < len(words):
         word = words[i]
-        if word.startswith("--") and i + 1 < len(words) and not words[i + 1].startswith("--"):
-            value: Any = words[i + 1]
-            for kind in (int, float):
-                try:
-                    value = kind(value)
-                    break
-                except ValueError:
-                    continue
-            out[word] = value
-            i += 2
-        else:
-            out[word] = True
+        values: list[str] = []
+        i += 1
+        while i < len(words) and not words[i].startswith("--"):
+            values.append(words[i])
             i += 1
+        if not values:
+            out[word] = True
+        elif len(values) > 1:
+            out[word] = values
+        else:
+            out[word] = _number_or_text(values[0])
     return out
+
+
+def _number_or_text(text: str) -> Any:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            continue
+    return text
 
 
 def h200_measured(record: dict, est: MemoryEstimate) -> tuple[int, int]:
@@ -271,17 +297,17 @@ def h200_measured(record: dict, est: MemoryEstimate) -> tuple[int, int]:
 
 
 def h200_cases():
-    """Both views of every H200 record: allocated (max_memory_allocated) and device (nvidia-smi)."""
-    for group, path in H200_SETS:
+    """Both views of every H200 / H100 record: allocated (max_memory_allocated) and device (nvidia-smi)."""
+    sets = [(group, path, H200_HARNESS_FLAGS) for group, path in H200_SETS]
+    sets += [(group, path, ()) for group, path in H100_SETS]
+    for group, path, extra in sets:
         if not path.exists():
             continue
         for record in json.loads(path.read_text()):
             if record.get("status", "ok") != "ok":  # an OOM record: tests/test_estimator_h200.py checks its verdict
                 continue
             try:
-                model, run, _ = specs_from_megatron_args(
-                    flag_mapping([*record["flags"], *H200_HARNESS_FLAGS]), world_size=1
-                )
+                model, run, _ = specs_from_megatron_args(flag_mapping([*record["flags"], *extra]), world_size=1)
                 est = estimate(model, run)
             except Exception as exc:  # noqa: BLE001 - reported as an uncovered case
                 for view in ("allocated", "device"):
@@ -291,11 +317,11 @@ def h200_cases():
             yield record["name"], f"{group} (allocated)", model, run, allocated, "peak"
             if record["name"] not in H200_ALLOCATED_ONLY:
                 yield record["name"] + " [device]", f"{group} (device)", model, run, device, "peak-total"
-    for group, path in H200_EXPANDABLE_SETS:
+    expandable = [(group, path, H200_HARNESS_FLAGS) for group, path in H200_EXPANDABLE_SETS]
+    expandable += [(group, path, ()) for group, path in H100_EXPANDABLE_SETS]
+    for group, path, extra in expandable:
         for record in json.loads(path.read_text()):
-            model, run, _ = specs_from_megatron_args(
-                flag_mapping([*record["flags"], *H200_HARNESS_FLAGS]), world_size=1
-            )
+            model, run, _ = specs_from_megatron_args(flag_mapping([*record["flags"], *extra]), world_size=1)
             _, device = h200_measured(record, estimate(model, run))
             name, where = record["name"] + " [device, expandable]", f"{group} (device, expandable segments)"
             yield name, where, model, run, device, "peak-total-expandable"

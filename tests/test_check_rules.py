@@ -36,6 +36,7 @@ CASES = [
     ("mt026_moe_act_no_grouped_gemm.sh", "MT026", "error", 6, {}),
     ("mt026_ep_overlap_pp_no_vpp.sh", "MT026", "error", 6, {}),
     ("mt027_fsdp_connections_ckpt.sh", "MT027", "error", 2, {}),
+    ("mt028_local_layernorm_recompute.sh", "MT028", "warning", 37, {}),
     ("mt027_fsdp_bridge.yaml", "MT027", "error", 7, {}),
     ("mt004_cpu_offload_pp.yaml", "MT004", "error", 10, {}),
     ("mt005_vpp_divisibility.yaml", "MT005", "error", 7, {}),
@@ -475,6 +476,40 @@ def test_mt026_stays_quiet_on_the_nearest_legal_settings() -> None:
     assert len(refused) == 1 and "fp8 delayed" in refused[0].message and "tensorwise" in refused[0].fix
     no_gg = [f for f in check("mt026_moe_act_no_grouped_gemm.sh") if f.rule == "MT026"]
     assert len(no_gg) == 1 and "moe_grouped_gemm" in no_gg[0].message and "--moe-grouped-gemm" in no_gg[0].fix
+
+
+def test_mt028_names_the_module_and_keeps_the_others_in_its_fix(tmp_path: Path) -> None:
+    """The measured r02 launch line (layernorm recompute, local transformer, no TE: NameError at
+    the first step) fires; core_attn / mlp, or the Transformer Engine spec, stay quiet."""
+    found = [f for f in check("mt028_local_layernorm_recompute.sh") if f.rule == "MT028"]
+    assert len(found) == 1
+    assert "layernorm" in found[0].message and "FP8GlobalStateManager" in found[0].message
+    assert "core_attn, mlp" in found[0].fix and "Transformer Engine" in found[0].fix
+    text = (DATA / "mt028_local_layernorm_recompute.sh").read_text()
+
+    def mt028(old: str, new: str) -> list[check_rules.Finding]:
+        path = tmp_path / "variant.sh"
+        path.write_text(text.replace(old, new))
+        view = run_view.build(run_view.Inputs(scripts=[str(path)]))
+        return [f for f in check_rules.run_all(view) if f.rule == "MT028"]
+
+    both = mt028("--recompute-modules layernorm", "--recompute-modules core_attn layernorm")
+    assert len(both) == 1 and both[0].fix.startswith("--recompute-modules core_attn")
+    for old, new in (
+        ("--recompute-modules layernorm", "--recompute-modules core_attn mlp"),
+        ("--transformer-impl local", "--transformer-impl transformer_engine"),
+        ("--recompute-granularity selective", "--recompute-granularity full"),
+    ):
+        assert not mt028(old, new), new
+    bridge = tmp_path / "bridge.yaml"
+    bridge.write_text(
+        "model:\n  transformer_impl: local\n  recompute_granularity: selective\n"
+        "  recompute_modules: [mla_up_proj, moe_act]\n"
+    )
+    yaml_found = [
+        f for f in check_rules.run_all(run_view.build(run_view.Inputs(configs=[str(bridge)]))) if f.rule == "MT028"
+    ]
+    assert len(yaml_found) == 1 and "modules moe_act, mla_up_proj" in yaml_found[0].message
 
 
 def test_mt027_names_each_megatron_fsdp_check_and_stays_quiet_when_met() -> None:

@@ -94,10 +94,13 @@ def test_both_branches_occur_on_the_grid():
 
 
 def test_g04_s4096_figures_of_the_issue(tmp_path):
-    """The grid is where the assumption decides the peak: 9.96 GiB read as bf16, 15.46 as fp32."""
+    """The grid is where the assumption decides the peak: 10.46 GiB read as bf16, 15.46 as fp32.
+
+    Both readings are measured: g04_s4096 (fp32, H200) 15.5 GiB, and the same shape with the
+    softmax in bf16 (b03_s4096, H100, tests/data/estimator/h100-mcore) 10.48 GiB."""
     doc = estimate_json(shared_style("g04_s4096.sh", tmp_path))
     note = doc["softmax_dtype"]
-    assert round(doc["peak_allocated_bytes"] / 2**30, 2) == 9.96
+    assert round(doc["peak_allocated_bytes"] / 2**30, 2) == 10.46
     assert round(note["alternate_peak_allocated_bytes"] / 2**30, 2) == 15.46
     assert note["difference_share"] > 0.3
 

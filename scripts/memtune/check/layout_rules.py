@@ -15,7 +15,7 @@ from memtune.check.facts import change_text, cuda_graphs, divisors, regather_inp
 from memtune.check.registry import Finding, make, rule
 from memtune.readers import alloc_conf as ac
 from memtune.readers.run_view import RunView
-from memtune.spec.run_spec import RunSpec, start_refusals
+from memtune.spec.run_spec import OUTPUT_DISCARDING_RECOMPUTE, RunSpec, start_refusals
 
 
 @rule("MT004")
@@ -200,6 +200,36 @@ def refused_with_another_feature(view: RunView) -> Iterable[Finding]:
             + ("[" + ", ".join(modules) + "]" if granularity == "selective" else "(all)")
         )
         yield make("MT026", where, setting=setting, source=where, refusal=refusal, fix=fix)
+
+
+@rule("MT028")
+def output_discarding_recompute_on_local(view: RunView) -> Iterable[Finding]:
+    impl = view.get("transformer_impl")
+    if not (isinstance(impl, str) and impl.strip().lower() == "local"):
+        return
+    if view.get("recompute_granularity") != "selective":
+        return
+    raw = view.get("recompute_modules")
+    given = () if raw is None else tuple(str(m) for m in (raw if isinstance(raw, list) else [raw]))
+    hit = [m for m in OUTPUT_DISCARDING_RECOMPUTE if m in given]
+    if not hit:
+        return
+    kept = [m for m in given if m not in hit]
+    drop = (
+        change_text(view, "recompute_modules", " ".join(kept) if view.config_form == "megatron" else str(kept))
+        if kept
+        else "use another recompute module (core_attn, mlp)"
+    )
+    yield make(
+        "MT028",
+        view.where("recompute_modules"),
+        plural="s" if len(hit) > 1 else "",
+        modules=", ".join(hit),
+        them="them" if len(hit) > 1 else "it",
+        source=view.where("recompute_modules"),
+        impl_source=f"{view.text('transformer_impl')} at {view.where('transformer_impl')}",
+        fix=f"{drop}, or install Transformer Engine",
+    )
 
 
 @rule("MT027")

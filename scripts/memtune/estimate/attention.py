@@ -52,14 +52,19 @@ def unfused_score_bytes(run: RunSpec) -> tuple[float, float]:
     fp32 gradient it writes, while the bf16 probabilities' gradient is still alive: the
     measured peak is 10 bytes per element above the saved 6 (H200 grid: g06 - g01 and
     g04 - g05 give 9.9 and 10.4). With softmax in bf16 the softmax output is the tensor both
-    keep (2 bytes) and backward adds its gradient and the gradient it writes (4); the fused
+    keep (2 bytes), and backward holds three more bf16 tensors of its size: the gradient the
+    ``bmm`` backward writes, the one the softmax backward writes and a temporary inside the
+    softmax backward (6; measured on an H100, tests/data/estimator/h100-mcore: the memory
+    snapshot of x11 shows the three, and 4 left every long-sequence record 5-9% low); the fused
     scale-mask-softmax kernel writes its gradient in place (2).
 
     Attention dropout (``torch.nn.Dropout`` in training) keeps a 1-byte mask; its output
     replaces the bf16 probabilities as what ``bmm`` saves, so on the fp32 path the probabilities
     are freed and only the mask is new (g08 - g01: +0.21 GiB measured, 4 layers x 1 byte x
     67.1 M elements = 0.25 GiB less the mask of the layer already in backward). On the bf16 paths
-    the softmax still keeps its output, so the dropout output (2) is new as well.
+    the softmax still keeps its output, so the dropout output (2) is new as well; in backward
+    the dropped probabilities are freed first, leaving 3 more (H100: b08, b09, b15, x05 within
+    0.6%).
     """
     dropout = run.attention_dropout > 0
     if run.masked_softmax_fusion:

@@ -79,7 +79,14 @@ from memtune.estimate.schedule import (
     recompute_replay,
 )
 from memtune.spec.model_spec import ModelSpec, hybrid_layer_params, hybrid_stage_kinds
-from memtune.spec.run_spec import RunSpec, stage_chunk_layers, stage_layer_counts, start_refusals, validate
+from memtune.spec.run_spec import (
+    RunSpec,
+    recompute_needing_te,
+    stage_chunk_layers,
+    stage_layer_counts,
+    start_refusals,
+    validate,
+)
 from memtune.units import GIB
 
 
@@ -293,6 +300,14 @@ def known_gaps(model: ModelSpec, run: RunSpec) -> list[str]:
         "cannot start"
         for refusal in start_refusals(run)
     ]
+    needing_te = recompute_needing_te(run)
+    if needing_te:
+        out.append(
+            f"WARNING: recompute {', '.join(needing_te)} on the local transformer: without Transformer Engine "
+            "installed Megatron-Core stops at the first step with \"NameError: name 'FP8GlobalStateManager' is "
+            "not defined\" (its CheckpointWithoutOutput asks TE's FP8 state even without FP8; measured on "
+            "megatron-core 0.19.2); drop the module or install Transformer Engine (check_env MT028)"
+        )
     if run.fp8 == "blockwise":
         out.append(
             "WARNING: fp8 blockwise recipe: on two external FP8-blockwise runs the static memory "

@@ -122,6 +122,12 @@ def extra_violations(model: ms.ModelSpec, base: RunSpec, run: RunSpec, settings:
             "full recompute is only supported with full-iteration CUDA graphs "
             f"(cuda_graph_scope={list(run.cuda_graph_scope)})"
         )
+    needing_te = [m for m in rs.recompute_needing_te(run) if m not in rs.recompute_needing_te(base)]
+    if needing_te:
+        out.append(
+            f"recompute {', '.join(needing_te)} on the local transformer stops at the first step without "
+            "Transformer Engine (Megatron-Core's CheckpointWithoutOutput asks TE's FP8 state; check_env MT028)"
+        )
     already = set(rs.start_refusals(base))  # the user's own run: the estimate warns about those
     out.extend(f"Megatron-Core refuses it: {r}" for r in rs.start_refusals(run) if r not in already)
     if run.use_megatron_fsdp and not base.use_megatron_fsdp and run.optimizer not in ("adam", "sgd"):

@@ -544,10 +544,12 @@ def misspelt_config_keys(flat: Mapping[str, tuple[Any, str, str]]) -> list[tuple
     """(key, the field it misspells, source) for each config key a letter or a word away from a
     field of its section (``model.tensor_model_paralel_size``): Bridge has no such field, so it
     refuses the config, or the run trains without the setting the user meant."""
+    from memtune.readers.bridge_nested import NESTED
     from memtune.spec.model_spec import model_field_names
     from memtune.spec.overrides import typo_of
 
-    known = known_paths() | {f"model.{name}" for name in model_field_names()}
+    # model.transformer is the nested TransformerConfig section itself, not a misspelt field
+    known = known_paths() | {f"model.{name}" for name in model_field_names()} | {f"model.{NESTED}"}
     out = []
     for key, (_value, source, text) in flat.items():
         if key in known or not text.startswith(f"{key}: "):

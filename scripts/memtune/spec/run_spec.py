@@ -291,6 +291,21 @@ def expert_parallel_problem(num_experts: int, ep: int) -> str | None:
     return None
 
 
+#: Recompute modules Megatron-Core re-runs through ``CheckpointWithoutOutput``, whose forward asks
+#: Transformer Engine's FP8 state even without FP8 (``self.fp8 = fp8 is not None``): without TE
+#: installed the first step stops with "NameError: name 'FP8GlobalStateManager' is not defined"
+#: (measured: tests/data/estimator/h100-mcore/layernorm_recompute_errors.json).
+OUTPUT_DISCARDING_RECOMPUTE = ("layernorm", "moe_act", "mla_up_proj")
+
+
+def recompute_needing_te(run: RunSpec) -> tuple[str, ...]:
+    """The output-discarding recompute modules of a local-transformer run: the spec people use
+    without Transformer Engine, where they stop at the first step (check_env MT028)."""
+    if run.transformer_impl != "local" or run.recompute_granularity != "selective":
+        return ()
+    return tuple(m for m in OUTPUT_DISCARDING_RECOMPUTE if m in run.recompute_modules)
+
+
 def start_refusals(run: RunSpec) -> list[str]:
     """Settings Megatron-Core's TransformerConfig refuses at start-up together with other
     features of the run - recompute modules against overlaps, CUDA-graph scopes and fp8 recipes,
