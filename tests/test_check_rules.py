@@ -37,6 +37,7 @@ CASES = [
     ("mt026_ep_overlap_pp_no_vpp.sh", "MT026", "error", 6, {}),
     ("mt027_fsdp_connections_ckpt.sh", "MT027", "error", 2, {}),
     ("mt028_local_layernorm_recompute.sh", "MT028", "warning", 37, {}),
+    ("mt029_fsdp_no_strategy.sh", "MT029", "warning", 8, {}),
     ("mt027_fsdp_bridge.yaml", "MT027", "error", 7, {}),
     ("mt004_cpu_offload_pp.yaml", "MT004", "error", 10, {}),
     ("mt005_vpp_divisibility.yaml", "MT005", "error", 7, {}),

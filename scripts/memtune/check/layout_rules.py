@@ -232,6 +232,19 @@ def output_discarding_recompute_on_local(view: RunView) -> Iterable[Finding]:
     )
 
 
+@rule("MT029")
+def fsdp_without_strategy(view: RunView) -> Iterable[Finding]:
+    if view.get("use_megatron_fsdp") is not True or view.get("fsdp_strategy") is not None:
+        return
+    yield make(
+        "MT029",
+        view.where("use_megatron_fsdp"),
+        fsdp_source=f"{view.text('use_megatron_fsdp')} at {view.where('use_megatron_fsdp')}",
+        fix=change_text(view, "fsdp_strategy", "optim_grads_params")
+        + " (or optim / optim_grads to shard less and gather no weights)",
+    )
+
+
 @rule("MT027")
 def megatron_fsdp_start_checks(view: RunView) -> Iterable[Finding]:
     if view.get("use_megatron_fsdp") is not True:

@@ -311,6 +311,10 @@ def _apply_flags(args: SimpleNamespace, run: RunSpec) -> RunSpec:
     if args.recompute_modules:
         changes["recompute_modules"] = tuple(m.strip() for m in args.recompute_modules.split(",") if m.strip())
         changes.setdefault("recompute_granularity", "selective")
+    if args.fsdp:  # the help's promise: Megatron-FSDP sharding everything, whatever the source said
+        from memtune.spec.run_spec import FSDP_FULL_SHARD
+
+        changes.update(FSDP_FULL_SHARD)
     if args.fp8 is not None:
         changes["fp8"] = None if args.fp8 == "none" else args.fp8
     if args.cpu_offload_layers is not None:

@@ -41,7 +41,7 @@ from memtune.units import GIB
 KNOBS: dict[str, tuple[str, ...]] = {
     "recompute": ("recompute_granularity", "recompute_modules", "recompute_method", "recompute_num_layers"),
     "pipeline": ("pp", "vpp", "num_layers_in_first_pipeline_stage", "num_layers_in_last_pipeline_stage"),
-    "optimizer": ("use_distributed_optimizer", "use_megatron_fsdp"),
+    "optimizer": ("use_distributed_optimizer", "use_megatron_fsdp", "data_parallel_sharding_strategy"),
     "offload": ("cpu_offloading", "cpu_offloading_num_layers"),
     "tp": ("tp",),
     "sp": ("sequence_parallel",),

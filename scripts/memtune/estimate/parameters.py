@@ -175,7 +175,11 @@ def static_bytes(
         # distributed optimizer; embedding and output matrices are trained with Adam.
         vocab_params = embedding_output_params
         optim = (dense + expert - vocab_params) * opt_b + vocab_params * (opt_b + 4)
-    elif run.use_distributed_optimizer or run.use_megatron_fsdp:
+    elif (run.use_distributed_optimizer and not run.use_megatron_fsdp) or (
+        run.use_megatron_fsdp and run.data_parallel_sharding_strategy != "no_shard"
+    ):
+        # Megatron-FSDP's no_shard distributes no buffer, the fp32 main weights (and so the
+        # optimizer states built on them) included, whatever the distributed-optimizer switch says.
         optim = dense * opt_b / dp_shard + expert * opt_b / edp_shard
     else:
         optim = (dense + expert) * opt_b

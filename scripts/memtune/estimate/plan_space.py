@@ -39,6 +39,7 @@ BRIDGE_KEYS: Mapping[str, str] = {
     "recompute_num_layers": "model.recompute_num_layers",
     "use_distributed_optimizer": "optimizer.use_distributed_optimizer",
     "use_megatron_fsdp": "ddp.use_megatron_fsdp",
+    "data_parallel_sharding_strategy": "ddp.data_parallel_sharding_strategy",
     "cpu_offloading": "model.cpu_offloading",
     "cpu_offloading_num_layers": "model.cpu_offloading_num_layers",
     "num_layers_in_first_pipeline_stage": "model.num_layers_in_first_pipeline_stage",
@@ -60,6 +61,7 @@ MEGATRON_FLAGS: Mapping[str, str] = {
     "recompute_num_layers": "--recompute-num-layers",
     "use_distributed_optimizer": "--use-distributed-optimizer",
     "use_megatron_fsdp": "--use-megatron-fsdp",
+    "data_parallel_sharding_strategy": "--data-parallel-sharding-strategy",
     "num_layers_in_first_pipeline_stage": "--decoder-first-pipeline-num-layers",
     "num_layers_in_last_pipeline_stage": "--decoder-last-pipeline-num-layers",
 }
@@ -405,6 +407,8 @@ def describe(base: RunSpec, run: RunSpec) -> str:
         parts.append(f"recompute {run.recompute}")
     if run.use_megatron_fsdp != base.use_megatron_fsdp:
         parts.append("Megatron-FSDP" if run.use_megatron_fsdp else "no FSDP")
+    elif run.data_parallel_sharding_strategy != base.data_parallel_sharding_strategy and run.use_megatron_fsdp:
+        parts.append(f"FSDP {base.data_parallel_sharding_strategy}->{run.data_parallel_sharding_strategy}")
     elif run.use_distributed_optimizer != base.use_distributed_optimizer:
         parts.append("distributed optimizer" if run.use_distributed_optimizer else "no distributed optimizer")
     return ", ".join(parts) or "current configuration"
@@ -433,6 +437,9 @@ def exact_change(base: RunSpec, cand: Candidate) -> dict[str, list[str]]:
         if base.cuda_graph_scope:
             env.append("export NCCL_GRAPH_REGISTER=0  # required with CUDA graphs (TE graphs: every GPU)")
     changed = cand.changed_fields(base)
+    switching_fsdp_on = cand.run.use_megatron_fsdp and not base.use_megatron_fsdp
+    if switching_fsdp_on:  # its whole enablement, the strategy included, is spelled out below
+        changed.pop("data_parallel_sharding_strategy", None)
     for name, (_old, new) in changed.items():
         bridge.append(f"{BRIDGE_KEYS[name]}={bridge_value(new)}")
         if name == "sequence_parallel_input_regather":
@@ -451,7 +458,7 @@ def exact_change(base: RunSpec, cand: Candidate) -> dict[str, list[str]]:
             flags.append(f"{flag} {' '.join(new)}")
         else:
             flags.append(f"{flag} {new}")
-    if cand.run.use_megatron_fsdp and not base.use_megatron_fsdp:
+    if switching_fsdp_on:
         # Megatron Bridge's FSDP enablement: both switches, ZeRO-3 style sharding, and the
         # only checkpoint format it supports (existing checkpoints need converting)
         bridge += [

@@ -25,6 +25,7 @@ import heapq
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from memtune.estimate import throughput_cost as tc
 from memtune.estimate.dominance import Dominated, split_dominated
@@ -56,7 +57,7 @@ from memtune.estimate.plan_space import (
 )
 from memtune.spec import model_spec as ms
 from memtune.spec import run_spec as rs
-from memtune.spec.run_spec import RunSpec
+from memtune.spec.run_spec import FSDP_FULL_SHARD, RunSpec, fsdp_gathers_params
 
 
 @dataclass(frozen=True)
@@ -133,12 +134,9 @@ def candidates(model: ms.ModelSpec, base: RunSpec, settings: PlanSettings) -> It
         yield Candidate(title, "recompute", run)
     if not base.use_distributed_optimizer and not base.use_megatron_fsdp:
         yield Candidate("distributed optimizer", "optimizer", base.with_(use_distributed_optimizer=True))
-    if not base.use_megatron_fsdp:
-        yield Candidate(
-            "Megatron-FSDP (optim_grads_params)",
-            "optimizer",
-            base.with_(use_megatron_fsdp=True, use_distributed_optimizer=True),
-        )
+    if not fsdp_gathers_params(base):  # off, or on but sharding less (no_shard is its default)
+        was = f", was {base.data_parallel_sharding_strategy}" if base.use_megatron_fsdp else ""
+        yield Candidate(f"Megatron-FSDP (optim_grads_params{was})", "optimizer", base.with_(**FSDP_FULL_SHARD))
     # pipeline: every PP that divides the GPUs left by TP x CP, each with its VPP options
     for pp in divisors(world // max(1, base.tp * base.cp)) if world % (base.tp * base.cp) == 0 else []:
         if pp > model.num_layers:
@@ -396,12 +394,9 @@ class SweepResult:
         return self.estimates / self.seconds if self.seconds else float("inf")
 
 
-def _optimizer_options(base: RunSpec) -> list[dict[str, bool]]:
+def _optimizer_options(base: RunSpec) -> list[dict[str, Any]]:
     """Cheapest first; the last one (Megatron-FSDP) saves the most memory."""
-    opts = [
-        {"use_distributed_optimizer": True, "use_megatron_fsdp": False},
-        {"use_distributed_optimizer": True, "use_megatron_fsdp": True},
-    ]
+    opts: list[dict[str, Any]] = [{"use_distributed_optimizer": True, "use_megatron_fsdp": False}, FSDP_FULL_SHARD]
     if not base.use_distributed_optimizer and not base.use_megatron_fsdp:
         opts.insert(0, {"use_distributed_optimizer": False, "use_megatron_fsdp": False})
     return opts

@@ -26,7 +26,7 @@ from typing import Any
 from memtune.files.data_yaml import load_data_mapping
 from memtune.files.paths import DATA_DIR
 from memtune.spec import model_spec as ms
-from memtune.spec.run_spec import RunSpec
+from memtune.spec.run_spec import RunSpec, fsdp_gathers_params
 
 COSTS_FILE: Path = DATA_DIR / "throughput_costs.yaml"
 
@@ -295,7 +295,7 @@ def step_terms(m: ms.ModelSpec, k: RunSpec, table: CostTable) -> dict[str, float
         cost = -float(table.factor("distributed_optimizer")["value"])
         optimizer = cost / (1 - cost)
     terms["optimizer"] = optimizer
-    terms["fsdp"] = fsdp_exposed(m, k, table, f) if k.use_megatron_fsdp else 0.0
+    terms["fsdp"] = fsdp_exposed(m, k, table, f) if fsdp_gathers_params(k) else 0.0
     return terms
 
 
@@ -342,7 +342,7 @@ def _fsdp_unknown(base: RunSpec, cand: RunSpec, tb: dict[str, float], tc_: dict[
     The model only prices the parameter traffic that compute cannot hide; when it says
     "fully hidden" the change still costs something nobody measured (the seed lists it as
     'Varies', Megatron Bridge's FSDP guide as medium-high communication overhead)."""
-    if not cand.use_megatron_fsdp or base.use_megatron_fsdp or tc_.get("fsdp", 0.0) > 1e-12:
+    if not fsdp_gathers_params(cand) or fsdp_gathers_params(base) or tc_.get("fsdp", 0.0) > 1e-12:
         return ""
     caveats = [
         "per-micro-batch parameter all-gathers modelled as hidden behind compute, never measured "

@@ -31,7 +31,13 @@ from memtune.readers.bridge_fields import (
 )
 from memtune.readers.bridge_nested import lift_transformer
 from memtune.spec.model_spec import ModelSpec, coerce_model_values, model_field_names
-from memtune.spec.run_spec import LORA_DEFAULT_TARGETS, RunSpec, normalize_dtype
+from memtune.spec.run_spec import (
+    FSDP_UNSET_STRATEGY,
+    LORA_DEFAULT_TARGETS,
+    RunSpec,
+    normalize_dtype,
+    unset_fsdp_strategy_note,
+)
 
 SECTIONS = ("model", "train", "optimizer", "ddp", "mixed_precision", "peft", "dataset", "checkpoint", "logger")
 
@@ -426,6 +432,8 @@ def specs_from_bridge(
             "optimizer.optimizer_offload_fraction not given: 0.0, the config class's default, so nothing is "
             "offloaded (Megatron-LM's --optimizer-offload-fraction defaults to 1.0); set the share to move"
         )
+    if fsdp and ddp.get("data_parallel_sharding_strategy") is None:
+        assumptions.append(unset_fsdp_strategy_note("ddp.data_parallel_sharding_strategy"))
     mp = config_section(cfg, "mixed_precision")
     peft = config_section(cfg, "peft")
     dataset = config_section(cfg, "dataset")
@@ -554,7 +562,7 @@ def specs_from_bridge(
         optimizer_cpu_offload=bool_field(optim, "optimizer_cpu_offload", "optimizer", False),
         optimizer_offload_fraction=float_field(optim, "optimizer_offload_fraction", "optimizer", 0.0),
         use_megatron_fsdp=fsdp,
-        data_parallel_sharding_strategy=str_field(ddp, "data_parallel_sharding_strategy", "ddp", "optim_grads_params"),
+        data_parallel_sharding_strategy=str_field(ddp, "data_parallel_sharding_strategy", "ddp", FSDP_UNSET_STRATEGY),
         overlap_grad_reduce=bool_field(ddp, "overlap_grad_reduce", "ddp", False),
         overlap_param_gather=bool_field(ddp, "overlap_param_gather", "ddp", False),
         recompute_granularity=str_field(model_s, "recompute_granularity", "model", None),

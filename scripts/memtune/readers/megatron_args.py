@@ -22,7 +22,6 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
@@ -42,13 +41,12 @@ from memtune.readers.megatron_layout import (  # re-exported: callers read layou
 from memtune.readers.megatron_layout import hybrid_pipeline_split as hybrid_pipeline_split
 from memtune.readers.megatron_layout import parse_layer_pattern as parse_layer_pattern
 from memtune.readers.megatron_layout import parse_pipeline_layout as parse_pipeline_layout
+from memtune.readers.tokenizer_vocab import vocab_from_tokenizer
 
 if TYPE_CHECKING:  # imported lazily at run time (module doc)
     from memtune.readers.launch.world import WorldReading
     from memtune.spec.model_spec import ModelSpec
     from memtune.spec.run_spec import RunSpec
-
-GPT2_VOCAB_SIZE = 50257  # GPT2BPETokenizer (Megatron-LM's default tokenizer type)
 
 
 def normalize_flag(flag: str) -> str:
@@ -287,62 +285,6 @@ def _list(value: Any) -> tuple[str, ...]:
     return tuple(x for x in re.split(r"[\s,\[\]]+", str(value)) if x)
 
 
-def vocab_from_tokenizer(a: Mapping[str, Any]) -> tuple[int, str]:
-    """(vocabulary size, the assumption to print) when --vocab-size is absent.
-
-    Megatron reads the size from the tokenizer file at start-up, which we never open: a
-    known tokenizer file name or type (``data/tokenizers.yaml``) gives its real size, any
-    other tokenizer a stated assumption - never an error, because the vocabulary only moves
-    the embedding/output matrices and the logits, and a launch script rarely spells it out.
-    """
-    tokenizer = str(a.get("tokenizer_type", "GPT2BPETokenizer"))
-    if tokenizer.startswith("$"):
-        default = int(_tokenizer_table()["types"]["SentencePieceTokenizer"]["vocab_size"])
-        return default, (
-            f"vocabulary ASSUMED {default}: --tokenizer-type is the unresolved {tokenizer}; "
-            "pass --vocab-size for the real one"
-        )
-    if tokenizer == "GPT2BPETokenizer":
-        return GPT2_VOCAB_SIZE, f"vocabulary {GPT2_VOCAB_SIZE} (GPT-2 BPE, Megatron's default tokenizer)"
-    table = _tokenizer_table()
-    # The file name is enough, even behind an unresolved ${DATA_PATH}/ prefix; a Hugging Face
-    # name (meta-llama/Llama-2-7b-hf, Megatron-DeepSpeed's --tokenizer-name-or-path gpt2) is
-    # matched whole.
-    named = str(a.get("tokenizer_model", "") or a.get("tokenizer_name_or_path", "") or "").lower()
-    model_file = named.rsplit("/", 1)[-1]
-    if model_file.startswith("$"):
-        model_file = named = ""
-    for key, entry in table.get("models", {}).items():
-        if entry.get("exact"):
-            hit = model_file == key.lower()
-        else:
-            hit = key.lower() in model_file or ("/" in key and key.lower() in named)
-        if model_file and hit:
-            return int(entry["vocab_size"]), (
-                f"vocabulary {entry['vocab_size']} for tokenizer {named if '/' in key else model_file} "
-                f"({entry['source']}); pass --vocab-size if yours differs"
-            )
-    entry = table.get("types", {}).get(tokenizer)
-    if entry is not None:
-        kind = "ASSUMED" if entry.get("assumed") else "known"
-        return int(entry["vocab_size"]), (
-            f"vocabulary {entry['vocab_size']} {kind} for --tokenizer-type {tokenizer} ({entry['source']})"
-        )
-    default = int(table["types"]["SentencePieceTokenizer"]["vocab_size"])
-    return default, (
-        f"vocabulary ASSUMED {default} for --tokenizer-type {tokenizer} (size unknown without the "
-        "tokenizer file); pass --vocab-size for the real one"
-    )
-
-
-@lru_cache(maxsize=1)
-def _tokenizer_table() -> dict[str, Any]:
-    from memtune.files.data_yaml import load_data_yaml
-    from memtune.files.paths import DATA_DIR
-
-    return load_data_yaml(DATA_DIR / "tokenizers.yaml") or {}
-
-
 def _largest_batch(a: Mapping[str, Any]) -> int | None:
     """The largest global batch a run reaches: --global-batch-size, or the last (largest)
     entry of a --step-batch-size-schedule such as '0:384 200B:768 400B:1152'."""
@@ -367,7 +309,7 @@ def specs_from_megatron_args(
     (:func:`launch_flag_assumptions`); those the estimate reads are reported as warnings.
     """
     from memtune.spec.model_spec import ModelSpec
-    from memtune.spec.run_spec import RunSpec, normalize_dtype
+    from memtune.spec.run_spec import FSDP_UNSET_STRATEGY, RunSpec, normalize_dtype, unset_fsdp_strategy_note
 
     a = _ReadFlags({normalize_flag(k): v for k, v in flags.items()})
     refuse_unmodelled_models(a)
@@ -546,7 +488,7 @@ def specs_from_megatron_args(
         optimizer_cpu_offload=_bool(a, "optimizer_cpu_offload"),
         optimizer_offload_fraction=_float(a, "optimizer_offload_fraction", 1.0),
         use_megatron_fsdp=_bool(a, "use_megatron_fsdp"),
-        data_parallel_sharding_strategy=_str(a, "data_parallel_sharding_strategy", "optim_grads_params"),
+        data_parallel_sharding_strategy=_str(a, "data_parallel_sharding_strategy", FSDP_UNSET_STRATEGY),
         overlap_grad_reduce=_bool(a, "overlap_grad_reduce"),
         overlap_param_gather=_bool(a, "overlap_param_gather"),
         # --recompute-activations is Megatron's older spelling of selective (core-attention) recompute.
@@ -607,6 +549,8 @@ def specs_from_megatron_args(
             f"--rampup-batch-size: the batch ramps up to --global-batch-size {run.gbs}; "
             "the estimate is for that final (largest) batch"
         )
+    if run.use_megatron_fsdp and _flag(a, "data_parallel_sharding_strategy") is None:
+        assumptions.append(unset_fsdp_strategy_note("--data-parallel-sharding-strategy"))
     if _bool(a, "use_legacy_models"):
         assumptions.append(
             "WARNING: --use-legacy-models builds Megatron-LM's legacy GPT model, not Megatron-Core; "

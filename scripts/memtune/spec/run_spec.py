@@ -291,6 +291,35 @@ def expert_parallel_problem(num_experts: int, ep: int) -> str | None:
     return None
 
 
+#: The sharding strategy Megatron-FSDP runs when the input does not name one: the default of
+#: Megatron-Core's DistributedDataParallelConfig and of Megatron-LM's flag. Under it no buffer is
+#: distributed (megatron_fsdp/param_and_grad_buffer.py), so memory is that of plain DDP.
+FSDP_UNSET_STRATEGY = "no_shard"
+
+
+def unset_fsdp_strategy_note(where: str) -> str:
+    """The assumption line a reader prints when Megatron-FSDP is on and ``where`` is not given."""
+    return (
+        f"{where} not given: Megatron-FSDP runs its default no_shard, which shards nothing (weights, "
+        "gradients and optimizer states stay whole on every GPU, as with plain DDP); Megatron-FSDP's "
+        "guide lists optim_grads_params as required to shard all three"
+    )
+
+
+#: The fields the planner sets to turn Megatron-FSDP on with everything sharded.
+FSDP_FULL_SHARD: dict[str, Any] = {
+    "use_megatron_fsdp": True,
+    "use_distributed_optimizer": True,
+    "data_parallel_sharding_strategy": "optim_grads_params",
+}
+
+
+def fsdp_gathers_params(run: RunSpec) -> bool:
+    """Megatron-FSDP with its parameters sharded (optim_grads_params): the one strategy that
+    gathers each layer's weights every micro-batch, and so the one with parameter traffic."""
+    return run.use_megatron_fsdp and run.data_parallel_sharding_strategy == "optim_grads_params"
+
+
 #: Recompute modules Megatron-Core re-runs through ``CheckpointWithoutOutput``, whose forward asks
 #: Transformer Engine's FP8 state even without FP8 (``self.fp8 = fp8 is not None``): without TE
 #: installed the first step stops with "NameError: name 'FP8GlobalStateManager' is not defined"
