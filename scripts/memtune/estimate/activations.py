@@ -17,7 +17,7 @@ from memtune.estimate.mamba import mamba_activation_terms
 from memtune.estimate.moe import MOE_TERMS, moe_activation_terms
 from memtune.estimate.parameters import lora_adapts
 from memtune.spec.model_spec import ModelSpec
-from memtune.spec.run_spec import RunSpec
+from memtune.spec.run_spec import RunSpec, lora_base_module
 
 # ---- documented global constants (physical meaning, not fitted per case) ---------------
 #: Bytes kept per logit by Megatron's unfused vocab-parallel cross entropy at its peak:
@@ -222,9 +222,10 @@ def layer_activations(model: ModelSpec, run: RunSpec, moe: bool, kind: str | Non
     if run.peft is not None:
         r = run.lora_dim
         h = model.hidden_size
-        for module in run.lora_target_modules:
-            if not lora_adapts(module, kind):
+        for target in run.lora_target_modules:
+            if not lora_adapts(target, kind):
                 continue
+            module = lora_base_module(target)  # CanonicalLoRA's q/k/v, up/gate: one adapter each
             lora += 2 * act * tokens * r  # adapter A output and B input
             if spt > 1 and (module == "linear_qkv" or (module == "linear_fc1" and not moe)):
                 # Column-parallel adapter under SP: LoRA-A keeps the all-gathered sequence.
@@ -305,7 +306,7 @@ def frozen_unsaved_terms(model: ModelSpec, run: RunSpec, moe: bool) -> frozenset
     """
     if run.peft is None:
         return frozenset()
-    adapted = {target.strip().rsplit(".", 1)[-1].strip("*") for target in run.lora_target_modules}
+    adapted = {lora_base_module(target) for target in run.lora_target_modules}
     unsaved: set[str] = set()
     if "linear_qkv" not in adapted and not model.multi_latent_attention:
         unsaved.add("attn_norm_out")

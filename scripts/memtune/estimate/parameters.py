@@ -8,7 +8,7 @@ from functools import lru_cache
 
 from memtune.estimate.attention import torch_softmax_attention
 from memtune.spec.model_spec import LayerParams, ModelSpec, ParamCount, count_parameters, layer_params, mtp_layer_params
-from memtune.spec.run_spec import LORA_DEFAULT_TARGETS, RunSpec, normalize_dtype
+from memtune.spec.run_spec import LORA_DEFAULT_TARGETS, RunSpec, lora_base_module, normalize_dtype
 
 DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "fp8": 1, "uint8": 1}
 #: Bytes per parameter of the fp8 weight copy TE caches for a training step: it quantises
@@ -120,9 +120,10 @@ HYBRID_LORA_MODULES: dict[str, tuple[str, ...]] = {
 def lora_adapts(module: str, kind: str | None) -> bool:
     """Does a layer of this hybrid-pattern ``kind`` (None: a full transformer layer) have the
     target ``module``? Names other than the four standard linears are left as targeted."""
-    if kind not in HYBRID_LORA_MODULES or module not in LORA_DEFAULT_TARGETS:
+    base = lora_base_module(module)
+    if kind not in HYBRID_LORA_MODULES or base not in LORA_DEFAULT_TARGETS:
         return True
-    return module in HYBRID_LORA_MODULES[kind]
+    return base in HYBRID_LORA_MODULES[kind]
 
 
 def lora_params(model: ModelSpec, run: RunSpec, layers: int, kinds: tuple[str, ...] | str = ()) -> float:
@@ -134,9 +135,16 @@ def lora_params(model: ModelSpec, run: RunSpec, layers: int, kinds: tuple[str, .
         "linear_proj": (model.num_attention_heads * model.head_dim, h),
         "linear_fc1": (h, model.ffn * (2 if model.gated_linear_unit else 1)),
         "linear_fc2": (model.ffn, h),
+        # CanonicalLoRA's separate adapters on the parts of the fused linears
+        "linear_q": (h, model.num_attention_heads * model.head_dim),
+        "linear_k": (h, model.query_groups * model.head_dim),
+        "linear_v": (h, model.query_groups * model.head_dim),
+        "linear_fc1_up": (h, model.ffn),
+        "linear_fc1_gate": (h, model.ffn),
     }
     total = 0.0
-    for module in run.lora_target_modules:
+    for target in run.lora_target_modules:
+        module = target.strip().rsplit(".", 1)[-1].strip("*")
         if module in shapes:
             i, o = shapes[module]
             adapted = sum(lora_adapts(module, k) for k in kinds) if kinds else layers

@@ -106,6 +106,11 @@ class Candidate:
 
 
 # ------------------------------------------------------------------ legality
+def adapted_modules(run: RunSpec) -> set[str]:
+    """The Megatron modules the run's adapters sit on (CanonicalLoRA's parts under their module)."""
+    return {rs.lora_base_module(t) for t in run.lora_target_modules}
+
+
 def extra_violations(model: ms.ModelSpec, base: RunSpec, run: RunSpec, settings: PlanSettings) -> list[str]:
     """Start-up errors and no-op changes that run_spec.violations does not cover.
 
@@ -144,7 +149,7 @@ def extra_violations(model: ms.ModelSpec, base: RunSpec, run: RunSpec, settings:
     if run.sequence_parallel_input_regather and not base.sequence_parallel_input_regather:
         if run.peft not in ("lora", "dora"):
             out.append("sequence_parallel_input_regather is a LoRA option; this run has no LoRA/PEFT")
-        elif not any(regather_eligible(run, m) for m in ("linear_qkv", "linear_fc1") if m in run.lora_target_modules):
+        elif not any(regather_eligible(run, m) for m in ("linear_qkv", "linear_fc1") if m in adapted_modules(run)):
             # the estimator decides eligibility; this only names what blocks it
             blockers = [
                 text
@@ -155,7 +160,7 @@ def extra_violations(model: ms.ModelSpec, base: RunSpec, run: RunSpec, settings:
                     (run.recompute_granularity == "full", "full-layer recompute overlaps it"),
                     ("mlp" in tc.recompute_set(run), "selective mlp recompute overlaps linear_fc1"),
                     (
-                        not {"linear_qkv", "linear_fc1"} & set(run.lora_target_modules),
+                        not {"linear_qkv", "linear_fc1"} & adapted_modules(run),
                         "no linear_qkv/linear_fc1 adapters",
                     ),
                 )

@@ -32,6 +32,7 @@ from memtune.readers.bridge_fields import (
 from memtune.readers.bridge_nested import lift_transformer
 from memtune.spec.model_spec import ModelSpec, coerce_model_values, model_field_names
 from memtune.spec.run_spec import (
+    CANONICAL_LORA_DEFAULT_TARGETS,
     FSDP_UNSET_STRATEGY,
     LORA_DEFAULT_TARGETS,
     RunSpec,
@@ -496,7 +497,10 @@ def specs_from_bridge(
         target = str(peft.get("_target_", peft.get("_name", "lora"))).lower()
         peft_kind = "dora" if "dora" in target else "lora"
         lora_dim = int_field(peft, "dim", "peft", 32)
-        targets = module_names(peft.get("target_modules"), "peft.target_modules") or LORA_DEFAULT_TARGETS
+        canonical = "canonical" in target
+        targets = module_names(peft.get("target_modules"), "peft.target_modules") or (
+            CANONICAL_LORA_DEFAULT_TARGETS if canonical else LORA_DEFAULT_TARGETS
+        )
         regather = bool_field(peft, "sequence_parallel_input_regather", "peft", False)
 
     seq_where, seq = _sequence_length(model_s, dataset, assumptions)

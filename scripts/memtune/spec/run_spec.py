@@ -20,6 +20,31 @@ from memtune.spec.names import CROSS_ENTROPY_FUSION_IMPLS, FP8_RECIPES  # noqa: 
 RECOMPUTE_MODULES = ("core_attn", "mlp", "layernorm", "moe_act", "moe", "shared_experts", "mla_up_proj")
 DEFAULT_RECOMPUTE_MODULES = ("core_attn",)
 LORA_DEFAULT_TARGETS = ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")
+#: Megatron Bridge's CanonicalLoRA adapts the parts of the fused linears separately (q, k, v of
+#: linear_qkv; up and gate of linear_fc1), each with its own adapter on the fused module's input
+#: (peft/canonical_lora.py: LoRALinearSplitQKV, LoRALinearSplitFC1UpGate).
+CANONICAL_LORA_PARTS = {
+    "linear_q": "linear_qkv",
+    "linear_k": "linear_qkv",
+    "linear_v": "linear_qkv",
+    "linear_fc1_up": "linear_fc1",
+    "linear_fc1_gate": "linear_fc1",
+}
+CANONICAL_LORA_DEFAULT_TARGETS = (
+    "linear_q",
+    "linear_k",
+    "linear_v",
+    "linear_proj",
+    "linear_fc1_up",
+    "linear_fc1_gate",
+    "linear_fc2",
+)
+
+
+def lora_base_module(target: str) -> str:
+    """The Megatron module an adapter target sits on: ``decoder.layers.*.linear_q`` -> ``linear_qkv``."""
+    name = target.strip().rsplit(".", 1)[-1].strip("*")
+    return CANONICAL_LORA_PARTS.get(name, name)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,73 @@
+"""Megatron Bridge's CanonicalLoRA: separate adapters on q, k, v and on up, gate.
+
+Its targets (``linear_q`` ... ``linear_fc1_gate``) name parts of the fused linears
+(peft/canonical_lora.py: LoRALinearSplitQKV and LoRALinearSplitFC1UpGate feed each part's adapter
+the fused module's layer-norm output). The estimator used to skip those names: no adapter
+parameters, and the norm outputs a frozen fused linear frees were dropped although the adapters
+keep them. Adapter shapes follow the source; nothing here is measured.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from memtune.estimate.activations import frozen_unsaved_terms
+from memtune.estimate.estimator import estimate
+from memtune.estimate.parameters import lora_params
+from memtune.readers.bridge_config import specs_from_bridge
+from memtune.spec.presets import load_preset
+from memtune.spec.run_spec import CANONICAL_LORA_DEFAULT_TARGETS, LORA_DEFAULT_TARGETS, lora_base_module
+
+CANONICAL = "megatron.bridge.peft.canonical_lora.CanonicalLoRA"
+LORA = "megatron.bridge.peft.lora.LoRA"
+
+
+def specs(peft: dict, sp: bool = False):
+    model_keys = {"tensor_model_parallel_size": 2, "sequence_parallel": sp, "seq_length": 4096}
+    model, run, _ = specs_from_bridge({"model": model_keys, "peft": peft}, world_size=8, base=load_preset("llama3-8b"))
+    return model, run
+
+
+def test_canonical_defaults_to_its_own_targets():
+    _, run = specs({"_target_": CANONICAL})
+    assert run.lora_target_modules == CANONICAL_LORA_DEFAULT_TARGETS
+    _, plain = specs({"_target_": LORA})
+    assert plain.lora_target_modules == LORA_DEFAULT_TARGETS
+    assert {lora_base_module(t) for t in CANONICAL_LORA_DEFAULT_TARGETS} == set(LORA_DEFAULT_TARGETS)
+    assert lora_base_module("decoder.layers.*.self_attention.linear_k") == "linear_qkv"
+
+
+def test_adapter_parameters_are_the_split_shapes():
+    """Per layer, q/k/v adapters hold 3 A matrices (h x r) where the fused one holds one, and
+    up/gate two where fc1 holds one; the B sides add up to the same outputs."""
+    model, canonical = specs({"_target_": CANONICAL})
+    _, fused = specs({"_target_": LORA})
+    layers = model.num_layers
+    extra = lora_params(model, canonical, layers) - lora_params(model, fused, layers)
+    h, r, tp = model.hidden_size, canonical.lora_dim, canonical.tp
+    assert extra == pytest.approx(layers * 3 * h * r / tp)
+
+
+def test_the_adapters_keep_the_norm_outputs():
+    model, canonical = specs({"_target_": CANONICAL})
+    assert frozen_unsaved_terms(model, canonical, moe=False) == frozenset()
+    _, only_q = specs({"_target_": CANONICAL, "target_modules": ["linear_q", "linear_proj"]})
+    assert "attn_norm_out" not in frozen_unsaved_terms(model, only_q, moe=False)
+    assert "mlp_norm_out" in frozen_unsaved_terms(model, only_q, moe=False)
+
+
+@pytest.mark.parametrize("sp", [False, True])
+def test_each_part_adapter_costs_what_a_fused_adapter_costs(sp):
+    """Five part adapters on two fused modules: without SP each adds its A output and B input
+    (2 x r per token); with SP each column-parallel part adapter also keeps its own gathered input."""
+    model, canonical = specs({"_target_": CANONICAL}, sp)
+    _, fused = specs({"_target_": LORA}, sp)
+    a, b = estimate(model, canonical).stages[0], estimate(model, fused).stages[0]
+    assert a.activations > b.activations
+    tokens = canonical.seq_length * canonical.mbs
+    per_layer = (a.activations - b.activations) / model.num_layers
+    adapters = 3  # q, k, v, up, gate against qkv, fc1
+    expected = adapters * 2 * 2 * tokens * canonical.lora_dim
+    if sp:
+        expected += adapters * 2 * tokens * model.hidden_size
+    assert per_layer == pytest.approx(expected, rel=0.02)
