@@ -221,3 +221,19 @@ def test_cuda_graph_scope_is_read_under_either_name(graph_keys, scope):
     cfg = {"model": {"cuda_graph_impl": "transformer_engine", **graph_keys}}
     _, run, _ = specs_from_bridge(cfg, 8, load_preset("llama3-8b"))
     assert run.cuda_graph_scope == scope
+
+
+@pytest.mark.parametrize(
+    ("spec", "impl"),
+    [
+        ({"_call_": False, "_target_": "megatron.bridge.models.gpt_provider.local_layer_spec"}, "local"),
+        ({"_call_": False, "_target_": "megatron.bridge.models.gpt_provider.default_layer_spec"}, "transformer_engine"),
+        (None, "transformer_engine"),
+    ],
+)
+def test_the_layer_spec_not_transformer_impl_picks_the_local_transformer(spec, impl):
+    """GPTModelProvider builds its layers from transformer_layer_spec (local_layer_spec: no
+    Transformer Engine); model.transformer_impl does not choose the spec there."""
+    model_keys = {"transformer_impl": "local"} if spec is None else {"transformer_layer_spec": spec}
+    _, run, _ = specs_from_bridge({"model": model_keys}, world_size=8, base=load_preset("llama3-8b"))
+    assert run.transformer_impl == impl

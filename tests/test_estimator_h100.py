@@ -172,3 +172,18 @@ def test_layernorm_recompute_on_local_warns_and_is_never_proposed():
     assert any("MT028" in r for r in reasons)
     on_te = with_norm.with_(transformer_impl="transformer_engine")
     assert not recompute_needing_te(on_te)
+
+
+def test_moe_act_recompute_does_nothing_on_the_local_spec():
+    """moe_act's checkpoint is in TEGroupedMLP; the local spec builds SequentialMLP, so the
+    module saves nothing there and the planner does not offer it."""
+    from memtune.estimate.plan_space import recompute_modules_for
+
+    record = next(r for r in records("check.json") if r["name"] == "x14_moe8_top2_alltoall_s4096")
+    model, run, _ = specs_from_megatron_args(acc.flag_mapping(record["flags"]), world_size=1)
+    with_act = run.with_(recompute_granularity="selective", recompute_modules=("moe_act",), moe_grouped_gemm=True)
+    assert estimate(model, with_act).stages[0].activations == estimate(model, run).stages[0].activations
+    te, te_act = (r.with_(transformer_impl="transformer_engine") for r in (run, with_act))
+    assert estimate(model, te_act).stages[0].activations < estimate(model, te).stages[0].activations
+    assert "moe_act" not in recompute_modules_for(model, run)
+    assert "moe_act" in recompute_modules_for(model, run.with_(transformer_impl="transformer_engine"))

@@ -1,11 +1,12 @@
-"""Megatron-FSDP without a sharding strategy runs no_shard, which shards nothing.
+"""Megatron-FSDP's sharding strategy when the input names none, per source.
 
-``data_parallel_sharding_strategy`` defaults to ``no_shard`` in Megatron-Core's
-DistributedDataParallelConfig (megatron-core 0.19.2, distributed_data_parallel_config.py) and in
-Megatron-LM's flag; under it Megatron-FSDP distributes none of its buffers
-(megatron_fsdp/param_and_grad_buffer.py: weight, main-weight and gradient buffers all
-``is_data_distributed=False``), so a run that turns FSDP on and names no strategy keeps the memory
-of plain DDP. The readers used to assume optim_grads_params there: a silent under-estimate.
+Megatron Bridge's Megatron-FSDP (v1, its default path) keeps ``ddp.data_parallel_sharding_strategy``,
+whose default in Megatron-Core's DistributedDataParallelConfig is ``no_shard`` (megatron-core
+0.19.2); under it Megatron-FSDP distributes none of its buffers (megatron_fsdp/
+param_and_grad_buffer.py), so the memory is that of plain DDP. Bridge's v2 path sets
+optim_grads_params itself. Megatron-LM's ``--data-parallel-sharding-strategy`` defaults to
+optim_grads_params since core_v0.18.0 (commit 3499efef) and to no_shard before. The readers used to
+assume optim_grads_params everywhere: a silent under-estimate for Bridge configs.
 """
 
 from __future__ import annotations
@@ -46,39 +47,48 @@ def model_state(flags: dict) -> int:
     return int(components.weights + components.gradients + components.optimizer)
 
 
-def test_megatron_flag_unset_is_no_shard_with_a_note():
+def test_megatron_flag_unset_is_optim_grads_params_with_a_note():
     fsdp = {**FLAGS, "--use-megatron-fsdp": True, "--use-distributed-optimizer": True}
     _, run, notes = specs_from_megatron_args(fsdp, world_size=8)
-    assert run.use_megatron_fsdp and run.data_parallel_sharding_strategy == "no_shard"
-    assert any("--data-parallel-sharding-strategy not given" in n and "shards nothing" in n for n in notes)
+    assert run.use_megatron_fsdp and run.data_parallel_sharding_strategy == "optim_grads_params"
+    assert any("--data-parallel-sharding-strategy not given" in n and "core_v0.18.0" in n for n in notes)
     # no_shard holds what plain DDP holds; the named strategies shard more and more
     ddp = model_state(FLAGS)
     sizes = {
         strategy: model_state({**fsdp, "--data-parallel-sharding-strategy": strategy})
         for strategy in ("no_shard", "optim", "optim_grads", "optim_grads_params")
     }
-    assert sizes["no_shard"] == ddp == model_state(fsdp)
+    assert sizes["no_shard"] == ddp
+    assert model_state(fsdp) == sizes["optim_grads_params"]
     assert sizes["no_shard"] > sizes["optim"] > sizes["optim_grads"] > sizes["optim_grads_params"]
     assert sizes["optim"] == model_state({**FLAGS, "--use-distributed-optimizer": True})
     _, _, named = specs_from_megatron_args({**fsdp, "--data-parallel-sharding-strategy": "optim"}, world_size=8)
     assert not any("--data-parallel-sharding-strategy not given" in n for n in named)
     _, _, plain = specs_from_megatron_args(FLAGS, world_size=8)
     assert not any("sharding-strategy" in n for n in plain)
+    # the assumption line says the optimizer is replicated under no_shard
+    model, no_shard, _ = specs_from_megatron_args({**fsdp, "--data-parallel-sharding-strategy": "no_shard"}, 8)
+    assert any("(replicated), Megatron-FSDP no_shard" in a for a in estimate(model, no_shard).assumptions)
 
 
 @pytest.mark.parametrize("section", ["ddp", "dist"])
 def test_bridge_fsdp_without_strategy_is_no_shard(section):
-    _, run, notes = specs_from_bridge(
-        {"model": {}, section: {"use_megatron_fsdp": True}}, world_size=8, base=load_preset("llama3-8b")
-    )
+    base = load_preset("llama3-8b")
+    _, run, notes = specs_from_bridge({"model": {}, section: {"use_megatron_fsdp": True}}, world_size=8, base=base)
     assert run.data_parallel_sharding_strategy == "no_shard"
     assert any("ddp.data_parallel_sharding_strategy not given" in n for n in notes)
     _, named, notes = specs_from_bridge(
         {"model": {}, "ddp": {"use_megatron_fsdp": True, "data_parallel_sharding_strategy": "optim_grads_params"}},
         world_size=8,
-        base=load_preset("llama3-8b"),
+        base=base,
     )
     assert named.data_parallel_sharding_strategy == "optim_grads_params"
+    assert not any("sharding_strategy not given" in n for n in notes)
+    # Bridge's Megatron-FSDP v2 sets optim_grads_params whatever the config says
+    _, v2, notes = specs_from_bridge(
+        {"model": {}, "ddp": {"use_megatron_fsdp": True, "megatron_fsdp_version": 2}}, world_size=8, base=base
+    )
+    assert v2.data_parallel_sharding_strategy == "optim_grads_params"
     assert not any("sharding_strategy not given" in n for n in notes)
 
 
@@ -90,15 +100,23 @@ def _plan(flags: dict):
 
 
 def test_planner_offers_sharding_to_a_no_shard_fsdp_run_and_spells_it_out():
-    base, result = _plan({**FLAGS, "--use-megatron-fsdp": True, "--use-distributed-optimizer": True})
+    no_shard = {**FLAGS, "--use-megatron-fsdp": True, "--data-parallel-sharding-strategy": "no_shard"}
+    base, result = _plan(no_shard)
     rows = [e for e in (*result.ranked, *result.not_fitting) if "was no_shard" in e.candidate.title]
     assert len(rows) == 1
     row = rows[0]
     assert row.candidate.run.data_parallel_sharding_strategy == "optim_grads_params"
     assert row.peak_bytes < result.baseline.peak_bytes
     change = exact_change(base, row.candidate)
-    assert change["bridge_overrides"] == ["ddp.data_parallel_sharding_strategy=optim_grads_params"]
-    assert change["megatron_args"] == ["--data-parallel-sharding-strategy optim_grads_params"]
+    # Megatron-FSDP also wants the distributed-optimizer switch (Megatron-LM's guide lists it)
+    assert set(change["bridge_overrides"]) == {
+        "ddp.data_parallel_sharding_strategy=optim_grads_params",
+        "optimizer.use_distributed_optimizer=true",
+    }
+    assert set(change["megatron_args"]) == {
+        "--data-parallel-sharding-strategy optim_grads_params",
+        "--use-distributed-optimizer",
+    }
 
 
 def test_turning_fsdp_on_shards_everything_and_names_the_strategy_once():
@@ -116,21 +134,44 @@ def test_turning_fsdp_on_shards_everything_and_names_the_strategy_once():
     assert change["megatron_args"].count("--data-parallel-sharding-strategy optim_grads_params") == 1
 
 
-def test_check_env_warns_about_fsdp_without_a_strategy(tmp_path):
-    script = tmp_path / "train.sh"
-    script.write_text("torchrun --nproc-per-node 8 pretrain_gpt.py \\\n    --use-megatron-fsdp \\\n    --bf16\n")
-    found = [
-        f for f in check_rules.run_all(run_view.build(run_view.Inputs(scripts=[str(script)]))) if f.rule == "MT029"
-    ]
-    assert len(found) == 1 and found[0].severity == "warning"
-    assert "no_shard" in found[0].message and "--data-parallel-sharding-strategy optim_grads_params" in found[0].fix
-    script.write_text(
-        "torchrun --nproc-per-node 8 pretrain_gpt.py \\\n    --use-megatron-fsdp \\\n"
-        "    --data-parallel-sharding-strategy optim\n"
+def _mt029(tmp_path, text: str, name: str = "train.sh", **inputs) -> list:
+    path = tmp_path / name
+    path.write_text(text)
+    kind = {"configs": [str(path)]} if name.endswith(".yaml") else {"scripts": [str(path)]}
+    return [f for f in check_rules.run_all(run_view.build(run_view.Inputs(**kind, **inputs))) if f.rule == "MT029"]
+
+
+def test_check_env_names_the_default_by_source_and_release(tmp_path):
+    script = "torchrun --nproc-per-node 8 pretrain_gpt.py \\\n    --use-megatron-fsdp \\\n    --bf16\n"
+    unknown = _mt029(tmp_path, script)
+    assert [f.severity for f in unknown] == ["info"] and "core_v0.18.0" in unknown[0].message
+    old = _mt029(tmp_path, script, mcore_version="0.17.0")
+    assert [f.severity for f in old] == ["warning"] and "no_shard" in old[0].message
+    assert "--data-parallel-sharding-strategy optim_grads_params" in old[0].fix
+    assert not _mt029(tmp_path, script, mcore_version="0.19.2")
+    named = script.replace("--bf16", "--data-parallel-sharding-strategy optim")
+    assert not _mt029(tmp_path, named, mcore_version="0.17.0")
+    bridge = _mt029(tmp_path, "ddp:\n  use_megatron_fsdp: true\n", "run.yaml")
+    assert [f.severity for f in bridge] == ["warning"] and "Megatron Bridge" in bridge[0].message
+    assert "ddp.data_parallel_sharding_strategy" in bridge[0].fix
+    v2 = "ddp:\n  use_megatron_fsdp: true\n  megatron_fsdp_version: 2\n"
+    assert not _mt029(tmp_path, v2, "run.yaml")
+
+
+def test_sweep_keeps_the_users_strategy_and_turning_fsdp_off_is_runnable():
+    from memtune.estimate.planner import _optimizer_options
+
+    model, base, _ = specs_from_megatron_args(
+        {**FLAGS, "--use-megatron-fsdp": True, "--data-parallel-sharding-strategy": "optim"}, world_size=8
     )
-    assert not [
-        f for f in check_rules.run_all(run_view.build(run_view.Inputs(scripts=[str(script)]))) if f.rule == "MT029"
-    ]
+    strategies = [o.get("data_parallel_sharding_strategy") for o in _optimizer_options(base)]
+    assert "optim" in strategies and "optim_grads_params" in strategies
+    off = base.with_(use_megatron_fsdp=False, use_distributed_optimizer=True)
+    from memtune.estimate.plan_space import Candidate
+
+    change = exact_change(base, Candidate("distributed optimizer", "optimizer", off))
+    assert "dist.use_megatron_fsdp=false" in change["bridge_overrides"]
+    assert any(f.startswith("--ckpt-format torch_dist") for f in change["megatron_args"])
 
 
 def test_the_fsdp_option_shards_everything_on_any_source(tmp_path, invoke):

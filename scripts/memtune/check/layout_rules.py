@@ -204,8 +204,11 @@ def refused_with_another_feature(view: RunView) -> Iterable[Finding]:
 
 @rule("MT028")
 def output_discarding_recompute_on_local(view: RunView) -> Iterable[Finding]:
-    impl = view.get("transformer_impl")
-    if not (isinstance(impl, str) and impl.strip().lower() == "local"):
+    # Megatron-LM picks the spec with --transformer-impl; Megatron Bridge with the provider's
+    # transformer_layer_spec (local_layer_spec), not with model.transformer_impl
+    setting = "transformer_impl" if view.config_form == "megatron" else "layer_spec"
+    spec = view.get(setting)
+    if not (isinstance(spec, str) and ("local" == spec.strip().lower() or "local_" in spec.lower())):
         return
     if view.get("recompute_granularity") != "selective":
         return
@@ -227,22 +230,35 @@ def output_discarding_recompute_on_local(view: RunView) -> Iterable[Finding]:
         modules=", ".join(hit),
         them="them" if len(hit) > 1 else "it",
         source=view.where("recompute_modules"),
-        impl_source=f"{view.text('transformer_impl')} at {view.where('transformer_impl')}",
+        impl_source=f"{view.text(setting)} at {view.where(setting)}",
         fix=f"{drop}, or install Transformer Engine",
     )
 
 
 @rule("MT029")
 def fsdp_without_strategy(view: RunView) -> Iterable[Finding]:
+    """Megatron-FSDP on with no strategy named. Bridge (v1 path) keeps Megatron-Core's default
+    no_shard; Megatron-LM defaults to optim_grads_params since core_v0.18.0 and to no_shard before."""
     if view.get("use_megatron_fsdp") is not True or view.get("fsdp_strategy") is not None:
         return
-    yield make(
-        "MT029",
-        view.where("use_megatron_fsdp"),
-        fsdp_source=f"{view.text('use_megatron_fsdp')} at {view.where('use_megatron_fsdp')}",
-        fix=change_text(view, "fsdp_strategy", "optim_grads_params")
-        + " (or optim / optim_grads to shard less and gather no weights)",
+    megatron = view.config_form == "megatron"
+    if not megatron and view.get("fsdp_version") == 2:
+        return  # Bridge's Megatron-FSDP v2 sets optim_grads_params itself
+    if megatron and view.mcore_version is not None and view.mcore_version >= (0, 18):
+        return
+    fsdp_source = f"{view.text('use_megatron_fsdp')} at {view.where('use_megatron_fsdp')}"
+    fix = change_text(view, "fsdp_strategy", "optim_grads_params") + " (or optim / optim_grads to shard less)"
+    if megatron and view.mcore_version is None:
+        yield make(
+            "MT029", view.where("use_megatron_fsdp"), variant="unknown_version", fsdp_source=fsdp_source, fix=fix
+        )
+        return
+    release = (
+        f"Megatron-LM with megatron-core {ac.version_str(view.mcore_version)}"
+        if view.mcore_version
+        else "Megatron Bridge (Megatron-Core's DDP config default)"
     )
+    yield make("MT029", view.where("use_megatron_fsdp"), fsdp_source=fsdp_source, release=release, fix=fix)
 
 
 @rule("MT027")

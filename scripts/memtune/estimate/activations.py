@@ -200,6 +200,8 @@ def layer_activations(model: ModelSpec, run: RunSpec, moe: bool, kind: str | Non
     if run.recompute_granularity == "selective":
         fused = fused_norm_outputs(model, run, moe)
         for module in run.recompute_modules:
+            if module == "moe_act" and run.transformer_impl == "local":
+                continue  # its checkpoint lives in TEGroupedMLP; the local spec builds SequentialMLP
             drops = RECOMPUTE_DROPS.get(module, ())
             dropped.update(d for d in drops if module != "layernorm" or d not in fused)
         if "mlp" in run.recompute_modules and not moe and run.transformer_impl == "transformer_engine":

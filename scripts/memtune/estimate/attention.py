@@ -53,9 +53,11 @@ def unfused_score_bytes(run: RunSpec) -> tuple[float, float]:
     measured peak is 10 bytes per element above the saved 6 (H200 grid: g06 - g01 and
     g04 - g05 give 9.9 and 10.4). With softmax in bf16 the softmax output is the tensor both
     keep (2 bytes), and backward holds three more bf16 tensors of its size: the gradient the
-    ``bmm`` backward writes, the one the softmax backward writes and a temporary inside the
-    softmax backward (6; measured on an H100, tests/data/estimator/h100-mcore: the memory
-    snapshot of x11 shows the three, and 4 left every long-sequence record 5-9% low); the fused
+    ``bmm`` backward writes, the one the softmax backward writes and a third allocated after
+    them and freed first - the softmax backward's temporary or the in-place causal mask's
+    backward (``masked_fill_``), which the snapshot cannot tell apart; every GPT run builds that
+    mask (6; measured on an H100, tests/data/estimator/h100-mcore: the memory snapshot of x11
+    shows the three, and 4 left every long-sequence record 5-9% low); the fused
     scale-mask-softmax kernel writes its gradient in place (2).
 
     Attention dropout (``torch.nn.Dropout`` in training) keeps a 1-byte mask; its output

@@ -81,6 +81,7 @@ from memtune.estimate.schedule import (
 from memtune.spec.model_spec import ModelSpec, hybrid_layer_params, hybrid_stage_kinds
 from memtune.spec.run_spec import (
     RunSpec,
+    optimizer_sharded,
     recompute_needing_te,
     stage_chunk_layers,
     stage_layer_counts,
@@ -342,7 +343,7 @@ def _describe(model: ModelSpec, run: RunSpec, vocab: int) -> list[str]:
         f"params {('fp8 (fp8 param gather)' if run.fp8_param_gather else run.params_dtype)}"
         + (f" with fp8 {run.fp8} GEMMs" if run.fp8 else "")
         + f", main grads {'fp32' if run.grad_reduce_in_fp32 else run.params_dtype}, optimizer {run.optimizer}"
-        + (" (distributed over DP x CP)" if run.use_distributed_optimizer else " (replicated)")
+        + (" (distributed over DP x CP)" if optimizer_sharded(run) else " (replicated)")
         + (", Megatron-FSDP " + run.data_parallel_sharding_strategy if run.use_megatron_fsdp else ""),
         f"vocabulary padded to {vocab} (multiple of {model.make_vocab_size_divisible_by} x TP); logits and cross entropy in fp32 on the last stage",
         "device view (total) = allocated peak + allocator reserve "

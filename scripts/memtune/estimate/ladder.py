@@ -33,7 +33,7 @@ from typing import Any
 from memtune.estimate import planner as pl
 from memtune.estimate import throughput_cost as tc
 from memtune.spec import model_spec as ms
-from memtune.spec.run_spec import RunSpec
+from memtune.spec.run_spec import RunSpec, fsdp_gathers_params
 from memtune.units import GIB
 
 #: RunSpec fields that one knob sets together; a later rung touching the same knob
@@ -113,7 +113,7 @@ def last_resort(before: RunSpec, run: RunSpec) -> bool:
     """Raising TP and switching to Megatron-FSDP: never an intermediate rung while any other
     priced change still saves memory (TP costs the most per GiB on every measured workload;
     FSDP has no throughput measurement at all)."""
-    return run.tp > before.tp or (run.use_megatron_fsdp and not before.use_megatron_fsdp)
+    return run.tp > before.tp or (fsdp_gathers_params(run) and not fsdp_gathers_params(before))
 
 
 def full_recompute_options(model: ms.ModelSpec, run: RunSpec) -> list[dict[str, Any]]:

@@ -8,7 +8,7 @@ from functools import lru_cache
 
 from memtune.estimate.attention import torch_softmax_attention
 from memtune.spec.model_spec import LayerParams, ModelSpec, ParamCount, count_parameters, layer_params, mtp_layer_params
-from memtune.spec.run_spec import LORA_DEFAULT_TARGETS, RunSpec, lora_base_module, normalize_dtype
+from memtune.spec.run_spec import LORA_DEFAULT_TARGETS, RunSpec, lora_base_module, normalize_dtype, optimizer_sharded
 
 DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "fp8": 1, "uint8": 1}
 #: Bytes per parameter of the fp8 weight copy TE caches for a training step: it quantises
@@ -84,7 +84,7 @@ def step_grad_copy(run: RunSpec, dense: float, expert: float, grad_b: float, dp_
     """
     if run.peft is not None or grad_b >= 4 or run.params_dtype == "fp32" or run.optimizer_cpu_offload:
         return 0.0
-    if run.use_distributed_optimizer or run.use_megatron_fsdp:
+    if optimizer_sharded(run):
         return 4 * (dense / dp_shard + expert / edp_shard)
     return 4 * (dense + expert)
 
@@ -175,7 +175,7 @@ def static_bytes(
         trainable = lora_params(model, run, layers, kinds)
         weights += trainable * dtype_bytes(run.params_dtype)
         grads = trainable * 4
-        optim = trainable * (opt_b / dp_shard if run.use_distributed_optimizer else opt_b)
+        optim = trainable * (opt_b / dp_shard if optimizer_sharded(run) else opt_b)
         return weights, grads, optim
     grads = (dense + expert) * grad_b
     if run.optimizer == "muon":
@@ -183,11 +183,7 @@ def static_bytes(
         # distributed optimizer; embedding and output matrices are trained with Adam.
         vocab_params = embedding_output_params
         optim = (dense + expert - vocab_params) * opt_b + vocab_params * (opt_b + 4)
-    elif (run.use_distributed_optimizer and not run.use_megatron_fsdp) or (
-        run.use_megatron_fsdp and run.data_parallel_sharding_strategy != "no_shard"
-    ):
-        # Megatron-FSDP's no_shard distributes no buffer, the fp32 main weights (and so the
-        # optimizer states built on them) included, whatever the distributed-optimizer switch says.
+    elif optimizer_sharded(run):
         optim = dense * opt_b / dp_shard + expert * opt_b / edp_shard
     else:
         optim = (dense + expert) * opt_b

@@ -250,7 +250,8 @@ def recompute_modules_for(model: ms.ModelSpec, run: RunSpec) -> list[str]:
     if not model.is_moe or not all(model.moe_layers()):
         modules.append("mlp")
     if model.is_moe:
-        modules += ["moe_act", "moe"]
+        # moe_act re-runs the activation inside TE's grouped MLP only (not on the local spec)
+        modules += ["moe_act", "moe"] if run.transformer_impl != "local" else ["moe"]
         if model.moe_shared_expert_intermediate_size:
             modules.append("shared_experts")
     if model.multi_latent_attention:
@@ -476,4 +477,9 @@ def exact_change(base: RunSpec, cand: Candidate) -> dict[str, list[str]]:
         # and CUDA_DEVICE_MAX_CONNECTIONS not 1 (many TP launch scripts export 1).
         flags += ["--data-parallel-sharding-strategy optim_grads_params", "--ckpt-format fsdp_dtensor"]
         env.append("unset CUDA_DEVICE_MAX_CONNECTIONS  # Megatron-FSDP refuses the value 1")
+    if base.use_megatron_fsdp and not cand.run.use_megatron_fsdp:
+        # Bridge turns FSDP back on from dist.use_megatron_fsdp; Megatron-LM asserts that
+        # --ckpt-format fsdp_dtensor is only used with Megatron-FSDP
+        bridge += ["dist.use_megatron_fsdp=false", "checkpoint.ckpt_format=torch_dist"]
+        flags.append("--ckpt-format torch_dist  # if it was fsdp_dtensor (convert existing checkpoints first)")
     return {"env": env, "bridge_overrides": bridge, "megatron_args": flags, "python": python}

@@ -397,6 +397,8 @@ class SweepResult:
 def _optimizer_options(base: RunSpec) -> list[dict[str, Any]]:
     """Cheapest first; the last one (Megatron-FSDP) saves the most memory."""
     opts: list[dict[str, Any]] = [{"use_distributed_optimizer": True, "use_megatron_fsdp": False}, FSDP_FULL_SHARD]
+    if base.use_megatron_fsdp and not fsdp_gathers_params(base):  # the user's own strategy stays an option
+        opts.insert(1, {**FSDP_FULL_SHARD, "data_parallel_sharding_strategy": base.data_parallel_sharding_strategy})
     if not base.use_distributed_optimizer and not base.use_megatron_fsdp:
         opts.insert(0, {"use_distributed_optimizer": False, "use_megatron_fsdp": False})
     return opts

@@ -26,7 +26,7 @@ from typing import Any
 from memtune.files.data_yaml import load_data_mapping
 from memtune.files.paths import DATA_DIR
 from memtune.spec import model_spec as ms
-from memtune.spec.run_spec import RunSpec, fsdp_gathers_params
+from memtune.spec.run_spec import RunSpec, fsdp_gathers_params, optimizer_sharded
 
 COSTS_FILE: Path = DATA_DIR / "throughput_costs.yaml"
 
@@ -291,7 +291,7 @@ def step_terms(m: ms.ModelSpec, k: RunSpec, table: CostTable) -> dict[str, float
     else:
         terms["offload"] = 0.0
     optimizer = 0.0
-    if k.use_distributed_optimizer or k.use_megatron_fsdp:
+    if optimizer_sharded(k):
         cost = -float(table.factor("distributed_optimizer")["value"])
         optimizer = cost / (1 - cost)
     terms["optimizer"] = optimizer

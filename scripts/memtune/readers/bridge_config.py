@@ -38,6 +38,7 @@ from memtune.spec.run_spec import (
     RunSpec,
     normalize_dtype,
     unset_fsdp_strategy_note,
+    with_moe_layer_recompute,
 )
 
 SECTIONS = ("model", "train", "optimizer", "ddp", "mixed_precision", "peft", "dataset", "checkpoint", "logger")
@@ -323,7 +324,16 @@ def _precision_over_ddp(
         return grad, bool(gather)
     grad = bool_field(ddp, "grad_reduce_in_fp32", "ddp", recipe_grad_fp32)
     gather = any(bool_field(sec, "fp8_param_gather", name, False) for sec, name in ((model_s, "model"), (ddp, "ddp")))
-    return grad, gather
+    # TransformerConfig.fp8_param keeps the GEMM weights in fp8: Megatron-LM sets it from
+    # --fp8-param-gather, Bridge's mixed-precision setup keeps the two in sync
+    return grad, gather or bool_field(model_s, "fp8_param", "model", False)
+
+
+def _layer_spec_target(model_s: Mapping[str, Any]) -> str:
+    """The function a dumped ``model.transformer_layer_spec`` names (``{_target_: ...}``), or ''."""
+    spec = model_s.get("transformer_layer_spec")
+    target = spec.get("_target_") if isinstance(spec, Mapping) else spec
+    return target if isinstance(target, str) else ""
 
 
 def _sequence_length(model_s: Mapping[str, Any], dataset: Mapping[str, Any], assumptions: list[str]) -> tuple[str, Any]:
@@ -433,8 +443,13 @@ def specs_from_bridge(
             "optimizer.optimizer_offload_fraction not given: 0.0, the config class's default, so nothing is "
             "offloaded (Megatron-LM's --optimizer-offload-fraction defaults to 1.0); set the share to move"
         )
-    if fsdp and ddp.get("data_parallel_sharding_strategy") is None:
-        assumptions.append(unset_fsdp_strategy_note("ddp.data_parallel_sharding_strategy"))
+    # Bridge's Megatron-FSDP v2 path sets optim_grads_params itself (ConfigContainer.validate);
+    # v1, the default, keeps the DDP config's value, whose default is no_shard
+    fsdp_strategy = str_field(ddp, "data_parallel_sharding_strategy", "ddp", FSDP_UNSET_STRATEGY)
+    if fsdp and int_field(ddp, "megatron_fsdp_version", "ddp", 1) == 2:
+        fsdp_strategy = "optim_grads_params"
+    elif fsdp and ddp.get("data_parallel_sharding_strategy") is None:
+        assumptions.append(unset_fsdp_strategy_note("ddp.data_parallel_sharding_strategy", FSDP_UNSET_STRATEGY))
     mp = config_section(cfg, "mixed_precision")
     peft = config_section(cfg, "peft")
     dataset = config_section(cfg, "dataset")
@@ -566,7 +581,7 @@ def specs_from_bridge(
         optimizer_cpu_offload=bool_field(optim, "optimizer_cpu_offload", "optimizer", False),
         optimizer_offload_fraction=float_field(optim, "optimizer_offload_fraction", "optimizer", 0.0),
         use_megatron_fsdp=fsdp,
-        data_parallel_sharding_strategy=str_field(ddp, "data_parallel_sharding_strategy", "ddp", FSDP_UNSET_STRATEGY),
+        data_parallel_sharding_strategy=fsdp_strategy,
         overlap_grad_reduce=bool_field(ddp, "overlap_grad_reduce", "ddp", False),
         overlap_param_gather=bool_field(ddp, "overlap_param_gather", "ddp", False),
         recompute_granularity=str_field(model_s, "recompute_granularity", "model", None),
@@ -589,6 +604,8 @@ def specs_from_bridge(
         # Bridge's GPTModelProvider overrides Megatron-Core's True with False (gpt_provider.py,
         # ``attention_softmax_in_fp32: bool = False``); saved configs write the value out.
         attention_softmax_in_fp32=bool_field(model_s, "attention_softmax_in_fp32", "model", False),
+        # Bridge picks the layer spec with the provider's transformer_layer_spec, not transformer_impl
+        transformer_impl="local" if "local_" in _layer_spec_target(model_s).lower() else "transformer_engine",
         defer_embedding_wgrad_compute=overlap_switch("defer_embedding_wgrad_compute"),
         wgrad_deferral_limit=int_field(
             comm, "wgrad_deferral_limit", "comm_overlap", int_field(model_s, "wgrad_deferral_limit", "model", 0)
@@ -628,4 +645,6 @@ def specs_from_bridge(
             None if model_s.get("moe_grouped_gemm") is None else bool_field(model_s, "moe_grouped_gemm", "model", False)
         ),
     )
+    if bool_field(model_s, "moe_layer_recompute", "model", False):  # deprecated spelling of the moe module
+        run = with_moe_layer_recompute(run, "model.moe_layer_recompute")
     return model, run, assumptions

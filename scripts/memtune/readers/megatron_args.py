@@ -309,7 +309,13 @@ def specs_from_megatron_args(
     (:func:`launch_flag_assumptions`); those the estimate reads are reported as warnings.
     """
     from memtune.spec.model_spec import ModelSpec
-    from memtune.spec.run_spec import FSDP_UNSET_STRATEGY, RunSpec, normalize_dtype, unset_fsdp_strategy_note
+    from memtune.spec.run_spec import (
+        MEGATRON_LM_FSDP_STRATEGY,
+        RunSpec,
+        normalize_dtype,
+        unset_fsdp_strategy_note,
+        with_moe_layer_recompute,
+    )
 
     a = _ReadFlags({normalize_flag(k): v for k, v in flags.items()})
     refuse_unmodelled_models(a)
@@ -488,7 +494,7 @@ def specs_from_megatron_args(
         optimizer_cpu_offload=_bool(a, "optimizer_cpu_offload"),
         optimizer_offload_fraction=_float(a, "optimizer_offload_fraction", 1.0),
         use_megatron_fsdp=_bool(a, "use_megatron_fsdp"),
-        data_parallel_sharding_strategy=_str(a, "data_parallel_sharding_strategy", FSDP_UNSET_STRATEGY),
+        data_parallel_sharding_strategy=_str(a, "data_parallel_sharding_strategy", MEGATRON_LM_FSDP_STRATEGY),
         overlap_grad_reduce=_bool(a, "overlap_grad_reduce"),
         overlap_param_gather=_bool(a, "overlap_param_gather"),
         # --recompute-activations is Megatron's older spelling of selective (core-attention) recompute.
@@ -549,8 +555,10 @@ def specs_from_megatron_args(
             f"--rampup-batch-size: the batch ramps up to --global-batch-size {run.gbs}; "
             "the estimate is for that final (largest) batch"
         )
+    if _bool(a, "moe_layer_recompute"):  # deprecated spelling of the moe recompute module
+        run = with_moe_layer_recompute(run, "--moe-layer-recompute")
     if run.use_megatron_fsdp and _flag(a, "data_parallel_sharding_strategy") is None:
-        assumptions.append(unset_fsdp_strategy_note("--data-parallel-sharding-strategy"))
+        assumptions.append(unset_fsdp_strategy_note("--data-parallel-sharding-strategy", MEGATRON_LM_FSDP_STRATEGY))
     if _bool(a, "use_legacy_models"):
         assumptions.append(
             "WARNING: --use-legacy-models builds Megatron-LM's legacy GPT model, not Megatron-Core; "

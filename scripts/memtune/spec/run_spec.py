@@ -316,18 +316,41 @@ def expert_parallel_problem(num_experts: int, ep: int) -> str | None:
     return None
 
 
-#: The sharding strategy Megatron-FSDP runs when the input does not name one: the default of
-#: Megatron-Core's DistributedDataParallelConfig and of Megatron-LM's flag. Under it no buffer is
-#: distributed (megatron_fsdp/param_and_grad_buffer.py), so memory is that of plain DDP.
+def with_moe_layer_recompute(run: RunSpec, where: str) -> RunSpec:
+    """``--moe-layer-recompute`` / ``model.moe_layer_recompute``, as Megatron-Core's
+    TransformerConfig reads it: selective recompute with ``moe`` added to the modules (after its
+    default ``[core_attn]`` was filled in), and a refusal next to full recompute."""
+    if run.recompute_granularity == "full":
+        raise InputError(
+            f'{where} with full recompute: Megatron-Core refuses the pair ("Do not set --moe-layer-recompute '
+            'with full recompute granularity."); drop one of them'
+        )
+    modules = run.recompute_modules if "moe" in run.recompute_modules else (*run.recompute_modules, "moe")
+    return run.with_(recompute_granularity="selective", recompute_modules=modules)
+
+
+#: The sharding strategy Megatron-FSDP runs when a Megatron Bridge config does not name one: the
+#: default of Megatron-Core's DistributedDataParallelConfig (megatron-core 0.19.2), which Bridge's
+#: Megatron-FSDP v1 path keeps. Under it no FSDP buffer is distributed
+#: (megatron_fsdp/param_and_grad_buffer.py), so memory is that of plain DDP.
 FSDP_UNSET_STRATEGY = "no_shard"
+#: Megatron-LM's --data-parallel-sharding-strategy default since core_v0.18.0 (commit 3499efef,
+#: "Modify mfsdp default data-parallel-sharding-strategy"); core_v0.17.0 and older: no_shard.
+MEGATRON_LM_FSDP_STRATEGY = "optim_grads_params"
 
 
-def unset_fsdp_strategy_note(where: str) -> str:
+def unset_fsdp_strategy_note(where: str, strategy: str) -> str:
     """The assumption line a reader prints when Megatron-FSDP is on and ``where`` is not given."""
+    if strategy == MEGATRON_LM_FSDP_STRATEGY:
+        return (
+            f"{where} not given: optim_grads_params, Megatron-LM's default since core_v0.18.0; before it the "
+            "default was no_shard, which shards nothing (weights, gradients and optimizer states whole on every "
+            "GPU, as with plain DDP) - name the strategy to be sure"
+        )
     return (
-        f"{where} not given: Megatron-FSDP runs its default no_shard, which shards nothing (weights, "
-        "gradients and optimizer states stay whole on every GPU, as with plain DDP); Megatron-FSDP's "
-        "guide lists optim_grads_params as required to shard all three"
+        f"{where} not given: Megatron-FSDP runs Megatron-Core's default no_shard, which shards nothing (weights, "
+        "gradients and optimizer states stay whole on every GPU, as with plain DDP); set optim_grads_params to "
+        "shard all three"
     )
 
 
@@ -339,17 +362,29 @@ FSDP_FULL_SHARD: dict[str, Any] = {
 }
 
 
+def optimizer_sharded(run: RunSpec) -> bool:
+    """Are the optimizer states (and the fp32 main parameters) split over the data-parallel
+    ranks? The distributed optimizer does it; with Megatron-FSDP the strategy decides, and its
+    no_shard distributes no buffer whatever the distributed-optimizer switch says."""
+    if run.use_megatron_fsdp:
+        return run.data_parallel_sharding_strategy != "no_shard"
+    return run.use_distributed_optimizer
+
+
 def fsdp_gathers_params(run: RunSpec) -> bool:
     """Megatron-FSDP with its parameters sharded (optim_grads_params): the one strategy that
     gathers each layer's weights every micro-batch, and so the one with parameter traffic."""
     return run.use_megatron_fsdp and run.data_parallel_sharding_strategy == "optim_grads_params"
 
 
-#: Recompute modules Megatron-Core re-runs through ``CheckpointWithoutOutput``, whose forward asks
-#: Transformer Engine's FP8 state even without FP8 (``self.fp8 = fp8 is not None``): without TE
-#: installed the first step stops with "NameError: name 'FP8GlobalStateManager' is not defined"
-#: (measured: tests/data/estimator/h100-mcore/layernorm_recompute_errors.json).
-OUTPUT_DISCARDING_RECOMPUTE = ("layernorm", "moe_act", "mla_up_proj")
+#: Recompute modules Megatron-Core re-runs through a ``CheckpointWithoutOutput()`` built with its
+#: default ``fp8=False``, whose forward then asks Transformer Engine's FP8 state even without FP8
+#: (``self.fp8 = fp8 is not None``): without TE installed the first step stops with "NameError:
+#: name 'FP8GlobalStateManager' is not defined" (measured for layernorm:
+#: tests/data/estimator/h100-mcore/layernorm_recompute_errors.json). mla_up_proj passes
+#: ``fp8=config.fp8 or config.fp4`` (None without FP8: no TE call); moe_act's checkpoint lives in
+#: TEGroupedMLP, which the local spec never builds.
+OUTPUT_DISCARDING_RECOMPUTE = ("layernorm", "gdn_norm_out")
 
 
 def recompute_needing_te(run: RunSpec) -> tuple[str, ...]:
