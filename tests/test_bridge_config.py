@@ -94,8 +94,11 @@ def test_mixed_precision_overwrites_ddp_as_bridge_setup_does():
     }
     assert not specs_from_bridge(cfg, world_size=8, base=base)[1].grad_reduce_in_fp32
     # without a mixed-precision section nothing overwrites the DDP config
-    _, run, _ = specs_from_bridge({"model": {}, "ddp": ddp_says_bf16}, world_size=8, base=base)
+    _, run, _ = specs_from_bridge({"model": {"fp8": "hybrid"}, "ddp": ddp_says_bf16}, world_size=8, base=base)
     assert not run.grad_reduce_in_fp32 and run.fp8_param_gather
+    # fp8 weights need fp8 GEMMs (Megatron-Core: "fp8_param must be used together with fp8 mode")
+    _, run, _ = specs_from_bridge({"model": {}, "ddp": ddp_says_bf16}, world_size=8, base=base)
+    assert not run.fp8_param_gather
 
 
 def test_bridge_defaults_fused_loss_reads_deferred_wgrad_and_names_the_assumed_micro_batch():

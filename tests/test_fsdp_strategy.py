@@ -184,3 +184,26 @@ def test_the_fsdp_option_shards_everything_on_any_source(tmp_path, invoke):
     script.write_text(f"torchrun --nproc-per-node 8 pretrain_gpt.py {words}\n")
     doc = json.loads(invoke("estimate_memory", "--megatron-args", str(script), "--fsdp", "--json").stdout)
     assert any("Megatron-FSDP optim_grads_params" in a for a in doc["assumptions"]), doc["assumptions"]
+
+
+def test_sweep_tries_a_no_shard_run_before_the_distributed_optimizer():
+    """The sweep prunes on 'a later option holds less memory': no_shard holds more than the
+    distributed optimizer, so it comes first; a bridge base keeps its distributed optimizer
+    explicitly when FSDP is turned off (Bridge switched it on only because FSDP was on)."""
+    from memtune.estimate.plan_space import Candidate
+    from memtune.estimate.planner import _optimizer_options
+
+    model, base, _ = specs_from_bridge({"model": {}, "ddp": {"use_megatron_fsdp": True}}, 8, load_preset("llama3-8b"))
+    options = _optimizer_options(base)
+    assert options[0]["data_parallel_sharding_strategy"] == "no_shard"
+    peaks = [estimate(model, base.with_(**o)).peak_bytes for o in options]
+    assert peaks == sorted(peaks, reverse=True)
+    off = base.with_(use_megatron_fsdp=False, use_distributed_optimizer=True)
+    change = exact_change(base, Candidate("distributed optimizer", "optimizer", off))
+    assert "optimizer.use_distributed_optimizer=true" in change["bridge_overrides"]
+    assert "--use-distributed-optimizer" in change["megatron_args"]
+
+
+def test_mt029_on_a_bridge_config_names_bridge_whatever_the_version(tmp_path):
+    found = _mt029(tmp_path, "ddp:\n  use_megatron_fsdp: true\n", "run.yaml", mcore_version="0.19.2")
+    assert len(found) == 1 and "Megatron Bridge" in found[0].message and "Megatron-LM" not in found[0].message

@@ -206,7 +206,7 @@ def refused_with_another_feature(view: RunView) -> Iterable[Finding]:
 def output_discarding_recompute_on_local(view: RunView) -> Iterable[Finding]:
     # Megatron-LM picks the spec with --transformer-impl; Megatron Bridge with the provider's
     # transformer_layer_spec (local_layer_spec), not with model.transformer_impl
-    setting = "transformer_impl" if view.config_form == "megatron" else "layer_spec"
+    setting = "transformer_impl" if view.get("transformer_impl") is not None else "layer_spec"
     spec = view.get(setting)
     if not (isinstance(spec, str) and ("local" == spec.strip().lower() or "local_" in spec.lower())):
         return
@@ -255,7 +255,7 @@ def fsdp_without_strategy(view: RunView) -> Iterable[Finding]:
         return
     release = (
         f"Megatron-LM with megatron-core {ac.version_str(view.mcore_version)}"
-        if view.mcore_version
+        if megatron and view.mcore_version
         else "Megatron Bridge (Megatron-Core's DDP config default)"
     )
     yield make("MT029", view.where("use_megatron_fsdp"), fsdp_source=fsdp_source, release=release, fix=fix)

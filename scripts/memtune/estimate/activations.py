@@ -224,11 +224,17 @@ def layer_activations(model: ModelSpec, run: RunSpec, moe: bool, kind: str | Non
     if run.peft is not None:
         r = run.lora_dim
         h = model.hidden_size
+        gathered_for: set[str] = set()
         for target in run.lora_target_modules:
             if not lora_adapts(target, kind):
                 continue
             module = lora_base_module(target)  # CanonicalLoRA's q/k/v, up/gate: one adapter each
             lora += 2 * act * tokens * r  # adapter A output and B input
+            if module in gathered_for:
+                # CanonicalLoRA's part adapters all take the one gathered norm output TE's fused
+                # linear returns (Bridge peft/utils.py): kept once per fused module
+                continue
+            gathered_for.add(module)
             if spt > 1 and (module == "linear_qkv" or (module == "linear_fc1" and not moe)):
                 # Column-parallel adapter under SP: LoRA-A keeps the all-gathered sequence.
                 # Re-gather keeps the sequence-local shard instead - the same tensor the base

@@ -149,6 +149,8 @@ def extra_violations(model: ms.ModelSpec, base: RunSpec, run: RunSpec, settings:
     if run.sequence_parallel_input_regather and not base.sequence_parallel_input_regather:
         if run.peft not in ("lora", "dora"):
             out.append("sequence_parallel_input_regather is a LoRA option; this run has no LoRA/PEFT")
+        elif rs.canonical_lora(run):
+            out.append("sequence_parallel_input_regather is a LoRA() option; CanonicalLoRA has no such field")
         elif not any(regather_eligible(run, m) for m in ("linear_qkv", "linear_fc1") if m in adapted_modules(run)):
             # the estimator decides eligibility; this only names what blocks it
             blockers = [
@@ -482,4 +484,8 @@ def exact_change(base: RunSpec, cand: Candidate) -> dict[str, list[str]]:
         # --ckpt-format fsdp_dtensor is only used with Megatron-FSDP
         bridge += ["dist.use_megatron_fsdp=false", "checkpoint.ckpt_format=torch_dist"]
         flags.append("--ckpt-format torch_dist  # if it was fsdp_dtensor (convert existing checkpoints first)")
+        if cand.run.use_distributed_optimizer:  # FSDP switched it on; say it, or it goes with FSDP
+            bridge += ["ddp.use_distributed_optimizer=true", "optimizer.use_distributed_optimizer=true"]
+            flags.append("--use-distributed-optimizer")
+        bridge, flags = list(dict.fromkeys(bridge)), list(dict.fromkeys(flags))
     return {"env": env, "bridge_overrides": bridge, "megatron_args": flags, "python": python}

@@ -119,7 +119,7 @@ def candidates(model: ms.ModelSpec, base: RunSpec, settings: PlanSettings) -> It
     world = base.world_size
     if not settings.expandable_segments:
         yield Candidate("set expandable segments", "allocator", base, expandable=True)
-    if base.peft and not base.sequence_parallel_input_regather:
+    if base.peft and not base.sequence_parallel_input_regather and not rs.canonical_lora(base):
         yield Candidate("LoRA input re-gather", "peft", base.with_(sequence_parallel_input_regather=True))
     if base.tp > 1 and not base.sequence_parallel:
         yield Candidate("sequence parallel on", "tensor", base.with_(sequence_parallel=True))
@@ -397,8 +397,10 @@ class SweepResult:
 def _optimizer_options(base: RunSpec) -> list[dict[str, Any]]:
     """Cheapest first; the last one (Megatron-FSDP) saves the most memory."""
     opts: list[dict[str, Any]] = [{"use_distributed_optimizer": True, "use_megatron_fsdp": False}, FSDP_FULL_SHARD]
-    if base.use_megatron_fsdp and not fsdp_gathers_params(base):  # the user's own strategy stays an option
-        opts.insert(1, {**FSDP_FULL_SHARD, "data_parallel_sharding_strategy": base.data_parallel_sharding_strategy})
+    if base.use_megatron_fsdp and not fsdp_gathers_params(base):  # the user's own strategy stays an option,
+        own = {**FSDP_FULL_SHARD, "data_parallel_sharding_strategy": base.data_parallel_sharding_strategy}
+        # in memory order: no_shard holds more than the distributed optimizer, optim / optim_grads less
+        opts.insert(0 if base.data_parallel_sharding_strategy == "no_shard" else 1, own)
     if not base.use_distributed_optimizer and not base.use_megatron_fsdp:
         opts.insert(0, {"use_distributed_optimizer": False, "use_megatron_fsdp": False})
     return opts

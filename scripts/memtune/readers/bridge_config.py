@@ -565,7 +565,8 @@ def specs_from_bridge(
         sequence_parallel=bool_field(model_s, "sequence_parallel", "model", False),
         params_dtype=params_dtype,
         fp8=fp8,
-        fp8_param_gather=param_gather,
+        # Megatron-Core refuses fp8 weights without fp8 GEMMs ("fp8_param must be used together with fp8 mode")
+        fp8_param_gather=param_gather and fp8 is not None,
         grad_reduce_in_fp32=grad_fp32,
         optimizer=str_field(optim, "optimizer", "optimizer", "adam"),
         # ConfigContainer.validate(): either section's flag turns the distributed optimizer on for

@@ -41,6 +41,12 @@ CANONICAL_LORA_DEFAULT_TARGETS = (
 )
 
 
+def canonical_lora(run: RunSpec) -> bool:
+    """Adapters on the parts of the fused linears: Bridge's CanonicalLoRA, which has no
+    sequence_parallel_input_regather option (only LoRA has)."""
+    return any(t.strip().rsplit(".", 1)[-1].strip("*") in CANONICAL_LORA_PARTS for t in run.lora_target_modules)
+
+
 def lora_base_module(target: str) -> str:
     """The Megatron module an adapter target sits on: ``decoder.layers.*.linear_q`` -> ``linear_qkv``."""
     name = target.strip().rsplit(".", 1)[-1].strip("*")
