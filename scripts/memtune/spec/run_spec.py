@@ -41,15 +41,20 @@ CANONICAL_LORA_DEFAULT_TARGETS = (
 )
 
 
+def _target_leaf(target: str) -> str:
+    """``decoder.layers.*.self_attention.linear_q`` -> ``linear_q``."""
+    return target.strip().rsplit(".", 1)[-1].strip("*")
+
+
 def canonical_lora(run: RunSpec) -> bool:
     """Adapters on the parts of the fused linears: Bridge's CanonicalLoRA, which has no
     sequence_parallel_input_regather option (only LoRA has)."""
-    return any(t.strip().rsplit(".", 1)[-1].strip("*") in CANONICAL_LORA_PARTS for t in run.lora_target_modules)
+    return any(_target_leaf(t) in CANONICAL_LORA_PARTS for t in run.lora_target_modules)
 
 
 def lora_base_module(target: str) -> str:
     """The Megatron module an adapter target sits on: ``decoder.layers.*.linear_q`` -> ``linear_qkv``."""
-    name = target.strip().rsplit(".", 1)[-1].strip("*")
+    name = _target_leaf(target)
     return CANONICAL_LORA_PARTS.get(name, name)
 
 
