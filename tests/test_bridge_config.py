@@ -240,3 +240,31 @@ def test_the_layer_spec_not_transformer_impl_picks_the_local_transformer(spec, i
     model_keys = {"transformer_impl": "local"} if spec is None else {"transformer_layer_spec": spec}
     _, run, _ = specs_from_bridge({"model": model_keys}, world_size=8, base=load_preset("llama3-8b"))
     assert run.transformer_impl == impl
+
+
+def test_memory_fields_not_modelled_warn_only_when_set_off_their_default():
+    """A run-config dump writes every TransformerConfig field; the reader warns about a
+    memory-relevant field it does not model (data/megatron_flags.yaml's warned class) only when
+    it differs from Megatron-Core's default (data/mcore_config_defaults.yaml)."""
+    from memtune.readers.bridge_config import unmodelled_model_fields
+
+    base = load_preset("qwen3-30b-a3b")
+    _, _, notes = specs_from_bridge(
+        {"model": {"mlp_chunks_for_training": 4, "moe_enable_deepep": True}}, world_size=8, base=base
+    )
+    warnings = [n for n in notes if n.startswith("WARNING: model.")]
+    assert len(warnings) == 2 and "mlp_chunks_for_training 4" in warnings[0] and "DeepEP" in warnings[1]
+    # the defaults a dump writes, and switched-off values, say nothing
+    defaults = {
+        "mlp_chunks_for_training": 1,
+        "moe_enable_deepep": False,
+        "moe_flex_dispatcher_backend": "deepep",
+        "fp4_recipe": "nvfp4",
+        "kitchen_attention_backend": "sdpa",
+        "num_layers_at_start_in_bf16": 0,
+        "distribute_saved_activations": None,
+    }
+    assert unmodelled_model_fields(defaults) == []
+    assert unmodelled_model_fields({"cp_comm_type": "a2a"}) == []  # no context parallelism
+    assert len(unmodelled_model_fields({"cp_comm_type": "a2a", "context_parallel_size": 2})) == 1
+    assert len(unmodelled_model_fields({"moe_flex_dispatcher_backend": "hybridep"})) == 1

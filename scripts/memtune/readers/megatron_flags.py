@@ -75,9 +75,11 @@ def _peek(a: Mapping[str, Any], key: str) -> Any:
     return dict.get(a, key) if isinstance(a, dict) else a.get(key)
 
 
-def _given(value: Any) -> bool:
+def flag_given(value: Any) -> bool:
     """Is a flag switched on? (``--x false`` / ``--x none`` in a mapping is not.)"""
     if value is None or value is False:
+        return False
+    if isinstance(value, (int, float)) and value == 0:  # a count or size of 0 turns the feature off
         return False
     return not (isinstance(value, str) and value.strip().lower() in ("false", "none", "0", ""))
 
@@ -86,7 +88,7 @@ def memory_flags_not_modelled(a: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(flag, why) for each given flag that changes memory but is not modelled (the
     ``warned`` class of data/megatron_flags.yaml), in the order given."""
     warned = flag_classes().warned
-    out = [(k, warned[k]) for k in a if k in warned and _given(_peek(a, k))]
+    out = [(k, warned[k]) for k in a if k in warned and flag_given(_peek(a, k))]
     if str(_peek(a, "experimental_attention_variant") or "").strip().lower() == "dsa":
         out.append(("experimental_attention_variant", "DeepSeek sparse attention adds an indexer per layer"))
     return out
@@ -100,7 +102,7 @@ def refuse_unmodelled_models(a: Mapping[str, Any]) -> None:
         value = _peek(a, k)
         if k == "experimental_attention_variant" and str(value).strip().lower() == "dsa":
             continue  # sparse attention (DeepSeek-V3.2): warned, the model is still a transformer
-        if k in refused and _given(value):
+        if k in refused and flag_given(value):
             raise InputError(
                 f"--{k.replace('_', '-')}: {refused[k]} is not modelled and an estimate would be far off; "
                 "no estimate is made - measure one step with torch.cuda.max_memory_allocated()"
@@ -150,3 +152,13 @@ def flag_classes() -> FlagClasses:
         deepspeed_neutral=frozenset(table.get("deepspeed_neutral", ())),
         removed=frozenset(table.get("removed_arguments", ())),
     )
+
+
+@lru_cache(maxsize=1)
+def mcore_config_defaults() -> dict[str, Any]:
+    """Megatron-Core's defaults of the warned and refused TransformerConfig fields
+    (data/mcore_config_defaults.yaml, written by scripts/memtune/release/mcore_defaults.py)."""
+    from memtune.files.data_yaml import load_data_yaml
+    from memtune.files.paths import DATA_DIR
+
+    return dict((load_data_yaml(DATA_DIR / "mcore_config_defaults.yaml") or {}).get("defaults") or {})
