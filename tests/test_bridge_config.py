@@ -242,11 +242,12 @@ def test_the_layer_spec_not_transformer_impl_picks_the_local_transformer(spec, i
     assert run.transformer_impl == impl
 
 
-def test_memory_fields_not_modelled_warn_only_when_set_off_their_default():
+def test_memory_fields_not_modelled_warn_only_when_set_to_act():
     """A run-config dump writes every TransformerConfig field; the reader warns about a
     memory-relevant field it does not model (data/megatron_flags.yaml's warned class) only when
-    it differs from Megatron-Core's default (data/mcore_config_defaults.yaml)."""
-    from memtune.readers.bridge_config import unmodelled_model_fields
+    it differs from Megatron-Core's default (data/mcore_config_defaults.yaml) and the switch it
+    depends on is on."""
+    from memtune.readers.bridge_unmodelled import unmodelled_model_fields
 
     base = load_preset("qwen3-30b-a3b")
     _, _, notes = specs_from_bridge(
@@ -263,8 +264,25 @@ def test_memory_fields_not_modelled_warn_only_when_set_off_their_default():
         "kitchen_attention_backend": "sdpa",
         "num_layers_at_start_in_bf16": 0,
         "distribute_saved_activations": None,
+        "mtp_standalone": True,  # derived by TransformerConfig from the pipeline layout
     }
-    assert unmodelled_model_fields(defaults) == []
-    assert unmodelled_model_fields({"cp_comm_type": "a2a"}) == []  # no context parallelism
-    assert len(unmodelled_model_fields({"cp_comm_type": "a2a", "context_parallel_size": 2})) == 1
-    assert len(unmodelled_model_fields({"moe_flex_dispatcher_backend": "hybridep"})) == 1
+    assert unmodelled_model_fields(defaults, {}) == []
+
+    def warns(model: dict, comm: dict | None = None) -> int:
+        return len(unmodelled_model_fields(model, comm or {}))
+
+    # context-parallel communication: only with CP, and p2p (what an unset type runs) is modelled
+    assert warns({"cp_comm_type": "a2a"}) == 0
+    assert warns({"cp_comm_type": "a2a", "context_parallel_size": 2}) == 1
+    assert warns({"cp_comm_type": "p2p", "context_parallel_size": 2}) == 0
+    assert warns({"cp_comm_type": ["p2p", "a2a"], "context_parallel_size": 2}) == 1
+    # the flex dispatcher's backend: judged with the dispatcher, its default deepep included
+    assert warns({"moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "deepep"}) == 1
+    assert warns({"moe_token_dispatcher_type": "alltoall", "moe_flex_dispatcher_backend": "hybridep"}) == 0
+    # settings that act only under another switch
+    assert warns({"num_layers_at_start_in_bf16": 2}) == 0
+    assert warns({"num_layers_at_start_in_bf16": 2, "first_last_layers_bf16": True}) == 2  # both named
+    assert warns({"activation_offload_fraction": 0.0}) == 0
+    assert warns({"activation_offload_fraction": 0.0, "fine_grained_activation_offloading": True}) == 1
+    # comm_overlap copies its switches onto the model config
+    assert warns({}, {"delay_wgrad_compute": True}) == 1

@@ -30,6 +30,7 @@ from memtune.readers.bridge_fields import (
     str_field,
 )
 from memtune.readers.bridge_nested import lift_transformer
+from memtune.readers.bridge_unmodelled import unmodelled_model_fields
 from memtune.spec.model_spec import ModelSpec, coerce_model_values, model_field_names
 from memtune.spec.run_spec import (
     CANONICAL_LORA_DEFAULT_TARGETS,
@@ -329,27 +330,6 @@ def _precision_over_ddp(
     return grad, gather or bool_field(model_s, "fp8_param", "model", False)
 
 
-def unmodelled_model_fields(model_s: Mapping[str, Any]) -> list[str]:
-    """Leading WARNING lines for ``model.*`` fields that change memory and are not modelled (the
-    ``warned`` class of data/megatron_flags.yaml, the Megatron-LM reader's list) when the config
-    sets them to something other than Megatron-Core's default: a run-config dump writes every
-    field, defaults included (data/mcore_config_defaults.yaml)."""
-    from memtune.readers.megatron_flags import flag_classes, flag_given, mcore_config_defaults
-
-    warned, defaults = flag_classes().warned, mcore_config_defaults()
-    single_cp = model_s.get("context_parallel_size") in (None, 1, "1")
-    return [
-        f"WARNING: model.{key} {value!r} changes memory and is not modelled: {warned[key]}"
-        for key, value in model_s.items()
-        # switched on, as the Megatron-LM reader asks of a flag, and not the class default
-        if key in warned
-        and key in defaults
-        and flag_given(value)
-        and value != defaults[key]
-        and not (key == "cp_comm_type" and single_cp)  # no context parallelism: nothing to communicate
-    ]
-
-
 def _layer_spec_target(model_s: Mapping[str, Any]) -> str:
     """The function a dumped ``model.transformer_layer_spec`` names (``{_target_: ...}``), or ''."""
     spec = model_s.get("transformer_layer_spec")
@@ -477,7 +457,7 @@ def specs_from_bridge(
     comm = config_section(cfg, "comm_overlap")
     model = model_from_bridge(model_s, base)
     assumptions.extend(_misspelt_model_keys(model_s, forced))
-    assumptions.extend(unmodelled_model_fields(model_s))
+    assumptions.extend(unmodelled_model_fields(model_s, comm))
     _refuse_misspelt_sections(cfg, forced)
 
     ep_size = int_field(model_s, "expert_model_parallel_size", "model", 1)

@@ -79,8 +79,6 @@ def flag_given(value: Any) -> bool:
     """Is a flag switched on? (``--x false`` / ``--x none`` in a mapping is not.)"""
     if value is None or value is False:
         return False
-    if isinstance(value, (int, float)) and value == 0:  # a count or size of 0 turns the feature off
-        return False
     return not (isinstance(value, str) and value.strip().lower() in ("false", "none", "0", ""))
 
 

@@ -35,9 +35,24 @@ PROG = "mcore_defaults.py"
 FILES = ("model_parallel_config.py", "transformer/transformer_config.py")
 
 
+def _arithmetic(node: ast.expr) -> object:
+    """A default written as arithmetic on numbers (``1024 * 1024``); anything else raises."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.Add, ast.Sub, ast.Pow)):
+        left, right = _arithmetic(node.left), _arithmetic(node.right)
+        if isinstance(left, (int, float)) and isinstance(right, (int, float)):
+            if isinstance(node.op, ast.Mult):
+                return left * right
+            if isinstance(node.op, ast.Add):
+                return left + right
+            if isinstance(node.op, ast.Sub):
+                return left - right
+            return left**right
+    return ast.literal_eval(node)
+
+
 def literal_defaults(path: Path) -> dict[str, object]:
-    """``name: type = <literal>`` fields of every class in ``path``; a default that is not a
-    literal (``field(...)``, ``torch.float32``) is left out."""
+    """``name: type = <literal>`` fields of every class in ``path`` (arithmetic on numbers
+    included); a default that is not a literal (``field(...)``, ``torch.float32``) is left out."""
     out: dict[str, object] = {}
     for node in ast.walk(ast.parse(path.read_text())):
         if not isinstance(node, ast.ClassDef):
@@ -45,7 +60,7 @@ def literal_defaults(path: Path) -> dict[str, object]:
         for stmt in node.body:
             if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value is not None:
                 try:
-                    out[stmt.target.id] = ast.literal_eval(stmt.value)
+                    out[stmt.target.id] = _arithmetic(stmt.value)
                 except ValueError:
                     continue
     return out
