@@ -182,3 +182,16 @@ def test_a_tokenizer_name_that_only_contains_a_known_one_is_not_matched_exactly(
         {**flags, "--tokenizer-type": "PretrainedFromHF", "--tokenizer-name-or-path": "google/mt5-small"}, world_size=8
     )
     assert model.vocab_size != 32100  # mt5 is not t5: no exact match, so an assumed size
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        ({"--cp-comm-type": "a2a"}, False),  # no context parallelism
+        ({"--cp-comm-type": "p2p", "--context-parallel-size": 2}, False),  # what the estimate models
+        ({"--cp-comm-type": "a2a", "--context-parallel-size": 2}, True),
+    ],
+)
+def test_cp_comm_type_is_named_only_where_it_acts(extra, named):
+    notes = specs_from_megatron_args({**BASE, **extra}, world_size=8)[2]
+    assert any("cp-comm-type" in n or "cp_comm_type" in n for n in notes) is named, notes
