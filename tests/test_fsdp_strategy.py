@@ -207,3 +207,14 @@ def test_sweep_tries_a_no_shard_run_before_the_distributed_optimizer():
 def test_mt029_on_a_bridge_config_names_bridge_whatever_the_version(tmp_path):
     found = _mt029(tmp_path, "ddp:\n  use_megatron_fsdp: true\n", "run.yaml", mcore_version="0.19.2")
     assert len(found) == 1 and "Megatron Bridge" in found[0].message and "Megatron-LM" not in found[0].message
+
+
+@pytest.mark.parametrize("strategy", ["zero3", "full_shard", "7"])
+def test_an_unknown_strategy_is_refused_in_one_line(tmp_path, invoke, strategy):
+    """Megatron-FSDP knows four strategies (param_and_grad_buffer.py raises on any other)."""
+    config = tmp_path / "run.yaml"
+    config.write_text(f"ddp:\n  use_megatron_fsdp: true\n  data_parallel_sharding_strategy: {strategy}\n")
+    out = invoke("estimate_memory", "--config", str(config), "--preset", "llama3-8b", "--gpus", "8")
+    assert out.exit_code == 2 and "Traceback" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+    assert "must be one of no_shard, optim, optim_grads, optim_grads_params" in out.stderr

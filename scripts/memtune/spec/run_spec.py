@@ -340,6 +340,8 @@ def with_moe_layer_recompute(run: RunSpec, where: str) -> RunSpec:
     return run.with_(recompute_granularity="selective", recompute_modules=modules)
 
 
+#: Megatron-FSDP's strategies, least to most sharded (param_and_grad_buffer.py refuses others).
+FSDP_STRATEGIES = ("no_shard", "optim", "optim_grads", "optim_grads_params")
 #: The sharding strategy Megatron-FSDP runs when a Megatron Bridge config does not name one: the
 #: default of Megatron-Core's DistributedDataParallelConfig (megatron-core 0.19.2), which Bridge's
 #: Megatron-FSDP v1 path keeps. Under it no FSDP buffer is distributed
@@ -491,6 +493,11 @@ def violations(model: ModelSpec, run: RunSpec) -> list[str]:
         out.append(
             f"cross_entropy_fusion_impl must be one of {', '.join(CROSS_ENTROPY_FUSION_IMPLS)}, "
             f"got {run.cross_entropy_fusion_impl!r}"
+        )
+    if run.use_megatron_fsdp and run.data_parallel_sharding_strategy not in FSDP_STRATEGIES:
+        out.append(
+            f"data_parallel_sharding_strategy must be one of {', '.join(FSDP_STRATEGIES)} "
+            f"(Megatron-FSDP), got {run.data_parallel_sharding_strategy!r}"
         )
     for name, rate in (("attention_dropout", run.attention_dropout), ("hidden_dropout", run.hidden_dropout)):
         if not isinstance(rate, (int, float)) or not 0 <= rate < 1:
