@@ -14,6 +14,7 @@ from typing import Any
 from memtune.check.facts import change_text, cuda_graphs, divisors, regather_inputs, te_cuda_graphs
 from memtune.check.registry import Finding, make, rule
 from memtune.readers import alloc_conf as ac
+from memtune.readers.bridge_fields import names_local_spec
 from memtune.readers.run_view import RunView
 from memtune.spec.run_spec import OUTPUT_DISCARDING_RECOMPUTE, RunSpec, start_refusals
 
@@ -208,7 +209,7 @@ def output_discarding_recompute_on_local(view: RunView) -> Iterable[Finding]:
     # transformer_layer_spec (local_layer_spec), not with model.transformer_impl
     setting = "transformer_impl" if view.get("transformer_impl") is not None else "layer_spec"
     spec = view.get(setting)
-    if not (isinstance(spec, str) and ("local" == spec.strip().lower() or "local_" in spec.lower())):
+    if not (isinstance(spec, str) and names_local_spec(spec)):
         return
     if view.get("recompute_granularity") != "selective":
         return

@@ -8,7 +8,14 @@ from functools import lru_cache
 
 from memtune.estimate.attention import torch_softmax_attention
 from memtune.spec.model_spec import LayerParams, ModelSpec, ParamCount, count_parameters, layer_params, mtp_layer_params
-from memtune.spec.run_spec import LORA_DEFAULT_TARGETS, RunSpec, lora_base_module, normalize_dtype, optimizer_sharded
+from memtune.spec.run_spec import (
+    LORA_DEFAULT_TARGETS,
+    RunSpec,
+    lora_base_module,
+    lora_target_leaf,
+    normalize_dtype,
+    optimizer_sharded,
+)
 
 DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "fp8": 1, "uint8": 1}
 #: Bytes per parameter of the fp8 weight copy TE caches for a training step: it quantises
@@ -144,7 +151,7 @@ def lora_params(model: ModelSpec, run: RunSpec, layers: int, kinds: tuple[str, .
     }
     total = 0.0
     for target in run.lora_target_modules:
-        module = target.strip().rsplit(".", 1)[-1].strip("*")
+        module = lora_target_leaf(target)
         if module in shapes:
             i, o = shapes[module]
             adapted = sum(lora_adapts(module, k) for k in kinds) if kinds else layers

@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from memtune.spec.run_spec import lora_target_leaf
+
 if TYPE_CHECKING:  # ast is imported where a recipe is read
     import ast
 
@@ -66,11 +68,6 @@ class Eligibility:
     @property
     def eligible_modules(self) -> tuple[str, ...]:
         return tuple(d.module for d in self.decisions if d.eligible)
-
-
-def base_module(target: str) -> str:
-    """``decoder.layers.*.self_attention.linear_qkv`` -> ``linear_qkv``."""
-    return target.strip().rsplit(".", 1)[-1].strip("*")
 
 
 def _one_edit_apart(a: str, b: str) -> bool:
@@ -122,7 +119,7 @@ def decide(inp: RegatherInputs) -> Eligibility:
     decisions: list[ModuleDecision] = []
     seen: set[str] = set()
     for target in inp.targets or DEFAULT_TARGETS:
-        module = base_module(target)
+        module = lora_target_leaf(target)
         if module in seen:
             continue
         seen.add(module)
@@ -168,7 +165,7 @@ def decide(inp: RegatherInputs) -> Eligibility:
 
 
 def matches_target(targets: Sequence[str], module: str) -> bool:
-    return any(fnmatch.fnmatch(module, t) or base_module(t) == module for t in targets)
+    return any(fnmatch.fnmatch(module, t) or lora_target_leaf(t) == module for t in targets)
 
 
 @dataclass(frozen=True)
@@ -340,7 +337,7 @@ def saving_estimate(model: ModelSpec, inp: RegatherInputs, given: dict[str, Any]
         tp=tp,
         sequence_parallel=True,
         peft="lora",
-        lora_target_modules=tuple(base_module(t) for t in inp.targets),
+        lora_target_modules=tuple(lora_target_leaf(t) for t in inp.targets),
         recompute_granularity=None if inp.recompute_granularity == "full" else inp.recompute_granularity,
         recompute_modules=inp.recompute_modules or defaults.recompute_modules,
         **fields,

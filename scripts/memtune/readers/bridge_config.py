@@ -27,6 +27,7 @@ from memtune.readers.bridge_fields import (
     is_placeholder,
     launch_only_error,
     module_names,
+    names_local_spec,
     str_field,
 )
 from memtune.readers.bridge_nested import lift_transformer
@@ -608,7 +609,7 @@ def specs_from_bridge(
         # ``attention_softmax_in_fp32: bool = False``); saved configs write the value out.
         attention_softmax_in_fp32=bool_field(model_s, "attention_softmax_in_fp32", "model", False),
         # Bridge picks the layer spec with the provider's transformer_layer_spec, not transformer_impl
-        transformer_impl="local" if "local_" in _layer_spec_target(model_s).lower() else "transformer_engine",
+        transformer_impl="local" if names_local_spec(_layer_spec_target(model_s)) else "transformer_engine",
         defer_embedding_wgrad_compute=overlap_switch("defer_embedding_wgrad_compute"),
         wgrad_deferral_limit=int_field(
             comm, "wgrad_deferral_limit", "comm_overlap", int_field(model_s, "wgrad_deferral_limit", "model", 0)

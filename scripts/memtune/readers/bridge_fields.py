@@ -114,3 +114,11 @@ def str_field(section: Mapping[str, Any], key: str, where: str, default: str | N
     if isinstance(value, (dict, list, tuple)):
         raise InputError(f"{where}.{key}: expected a name, got {value!r}")
     return str(value)
+
+
+def names_local_spec(text: str) -> bool:
+    """Does a setting name Megatron-Core's local (no Transformer Engine) layer spec? Megatron-LM's
+    ``--transformer-impl local``, or a Bridge ``transformer_layer_spec`` target such as
+    ``megatron.bridge.models.gpt_provider.local_layer_spec`` / ``get_gpt_layer_local_spec``."""
+    low = text.strip().lower()
+    return low == "local" or "local_" in low

@@ -75,7 +75,7 @@ def _peek(a: Mapping[str, Any], key: str) -> Any:
     return dict.get(a, key) if isinstance(a, dict) else a.get(key)
 
 
-def flag_given(value: Any) -> bool:
+def _given(value: Any) -> bool:
     """Is a flag switched on? (``--x false`` / ``--x none`` in a mapping is not.)"""
     if value is None or value is False:
         return False
@@ -86,7 +86,7 @@ def memory_flags_not_modelled(a: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(flag, why) for each given flag that changes memory but is not modelled (the
     ``warned`` class of data/megatron_flags.yaml), in the order given."""
     warned = flag_classes().warned
-    out = [(k, warned[k]) for k in a if k in warned and flag_given(_peek(a, k))]
+    out = [(k, warned[k]) for k in a if k in warned and _given(_peek(a, k))]
     # the context-parallel communication type acts only under CP, and p2p is what the estimate models
     cp = str(_peek(a, "context_parallel_size") or "1").strip()
     if cp == "1" or str(_peek(a, "cp_comm_type") or "").strip().lower() in ("p2p", "['p2p']"):
@@ -104,7 +104,7 @@ def refuse_unmodelled_models(a: Mapping[str, Any]) -> None:
         value = _peek(a, k)
         if k == "experimental_attention_variant" and str(value).strip().lower() == "dsa":
             continue  # sparse attention (DeepSeek-V3.2): warned, the model is still a transformer
-        if k in refused and flag_given(value):
+        if k in refused and _given(value):
             raise InputError(
                 f"--{k.replace('_', '-')}: {refused[k]} is not modelled and an estimate would be far off; "
                 "no estimate is made - measure one step with torch.cuda.max_memory_allocated()"

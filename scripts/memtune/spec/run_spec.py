@@ -41,7 +41,7 @@ CANONICAL_LORA_DEFAULT_TARGETS = (
 )
 
 
-def _target_leaf(target: str) -> str:
+def lora_target_leaf(target: str) -> str:
     """``decoder.layers.*.self_attention.linear_q`` -> ``linear_q``."""
     return target.strip().rsplit(".", 1)[-1].strip("*")
 
@@ -49,12 +49,12 @@ def _target_leaf(target: str) -> str:
 def canonical_lora(run: RunSpec) -> bool:
     """Adapters on the parts of the fused linears: Bridge's CanonicalLoRA, which has no
     sequence_parallel_input_regather option (only LoRA has)."""
-    return any(_target_leaf(t) in CANONICAL_LORA_PARTS for t in run.lora_target_modules)
+    return any(lora_target_leaf(t) in CANONICAL_LORA_PARTS for t in run.lora_target_modules)
 
 
 def lora_base_module(target: str) -> str:
     """The Megatron module an adapter target sits on: ``decoder.layers.*.linear_q`` -> ``linear_qkv``."""
-    name = _target_leaf(target)
+    name = lora_target_leaf(target)
     return CANONICAL_LORA_PARTS.get(name, name)
 
 
