@@ -218,3 +218,56 @@ def test_an_unknown_strategy_is_refused_in_one_line(tmp_path, invoke, strategy):
     assert out.exit_code == 2 and "Traceback" not in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
     assert "must be one of no_shard, optim, optim_grads, optim_grads_params" in out.stderr
+
+
+@pytest.mark.parametrize(
+    "version, strategy, words",
+    [
+        ("0.17.0", "no_shard", "megatron-core 0.17.0 (optim_grads_params only from core_v0.18.0)"),
+        ("0.16", "no_shard", "megatron-core 0.16"),
+        ("0.18.0", "optim_grads_params", "default with megatron-core 0.18.0"),
+        ("0.19.2", "optim_grads_params", "default with megatron-core 0.19.2"),
+    ],
+)
+def test_the_release_picks_megatron_lms_fsdp_default(tmp_path, invoke, version, strategy, words):
+    """--megatron-core-version reads a launch line with that release's flag default: before
+    core_v0.18.0 an unnamed strategy is no_shard (everything whole, as plain DDP)."""
+    import json
+
+    script = tmp_path / "train.sh"
+    flags = {**FLAGS, "--use-megatron-fsdp": True, "--use-distributed-optimizer": True}
+    words_ = " ".join(f"{k} {v}" if v is not True else k for k, v in flags.items())
+    script.write_text(f"torchrun --nproc-per-node 8 pretrain_gpt.py {words_}\n")
+    base = ["estimate_memory", "--megatron-args", str(script), "--gpus", "8", "--json"]
+    doc = json.loads(invoke(*base, "--megatron-core-version", version).stdout)
+    note = [a for a in doc["assumptions"] if "--data-parallel-sharding-strategy not given" in a]
+    assert len(note) == 1 and note[0].split("not given: ")[1].startswith(strategy.split("_")[0]), note
+    assert words in note[0]
+    unknown = json.loads(invoke(*base).stdout)
+    model, run, _ = specs_from_megatron_args(flags, world_size=8, mcore_version=tuple(map(int, version.split("."))))
+    assert run.data_parallel_sharding_strategy == strategy
+    same = doc["peak_allocated_bytes"] == unknown["peak_allocated_bytes"]
+    assert same == (strategy == "optim_grads_params")
+    if strategy == "no_shard":  # everything whole: what the line holds without Megatron-FSDP
+        assert doc["peak_allocated_bytes"] > unknown["peak_allocated_bytes"]
+        assert model_state({**flags, "--data-parallel-sharding-strategy": "no_shard"}) == model_state(FLAGS)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [["--preset", "llama3-8b"], ["--example"]],
+)
+def test_the_release_is_refused_where_it_changes_nothing(invoke, source):
+    out = invoke("estimate_memory", *source, "--megatron-core-version", "0.17")
+    assert out.exit_code == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines() == [
+        "estimate_memory.py: error: --megatron-core-version applies to a --megatron-args launch line "
+        "(Megatron-LM's flag defaults); drop it for this source"
+    ]
+
+
+def test_a_release_that_is_not_a_version_is_refused(tmp_path, invoke):
+    script = tmp_path / "train.sh"
+    script.write_text("torchrun pretrain_gpt.py --num-layers 2 --hidden-size 64 --num-attention-heads 4\n")
+    out = invoke("estimate_memory", "--megatron-args", str(script), "--megatron-core-version", "latest")
+    assert out.exit_code == 2 and "--megatron-core-version 'latest' is not a version" in out.stderr

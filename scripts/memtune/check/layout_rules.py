@@ -16,7 +16,12 @@ from memtune.check.registry import Finding, make, rule
 from memtune.readers import alloc_conf as ac
 from memtune.readers.bridge_fields import names_local_spec
 from memtune.readers.run_view import RunView
-from memtune.spec.run_spec import OUTPUT_DISCARDING_RECOMPUTE, RunSpec, start_refusals
+from memtune.spec.run_spec import (
+    MEGATRON_LM_SHARDED_FSDP_SINCE,
+    OUTPUT_DISCARDING_RECOMPUTE,
+    RunSpec,
+    start_refusals,
+)
 
 
 @rule("MT004")
@@ -245,7 +250,7 @@ def fsdp_without_strategy(view: RunView) -> Iterable[Finding]:
     megatron = view.config_form == "megatron"
     if not megatron and view.get("fsdp_version") == 2:
         return  # Bridge's Megatron-FSDP v2 sets optim_grads_params itself
-    if megatron and view.mcore_version is not None and view.mcore_version >= (0, 18):
+    if megatron and view.mcore_version is not None and view.mcore_version >= MEGATRON_LM_SHARDED_FSDP_SINCE:
         return
     fsdp_source = f"{view.text('use_megatron_fsdp')} at {view.where('use_megatron_fsdp')}"
     fix = change_text(view, "fsdp_strategy", "optim_grads_params") + " (or optim / optim_grads to shard less)"

@@ -201,6 +201,13 @@ def model_source_options(overrides: bool = True) -> Callable[[FC], FC]:
             help="Megatron-LM launch script, or YAML/JSON mapping {'--flag': value}",
             section=SOURCE,
         ),
+        option(
+            "--megatron-core-version",
+            metavar="X.Y",
+            help="megatron-core release the --megatron-args line runs with, for the flag defaults that changed "
+            "between releases (Megatron-FSDP's sharding strategy: no_shard before 0.18); default: a current one",
+            section=SOURCE,
+        ),
         option("--config", metavar="FILE", help="Megatron Bridge ConfigContainer YAML", section=SOURCE),
         option(
             "--example",

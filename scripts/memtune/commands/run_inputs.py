@@ -178,6 +178,23 @@ def load_model_and_run(args: SimpleNamespace) -> RunInputs:
     return RunInputs(model=model, run=run, notes=tuple(notes), gpu_memory_bytes=memory)
 
 
+def _megatron_core_version(args: SimpleNamespace) -> tuple[int, ...] | None:
+    """The parsed --megatron-core-version. It changes how a Megatron-LM line is read (flag defaults
+    that moved between releases); a Bridge config or preset names its own settings, so it is
+    refused there rather than silently ignored."""
+    text = getattr(args, "megatron_core_version", None)
+    if text is None:
+        return None
+    if not getattr(args, "megatron_args", None):
+        raise InputError(
+            "--megatron-core-version applies to a --megatron-args launch line (Megatron-LM's flag defaults); "
+            "drop it for this source"
+        )
+    from memtune.readers.alloc_conf import parse_version
+
+    return parse_version(text, "--megatron-core-version")
+
+
 def _load_source(args: SimpleNamespace) -> tuple[ModelSpec, RunSpec, list[str], dict[str, object]]:
     """(model, run, assumptions, extras) from the chosen source."""
     from memtune.spec import presets
@@ -186,6 +203,7 @@ def _load_source(args: SimpleNamespace) -> tuple[ModelSpec, RunSpec, list[str], 
     sources = [n for n in ("hf_config", "megatron_args", "example") if getattr(args, n)]
     if len(sources) > 1:
         raise InputError("choose one model source: --hf-config, --megatron-args or --example")
+    mcore_version = _megatron_core_version(args)
     extras: dict[str, object] = {}
     base: ModelSpec | None = None
     model_notes: list[str] = []  # what the model source assumed (HF config reader)
@@ -211,7 +229,9 @@ def _load_source(args: SimpleNamespace) -> tuple[ModelSpec, RunSpec, list[str], 
         if world is None and "--world-size" not in flags and launch.world is not None:
             world, world_note = launch.world.gpus, launch.world.note
         try:
-            model, run, notes = specs_from_megatron_args(flags, world_size=world, assumed=assumed)
+            model, run, notes = specs_from_megatron_args(
+                flags, world_size=world, assumed=assumed, mcore_version=mcore_version
+            )
             if launch.alloc_conf is not None:
                 from memtune.readers.alloc_conf import parse as parse_alloc_conf
 

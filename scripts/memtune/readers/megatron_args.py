@@ -302,16 +302,19 @@ def specs_from_megatron_args(
     flags: Mapping[str, Any],
     world_size: int | None = None,
     assumed: Mapping[str, tuple[str, ...]] | None = None,
+    mcore_version: tuple[int, ...] | None = None,
 ) -> tuple[ModelSpec, RunSpec, list[str]]:
     """(ModelSpec, RunSpec, assumptions) from Megatron-LM flags (either key spelling).
 
     ``assumed`` maps flags to what the launch-script reader assumed to produce them
     (:func:`launch_flag_assumptions`); those the estimate reads are reported as warnings.
+    ``mcore_version`` (the megatron-core release the line runs with, None: unknown) picks the
+    defaults that moved between releases: Megatron-FSDP's sharding strategy.
     """
     from memtune.spec.model_spec import ModelSpec
     from memtune.spec.run_spec import (
-        MEGATRON_LM_FSDP_STRATEGY,
         RunSpec,
+        megatron_lm_fsdp_default,
         normalize_dtype,
         unset_fsdp_strategy_note,
         with_moe_layer_recompute,
@@ -494,7 +497,9 @@ def specs_from_megatron_args(
         optimizer_cpu_offload=_bool(a, "optimizer_cpu_offload"),
         optimizer_offload_fraction=_float(a, "optimizer_offload_fraction", 1.0),
         use_megatron_fsdp=_bool(a, "use_megatron_fsdp"),
-        data_parallel_sharding_strategy=_str(a, "data_parallel_sharding_strategy", MEGATRON_LM_FSDP_STRATEGY),
+        data_parallel_sharding_strategy=_str(
+            a, "data_parallel_sharding_strategy", megatron_lm_fsdp_default(mcore_version)
+        ),
         overlap_grad_reduce=_bool(a, "overlap_grad_reduce"),
         overlap_param_gather=_bool(a, "overlap_param_gather"),
         # --recompute-activations is Megatron's older spelling of selective (core-attention) recompute.
@@ -558,7 +563,11 @@ def specs_from_megatron_args(
     if _bool(a, "moe_layer_recompute"):  # deprecated spelling of the moe recompute module
         run = with_moe_layer_recompute(run, "--moe-layer-recompute")
     if run.use_megatron_fsdp and _flag(a, "data_parallel_sharding_strategy") is None:
-        assumptions.append(unset_fsdp_strategy_note("--data-parallel-sharding-strategy", MEGATRON_LM_FSDP_STRATEGY))
+        assumptions.append(
+            unset_fsdp_strategy_note(
+                "--data-parallel-sharding-strategy", megatron_lm_fsdp_default(mcore_version), mcore_version
+            )
+        )
     if _bool(a, "use_legacy_models"):
         assumptions.append(
             "WARNING: --use-legacy-models builds Megatron-LM's legacy GPT model, not Megatron-Core; "

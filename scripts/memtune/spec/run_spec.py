@@ -350,20 +350,40 @@ FSDP_UNSET_STRATEGY = "no_shard"
 #: Megatron-LM's --data-parallel-sharding-strategy default since core_v0.18.0 (commit 3499efef,
 #: "Modify mfsdp default data-parallel-sharding-strategy"); core_v0.17.0 and older: no_shard.
 MEGATRON_LM_FSDP_STRATEGY = "optim_grads_params"
+#: The first megatron-core release whose Megatron-LM flag defaults to MEGATRON_LM_FSDP_STRATEGY.
+MEGATRON_LM_SHARDED_FSDP_SINCE = (0, 18)
 
 
-def unset_fsdp_strategy_note(where: str, strategy: str) -> str:
-    """The assumption line a reader prints when Megatron-FSDP is on and ``where`` is not given."""
+def megatron_lm_fsdp_default(mcore_version: tuple[int, ...] | None) -> str:
+    """The strategy Megatron-LM runs when --data-parallel-sharding-strategy is not given, for that
+    megatron-core release. An unknown release reads as a current one: the flag's default moved
+    once (0.18) and an estimate must pick one; the assumption line says which."""
+    if mcore_version is not None and mcore_version < MEGATRON_LM_SHARDED_FSDP_SINCE:
+        return FSDP_UNSET_STRATEGY
+    return MEGATRON_LM_FSDP_STRATEGY
+
+
+def unset_fsdp_strategy_note(where: str, strategy: str, mcore_version: tuple[int, ...] | None = None) -> str:
+    """The assumption line a reader prints when Megatron-FSDP is on and ``where`` is not given.
+    ``mcore_version`` is the megatron-core release a Megatron-LM launch line was read for."""
+    release = ".".join(map(str, mcore_version)) if mcore_version else None
     if strategy == MEGATRON_LM_FSDP_STRATEGY:
+        if release:
+            return f"{where} not given: optim_grads_params, Megatron-LM's default with megatron-core {release}"
         return (
             f"{where} not given: optim_grads_params, Megatron-LM's default since core_v0.18.0; before it the "
             "default was no_shard, which shards nothing (weights, gradients and optimizer states whole on every "
-            "GPU, as with plain DDP) - name the strategy to be sure"
+            "GPU, as with plain DDP) - name the strategy, or give --megatron-core-version, to be sure"
         )
+    head = (
+        f"no_shard, Megatron-LM's default with megatron-core {release} (optim_grads_params only from "
+        "core_v0.18.0),"
+        if release
+        else "Megatron-FSDP runs Megatron-Core's default no_shard,"
+    )
     return (
-        f"{where} not given: Megatron-FSDP runs Megatron-Core's default no_shard, which shards nothing (weights, "
-        "gradients and optimizer states stay whole on every GPU, as with plain DDP); set optim_grads_params to "
-        "shard all three"
+        f"{where} not given: {head} which shards nothing (weights, gradients and optimizer states stay whole on "
+        "every GPU, as with plain DDP); set optim_grads_params to shard all three"
     )
 
 
