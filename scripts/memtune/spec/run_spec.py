@@ -376,8 +376,7 @@ def unset_fsdp_strategy_note(where: str, strategy: str, mcore_version: tuple[int
             "GPU, as with plain DDP) - name the strategy, or give --megatron-core-version, to be sure"
         )
     head = (
-        f"no_shard, Megatron-LM's default with megatron-core {release} (optim_grads_params only from "
-        "core_v0.18.0),"
+        f"no_shard, Megatron-LM's default with megatron-core {release} (optim_grads_params only from core_v0.18.0),"
         if release
         else "Megatron-FSDP runs Megatron-Core's default no_shard,"
     )
