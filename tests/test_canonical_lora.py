@@ -83,3 +83,46 @@ def test_no_regather_for_canonical_lora():
     _, fused = specs({"_target_": LORA}, sp=True)
     reasons = extra_violations(model, fused, fused.with_(sequence_parallel_input_regather=True), settings)
     assert not any("CanonicalLoRA" in r for r in reasons)
+
+
+def _mt010(tmp_path, peft: str, name: str = "run.yaml") -> list:
+    from memtune.check import check_rules
+    from memtune.readers import run_view
+
+    path = tmp_path / name
+    path.write_text("model:\n  tensor_model_parallel_size: 2\n  sequence_parallel: true\npeft:\n" + peft)
+    view = run_view.build(run_view.Inputs(configs=[str(path)]))
+    return [f for f in check_rules.run_all(view) if f.rule == "MT010"]
+
+
+CANONICAL = "  _target_: megatron.bridge.peft.canonical_lora.CanonicalLoRA\n  dim: 16\n"
+PLAIN = "  _target_: megatron.bridge.peft.lora.LoRA\n  dim: 16\n"
+
+
+def test_check_env_never_advises_a_field_canonical_lora_lacks(tmp_path):
+    """MT010 tells LoRA + SP users to set peft.sequence_parallel_input_regather; CanonicalLoRA has
+    no such field (Bridge peft/canonical_lora.py), so it gets no advice, and a warning when set."""
+    advised = _mt010(tmp_path, PLAIN)
+    assert [f.severity for f in advised] == ["info"] and "sequence_parallel_input_regather: true" in advised[0].fix
+    assert _mt010(tmp_path, CANONICAL) == []
+    by_targets = "  target_modules: [linear_q, linear_k, linear_v, linear_fc1_up]\n"
+    assert _mt010(tmp_path, by_targets) == []
+    set_anyway = _mt010(tmp_path, CANONICAL + "  sequence_parallel_input_regather: true\n")
+    assert [f.severity for f in set_anyway] == ["warning"]
+    assert "CanonicalLoRA has no sequence_parallel_input_regather field" in set_anyway[0].message
+    assert set_anyway[0].source.endswith("run.yaml:7")
+
+
+def test_regather_config_says_canonical_lora_has_no_regather(tmp_path, invoke):
+    import json
+
+    for peft, eligible in ((CANONICAL, False), (PLAIN, True)):
+        path = tmp_path / "run.yaml"
+        path.write_text("model:\n  tensor_model_parallel_size: 2\n  sequence_parallel: true\npeft:\n" + peft)
+        doc = json.loads(invoke("regather_config", "--config", str(path), "--json").stdout)
+        assert doc["eligible"] is eligible
+        if not eligible:
+            rows = {m["module"]: m["reason"] for m in doc["modules"]}
+            assert set(rows) == set(CANONICAL_LORA_DEFAULT_TARGETS)
+            assert "no re-gather option" in rows["linear_q"] and "row-parallel" in rows["linear_proj"]
+            assert any("CanonicalLoRA has no sequence_parallel_input_regather" in f for f in doc["fallbacks"])

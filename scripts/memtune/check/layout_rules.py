@@ -11,7 +11,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from memtune.check.facts import change_text, cuda_graphs, divisors, regather_inputs, te_cuda_graphs
+from memtune.check.facts import (
+    canonical_lora_view,
+    change_text,
+    cuda_graphs,
+    divisors,
+    regather_inputs,
+    te_cuda_graphs,
+)
 from memtune.check.registry import Finding, make, rule
 from memtune.readers import alloc_conf as ac
 from memtune.readers.bridge_fields import names_local_spec
@@ -93,10 +100,16 @@ def lora_regather(view: RunView) -> Iterable[Finding]:
         return
     from memtune.estimate import regather  # only a LoRA run needs the decision
 
-    inp = regather_inputs(view)
-    decision = regather.decide(inp)
     regather_on = view.get("regather") is True
     peft_source = view.where("peft")
+    if canonical_lora_view(view):
+        # CanonicalLoRA keeps one gathered input per fused module and has no re-gather option:
+        # advising the LoRA field would hand the user a key the config does not have.
+        if regather_on:
+            yield make("MT010", view.where("regather"), variant="canonical", source=view.text("regather"))
+        return
+    inp = regather_inputs(view)
+    decision = regather.decide(inp)
     if not regather_on:
         if decision.any_eligible:
             fix = (

@@ -46,6 +46,7 @@ class RegatherInputs:
     recompute_num_layers: int | None = None
     recompute_modules: tuple[str, ...] = ()
     layers_per_stage: int | None = None  # for block recompute: how many layers stay eligible
+    canonical: bool = False  # Bridge's CanonicalLoRA (part adapters), which has no re-gather field
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,11 @@ def _not_eligible_reason(module: str) -> str:
 def decide(inp: RegatherInputs) -> Eligibility:
     """Per-target eligibility, with the reason for every fallback."""
     run: list[str] = []
+    if inp.canonical:
+        run.append(
+            "CanonicalLoRA has no sequence_parallel_input_regather field (only LoRA has, Megatron Bridge "
+            "peft/lora.py): its part adapters keep one gathered input per fused module"
+        )
     if inp.tp <= 1:
         run.append("tensor_model_parallel_size is 1: there is no sequence-parallel gather to avoid")
     if not inp.sequence_parallel:
@@ -129,6 +135,10 @@ def decide(inp: RegatherInputs) -> Eligibility:
                     module, False, "row-parallel adapter: its input is already sequence-local, nothing is gathered"
                 )
             )
+            continue
+        if inp.canonical and module not in ROW_PARALLEL:
+            reason = "CanonicalLoRA part adapter: no re-gather option (only LoRA has sequence_parallel_input_regather)"
+            decisions.append(ModuleDecision(module, False, reason))
             continue
         if module not in COLUMN_PARALLEL:
             decisions.append(ModuleDecision(module, False, _not_eligible_reason(module)))
