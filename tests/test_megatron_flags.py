@@ -190,8 +190,32 @@ def test_a_tokenizer_name_that_only_contains_a_known_one_is_not_matched_exactly(
         ({"--cp-comm-type": "a2a"}, False),  # no context parallelism
         ({"--cp-comm-type": "p2p", "--context-parallel-size": 2}, False),  # what the estimate models
         ({"--cp-comm-type": "a2a", "--context-parallel-size": 2}, True),
+        ({"--cp-comm-type": "['p2p']", "--context-parallel-size": 2}, False),  # an nargs flag's text
+        ({"--cp-comm-type": ["p2p", "a2a"], "--context-parallel-size": 2}, True),  # a2a in some layers
     ],
 )
 def test_cp_comm_type_is_named_only_where_it_acts(extra, named):
     notes = specs_from_megatron_args({**BASE, **extra}, world_size=8)[2]
     assert any("cp-comm-type" in n or "cp_comm_type" in n for n in notes) is named, notes
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "switch"),
+    [
+        ("--num-layers-at-start-in-bf16", 2, "--first-last-layers-bf16"),
+        ("--activation-offload-fraction", 0.5, "--fine-grained-activation-offloading"),
+        ("--moe-paged-stash-page-size", 64, "--moe-paged-stash"),
+    ],
+)
+def test_a_setting_is_named_only_with_the_switch_it_acts_under(flag, value, switch):
+    """Megatron-Core reads these only when their switch is on (the same rule the Bridge reader
+    applies, readers/switched_fields.py): without it the run holds nothing more."""
+    key = flag.lstrip("-").replace("-", "_")
+
+    def named(flags: dict) -> bool:
+        notes = specs_from_megatron_args({**BASE, **flags}, world_size=8)[2]
+        return any(flag in n or key in n for n in notes)
+
+    assert not named({flag: value})
+    assert named({flag: value, switch: True})
+    assert not named({flag: value, switch: "false"})

@@ -10,29 +10,12 @@ nothing without the stash, a flex-dispatcher backend nothing without the flex di
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
+from memtune.readers.switched_fields import acts, modelled_value
+
 Section = Mapping[str, Any]
-
-#: Fields that only act when another setting is on (TransformerConfig reads them only then).
-REQUIRES: dict[str, Callable[[Section], bool]] = {
-    "num_layers_at_start_in_bf16": lambda m: m.get("first_last_layers_bf16") is True,
-    "num_layers_at_end_in_bf16": lambda m: m.get("first_last_layers_bf16") is True,
-    "kitchen_attention_backend": lambda m: m.get("use_kitchen_attention") is True,
-    "moe_paged_stash_buffer_size_factor_cpu": lambda m: m.get("moe_paged_stash") is True,
-    "moe_paged_stash_buffer_size_factor_cuda": lambda m: m.get("moe_paged_stash") is True,
-    "moe_paged_stash_page_size": lambda m: m.get("moe_paged_stash") is True,
-    "activation_offload_fraction": lambda m: m.get("fine_grained_activation_offloading") is True,
-    "min_offloaded_tensor_size": lambda m: m.get("fine_grained_activation_offloading") is True,
-    # only under context parallelism
-    "cp_comm_type": lambda m: m.get("context_parallel_size") not in (None, 1, "1"),
-}
-
-#: Values that mean what the estimate models although they differ from the class default:
-#: an unset cp_comm_type makes TE's attention use p2p (extensions/transformer_engine.py), and
-#: several Bridge providers write "p2p" as their own default.
-MODELLED_VALUES: dict[str, tuple[Any, ...]] = {"cp_comm_type": ("p2p",)}
 
 #: Fields TransformerConfig derives itself (``__post_init__``) from settings the reader parses.
 DERIVED = frozenset({"mtp_standalone"})
@@ -45,9 +28,7 @@ def _set_off_default(key: str, value: Any, default: Any) -> bool:
         return False
     if default is None and value in (False, 0, "", "none", [], {}):
         return False  # an off value of a switch that defaults to unset
-    modelled = MODELLED_VALUES.get(key, ())
-    values = value if isinstance(value, list) else [value]
-    return not all(v in modelled for v in values)
+    return not modelled_value(key, value)
 
 
 def unmodelled_model_fields(model_s: Section, comm: Section) -> list[str]:
@@ -61,8 +42,7 @@ def unmodelled_model_fields(model_s: Section, comm: Section) -> list[str]:
         for key, value in section.items():
             if key not in warned or key not in defaults or key in DERIVED | PAIRED:
                 continue
-            requirement = REQUIRES.get(key)
-            if not _set_off_default(key, value, defaults[key]) or (requirement and not requirement(model_s)):
+            if not _set_off_default(key, value, defaults[key]) or not acts(key, model_s.get):
                 continue
             out.append(f"WARNING: {where}.{key} {value!r} changes memory and is not modelled: {warned[key]}")
     # DeepEP / HybridEP: the flex dispatcher's backend acts only under it, and its default

@@ -85,12 +85,17 @@ def _given(value: Any) -> bool:
 def memory_flags_not_modelled(a: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(flag, why) for each given flag that changes memory but is not modelled (the
     ``warned`` class of data/megatron_flags.yaml), in the order given."""
+    from memtune.readers.switched_fields import acts, modelled_value
+
     warned = flag_classes().warned
-    out = [(k, warned[k]) for k in a if k in warned and _given(_peek(a, k))]
-    # the context-parallel communication type acts only under CP, and p2p is what the estimate models
-    cp = str(_peek(a, "context_parallel_size") or "1").strip()
-    if cp == "1" or str(_peek(a, "cp_comm_type") or "").strip().lower() in ("p2p", "['p2p']"):
-        out = [(k, why) for k, why in out if k != "cp_comm_type"]
+    out = [
+        (k, warned[k])
+        for k in a
+        if k in warned
+        and _given(_peek(a, k))
+        and acts(k, lambda switch: _peek(a, switch))  # e.g. a paged-stash size without the stash
+        and not modelled_value(k, _peek(a, k))
+    ]
     if str(_peek(a, "experimental_attention_variant") or "").strip().lower() == "dsa":
         out.append(("experimental_attention_variant", "DeepSeek sparse attention adds an indexer per layer"))
     return out
