@@ -14,6 +14,14 @@ from memtune.units import MIB
 #: cuBLAS/cuBLASLt workspace of PyTorch and Transformer Engine's per-stream GEMM workspaces,
 #: about 4 x 32 MiB on Hopper.
 WORKSPACE_BYTES = 128 * MIB
+#: Transformer Engine's grouped-GEMM workspaces, a set apart from the ones above: one cuBLAS
+#: workspace per compute stream (4 streams; 32 MiB + 1 KiB each on Hopper and newer, 4 MiB
+#: before), created by the first grouped GEMM and kept for the run (cpp_extensions/gemm.py
+#: ``get_cublas_workspace(..., grouped_gemm=True)`` is lru_cached; common/util/multi_stream.cpp).
+#: Only MoE experts on the TE path with --moe-grouped-gemm (TEGroupedMLP) call it. Evidence: what
+#: stays allocated after a step of the grouped-GEMM MoE goldens exceeds weights, gradients and
+#: optimizer states by 117-146 MB more than the dense and non-grouped MoE goldens do.
+TE_GROUPED_GEMM_WORKSPACE_BYTES = 4 * (32 * MIB + 1024)
 #: cuBLAS + cuBLASLt workspaces PyTorch allocates through its caching allocator on Hopper
 #: (2 x 32 MiB), measured as the 64 MiB that stays allocated after the first step of a
 #: Megatron-Core run without Transformer Engine (H200 grid: 0.1875 GiB left after g01 =
@@ -59,3 +67,8 @@ def process_groups(run: RunSpec) -> int:
         if size > 1:
             groups += 1
     return groups
+
+
+def uses_te_grouped_gemm(model: ModelSpec, run: RunSpec) -> bool:
+    """Do the experts run TE's grouped GEMM (and so hold its own workspace set)?"""
+    return bool(model.num_moe_experts) and run.moe_grouped_gemm is True and run.transformer_impl != "local"

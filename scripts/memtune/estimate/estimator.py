@@ -50,11 +50,13 @@ from memtune.estimate.device import (
     CUDA_LIBRARIES_BYTES,
     NCCL_BYTES_PER_GROUP,
     NCCL_FIRST_GROUP_BYTES,
+    TE_GROUPED_GEMM_WORKSPACE_BYTES,
     TORCH_WORKSPACE_BYTES,
     WORKSPACE_BYTES,
     device_peak_bytes,
     process_groups,
     reserve_fraction,
+    uses_te_grouped_gemm,
 )
 from memtune.estimate.mtp import mtp_layer_activations, mtp_stage_embedding
 from memtune.estimate.parameters import (
@@ -88,7 +90,7 @@ from memtune.spec.run_spec import (
     start_refusals,
     validate,
 )
-from memtune.units import GIB
+from memtune.units import GIB, MIB
 
 
 def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
@@ -136,6 +138,8 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
         # buffer keeps for the run (H200 grid: 0.125 GiB after g01, 0.375 GiB more after g04 at
         # twice the sequence).
         workspace = TORCH_WORKSPACE_BYTES + int(score_elements(model, run) * (2 if run.params_dtype != "fp32" else 4))
+    if uses_te_grouped_gemm(model, run):
+        workspace += TE_GROUPED_GEMM_WORKSPACE_BYTES
 
     stages: list[StageEstimate] = []
     start = 0
@@ -384,6 +388,11 @@ def _describe(model: ModelSpec, run: RunSpec, vocab: int) -> list[str]:
             "recompute layernorm does nothing here: on the Transformer Engine spec the norms are fused into "
             "linear_qkv and linear_fc1, and Megatron-Core re-runs only a norm that is a module of its own "
             "(MLA and MoE layers, or the local spec)"
+        )
+    if uses_te_grouped_gemm(model, run):
+        out.append(
+            "MoE grouped GEMM on Transformer Engine: its own set of 4 cuBLAS workspaces kept for the run "
+            f"({TE_GROUPED_GEMM_WORKSPACE_BYTES / MIB:.0f} MiB on Hopper and newer, 16 MiB before), in workspace"
         )
     if run.overlap_moe_expert_parallel_comm:
         out.append(

@@ -1,0 +1,83 @@
+"""Transformer Engine's grouped-GEMM workspaces (estimate/device.py TE_GROUPED_GEMM_WORKSPACE_BYTES).
+
+TE keeps a second set of cuBLAS workspaces, one per compute stream, once an MoE's experts run a
+grouped GEMM (TEGroupedMLP with --moe-grouped-gemm): 4 x (32 MiB + 1 KiB) on Hopper. The dense
+workspaces were counted; this set was not, and the grouped-GEMM MoE goldens were 3-10% low.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from memtune.estimate.device import TE_GROUPED_GEMM_WORKSPACE_BYTES
+from memtune.estimate.estimator import estimate
+from memtune.readers.megatron_args import specs_from_megatron_args
+from memtune.units import MIB
+
+DATA = Path(__file__).resolve().parent / "data" / "estimator"
+
+MOE = {
+    "--num-layers": 4,
+    "--hidden-size": 1024,
+    "--num-attention-heads": 16,
+    "--ffn-hidden-size": 4096,
+    "--seq-length": 2048,
+    "--max-position-embeddings": 2048,
+    "--micro-batch-size": 1,
+    "--global-batch-size": 8,
+    "--vocab-size": 32000,
+    "--bf16": True,
+    "--num-experts": 8,
+    "--moe-router-topk": 2,
+    "--expert-model-parallel-size": 8,
+}
+
+
+def workspace(flags: dict) -> int:
+    model, run, _ = specs_from_megatron_args(flags, world_size=8)
+    return estimate(model, run).stages[0].workspace
+
+
+def test_the_size_is_four_hopper_workspaces():
+    assert TE_GROUPED_GEMM_WORKSPACE_BYTES == 4 * (32 * MIB + 1024)
+
+
+@pytest.mark.parametrize(
+    "extra, counted",
+    [
+        ({"--moe-grouped-gemm": True}, True),
+        ({}, False),  # SequentialMLP / TE linears per expert: the ordinary workspaces only
+        ({"--moe-grouped-gemm": True, "--transformer-impl": "local"}, False),  # no TE grouped GEMM
+    ],
+)
+def test_only_te_grouped_gemm_experts_hold_the_second_set(extra, counted):
+    added = workspace({**MOE, **extra}) - workspace(MOE)
+    assert added == (TE_GROUPED_GEMM_WORKSPACE_BYTES if counted else 0)
+    model, run, _ = specs_from_megatron_args({**MOE, **extra}, world_size=8)
+    said = any("grouped GEMM on Transformer Engine" in a for a in estimate(model, run).assumptions)
+    assert said is counted
+
+
+def test_a_dense_model_with_the_flag_holds_no_second_set():
+    dense = {k: v for k, v in MOE.items() if "expert" not in k and "moe" not in k}
+    assert workspace({**dense, "--moe-grouped-gemm": True}) == workspace(dense)
+
+
+def test_the_golden_pair_that_differs_only_in_grouped_gemm_and_the_optimizer():
+    """The two frozen-resume goldens peak the same above what stays allocated (their activations
+    agree); the grouped one's static part is larger by about the workspace set."""
+    rows = {r["case"]: r for r in json.loads((DATA / "megatron-lm-large-models.json").read_text())}
+    grouped = rows["gpt3_mcore_te_tp2_pp1_frozen_resume_torch_dist_te_8experts2parallel_groupedGEMM [dgx_h100]"]
+    plain = rows["gpt3_mcore_te_tp2_pp1_frozen_resume_torch_dist_te_8experts2parallel_dist_optimizer [dgx_h100]"]
+
+    def transient(row: dict) -> int:
+        return row["peak_allocated_bytes"] - row["allocated_after_step_max_bytes"]
+
+    assert abs(transient(grouped) - transient(plain)) < 2 * MIB
+    for row in (grouped, plain):
+        model, run, _ = specs_from_megatron_args(row["megatron_args"], world_size=row["world_size"])
+        err = estimate(model, run).stages[-1].allocated_bytes / row["peak_allocated_bytes"] - 1
+        assert abs(err) < 0.03, (row["case"], err)
