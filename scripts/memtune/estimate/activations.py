@@ -56,7 +56,7 @@ RECOMPUTE_DROPS = {
     "mlp": ("mlp_fc1_out", "mlp_act_out", "mlp_glu_parts"),
     "moe_act": ("moe_act_out", "moe_act_probs", "moe_glu_parts"),
     "moe": MOE_TERMS,
-    "shared_experts": ("shared_fc1_out", "shared_act_out", "shared_glu_parts"),
+    "shared_experts": ("shared_fc1_in", "shared_fc1_out", "shared_act_out", "shared_glu_parts"),
     "mla_up_proj": ("qkv",),
 }
 #: Saved tensors that live inside each CUDA-graph scope (Megatron ``cuda_graph_scope``).

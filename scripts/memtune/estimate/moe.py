@@ -18,6 +18,7 @@ MOE_TERMS = (
     "moe_act_probs",
     "moe_fc2_out",
     "moe_latent_out",
+    "shared_fc1_in",
     "shared_fc1_out",
     "shared_act_out",
     "moe_glu_parts",
@@ -83,6 +84,12 @@ def moe_activation_terms(model: ModelSpec, run: RunSpec, tokens: float, act: int
         terms["moe_act_probs"] = act * routed * model.expert_ffn * cap
     fs = model.moe_shared_expert_intermediate_size
     if fs:
+        if run.moe_shared_expert_overlap and spt > 1:
+            # Overlapped with the dispatcher, the shared expert gathers its sequence-parallel input
+            # itself and runs its linears with TP communication off (shared_experts.py:
+            # parallel_mode None, cached_fc1_input = gather_from_sequence_parallel_region), so
+            # linear_fc1 keeps the whole gathered input, not the local shard the norm output is.
+            terms["shared_fc1_in"] = act * tokens * h
         terms["shared_fc1_out"] = act * tokens * gate * fs / t
         terms["shared_act_out"] = act_out * tokens * fs / t
         if unfused_glu:
