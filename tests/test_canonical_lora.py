@@ -126,3 +126,68 @@ def test_regather_config_says_canonical_lora_has_no_regather(tmp_path, invoke):
             assert set(rows) == set(CANONICAL_LORA_DEFAULT_TARGETS)
             assert "no re-gather option" in rows["linear_q"] and "row-parallel" in rows["linear_proj"]
             assert any("CanonicalLoRA has no sequence_parallel_input_regather" in f for f in doc["fallbacks"])
+
+
+DORA = "  _target_: megatron.bridge.peft.dora.DoRA\n  dim: 16\n"
+
+
+def test_dora_has_no_regather_either(tmp_path, invoke):
+    """Bridge's DoRA (peft/dora.py) defines no sequence_parallel_input_regather either."""
+    import json
+
+    assert _mt010(tmp_path, DORA) == []
+    set_anyway = _mt010(tmp_path, DORA + "  sequence_parallel_input_regather: true\n")
+    assert [f.severity for f in set_anyway] == ["warning"] and "DoRA has no" in set_anyway[0].message
+    path = tmp_path / "run.yaml"
+    path.write_text("model:\n  tensor_model_parallel_size: 2\n  sequence_parallel: true\npeft:\n" + DORA)
+    doc = json.loads(invoke("regather_config", "--config", str(path), "--json").stdout)
+    assert doc["eligible"] is False and any("DoRA has no" in f for f in doc["fallbacks"])
+
+
+@pytest.mark.parametrize("peft", [CANONICAL, DORA])
+def test_the_estimate_ignores_a_regather_key_the_class_lacks(tmp_path, invoke, peft):
+    """Bridge drops the key from such a config, so the estimate must not credit its saving."""
+    import json
+
+    def run(extra: str) -> dict:
+        path = tmp_path / "run.yaml"
+        path.write_text(
+            "model:\n  tensor_model_parallel_size: 2\n  sequence_parallel: true\n  seq_length: 8192\npeft:\n"
+            + peft
+            + extra
+        )
+        out = invoke("estimate_memory", "--config", str(path), "--preset", "llama3-8b", "--gpus", "8", "--json")
+        return json.loads(out.stdout)
+
+    plain, keyed = run(""), run("  sequence_parallel_input_regather: true\n")
+    assert keyed["peak_allocated_bytes"] == plain["peak_allocated_bytes"]
+    assert any("has no such field" in a and a.startswith("WARNING") for a in keyed["assumptions"])
+    lora = PLAIN + "  sequence_parallel_input_regather: true\n"
+    path = tmp_path / "run.yaml"
+    path.write_text(
+        "model:\n  tensor_model_parallel_size: 2\n  sequence_parallel: true\n  seq_length: 8192\npeft:\n" + lora
+    )
+    out = invoke("estimate_memory", "--config", str(path), "--preset", "llama3-8b", "--gpus", "8", "--json")
+    assert json.loads(out.stdout)["peak_allocated_bytes"] < plain["peak_allocated_bytes"]  # LoRA: it saves
+
+
+def test_the_regather_switch_is_refused_for_dora(invoke):
+    out = invoke("estimate_memory", "--preset", "llama3-8b", "--gpus", "8", "--tp", "2", "--peft", "dora", "--regather")
+    assert out.exit_code == 2 and "Traceback" not in out.stderr
+    assert "--regather: DoRA has no sequence_parallel_input_regather" in out.stderr
+
+
+def test_the_planner_offers_no_regather_to_dora():
+    from memtune.estimate.plan_space import PlanSettings
+    from memtune.estimate.planner import candidates
+    from memtune.units import GIB
+
+    model = load_preset("llama3-8b")
+    for kind in ("dora", "lora"):
+        _, run, _ = specs_from_bridge(
+            {"model": {"tensor_model_parallel_size": 2, "sequence_parallel": True}, "peft": {"_target_": kind}},
+            8,
+            model,
+        )
+        names = [c.title for c in candidates(model, run, PlanSettings(gpu_memory_bytes=80 * GIB, headroom_bytes=GIB))]
+        assert ("LoRA input re-gather" in names) is (kind == "lora")

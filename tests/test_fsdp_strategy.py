@@ -271,3 +271,37 @@ def test_a_release_that_is_not_a_version_is_refused(tmp_path, invoke):
     script.write_text("torchrun pretrain_gpt.py --num-layers 2 --hidden-size 64 --num-attention-heads 4\n")
     out = invoke("estimate_memory", "--megatron-args", str(script), "--megatron-core-version", "latest")
     assert out.exit_code == 2 and "--megatron-core-version 'latest' is not a version" in out.stderr
+
+
+def test_the_fsdp_option_replaces_the_unnamed_strategy_line(tmp_path, invoke):
+    """--fsdp names optim_grads_params, so the reader's 'not given: no_shard' line must go."""
+    import json
+
+    script = tmp_path / "train.sh"
+    flags = {**FLAGS, "--use-megatron-fsdp": True, "--use-distributed-optimizer": True}
+    script.write_text(
+        "torchrun pretrain_gpt.py " + " ".join(f"{k} {v}" if v is not True else k for k, v in flags.items())
+    )
+    base = [
+        "estimate_memory",
+        "--megatron-args",
+        str(script),
+        "--gpus",
+        "8",
+        "--megatron-core-version",
+        "0.17",
+        "--json",
+    ]
+    without = json.loads(invoke(*base).stdout)["assumptions"]
+    assert any("sharding-strategy not given: no_shard" in a for a in without)
+    notes = json.loads(invoke(*base, "--fsdp").stdout)["assumptions"]
+    assert not any("sharding-strategy not given" in a for a in notes)
+    assert any("Megatron-FSDP optim_grads_params" in a for a in notes)
+
+
+def test_runtime_memory_refuses_the_release_without_a_launch_line(invoke):
+    from pathlib import Path
+
+    smi = str(Path(__file__).resolve().parent.parent / "evals" / "files" / "nvidia_smi_c07_h8192_l4_tied_distopt.txt")
+    out = invoke("runtime_memory", smi, "--megatron-core-version", "0.17")
+    assert out.exit_code == 2 and "--megatron-core-version applies to a --megatron-args launch line" in out.stderr

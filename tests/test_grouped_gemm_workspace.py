@@ -81,3 +81,35 @@ def test_the_golden_pair_that_differs_only_in_grouped_gemm_and_the_optimizer():
         model, run, _ = specs_from_megatron_args(row["megatron_args"], world_size=row["world_size"])
         err = estimate(model, run).stages[-1].allocated_bytes / row["peak_allocated_bytes"] - 1
         assert abs(err) < 0.03, (row["case"], err)
+
+
+def test_not_stated_is_megatron_cores_default_and_the_estimate_says_what_it_would_add():
+    """Megatron-Core's default is off; Bridge's MoE model bridges set it on. A config, preset or
+    HF config that does not say is estimated without the set, with a line naming its size."""
+    from memtune.readers.bridge_config import specs_from_bridge
+    from memtune.spec.presets import load_preset
+
+    preset = load_preset("qwen3-30b-a3b")
+    sizes = {}
+    for stated in (None, True, False):
+        model_s = {"expert_model_parallel_size": 8} | ({} if stated is None else {"moe_grouped_gemm": stated})
+        model, run, _ = specs_from_bridge({"model": model_s}, 8, preset)
+        assert run.moe_grouped_gemm is stated
+        est = estimate(model, run)
+        sizes[stated] = est.stages[0].workspace
+        counted = [a for a in est.assumptions if "grouped GEMM on Transformer Engine" in a]
+        unstated = [a for a in est.assumptions if a.startswith("moe_grouped_gemm not stated")]
+        assert (bool(counted), bool(unstated)) == (stated is True, stated is None)
+    assert sizes[True] - sizes[None] == TE_GROUPED_GEMM_WORKSPACE_BYTES and sizes[None] == sizes[False]
+
+
+def test_only_stages_that_hold_experts_keep_the_set():
+    """A pipeline stage of dense layers never runs a grouped GEMM."""
+    flags = {**MOE, "--num-layers": 8, "--moe-grouped-gemm": True, "--pipeline-model-parallel-size": 2}
+    model, run, _ = specs_from_megatron_args(flags, world_size=16)
+    stages = estimate(model, run).stages
+    assert [s.workspace for s in stages] == [stages[0].workspace] * 2  # every stage has MoE layers
+    dense_first = {**flags, "--moe-layer-freq": "([0]*4+[1]*4)"}
+    model, run, _ = specs_from_megatron_args(dense_first, world_size=16)
+    first, last = estimate(model, run).stages
+    assert last.workspace - first.workspace == TE_GROUPED_GEMM_WORKSPACE_BYTES

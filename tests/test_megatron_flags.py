@@ -205,6 +205,9 @@ def test_cp_comm_type_is_named_only_where_it_acts(extra, named):
         ("--num-layers-at-start-in-bf16", 2, "--first-last-layers-bf16"),
         ("--activation-offload-fraction", 0.5, "--fine-grained-activation-offloading"),
         ("--moe-paged-stash-page-size", 64, "--moe-paged-stash"),
+        ("--fine-grained-offloading-max-inflight-offloads", 2, "--fine-grained-activation-offloading"),
+        ("--delta-offload-bytes-across-pp-ranks", 1024, "--fine-grained-activation-offloading"),
+        ("--delay-offload-until-cuda-graph", True, "--fine-grained-activation-offloading"),
     ],
 )
 def test_a_setting_is_named_only_with_the_switch_it_acts_under(flag, value, switch):

@@ -55,3 +55,12 @@ def test_the_overlap_keeps_the_gathered_input_of_the_shared_fc1():
 def test_nothing_more_without_a_gather_or_a_shared_expert(change):
     flags = {k: v for k, v in {**FLAGS, **change, "--moe-shared-expert-overlap": True}.items() if v is not None}
     assert "shared_fc1_in" not in terms(flags)
+
+
+def test_under_fp8_delayed_scaling_te_keeps_its_fp8_copy():
+    """shared_experts.py asks TE to save the original input only for the non-delayed FP8 recipes."""
+    model, run, _ = specs_from_megatron_args({**FLAGS, "--moe-shared-expert-overlap": True}, world_size=8)
+    tokens = run.mbs * run.seq_length
+    delayed = moe_activation_terms(model, run.with_(fp8="delayed"), tokens, 2, 1)["shared_fc1_in"]
+    tensorwise = moe_activation_terms(model, run.with_(fp8="tensorwise"), tokens, 2, 1)["shared_fc1_in"]
+    assert (delayed, tensorwise) == (4096 * 2048, 2 * 4096 * 2048)

@@ -173,16 +173,20 @@ def _is_moe(view: RunView) -> bool:
     return (isinstance(experts, int) and experts > 1) or (isinstance(ep, int) and ep > 1)
 
 
-def canonical_lora_view(view: RunView) -> bool:
-    """Bridge's CanonicalLoRA: named by the peft setting (``_target_`` ...CanonicalLoRA, scheme
-    ``canonical_lora``) or by its part targets (``linear_q``, ``linear_fc1_up``...). It adapts the
-    parts of the fused linears and has no sequence_parallel_input_regather field (peft/lora.py has)."""
+def peft_without_regather_view(view: RunView) -> str | None:
+    """The Megatron Bridge PEFT class of the run when it has no sequence_parallel_input_regather
+    field: ``DoRA``, or ``CanonicalLoRA`` - named by the peft setting (``_target_``
+    ...CanonicalLoRA, scheme ``canonical_lora``) or by its part targets (``linear_q``,
+    ``linear_fc1_up``...). Only ``LoRA`` has the field (peft/lora.py)."""
     from memtune.spec.run_spec import CANONICAL_LORA_PARTS, lora_target_leaf
 
+    if view.get("peft") == "dora":
+        return "DoRA"
     if view.get("peft") is not None and "canonical" in view.text("peft").lower():
-        return True
+        return "CanonicalLoRA"
     targets = view.get("lora_target_modules") or ()
-    return isinstance(targets, list | tuple) and any(lora_target_leaf(str(t)) in CANONICAL_LORA_PARTS for t in targets)
+    parts = isinstance(targets, list | tuple) and any(lora_target_leaf(str(t)) in CANONICAL_LORA_PARTS for t in targets)
+    return "CanonicalLoRA" if parts else None
 
 
 def regather_inputs(view: RunView) -> RegatherInputs:
@@ -192,8 +196,8 @@ def regather_inputs(view: RunView) -> RegatherInputs:
     from memtune.estimate import regather
     from memtune.spec.run_spec import CANONICAL_LORA_DEFAULT_TARGETS
 
-    canonical = canonical_lora_view(view)
-    defaults = CANONICAL_LORA_DEFAULT_TARGETS if canonical else regather.DEFAULT_TARGETS
+    lacking = peft_without_regather_view(view)
+    defaults = CANONICAL_LORA_DEFAULT_TARGETS if lacking == "CanonicalLoRA" else regather.DEFAULT_TARGETS
     targets = view.get("lora_target_modules") or list(defaults)
     graphs, _, _ = cuda_graphs(view)
     pp = view.get("pp", 1) if isinstance(view.get("pp", 1), int) else 1
@@ -216,5 +220,5 @@ def regather_inputs(view: RunView) -> RegatherInputs:
             or (("core_attn",) if view.get("recompute_granularity") == "selective" else ())
         ),
         layers_per_stage=per_stage,
-        canonical=canonical,
+        peft_without_field=lacking,
     )

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from memtune.check.facts import (
-    canonical_lora_view,
     change_text,
     cuda_graphs,
     divisors,
+    peft_without_regather_view,
     regather_inputs,
     te_cuda_graphs,
 )
@@ -102,11 +102,14 @@ def lora_regather(view: RunView) -> Iterable[Finding]:
 
     regather_on = view.get("regather") is True
     peft_source = view.where("peft")
-    if canonical_lora_view(view):
-        # CanonicalLoRA keeps one gathered input per fused module and has no re-gather option:
-        # advising the LoRA field would hand the user a key the config does not have.
+    lacking = peft_without_regather_view(view)
+    if lacking:
+        # DoRA and CanonicalLoRA have no re-gather option: advising the LoRA field would hand the
+        # user a key their PEFT class does not have.
         if regather_on:
-            yield make("MT010", view.where("regather"), variant="canonical", source=view.text("regather"))
+            yield make(
+                "MT010", view.where("regather"), variant="no_field", source=view.text("regather"), peft_class=lacking
+            )
         return
     inp = regather_inputs(view)
     decision = regather.decide(inp)

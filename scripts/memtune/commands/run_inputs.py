@@ -151,6 +151,8 @@ def load_model_and_run(args: SimpleNamespace) -> RunInputs:
     """
     model, run, notes, extras = _load_source(args)
     run = _apply_flags(args, run)
+    if getattr(args, "fsdp", None):  # --fsdp names the strategy: the reader's "not given" line no longer holds
+        notes = [n for n in notes if "sharding-strategy not given" not in n and "sharding_strategy not given" not in n]
     gpu_name = getattr(args, "gpu", None)
     if gpu_name and args.gpu_memory:
         raise InputError("give --gpu or --gpu-memory, not both (--gpu sets the memory from the GPU's real size)")
@@ -178,7 +180,7 @@ def load_model_and_run(args: SimpleNamespace) -> RunInputs:
     return RunInputs(model=model, run=run, notes=tuple(notes), gpu_memory_bytes=memory)
 
 
-def _megatron_core_version(args: SimpleNamespace) -> tuple[int, ...] | None:
+def megatron_core_version(args: SimpleNamespace) -> tuple[int, ...] | None:
     """The parsed --megatron-core-version. It changes how a Megatron-LM line is read (flag defaults
     that moved between releases); a Bridge config or preset names its own settings, so it is
     refused there rather than silently ignored."""
@@ -203,7 +205,7 @@ def _load_source(args: SimpleNamespace) -> tuple[ModelSpec, RunSpec, list[str], 
     sources = [n for n in ("hf_config", "megatron_args", "example") if getattr(args, n)]
     if len(sources) > 1:
         raise InputError("choose one model source: --hf-config, --megatron-args or --example")
-    mcore_version = _megatron_core_version(args)
+    mcore_version = megatron_core_version(args)
     extras: dict[str, object] = {}
     base: ModelSpec | None = None
     model_notes: list[str] = []  # what the model source assumed (HF config reader)
@@ -344,4 +346,14 @@ def _apply_flags(args: SimpleNamespace, run: RunSpec) -> RunSpec:
         changes["cpu_offloading_num_layers"] = args.cpu_offload_layers
     if args.peft is not None:
         changes["peft"] = None if args.peft == "none" else args.peft
-    return run.with_(**changes) if changes else run
+    run = run.with_(**changes) if changes else run
+    if args.regather:
+        from memtune.spec.run_spec import peft_without_regather
+
+        lacking = peft_without_regather(run)
+        if lacking:
+            raise InputError(
+                f"--regather: {lacking} has no sequence_parallel_input_regather (only Megatron Bridge's LoRA has it); "
+                "drop --regather"
+            )
+    return run

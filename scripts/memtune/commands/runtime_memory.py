@@ -119,6 +119,9 @@ def _runtime_memory(args: SimpleNamespace) -> int:
         raise InputError("- (standard input) can be given only once")
     if overrides and not (args.config or args.example):
         raise InputError(f"{overrides[0]!r}: no such file (key.path=value overrides need --config or --example)")
+    from memtune.commands.run_inputs import megatron_core_version
+
+    megatron_core_version(args)  # refused without a launch line, where it would change nothing
     plot_path = None
     if args.plot is not None:
         from memtune.runtime.svg import check_plot_path

@@ -326,7 +326,12 @@ def frozen_unsaved_terms(model: ModelSpec, run: RunSpec, moe: bool) -> frozenset
 
 
 def regather_eligible(run: RunSpec, module: str) -> bool:
-    """Megatron Bridge falls back to the gathered path in these cases (seed page)."""
+    """Megatron Bridge falls back to the gathered path in these cases (seed page); DoRA and
+    CanonicalLoRA have no re-gather at all."""
+    from memtune.spec.run_spec import peft_without_regather
+
+    if peft_without_regather(run):
+        return False
     if run.tp <= 1 or not run.sequence_parallel or run.cuda_graph_scope or run.cpu_offloading:
         return False
     if run.recompute_granularity == "full":

@@ -138,8 +138,8 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
         # buffer keeps for the run (H200 grid: 0.125 GiB after g01, 0.375 GiB more after g04 at
         # twice the sequence).
         workspace = TORCH_WORKSPACE_BYTES + int(score_elements(model, run) * (2 if run.params_dtype != "fp32" else 4))
-    if uses_te_grouped_gemm(model, run):
-        workspace += TE_GROUPED_GEMM_WORKSPACE_BYTES
+    # TE's grouped-GEMM workspaces exist on a GPU whose stage runs an MoE layer's experts
+    grouped_workspace = TE_GROUPED_GEMM_WORKSPACE_BYTES if uses_te_grouped_gemm(model, run) else 0
 
     stages: list[StageEstimate] = []
     start = 0
@@ -274,7 +274,7 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
             gradients=int(grads),
             optimizer=int(optim),
             activations=int(activations),
-            workspace=workspace,
+            workspace=workspace + (grouped_workspace if moe_n else 0),
             overhead=int(overhead),
             params=int(stage_params),
             optimizer_step=int(max(0.0, step_copy + foreach_adam_bytes(run, optim, opt_b) - activations)),
@@ -389,10 +389,17 @@ def _describe(model: ModelSpec, run: RunSpec, vocab: int) -> list[str]:
             "linear_qkv and linear_fc1, and Megatron-Core re-runs only a norm that is a module of its own "
             "(MLA and MoE layers, or the local spec)"
         )
-    if uses_te_grouped_gemm(model, run):
+    grouped = uses_te_grouped_gemm(model, run)
+    if grouped:
         out.append(
             "MoE grouped GEMM on Transformer Engine: its own set of 4 cuBLAS workspaces kept for the run "
             f"({TE_GROUPED_GEMM_WORKSPACE_BYTES / MIB:.0f} MiB on Hopper and newer, 16 MiB before), in workspace"
+        )
+    elif grouped is None:
+        out.append(
+            "moe_grouped_gemm not stated: Megatron-Core's default (off) assumed; Megatron Bridge's MoE model bridges "
+            "turn it on, and then Transformer Engine keeps 4 more cuBLAS workspaces on each GPU with experts "
+            f"(+{TE_GROUPED_GEMM_WORKSPACE_BYTES / MIB:.0f} MiB on Hopper)"
         )
     if run.overlap_moe_expert_parallel_comm:
         out.append(

@@ -88,8 +88,10 @@ def moe_activation_terms(model: ModelSpec, run: RunSpec, tokens: float, act: int
             # Overlapped with the dispatcher, the shared expert gathers its sequence-parallel input
             # itself and runs its linears with TP communication off (shared_experts.py:
             # parallel_mode None, cached_fc1_input = gather_from_sequence_parallel_region), so
-            # linear_fc1 keeps the whole gathered input, not the local shard the norm output is.
-            terms["shared_fc1_in"] = act * tokens * h
+            # linear_fc1 keeps the whole gathered input, not the local shard the norm output is:
+            # in bf16 (save_original_input), or as TE's FP8 copy under the delayed recipe, which
+            # Megatron-Core leaves to TE's default.
+            terms["shared_fc1_in"] = (gemm_in if run.fp8 == "delayed" else act) * tokens * h
         terms["shared_fc1_out"] = act * tokens * gate * fs / t
         terms["shared_act_out"] = act_out * tokens * fs / t
         if unfused_glu:

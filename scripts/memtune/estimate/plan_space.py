@@ -149,8 +149,10 @@ def extra_violations(model: ms.ModelSpec, base: RunSpec, run: RunSpec, settings:
     if run.sequence_parallel_input_regather and not base.sequence_parallel_input_regather:
         if run.peft not in ("lora", "dora"):
             out.append("sequence_parallel_input_regather is a LoRA option; this run has no LoRA/PEFT")
-        elif rs.canonical_lora(run):
-            out.append("sequence_parallel_input_regather is a LoRA() option; CanonicalLoRA has no such field")
+        elif rs.peft_without_regather(run):
+            out.append(
+                f"sequence_parallel_input_regather is a LoRA() option; {rs.peft_without_regather(run)} has no such field"
+            )
         elif not any(regather_eligible(run, m) for m in ("linear_qkv", "linear_fc1") if m in adapted_modules(run)):
             # the estimator decides eligibility; this only names what blocks it
             blockers = [

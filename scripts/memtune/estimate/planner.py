@@ -119,7 +119,7 @@ def candidates(model: ms.ModelSpec, base: RunSpec, settings: PlanSettings) -> It
     world = base.world_size
     if not settings.expandable_segments:
         yield Candidate("set expandable segments", "allocator", base, expandable=True)
-    if base.peft and not base.sequence_parallel_input_regather and not rs.canonical_lora(base):
+    if base.peft and not base.sequence_parallel_input_regather and not rs.peft_without_regather(base):
         yield Candidate("LoRA input re-gather", "peft", base.with_(sequence_parallel_input_regather=True))
     if base.tp > 1 and not base.sequence_parallel:
         yield Candidate("sequence parallel on", "tensor", base.with_(sequence_parallel=True))

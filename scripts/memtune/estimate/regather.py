@@ -46,7 +46,7 @@ class RegatherInputs:
     recompute_num_layers: int | None = None
     recompute_modules: tuple[str, ...] = ()
     layers_per_stage: int | None = None  # for block recompute: how many layers stay eligible
-    canonical: bool = False  # Bridge's CanonicalLoRA (part adapters), which has no re-gather field
+    peft_without_field: str | None = None  # DoRA / CanonicalLoRA: Bridge classes without the re-gather field
 
 
 @dataclass(frozen=True)
@@ -97,10 +97,10 @@ def _not_eligible_reason(module: str) -> str:
 def decide(inp: RegatherInputs) -> Eligibility:
     """Per-target eligibility, with the reason for every fallback."""
     run: list[str] = []
-    if inp.canonical:
+    if inp.peft_without_field:
         run.append(
-            "CanonicalLoRA has no sequence_parallel_input_regather field (only LoRA has, Megatron Bridge "
-            "peft/lora.py): its part adapters keep one gathered input per fused module"
+            f"{inp.peft_without_field} has no sequence_parallel_input_regather field (only LoRA has, Megatron "
+            "Bridge peft/lora.py): its adapters keep the gathered input"
         )
     if inp.tp <= 1:
         run.append("tensor_model_parallel_size is 1: there is no sequence-parallel gather to avoid")
@@ -136,8 +136,8 @@ def decide(inp: RegatherInputs) -> Eligibility:
                 )
             )
             continue
-        if inp.canonical and module not in ROW_PARALLEL:
-            reason = "CanonicalLoRA part adapter: no re-gather option (only LoRA has sequence_parallel_input_regather)"
+        if inp.peft_without_field and module not in ROW_PARALLEL:
+            reason = f"{inp.peft_without_field} adapter: no re-gather option (only LoRA has sequence_parallel_input_regather)"
             decisions.append(ModuleDecision(module, False, reason))
             continue
         if module not in COLUMN_PARALLEL:

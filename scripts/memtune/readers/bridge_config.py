@@ -520,6 +520,15 @@ def specs_from_bridge(
             CANONICAL_LORA_DEFAULT_TARGETS if canonical else LORA_DEFAULT_TARGETS
         )
         regather = bool_field(peft, "sequence_parallel_input_regather", "peft", False)
+        lacking = "DoRA" if peft_kind == "dora" else ("CanonicalLoRA" if canonical else None)
+        if regather and lacking:
+            # Bridge drops a key its PEFT class does not have (with a warning; a CLI override of it
+            # is refused), so the run keeps the gathered inputs.
+            assumptions.append(
+                f"WARNING: peft.sequence_parallel_input_regather is set but {lacking} has no such field (only "
+                "LoRA has it): Megatron Bridge drops it, estimated without re-gather"
+            )
+            regather = False
 
     seq_where, seq = _sequence_length(model_s, dataset, assumptions)
     if model.gated_linear_unit and model_s.get("bias_activation_fusion") is None:

@@ -21,6 +21,9 @@ ACTS_UNDER: dict[str, str] = {
     "moe_paged_stash_page_size": "moe_paged_stash",
     "activation_offload_fraction": "fine_grained_activation_offloading",
     "min_offloaded_tensor_size": "fine_grained_activation_offloading",
+    "delay_offload_until_cuda_graph": "fine_grained_activation_offloading",
+    "delta_offload_bytes_across_pp_ranks": "fine_grained_activation_offloading",
+    "fine_grained_offloading_max_inflight_offloads": "fine_grained_activation_offloading",
     "cp_comm_type": "context_parallel_size",
 }
 

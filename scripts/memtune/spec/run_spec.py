@@ -52,6 +52,16 @@ def canonical_lora(run: RunSpec) -> bool:
     return any(lora_target_leaf(t) in CANONICAL_LORA_PARTS for t in run.lora_target_modules)
 
 
+def peft_without_regather(run: RunSpec) -> str | None:
+    """The Megatron Bridge PEFT class of this run when it has no sequence_parallel_input_regather
+    field (only ``LoRA`` has one, peft/lora.py; ``DoRA`` and ``CanonicalLoRA`` do not), else None."""
+    if run.peft == "dora":
+        return "DoRA"
+    if run.peft and canonical_lora(run):
+        return "CanonicalLoRA"
+    return None
+
+
 def lora_base_module(target: str) -> str:
     """The Megatron module an adapter target sits on: ``decoder.layers.*.linear_q`` -> ``linear_qkv``."""
     name = lora_target_leaf(target)
