@@ -286,3 +286,10 @@ def test_memory_fields_not_modelled_warn_only_when_set_to_act():
     assert warns({"activation_offload_fraction": 0.0, "fine_grained_activation_offloading": True}) == 1
     # comm_overlap copies its switches onto the model config
     assert warns({}, {"delay_wgrad_compute": True}) == 1
+    # so does the mixed-precision setup: its switch turns the model's bf16 layer count on, and
+    # its own fields are named under their section
+    mixed = unmodelled_model_fields({"num_layers_at_start_in_bf16": 2}, {}, {"first_last_layers_bf16": True})
+    assert len(mixed) == 2 and any(m.startswith("WARNING: mixed_precision.first_last_layers_bf16") for m in mixed)
+    assert any(m.startswith("WARNING: model.num_layers_at_start_in_bf16 2") for m in mixed)
+    assert unmodelled_model_fields({"num_layers_at_start_in_bf16": 2}, {}, {"first_last_layers_bf16": False}) == []
+    assert unmodelled_model_fields({}, {}, {"_name": "bf16_mixed"}) == []

@@ -458,7 +458,7 @@ def specs_from_bridge(
     comm = config_section(cfg, "comm_overlap")
     model = model_from_bridge(model_s, base)
     assumptions.extend(_misspelt_model_keys(model_s, forced))
-    assumptions.extend(unmodelled_model_fields(model_s, comm))
+    assumptions.extend(unmodelled_model_fields(model_s, comm, mp))
     _refuse_misspelt_sections(cfg, forced)
 
     ep_size = int_field(model_s, "expert_model_parallel_size", "model", 1)

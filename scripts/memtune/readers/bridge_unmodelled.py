@@ -31,18 +31,21 @@ def _set_off_default(key: str, value: Any, default: Any) -> bool:
     return not modelled_value(key, value)
 
 
-def unmodelled_model_fields(model_s: Section, comm: Section) -> list[str]:
-    """WARNING lines for ``model.*`` (and ``comm_overlap.*``, which Bridge copies onto the model
-    config) fields that change memory, are not modelled and are set to act."""
+def unmodelled_model_fields(model_s: Section, comm: Section, mixed: Section | None = None) -> list[str]:
+    """WARNING lines for ``model.*`` fields (and ``comm_overlap.*`` / ``mixed_precision.*`` ones,
+    which Bridge copies onto the model config: CommOverlapConfig.setup, MixedPrecisionConfig.setup)
+    that change memory, are not modelled and are set to act."""
     from memtune.readers.megatron_flags import flag_classes, mcore_config_defaults
 
     warned, defaults = flag_classes().warned, mcore_config_defaults()
+    mixed = mixed or {}
+    effective = {**model_s, **mixed}  # the mixed-precision setup writes its fields over the model's
     out = []
-    for section, where in ((model_s, "model"), (comm, "comm_overlap")):
+    for section, where in ((model_s, "model"), (comm, "comm_overlap"), (mixed, "mixed_precision")):
         for key, value in section.items():
             if key not in warned or key not in defaults or key in DERIVED | PAIRED:
                 continue
-            if not _set_off_default(key, value, defaults[key]) or not acts(key, model_s.get):
+            if not _set_off_default(key, value, defaults[key]) or not acts(key, effective.get):
                 continue
             out.append(f"WARNING: {where}.{key} {value!r} changes memory and is not modelled: {warned[key]}")
     # DeepEP / HybridEP: the flex dispatcher's backend acts only under it, and its default
