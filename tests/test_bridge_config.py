@@ -293,3 +293,8 @@ def test_memory_fields_not_modelled_warn_only_when_set_to_act():
     assert any(m.startswith("WARNING: model.num_layers_at_start_in_bf16 2") for m in mixed)
     assert unmodelled_model_fields({"num_layers_at_start_in_bf16": 2}, {}, {"first_last_layers_bf16": False}) == []
     assert unmodelled_model_fields({}, {}, {"_name": "bf16_mixed"}) == []
+    # zero bf16 layers (MixedPrecisionConfig's default; Megatron-Core's is 1) keeps none in bf16
+    zero = {"first_last_layers_bf16": True, "num_layers_at_start_in_bf16": 0, "num_layers_at_end_in_bf16": 0}
+    assert [m.split(" ", 2)[1] for m in unmodelled_model_fields({}, {}, zero)] == [
+        "mixed_precision.first_last_layers_bf16"
+    ]

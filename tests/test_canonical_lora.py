@@ -191,3 +191,81 @@ def test_the_planner_offers_no_regather_to_dora():
         )
         names = [c.title for c in candidates(model, run, PlanSettings(gpu_memory_bytes=80 * GIB, headroom_bytes=GIB))]
         assert ("LoRA input re-gather" in names) is (kind == "lora")
+
+
+def test_a_dora_recipe_gets_no_regather_snippet(tmp_path, invoke):
+    """regather_config --recipe read every LoRA(...) / DoRA(...) call as LoRA and printed
+    DoRA(..., sequence_parallel_input_regather=True), a keyword DoRA does not take."""
+    import json
+
+    recipe = tmp_path / "recipe.py"
+    recipe.write_text(
+        "from megatron.bridge.peft.dora import DoRA\n"
+        "cfg.model.tensor_model_parallel_size = 2\ncfg.model.sequence_parallel = True\n"
+        "cfg.peft = DoRA(dim=16)\n"
+    )
+    doc = json.loads(invoke("regather_config", "--recipe", str(recipe), "--preset", "qwen3-8b", "--json").stdout)
+    assert doc["eligible"] is False and doc["saving_bytes_per_gpu"] in (0, None)
+    assert "sequence_parallel_input_regather=True" not in doc["change"]["text"]
+    assert any("DoRA has no" in f for f in doc["fallbacks"])
+
+
+def test_a_package_named_like_a_class_does_not_decide(tmp_path, invoke):
+    """The class name decides, in the estimate and in check_env alike."""
+    import json
+
+    lora_in_dora_pkg = "  _target_: megatron.contrib.dora_ext.LoRA\n  sequence_parallel_input_regather: true\n"
+    assert [f.severity for f in _mt010(tmp_path, lora_in_dora_pkg)] == []
+    path = tmp_path / "run.yaml"
+    path.write_text(
+        "model:\n  tensor_model_parallel_size: 2\n  sequence_parallel: true\n  seq_length: 8192\npeft:\n"
+        + lora_in_dora_pkg
+    )
+    doc = json.loads(
+        invoke("estimate_memory", "--config", str(path), "--preset", "llama3-8b", "--gpus", "8", "--json").stdout
+    )
+    assert not any("has no such field" in a for a in doc["assumptions"])
+
+
+def test_a_regather_override_on_dora_is_an_error(tmp_path):
+    from memtune.check import check_rules
+    from memtune.readers import run_view
+
+    path = tmp_path / "run.yaml"
+    path.write_text("model:\n  tensor_model_parallel_size: 2\n  sequence_parallel: true\npeft:\n" + DORA)
+    view = run_view.build(
+        run_view.Inputs(configs=[str(path)], overrides=["peft.sequence_parallel_input_regather=true"])
+    )
+    found = [f for f in check_rules.run_all(view) if f.rule == "MT010"]
+    assert [f.severity for f in found] == ["error"]
+
+
+def test_switching_a_lora_config_to_dora_on_the_command_line_drops_the_regather(tmp_path, invoke):
+    import json
+
+    path = tmp_path / "run.yaml"
+    path.write_text(
+        "model:\n  tensor_model_parallel_size: 2\n  sequence_parallel: true\n  seq_length: 8192\npeft:\n"
+        + PLAIN
+        + "  sequence_parallel_input_regather: true\n"
+    )
+    base = ["estimate_memory", "--config", str(path), "--preset", "llama3-8b", "--gpus", "8", "--json"]
+    dora = json.loads(invoke(*base, "--peft", "dora").stdout)
+    assert any("DoRA has no sequence_parallel_input_regather" in a for a in dora["assumptions"])
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(path.read_text().replace("  sequence_parallel_input_regather: true\n", ""))
+    without = json.loads(
+        invoke(
+            "estimate_memory",
+            "--config",
+            str(plain),
+            "--preset",
+            "llama3-8b",
+            "--gpus",
+            "8",
+            "--peft",
+            "dora",
+            "--json",
+        ).stdout
+    )
+    assert dora["peak_allocated_bytes"] == without["peak_allocated_bytes"]

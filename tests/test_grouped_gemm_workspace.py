@@ -113,3 +113,21 @@ def test_only_stages_that_hold_experts_keep_the_set():
     model, run, _ = specs_from_megatron_args(dense_first, world_size=16)
     first, last = estimate(model, run).stages
     assert last.workspace - first.workspace == TE_GROUPED_GEMM_WORKSPACE_BYTES
+
+
+def test_a_stage_that_holds_only_the_mtp_block_keeps_the_set(invoke):
+    """MTP layers copy the last decoder layer's spec, so on DeepSeek-V3 their experts run the
+    grouped GEMM too, even on a last stage with no decoder layer."""
+    dump = Path(__file__).resolve().parent / "data" / "real-bridge" / "mb_dump_deepseek_v3_pretrain_h100_fp8_sc_v1.yaml"
+    out = invoke(
+        "estimate_memory",
+        "--config",
+        str(dump),
+        "model.pipeline_model_parallel_layout=Et*20|t*20|t*21|mL",
+        "model.pipeline_model_parallel_size=4",
+        "model.virtual_pipeline_model_parallel_size=null",
+        "--json",
+    )
+    stages = json.loads(out.stdout)["stages"]
+    assert stages[-1]["layers"] == 0
+    assert {s["components"]["workspace"] for s in stages} == {128 * MIB + TE_GROUPED_GEMM_WORKSPACE_BYTES}

@@ -182,7 +182,8 @@ def peft_without_regather_view(view: RunView) -> str | None:
 
     if view.get("peft") == "dora":
         return "DoRA"
-    if view.get("peft") is not None and "canonical" in view.text("peft").lower():
+    named = view.text("peft").split()[-1].rsplit(".", 1)[-1].lower() if view.get("peft") is not None else ""
+    if "canonical" in named:  # the class or scheme name, not a package on its path
         return "CanonicalLoRA"
     targets = view.get("lora_target_modules") or ()
     parts = isinstance(targets, list | tuple) and any(lora_target_leaf(str(t)) in CANONICAL_LORA_PARTS for t in targets)

@@ -107,8 +107,16 @@ def lora_regather(view: RunView) -> Iterable[Finding]:
         # DoRA and CanonicalLoRA have no re-gather option: advising the LoRA field would hand the
         # user a key their PEFT class does not have.
         if regather_on:
+            # a config file's unknown key is dropped; a command-line override of it is refused
+            # (Bridge applies overrides in OmegaConf struct mode)
+            item = view.settings.get("regather")
             yield make(
-                "MT010", view.where("regather"), variant="no_field", source=view.text("regather"), peft_class=lacking
+                "MT010",
+                view.where("regather"),
+                severity="error" if item is not None and item.origin == "override" else None,
+                variant="no_field",
+                source=view.text("regather"),
+                peft_class=lacking,
             )
         return
     inp = regather_inputs(view)

@@ -192,7 +192,8 @@ def _decide(args: SimpleNamespace) -> int:
                     view.settings[view_key] = run_view.Value(
                         converted, f"{call.path}:{call.line}", f"{key}={text}", "recipe"
                     )
-        view.settings.setdefault("peft", run_view.Value("lora", f"{call.path}:{call.line}", call.name, "recipe"))
+        kind = "dora" if call.name.lower().endswith("dora") else "lora"  # the class the recipe builds
+        view.settings.setdefault("peft", run_view.Value(kind, f"{call.path}:{call.line}", call.name, "recipe"))
     report = build_report(
         view, args.preset, "python" if args.recipe and args.form == "auto" else args.form, recipe_calls
     )
@@ -245,7 +246,7 @@ def build_report(
         view.settings["num_experts"] = run_view.Value(model.num_moe_experts, "model", "num_moe_experts", "derived")
     inp = check_rules.regather_inputs(view)
     decision = regather.decide(inp)
-    already = view.get("regather") is True
+    already = view.get("regather") is True and not inp.peft_without_field
     lora = _lora_settings(view)
     if form == "auto":
         form = (
@@ -269,6 +270,8 @@ def build_report(
             else ""
         )
         text = regather.hydra_override() + where
+    if inp.peft_without_field:  # no field to write: never hand out a keyword the class lacks
+        text = f"none: {inp.peft_without_field} has no sequence_parallel_input_regather (only LoRA has it)"
     saving, assumptions, model_name = estimate_saving(view, model, model_notes, inp, decision)
     modules: list[ModuleRow] = [
         {"module": d.module, "eligible": d.eligible, "reason": d.reason} for d in decision.decisions

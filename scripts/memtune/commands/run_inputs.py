@@ -151,6 +151,12 @@ def load_model_and_run(args: SimpleNamespace) -> RunInputs:
     """
     model, run, notes, extras = _load_source(args)
     run = _apply_flags(args, run)
+    from memtune.spec.run_spec import peft_without_regather
+
+    lacking = peft_without_regather(run)
+    if lacking and run.sequence_parallel_input_regather:  # e.g. --peft dora over a LoRA config that set it
+        run = run.with_(sequence_parallel_input_regather=False)
+        notes = [*notes, f"WARNING: {lacking} has no sequence_parallel_input_regather: estimated without re-gather"]
     if getattr(args, "fsdp", None):  # --fsdp names the strategy: the reader's "not given" line no longer holds
         notes = [n for n in notes if "sharding-strategy not given" not in n and "sharding_strategy not given" not in n]
     gpu_name = getattr(args, "gpu", None)

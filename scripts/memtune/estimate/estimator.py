@@ -158,12 +158,14 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
                 stage_kinds.count(k) * (hybrid_params[k].dense / t + hybrid_params[k].replicated)
                 for k in set(stage_kinds)
             )
+        mtp_experts = False
         if is_first:
             dense_params += emb / t
         if is_last:
             dense_params += (out if (pp > 1 or model.untie_embeddings_and_output_weights) else 0) / t
             dense_params += model.layer_norm_width * h
             if mtp is not None:
+                mtp_experts = bool(model.mtp_num_layers and mtp.expert)  # MTP layers copy the last layer's spec
                 dense_params += model.mtp_num_layers * (mtp.dense / t + mtp.replicated)
                 expert_params += model.mtp_num_layers * mtp.expert / max(1, run.ep * run.expert_tp)
         mtp_embedding = mtp_stage_embedding(model, run, stage)
@@ -274,7 +276,7 @@ def estimate(model: ModelSpec, run: RunSpec) -> MemoryEstimate:
             gradients=int(grads),
             optimizer=int(optim),
             activations=int(activations),
-            workspace=workspace + (grouped_workspace if moe_n else 0),
+            workspace=workspace + (grouped_workspace if moe_n or mtp_experts else 0),
             overhead=int(overhead),
             params=int(stage_params),
             optimizer_step=int(max(0.0, step_copy + foreach_adam_bytes(run, optim, opt_b) - activations)),

@@ -512,8 +512,9 @@ def specs_from_bridge(
     lora_dim, regather = 32, False
     targets: tuple[str, ...] = LORA_DEFAULT_TARGETS
     if peft:
-        target = str(peft.get("_target_", peft.get("_name", "lora"))).lower()
-        peft_kind = "dora" if "dora" in target else "lora"
+        # the class name decides (``megatron.bridge.peft.dora.DoRA``), not a package on its path
+        target = str(peft.get("_target_", peft.get("_name", "lora"))).strip().rsplit(".", 1)[-1].lower()
+        peft_kind = "dora" if target.endswith("dora") else "lora"
         lora_dim = int_field(peft, "dim", "peft", 32)
         canonical = "canonical" in target
         targets = module_names(peft.get("target_modules"), "peft.target_modules") or (
@@ -526,7 +527,8 @@ def specs_from_bridge(
             # is refused), so the run keeps the gathered inputs.
             assumptions.append(
                 f"WARNING: peft.sequence_parallel_input_regather is set but {lacking} has no such field (only "
-                "LoRA has it): Megatron Bridge drops it, estimated without re-gather"
+                "LoRA has it): Megatron Bridge drops the key from a config file and refuses it as a command-line "
+                "override; estimated without re-gather"
             )
             regather = False
 

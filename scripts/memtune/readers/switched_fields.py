@@ -29,8 +29,14 @@ ACTS_UNDER: dict[str, str] = {
 
 #: Values that mean what the estimate models although the setting is given: p2p is the
 #: context-parallel exchange the estimate prices (and what TE's attention uses when unset,
-#: extensions/transformer_engine.py; several Bridge providers write it as their default).
-MODELLED_VALUES: dict[str, tuple[str, ...]] = {"cp_comm_type": ("p2p",)}
+#: extensions/transformer_engine.py; several Bridge providers write it as their default); zero
+#: bf16 layers keeps every layer in the low-precision recipe the estimate reads.
+MODELLED_VALUES: dict[str, tuple[str, ...]] = {
+    "cp_comm_type": ("p2p",),
+    # no layer kept in bf16 (Bridge's MixedPrecisionConfig default; Megatron-Core's is 1)
+    "num_layers_at_start_in_bf16": ("0",),
+    "num_layers_at_end_in_bf16": ("0",),
+}
 
 _OFF_WORDS = ("false", "none", "0", "")
 
