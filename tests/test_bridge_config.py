@@ -286,15 +286,22 @@ def test_memory_fields_not_modelled_warn_only_when_set_to_act():
     assert warns({"activation_offload_fraction": 0.0, "fine_grained_activation_offloading": True}) == 1
     # comm_overlap copies its switches onto the model config
     assert warns({}, {"delay_wgrad_compute": True}) == 1
-    # so does the mixed-precision setup: its switch turns the model's bf16 layer count on, and
-    # its own fields are named under their section
-    mixed = unmodelled_model_fields({"num_layers_at_start_in_bf16": 2}, {}, {"first_last_layers_bf16": True})
-    assert len(mixed) == 2 and any(m.startswith("WARNING: mixed_precision.first_last_layers_bf16") for m in mixed)
-    assert any(m.startswith("WARNING: model.num_layers_at_start_in_bf16 2") for m in mixed)
+    # so does the mixed-precision setup, every field of it, its class defaults included
+    # (MixedPrecisionConfig.setup): its values replace the model's, and are named under it
+    mixed = unmodelled_model_fields(
+        {"num_layers_at_start_in_bf16": 2}, {}, {"first_last_layers_bf16": True, "num_layers_at_start_in_bf16": 2}
+    )
+    assert len(mixed) == 2 and all(m.startswith("WARNING: mixed_precision.") for m in mixed)
+    # the model's count is replaced by the section's default (0 layers): only the switch is named
+    replaced = unmodelled_model_fields({"num_layers_at_start_in_bf16": 2}, {}, {"first_last_layers_bf16": True})
+    assert [m.split(" ", 2)[1] for m in replaced] == ["mixed_precision.first_last_layers_bf16"]
     assert unmodelled_model_fields({"num_layers_at_start_in_bf16": 2}, {}, {"first_last_layers_bf16": False}) == []
     assert unmodelled_model_fields({}, {}, {"_name": "bf16_mixed"}) == []
-    # zero bf16 layers (MixedPrecisionConfig's default; Megatron-Core's is 1) keeps none in bf16
-    zero = {"first_last_layers_bf16": True, "num_layers_at_start_in_bf16": 0, "num_layers_at_end_in_bf16": 0}
-    assert [m.split(" ", 2)[1] for m in unmodelled_model_fields({}, {}, zero)] == [
-        "mixed_precision.first_last_layers_bf16"
-    ]
+    # a named recipe expands to its own settings (training/mixed_precision.py)
+    current = unmodelled_model_fields({}, {}, {"_name": "bf16_with_fp8_current_scaling_mixed"})
+    assert [m.split(" ", 3)[2] for m in current] == ["(bf16_with_fp8_current_scaling_mixed).first_last_layers_bf16"]
+    nemotron = unmodelled_model_fields({}, {}, {"_name": "nemotron_h_bf16_with_fp8_current_scaling_mixed"})
+    assert len(nemotron) == 3  # 2 + 2 layers: both counts off Megatron-Core's default of 1
+    overwritten = {"first_last_layers_bf16": True, "num_layers_at_start_in_bf16": 2}
+    assert unmodelled_model_fields(overwritten, {}, {"_name": "bf16_with_fp8_delayed_scaling_mixed"}) == []
+    assert len(unmodelled_model_fields(overwritten, {})) == 2  # no mixed_precision section: the model's stand

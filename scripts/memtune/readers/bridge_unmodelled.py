@@ -23,6 +23,39 @@ DERIVED = frozenset({"mtp_standalone"})
 PAIRED = frozenset({"moe_flex_dispatcher_backend"})
 
 
+#: The bf16 layer settings of Megatron Bridge's named mixed-precision recipes that keep some
+#: layers in bf16 (training/mixed_precision.py): (start, end) with first_last_layers_bf16 on.
+#: Every other recipe, and MixedPrecisionConfig's own defaults, keep none.
+RECIPE_BF16_LAYERS: dict[str, tuple[int, int]] = {
+    "bf16_with_fp8_current_scaling_mixed": (1, 1),
+    "fp16_with_fp8_current_scaling_mixed": (1, 1),
+    "nemotron_h_bf16_with_fp8_current_scaling_mixed": (2, 2),
+    "nanov2_bf16_with_fp8_current_scaling_mixed": (2, 2),
+    "nemotron_3_super_bf16_with_nvfp4_mixed": (0, 14),
+}
+#: The MixedPrecisionConfig fields behind those settings, with the class defaults.
+MIXED_PRECISION_BF16_DEFAULTS: dict[str, Any] = {
+    "first_last_layers_bf16": False,
+    "num_layers_at_start_in_bf16": 0,
+    "num_layers_at_end_in_bf16": 0,
+}
+
+
+def mixed_precision_fields(mixed: Section) -> tuple[dict[str, Any], str]:
+    """The fields a mixed_precision section writes over the model config (MixedPrecisionConfig.setup
+    copies every field, its defaults included), and how to name where they come from: a named
+    recipe expands to its settings, a mapping keeps its own values over the class defaults."""
+    name = mixed.get("_name")
+    fields = dict(MIXED_PRECISION_BF16_DEFAULTS)
+    where = "mixed_precision"
+    if isinstance(name, str) and name in RECIPE_BF16_LAYERS:
+        start, end = RECIPE_BF16_LAYERS[name]
+        fields.update(first_last_layers_bf16=True, num_layers_at_start_in_bf16=start, num_layers_at_end_in_bf16=end)
+        where = f"mixed_precision ({name})"
+    fields.update({k: v for k, v in mixed.items() if k != "_name"})
+    return fields, where
+
+
 def _set_off_default(key: str, value: Any, default: Any) -> bool:
     if value is None or value == default:
         return False
@@ -38,10 +71,12 @@ def unmodelled_model_fields(model_s: Section, comm: Section, mixed: Section | No
     from memtune.readers.megatron_flags import flag_classes, mcore_config_defaults
 
     warned, defaults = flag_classes().warned, mcore_config_defaults()
-    mixed = mixed or {}
-    effective = {**model_s, **mixed}  # the mixed-precision setup writes its fields over the model's
+    mixed_fields, mixed_where = mixed_precision_fields(mixed) if mixed else ({}, "mixed_precision")
+    # with a mixed_precision section, its fields replace the model's (MixedPrecisionConfig.setup)
+    model_only = {k: v for k, v in model_s.items() if k not in mixed_fields}
+    effective = {**model_s, **mixed_fields}
     out = []
-    for section, where in ((model_s, "model"), (comm, "comm_overlap"), (mixed, "mixed_precision")):
+    for section, where in ((model_only, "model"), (comm, "comm_overlap"), (mixed_fields, mixed_where)):
         for key, value in section.items():
             if key not in warned or key not in defaults or key in DERIVED | PAIRED:
                 continue
