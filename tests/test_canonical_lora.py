@@ -95,19 +95,19 @@ def _mt010(tmp_path, peft: str, name: str = "run.yaml") -> list:
     return [f for f in check_rules.run_all(view) if f.rule == "MT010"]
 
 
-CANONICAL = "  _target_: megatron.bridge.peft.canonical_lora.CanonicalLoRA\n  dim: 16\n"
-PLAIN = "  _target_: megatron.bridge.peft.lora.LoRA\n  dim: 16\n"
+CANONICAL_YAML = "  _target_: megatron.bridge.peft.canonical_lora.CanonicalLoRA\n  dim: 16\n"
+PLAIN_YAML = "  _target_: megatron.bridge.peft.lora.LoRA\n  dim: 16\n"
 
 
 def test_check_env_never_advises_a_field_canonical_lora_lacks(tmp_path):
     """MT010 tells LoRA + SP users to set peft.sequence_parallel_input_regather; CanonicalLoRA has
     no such field (Bridge peft/canonical_lora.py), so it gets no advice, and a warning when set."""
-    advised = _mt010(tmp_path, PLAIN)
+    advised = _mt010(tmp_path, PLAIN_YAML)
     assert [f.severity for f in advised] == ["info"] and "sequence_parallel_input_regather: true" in advised[0].fix
-    assert _mt010(tmp_path, CANONICAL) == []
+    assert _mt010(tmp_path, CANONICAL_YAML) == []
     by_targets = "  target_modules: [linear_q, linear_k, linear_v, linear_fc1_up]\n"
     assert _mt010(tmp_path, by_targets) == []
-    set_anyway = _mt010(tmp_path, CANONICAL + "  sequence_parallel_input_regather: true\n")
+    set_anyway = _mt010(tmp_path, CANONICAL_YAML + "  sequence_parallel_input_regather: true\n")
     assert [f.severity for f in set_anyway] == ["warning"]
     assert "CanonicalLoRA has no sequence_parallel_input_regather field" in set_anyway[0].message
     assert set_anyway[0].source.endswith("run.yaml:7")
@@ -116,7 +116,7 @@ def test_check_env_never_advises_a_field_canonical_lora_lacks(tmp_path):
 def test_regather_config_says_canonical_lora_has_no_regather(tmp_path, invoke):
     import json
 
-    for peft, eligible in ((CANONICAL, False), (PLAIN, True)):
+    for peft, eligible in ((CANONICAL_YAML, False), (PLAIN_YAML, True)):
         path = tmp_path / "run.yaml"
         path.write_text("model:\n  tensor_model_parallel_size: 2\n  sequence_parallel: true\npeft:\n" + peft)
         doc = json.loads(invoke("regather_config", "--config", str(path), "--json").stdout)
@@ -128,23 +128,23 @@ def test_regather_config_says_canonical_lora_has_no_regather(tmp_path, invoke):
             assert any("CanonicalLoRA has no sequence_parallel_input_regather" in f for f in doc["fallbacks"])
 
 
-DORA = "  _target_: megatron.bridge.peft.dora.DoRA\n  dim: 16\n"
+DORA_YAML = "  _target_: megatron.bridge.peft.dora.DoRA\n  dim: 16\n"
 
 
 def test_dora_has_no_regather_either(tmp_path, invoke):
     """Bridge's DoRA (peft/dora.py) defines no sequence_parallel_input_regather either."""
     import json
 
-    assert _mt010(tmp_path, DORA) == []
-    set_anyway = _mt010(tmp_path, DORA + "  sequence_parallel_input_regather: true\n")
+    assert _mt010(tmp_path, DORA_YAML) == []
+    set_anyway = _mt010(tmp_path, DORA_YAML + "  sequence_parallel_input_regather: true\n")
     assert [f.severity for f in set_anyway] == ["warning"] and "DoRA has no" in set_anyway[0].message
     path = tmp_path / "run.yaml"
-    path.write_text("model:\n  tensor_model_parallel_size: 2\n  sequence_parallel: true\npeft:\n" + DORA)
+    path.write_text("model:\n  tensor_model_parallel_size: 2\n  sequence_parallel: true\npeft:\n" + DORA_YAML)
     doc = json.loads(invoke("regather_config", "--config", str(path), "--json").stdout)
     assert doc["eligible"] is False and any("DoRA has no" in f for f in doc["fallbacks"])
 
 
-@pytest.mark.parametrize("peft", [CANONICAL, DORA])
+@pytest.mark.parametrize("peft", [CANONICAL_YAML, DORA_YAML])
 def test_the_estimate_ignores_a_regather_key_the_class_lacks(tmp_path, invoke, peft):
     """Bridge drops the key from such a config, so the estimate must not credit its saving."""
     import json
@@ -162,7 +162,7 @@ def test_the_estimate_ignores_a_regather_key_the_class_lacks(tmp_path, invoke, p
     plain, keyed = run(""), run("  sequence_parallel_input_regather: true\n")
     assert keyed["peak_allocated_bytes"] == plain["peak_allocated_bytes"]
     assert any("has no such field" in a and a.startswith("WARNING") for a in keyed["assumptions"])
-    lora = PLAIN + "  sequence_parallel_input_regather: true\n"
+    lora = PLAIN_YAML + "  sequence_parallel_input_regather: true\n"
     path = tmp_path / "run.yaml"
     path.write_text(
         "model:\n  tensor_model_parallel_size: 2\n  sequence_parallel: true\n  seq_length: 8192\npeft:\n" + lora
@@ -232,7 +232,7 @@ def test_a_regather_override_on_dora_is_an_error(tmp_path):
     from memtune.readers import run_view
 
     path = tmp_path / "run.yaml"
-    path.write_text("model:\n  tensor_model_parallel_size: 2\n  sequence_parallel: true\npeft:\n" + DORA)
+    path.write_text("model:\n  tensor_model_parallel_size: 2\n  sequence_parallel: true\npeft:\n" + DORA_YAML)
     view = run_view.build(
         run_view.Inputs(configs=[str(path)], overrides=["peft.sequence_parallel_input_regather=true"])
     )
@@ -246,7 +246,7 @@ def test_switching_a_lora_config_to_dora_on_the_command_line_drops_the_regather(
     path = tmp_path / "run.yaml"
     path.write_text(
         "model:\n  tensor_model_parallel_size: 2\n  sequence_parallel: true\n  seq_length: 8192\npeft:\n"
-        + PLAIN
+        + PLAIN_YAML
         + "  sequence_parallel_input_regather: true\n"
     )
     base = ["estimate_memory", "--config", str(path), "--preset", "llama3-8b", "--gpus", "8", "--json"]
