@@ -178,16 +178,14 @@ def peft_without_regather_view(view: RunView) -> str | None:
     field: ``DoRA``, or ``CanonicalLoRA`` - named by the peft setting (``_target_``
     ...CanonicalLoRA, scheme ``canonical_lora``) or by its part targets (``linear_q``,
     ``linear_fc1_up``...). Only ``LoRA`` has the field (peft/lora.py)."""
-    from memtune.spec.run_spec import CANONICAL_LORA_PARTS, lora_target_leaf
+    from memtune.spec.run_spec import class_without_regather, names_canonical_parts, peft_class_name
 
-    if view.get("peft") == "dora":
-        return "DoRA"
-    named = view.text("peft").split()[-1].rsplit(".", 1)[-1].lower() if view.get("peft") is not None else ""
-    if "canonical" in named:  # the class or scheme name, not a package on its path
-        return "CanonicalLoRA"
+    peft = view.get("peft")
     targets = view.get("lora_target_modules") or ()
-    parts = isinstance(targets, list | tuple) and any(lora_target_leaf(str(t)) in CANONICAL_LORA_PARTS for t in targets)
-    return "CanonicalLoRA" if parts else None
+    canonical = (peft is not None and "canonical" in peft_class_name(view.text("peft"))) or (
+        isinstance(targets, list | tuple) and names_canonical_parts(targets)
+    )
+    return class_without_regather(peft, canonical)
 
 
 def regather_inputs(view: RunView) -> RegatherInputs:

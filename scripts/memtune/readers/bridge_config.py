@@ -38,7 +38,9 @@ from memtune.spec.run_spec import (
     FSDP_UNSET_STRATEGY,
     LORA_DEFAULT_TARGETS,
     RunSpec,
+    class_without_regather,
     normalize_dtype,
+    peft_class_name,
     unset_fsdp_strategy_note,
     with_moe_layer_recompute,
 )
@@ -512,8 +514,7 @@ def specs_from_bridge(
     lora_dim, regather = 32, False
     targets: tuple[str, ...] = LORA_DEFAULT_TARGETS
     if peft:
-        # the class name decides (``megatron.bridge.peft.dora.DoRA``), not a package on its path
-        target = str(peft.get("_target_", peft.get("_name", "lora"))).strip().rsplit(".", 1)[-1].lower()
+        target = peft_class_name(str(peft.get("_target_", peft.get("_name", "lora"))))
         peft_kind = "dora" if target.endswith("dora") else "lora"
         lora_dim = int_field(peft, "dim", "peft", 32)
         canonical = "canonical" in target
@@ -521,7 +522,7 @@ def specs_from_bridge(
             CANONICAL_LORA_DEFAULT_TARGETS if canonical else LORA_DEFAULT_TARGETS
         )
         regather = bool_field(peft, "sequence_parallel_input_regather", "peft", False)
-        lacking = "DoRA" if peft_kind == "dora" else ("CanonicalLoRA" if canonical else None)
+        lacking = class_without_regather(peft_kind, canonical)
         if regather and lacking:
             # Bridge drops a key its PEFT class does not have (with a warning; a CLI override of it
             # is refused), so the run keeps the gathered inputs.

@@ -46,20 +46,36 @@ def lora_target_leaf(target: str) -> str:
     return target.strip().rsplit(".", 1)[-1].strip("*")
 
 
+def names_canonical_parts(targets: Any) -> bool:
+    """Do the adapter targets name parts of the fused linears (``linear_q``, ``linear_fc1_up``...)?"""
+    return any(lora_target_leaf(str(t)) in CANONICAL_LORA_PARTS for t in targets)
+
+
 def canonical_lora(run: RunSpec) -> bool:
     """Adapters on the parts of the fused linears: Bridge's CanonicalLoRA, which has no
     sequence_parallel_input_regather option (only LoRA has)."""
-    return any(lora_target_leaf(t) in CANONICAL_LORA_PARTS for t in run.lora_target_modules)
+    return names_canonical_parts(run.lora_target_modules)
+
+
+def peft_class_name(text: str) -> str:
+    """``peft._target_: megatron.bridge.peft.dora.DoRA`` -> ``dora``, ``--peft-scheme canonical_lora``
+    -> ``canonical_lora``: the class or scheme name decides what a PEFT setting is, never a package
+    on its path."""
+    words = str(text).split()
+    return words[-1].rsplit(".", 1)[-1].lower() if words else ""
+
+
+def class_without_regather(peft: str | None, canonical: bool) -> str | None:
+    """The Megatron Bridge PEFT class that has no sequence_parallel_input_regather field (only
+    ``LoRA`` has one, peft/lora.py; ``DoRA`` and ``CanonicalLoRA`` do not), else None."""
+    if peft == "dora":
+        return "DoRA"
+    return "CanonicalLoRA" if peft and canonical else None
 
 
 def peft_without_regather(run: RunSpec) -> str | None:
-    """The Megatron Bridge PEFT class of this run when it has no sequence_parallel_input_regather
-    field (only ``LoRA`` has one, peft/lora.py; ``DoRA`` and ``CanonicalLoRA`` do not), else None."""
-    if run.peft == "dora":
-        return "DoRA"
-    if run.peft and canonical_lora(run):
-        return "CanonicalLoRA"
-    return None
+    """:func:`class_without_regather` of a run."""
+    return class_without_regather(run.peft, canonical_lora(run))
 
 
 def lora_base_module(target: str) -> str:
