@@ -182,6 +182,7 @@ BATCHES = (
     "blind_batch16.yaml",
     "blind_batch17.yaml",
     "blind_batch18.yaml",
+    "blind_batch19.yaml",
 )
 BLIND = [(name, *row) for name in BATCHES for row in _indexed(name)]
 

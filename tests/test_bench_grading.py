@@ -200,7 +200,52 @@ def test_an_allocator_option_pytorch_rejects_fails_the_answer_unless_the_user_wr
     quoted = "Fragmentation, and your PYTORCH_CUDA_ALLOC_CONF=expandable_segments=True is rejected: use a colon."
     given = {**checks, "alloc_conf_given": ["expandable_segments=True"]}
     assert grade_answer(given, quoted).content_score == 1.0
-    assert grade_answer(checks, quoted).content_score == 0.0  # not the user's string: naming it counts unless denied
+    # not the user's string, but quoted as the failure ("is rejected"), not given as the setting
+    assert grade_answer(checks, quoted).content_score == 1.0
+    assert (
+        grade_answer(checks, "Fragmentation: use PYTORCH_CUDA_ALLOC_CONF=expandable_segments=True.").content_score
+        == 0.0
+    )
+
+
+def test_a_rejected_allocator_string_is_found_across_semicolons_in_code_spans_and_by_its_case() -> None:
+    """Three ways the check once missed a rejected string: ";" between options cut it into two
+    clauses; a value given alone in a code span, without the variable's name, was not read; and
+    a case-blind match let a right "...:True" elsewhere stand for the rejected "...:true"."""
+    checks = {"claims": [{"label": "fragmentation", "patterns": ["fragment"], "key": True}]}
+    semicolons = (
+        'Fragmentation. export PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True;garbage_collection_threshold:0.8"'
+    )
+    assert grade_answer(checks, semicolons).content_score == 0.0
+    alone = "Fragmentation. The line to use is `expandable_segments:True;garbage_collection_threshold:0.8`."
+    assert grade_answer(checks, alone).content_score == 0.0
+    assert grade_answer(checks, "Fragmentation. The line to use is `expandable_segments:True`.").content_score == 1.0
+    explained = (
+        "Fragmentation. `expandable_segments=True` or `expandable_segments:true` fail at start-up; "
+        "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True."
+    )
+    assert grade_answer(checks, explained).content_score == 1.0
+
+
+def test_a_call_keeps_its_clause_and_a_spaced_colon_is_a_character() -> None:
+    """A bracket right after a name opens a call ("pickle.load(open(path))"), so wordings that end
+    in "(" can match; a colon after a space is the character an answer names ("`=` instead of
+    `:`"), not a label's end. "PyTorch reads ..." states what PyTorch does; only "PyTorch never
+    reads" or "nothing reads" denies."""
+    from memtune.bench.grading import spans
+
+    text = "Read it with pickle.load(open(path)) and walk the segments."
+    assert any("pickle.load(open" in text[s.start : s.end] for s in spans(text))
+    checks = {"wrong": [{"label": "unpickles", "patterns": [r"pickle\.load\("]}]}
+    assert grade_answer(checks, text).content_score == 0.0
+    colon = {"claims": [{"label": "colon", "patterns": [r"=\s+instead\s+of\s+:"], "key": True}]}
+    assert (
+        grade_answer(colon, "- `=` instead of `:` → PyTorch reads the token as one option name.").content_score == 1.0
+    )
+    wrong = {"claims": [], "wrong": [{"label": "exports it", "patterns": [r"export\s+the\s+setting"]}]}
+    assert grade_answer(wrong, "Export the setting before launch as PyTorch reads it at start-up.").content_score == 0.0
+    assert grade_answer(wrong, "Export the setting as PyTorch never reads it.").content_score == 1.0
+    assert grade_answer(wrong, "Export the setting for a start as nothing reads it.").content_score == 1.0
 
 
 def test_an_option_a_helper_does_not_have_fails_the_answer() -> None:

@@ -261,6 +261,22 @@ SENTENCES = {
         "Open it with pickle.load(f) and walk the segments.",
         "Read the snapshot as data with runtime_memory.py; unpickling a file runs whatever it carries.",
     ),
+    "myth-caching-allocator-off": (
+        "Export PYTORCH_NO_CUDA_MEMORY_CACHING=1 as well, so freed memory never sits idle in a cache.",
+        "Leave PYTORCH_NO_CUDA_MEMORY_CACHING unset: with it every free is a synchronising cudaFree.",
+    ),
+    "myth-empty-cache-fix": (
+        "Add a torch.cuda.empty_cache() after each backward pass so the next big block finds room.",
+        "Before PyTorch raises an OOM it has already released its idle cached blocks and retried.",
+    ),
+    "myth-memory-fraction": (
+        "Raise the cap with torch.cuda.set_per_process_memory_fraction(1.25) to borrow some host RAM.",
+        "torch.cuda.set_per_process_memory_fraction(0.5) leaves half the card to a second process.",
+    ),
+    "myth-vocab-divisor-shrinks": (
+        "Bump --make-vocab-size-divisible-by to 512 and the logits get smaller.",
+        "A larger --make-vocab-size-divisible-by pads the vocabulary further, so the logits can only grow.",
+    ),
 }
 
 
@@ -389,6 +405,12 @@ def test_right_statements_on_a_myths_topic_pass(sentence: str) -> None:
 #: and false claim, never a pattern), three per myth: the grader's false-fail rate on text it was
 #: not tuned to. Graded once as written: 179 of 180 passed; the one miss ("... changes nothing for
 #: the running allocator") was a denial the grader did not know, since added.
+#: A later round (four new myths, two widened) added 18 more, three per myth, written
+#: the same way: 14 of 18 passed as first graded. The four that failed described what a setting
+#: does ("With PYTORCH_NO_CUDA_MEMORY_CACHING=1, every allocation goes straight to cudaMalloc"),
+#: denied it with a verb the grader did not know ("does not lower") or kept the call for its real
+#: use (empty_cache "when another process on the same GPU needs the memory"); the patterns now
+#: need a recommendation and the denial verbs include lower/shrink/free/prevent/stop/remove.
 BLIND_NEAR_MISSES = yaml.safe_load((REPO / "tests" / "data" / "grader-answers" / "myth_near_misses.yaml").read_text())
 
 

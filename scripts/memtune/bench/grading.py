@@ -213,8 +213,11 @@ _SENTENCE_END = re.compile(
 # before a number does not end a clause ("legal sizes are 2, 4, 5, 10" is one list), and a
 # short label's colon does not either ("Ranks 0-2: unchanged", "Diagnosis: capacity"; see
 # spans), unless the label itself denies ("Not capacity: fragmentation").
+# A bracket right after a name opens a call's arguments, not an aside:
+# "pickle.load(open(path))" stays one clause with the call it names. A colon after a space is
+# a character the answer names ("`=` instead of `:`"), not the end of a label.
 _CLAUSE_BREAK = re.compile(
-    r"[;()\[\]]|,(?!\s*\d)|:[*_]*\s(?!\s*[`'\"]?(?:true|false|\d)\b)|\s[—–-]{1,2}\s|—"
+    r"[;)\[\]]|(?<![\w.])\(|,(?!\s*\d)|(?<!\s):[*_]*\s(?!\s*[`'\"]?(?:true|false|\d)\b)|\s[—–-]{1,2}\s|—"
     r"|\b(?:but|however|whereas|although|though|so|therefore|thus|hence|because|since|yet|otherwise)\b",
     re.IGNORECASE,
 )
@@ -236,9 +239,10 @@ _DENY_AFTER = re.compile(
     r"^\W*(?:\w+\W+){0,6}?(?:"
     r"(?:is|are|was|were|'s)\s+(?:not|never|n[’']t)\b|(?:isn[’']t|aren[’']t|wasn[’']t|weren[’']t)\b"
     r"|(?:would|will|does|do|did|should|can|could)\s*(?:not|n[’']t)\s+(?:help|work|fix|solve|matter|save|reduce|cut|"
+    r"lower|shrink|free|prevent|stop|remove|"
     r"change|apply|tell|show|reveal|be\s+(?:the|a|needed|necessary|enough|right|useful|worth))"
     r"|(?:won[’']t|wouldn[’']t|doesn[’']t|don[’']t|didn[’']t|shouldn[’']t|can[’']t|cannot)\s+"
-    r"(?:help|work|fix|solve|matter|save|reduce|cut|change|apply|tell|show|reveal|"
+    r"(?:help|work|fix|solve|matter|save|reduce|cut|lower|shrink|free|prevent|stop|remove|change|apply|tell|show|reveal|"
     r"be\s+(?:the|a|needed|necessary|enough|right|useful|worth))"
     r"|(?:is|are|would\s+be|'s)\s+(?:a\s+|the\s+)?(?:myth|mistake|wrong|false|incorrect|misconception|bad\s+idea|"
     r"last\s+resort|red\s+herring|not\s+needed|unnecessary|pointless|useless|counterproductive)"
@@ -250,7 +254,7 @@ _DENY_AFTER = re.compile(
     # a name or a step said to do nothing: "NCCL_TIMEOUT does not exist", "... has no effect"
     r"|(?:has|have|had)\s+no\s+effect|(?:is|are)\s+(?:silently\s+)?ignored|(?:does|do|changes?|achieves?)\s+nothing"
     r"|(?:does\s*n[o’']?t|doesn[’']t|does\s+not|do\s+not|don[’']t)\s+(?:exist|take\s+effect|do\s+anything)"
-    r"|(?:PyTorch|NCCL|it|nothing|nobody)\s+(?:ever\s+)?(?:never\s+)?reads?\b"
+    r"|(?:(?:nothing|nobody)\s+(?:ever\s+)?|(?:PyTorch|NCCL|it)\s+never\s+)reads?\b"
     r"|(?:is|are|'s)\s+(?:a\s+)?(?:common\s+)?(?:typo|misspelling)"
     r")",
     re.IGNORECASE,
@@ -503,8 +507,15 @@ def grade_answer(
         results.append(_check_claim(claim, prose, clauses, wrong=True))
     for swap in swapped_figures(checks.get("figures", ()), prose, clauses):
         results.append(CheckResult("wrong", "a figure given to the wrong option", False, swap, True))
-    for value in rejected_alloc_settings(prose, checks.get("alloc_conf_given", ())):
-        claim = {"label": f"sets an allocator option PyTorch rejects ({value})", "patterns": [re.escape(value)]}
+    for value in rejected_settings_set(answer, prose, clauses, checks.get("alloc_conf_given", ())):
+        claim = {
+            "label": f"sets an allocator option PyTorch rejects ({value})",
+            # case matters: "expandable_segments:true" is rejected, "...:True" is the fix
+            "patterns": [f"(?-i:{re.escape(value)})"],
+            # matched over its sentence: a setting written with ";" between options
+            # ("expandable_segments:True;garbage_collection_threshold:0.8") spans two clauses
+            "scope": "sentence",
+        }
         results.append(_check_claim(claim, prose, clauses, wrong=True))
     invented = (
         ("gives a helper an option it does not have", unknown_helper_options(answer)),
@@ -540,6 +551,28 @@ def grade_answer(
         command_ok=command_ok,
         security_violations=violations,
     )
+
+
+#: Words that show a setting is quoted as the failure, not recommended: "`expandable_segments:true`
+#: fails at start-up", "... is rejected", "Unrecognized CachingAllocator option".
+_QUOTED_AS_FAILING = re.compile(
+    r"\b(?:fail\w*|reject\w*|refus\w*|invalid|wrong|crash\w*|unrecogni[sz]ed|typos?|broken)\b", re.IGNORECASE
+)
+
+
+def rejected_settings_set(answer: str, prose: str, clauses: Sequence[Span], given: Sequence[str]) -> list[str]:
+    """Allocator strings PyTorch rejects that the answer gives as a setting, not as the failure it
+    explains: a sentence that quotes one next to "fails", "is rejected" or "wrong" describes it.
+
+    The raw answer is searched as well as the prose: a setting given alone in a code span
+    (`` `expandable_segments:True;garbage_collection_threshold:0.8` ``) is found by its ticks."""
+    out = []
+    for value in dict.fromkeys([*rejected_alloc_settings(prose, given), *rejected_alloc_settings(answer, given)]):
+        sentences = [prose[s.start : s.end] for s in whole_sentences(clauses) if value in prose[s.start : s.end]]
+        if sentences and all(_QUOTED_AS_FAILING.search(text) for text in sentences):
+            continue
+        out.append(value)
+    return out
 
 
 def security_violations(rules: Sequence[SecurityRule], answer: str, commands: Sequence[str] = ()) -> tuple[str, ...]:

@@ -135,10 +135,22 @@ def unknown_megatron_options(answer: str, given: Iterable[str] = ()) -> list[str
 _PLACEHOLDER = re.compile(r"[A-Z][A-Z0-9_]*")
 
 
+@functools.cache
+def _alloc_code_span() -> re.Pattern[str]:
+    """A code span holding only allocator options: `` `expandable_segments:True` ``. An answer
+    often gives the value alone as the line to use, without the variable's name."""
+    from memtune.files.data_yaml import load_data_mapping
+    from memtune.files.paths import DATA_DIR
+
+    keys = sorted(load_data_mapping(DATA_DIR / "alloc_conf.yaml").get("options", {}), key=len, reverse=True)
+    return re.compile(r"`((?:" + "|".join(map(re.escape, keys)) + r"):[^\s`]{1,200})`")
+
+
 def alloc_conf_values(text: str) -> list[str]:
-    """The allocator strings set in ``text`` (trailing sentence punctuation left out)."""
+    """The allocator strings set in ``text`` (trailing sentence punctuation left out): after the
+    variable's name, or alone in a code span that starts with an allocator option."""
     out: list[str] = []
-    for m in _ALLOC_CONF.finditer(text):
+    for m in [*_ALLOC_CONF.finditer(text), *_alloc_code_span().finditer(text)]:
         value = m.group(1).rstrip(".,;:)!?")
         if value and value not in out:
             out.append(value)
