@@ -575,3 +575,39 @@ def test_hostile_yaml_side_is_one_line_exit_2(tmp_path: Path, build: str) -> Non
 def test_a_device_is_not_a_side() -> None:
     out = invoke(HELPER, "/dev/zero", PP4)
     assert out.exit_code == 2 and "/dev/zero" in out.stderr and "regular file" in out.stderr
+
+
+#: A launch line without Megatron-FSDP and the same line with it, no strategy named: what B holds
+#: depends on the megatron-core release (no_shard before core_v0.18.0, optim_grads_params since).
+FSDP_BASE = (
+    "torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 32 --hidden-size 4096 --num-attention-heads 32 "
+    "--group-query-attention --num-query-groups 8 --ffn-hidden-size 14336 --swiglu --seq-length 4096 "
+    "--max-position-embeddings 4096 --micro-batch-size 1 --global-batch-size 64 --bf16 --vocab-size 128256 "
+    "--use-distributed-optimizer"
+)
+
+
+def test_the_megatron_core_release_reads_both_lines_and_their_flags(tmp_path: Path) -> None:
+    """--megatron-core-version reaches the estimate of each side and the flag-by-flag split: with
+    0.17 the added --use-megatron-fsdp keeps everything whole (no_shard) and memory grows; with a
+    current release it shards parameters, gradients and states, and memory falls."""
+    a, b = tmp_path / "a.sh", tmp_path / "b.sh"
+    a.write_text(FSDP_BASE + "\n")
+    b.write_text(FSDP_BASE + " --use-megatron-fsdp\n")
+    old = invoke_json(HELPER, str(a), str(b), "--megatron-core-version", "0.17", "--json")
+    new = invoke_json(HELPER, str(a), str(b), "--json")
+    assert_schema(old)
+    assert old["delta_bytes"] > 0 > new["delta_bytes"]
+    knobs = {f["flag"]: f["knobs"] for f in old["flags"]}["--use-megatron-fsdp"]
+    assert "use_megatron_fsdp" in knobs
+
+
+def test_the_megatron_core_release_is_refused_where_no_launch_line_reads_it(tmp_path: Path) -> None:
+    out = invoke(HELPER, C01, C07, "--megatron-core-version", "0.17")
+    assert out.exit_code == 2 and len(out.stderr.strip().splitlines()) == 1
+    assert "two measurements have none" in out.stderr
+    config = tmp_path / "run.yaml"
+    config.write_text("model:\n  tensor_model_parallel_size: 2\n")
+    out = invoke(HELPER, str(config), str(config), "--preset", "llama3-8b", "--megatron-core-version", "0.17")
+    assert out.exit_code == 2 and len(out.stderr.strip().splitlines()) == 1
+    assert "applies to Megatron-LM launch lines" in out.stderr

@@ -10,6 +10,7 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from memtune.bench.chat import Reply
 
@@ -43,6 +44,24 @@ def _without_extra_buffers() -> Iterator[None]:
         low.llama_model_default_params = original
 
 
+def load_llama(model_path: Path, n_ctx: int, threads: int, logits_all: bool = False) -> Any:
+    """A llama_cpp.Llama on plain CPU buffers (see ``_without_extra_buffers``). ``logits_all``
+    keeps every position's logits, which token log-probabilities need (benchmarks/local_judge.py)."""
+    from llama_cpp import Llama
+
+    with _without_extra_buffers():
+        return Llama(
+            model_path=str(model_path),
+            n_ctx=n_ctx,
+            n_threads=threads,
+            n_threads_batch=threads,
+            n_batch=512,
+            seed=0,
+            verbose=False,
+            logits_all=logits_all,
+        )
+
+
 class LlamaChatModel:
     """llama-cpp-python chat completion with a RAM cache of evaluated prefixes.
 
@@ -52,20 +71,9 @@ class LlamaChatModel:
     """
 
     def __init__(self, model_path: Path, n_ctx: int, threads: int, temperature: float, cache_bytes: int) -> None:
-        from llama_cpp import Llama
-
         from memtune.bench.prefix_cache import PrefixStateCache
 
-        with _without_extra_buffers():
-            self.llm = Llama(
-                model_path=str(model_path),
-                n_ctx=n_ctx,
-                n_threads=threads,
-                n_threads_batch=threads,
-                n_batch=512,
-                seed=0,
-                verbose=False,
-            )
+        self.llm = load_llama(model_path, n_ctx, threads)
         if cache_bytes > 0:
             # not LlamaRAMCache: it leaves each state's logits copy out of its budget (prefix_cache.py)
             self.llm.set_cache(PrefixStateCache(cache_bytes))

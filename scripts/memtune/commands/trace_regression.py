@@ -139,6 +139,13 @@ SOURCE = "run description"
 )
 @option("--preset", metavar="NAME", help="model preset for a Bridge YAML that does not name its model", section=SOURCE)
 @option("--hf-config", metavar="FILE", help="Hugging Face config.json for a Bridge YAML's model", section=SOURCE)
+@option(
+    "--megatron-core-version",
+    metavar="X.Y",
+    help="megatron-core release Megatron-LM launch lines run with, for the flag defaults that changed between "
+    "releases (Megatron-FSDP's sharding strategy: no_shard before 0.18); default: a current one",
+    section=SOURCE,
+)
 @option("--gpus", "--world-size", "gpus", type=click.IntRange(min=1), help="total GPUs, when a file does not say")
 @option("--gpu", type=GPU, help="the GPU model: its usable memory is the limit (e.g. H100-80GB)")
 @option("--gpu-memory", type=SIZE, help="the limit as a size (81559MiB, 79.6GiB); instead of --gpu")
@@ -175,6 +182,8 @@ def _run_argv(args: SimpleNamespace, kind: str, path: str) -> list[str]:
             argv += ["--preset", args.preset]
         if args.hf_config:
             argv += ["--hf-config", args.hf_config]
+    elif args.megatron_core_version:
+        argv += ["--megatron-core-version", args.megatron_core_version]
     if args.gpus:
         argv += ["--gpus", str(args.gpus)]
     if args.gpu:
@@ -196,6 +205,11 @@ def load_config(args: SimpleNamespace, path: str, label: str | None = None) -> S
         raise InputError(f"{name}: this is a run's measurement; comparing measurements needs two logs or snapshots")
     if kind != "bridge-config" and (args.preset or args.hf_config):
         raise InputError(f"{name}: a Megatron-LM launch script carries its model; drop --preset/--hf-config")
+    if kind == "bridge-config" and args.megatron_core_version:
+        raise InputError(
+            f"{name}: --megatron-core-version applies to Megatron-LM launch lines (their flag defaults); "
+            "a Bridge config states its own settings - drop it"
+        )
     try:
         inputs = load_model_and_run(parse_run_options(_run_argv(args, kind, path)))
     except InputError as exc:
@@ -260,6 +274,11 @@ def _trace(args: SimpleNamespace) -> int:
         raise InputError(
             f"A and B must be the same kind: got {len(measured)} measurement(s) ({', '.join(measured) or '-'}) "
             f"and {len(configs)} configuration(s) ({', '.join(configs) or '-'}); give two of each kind"
+        )
+    if args.megatron_core_version and not configs:
+        raise InputError(
+            "--megatron-core-version reads Megatron-LM launch lines; two measurements have none - drop it, "
+            "or add the two runs' launch scripts"
         )
     doc: ConfigDocument | None = None
     if configs:
@@ -481,9 +500,11 @@ def _config_document(
     allowed = threshold.bytes_of(at.peak_a)
     flag_rows: list[FlagChangeJson] | None = None
     if a.flags is not None and b.flags is not None and a.kind == b.kind == "megatron-args":
+        from memtune.readers.alloc_conf import parse_version
         from memtune.runtime.flag_diff import flag_changes
 
-        flag_rows = [c.to_json() for c in flag_changes(a.flags, b.flags, a.run.world_size)]
+        version = parse_version(args.megatron_core_version if args else None, "--megatron-core-version")
+        flag_rows = [c.to_json() for c in flag_changes(a.flags, b.flags, a.run.world_size, mcore_version=version)]
     elif a.flags is not None and b.flags is not None and a.kind == b.kind == "bridge-config" and args is not None:
         from memtune.runtime.config_diff import key_changes
 

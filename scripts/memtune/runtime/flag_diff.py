@@ -78,13 +78,19 @@ def spec_fields(model: Any, run: Any) -> dict[str, Any]:
     return out
 
 
-def flag_changes(flags_a: Mapping[str, Any], flags_b: Mapping[str, Any], world_size: int | None) -> list[FlagChange]:
-    """Every flag whose value differs (or that only one side has), in A's order then B's."""
+def flag_changes(
+    flags_a: Mapping[str, Any],
+    flags_b: Mapping[str, Any],
+    world_size: int | None,
+    mcore_version: tuple[int, ...] | None = None,
+) -> list[FlagChange]:
+    """Every flag whose value differs (or that only one side has), in A's order then B's;
+    ``mcore_version`` reads both lines with that release's flag defaults, as the estimate does."""
     from memtune.readers.megatron_args import normalize_flag, specs_from_megatron_args
 
     a = {normalize_flag(k): v for k, v in flags_a.items()}
     b = {normalize_flag(k): v for k, v in flags_b.items()}
-    model0, run0, _ = specs_from_megatron_args(a, world_size=world_size)
+    model0, run0, _ = specs_from_megatron_args(a, world_size=world_size, mcore_version=mcore_version)
     base = spec_fields(model0, run0)
     prefixes, names = _no_memory_table()
     out: list[FlagChange] = []
@@ -99,7 +105,7 @@ def flag_changes(flags_a: Mapping[str, Any], flags_b: Mapping[str, Any], world_s
         else:
             trial[name] = after
         try:
-            model, run, _ = specs_from_megatron_args(trial, world_size=world_size)
+            model, run, _ = specs_from_megatron_args(trial, world_size=world_size, mcore_version=mcore_version)
         except (InputError, ValueError):
             status = UNREADABLE
         else:
