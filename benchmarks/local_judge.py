@@ -35,6 +35,7 @@ sys.path.insert(0, str(REPO / "scripts"))
 
 from memtune.bench.dataset import Case, load_dataset  # noqa: E402
 from memtune.bench.grading import grade_answer  # noqa: E402
+from memtune.errors import InputError  # noqa: E402
 
 DEFAULT_BATCH = REPO / "tests" / "data" / "grader-answers" / "blind_batch19.yaml"
 #: answer kinds: right answers, first wrong answers, second wrong answers (one hidden error)
@@ -137,8 +138,7 @@ def command(batches: tuple[Path, ...], tasks: int | None, threads: int, as_json:
         model_path = provide()
         llm = load_llama(model_path, n_ctx=4096, threads=threads, logits_all=True)
     except (ImportError, ModelError) as exc:
-        click.echo(f"local_judge.py: no local model: {exc}; install the Tier-3 extra first", err=True)
-        return 2
+        raise InputError(f"no local model ({exc}); install the Tier-3 extra (evals/README.md) first") from None
     rows = []
     started = time.monotonic()
     for n, (cid, kind, index, text) in enumerate(answers, start=1):
@@ -162,13 +162,14 @@ def command(batches: tuple[Path, ...], tasks: int | None, threads: int, as_json:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        return int(command.main(args=argv, prog_name="local_judge.py", standalone_mode=False) or 0)
-    except click.UsageError as exc:
-        sys.stderr.write(f"local_judge.py: error: {' '.join(exc.format_message().split())} (see --help)\n")
-        return 2
+def main(argv: list[str] | None = None) -> int:
+    """Run :data:`command` under the helpers' runner: one-line usage errors, exit 2."""
+    from memtune.cli import invoke
+
+    return invoke(command, "local_judge.py", argv)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from memtune.cli import run
+
+    run(main, "local_judge.py")
