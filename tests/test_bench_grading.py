@@ -471,3 +471,25 @@ def test_an_allocator_fix_for_an_oversized_request_in_a_small_agents_words() -> 
         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True would not fix it. Shrink the batch or resolution."
     )
     assert grade_answer(checks, right).content_score >= 0.8
+
+
+def test_a_claim_is_not_asserted_in_a_context_its_unless_wordings_name() -> None:
+    """``unless``: the same words are true in some contexts. empty_cache() cannot prevent an OOM
+    of PyTorch's own allocator (it frees its idle blocks and retries before raising one), but
+    memory that NCCL or cuBLAS allocate outside it can gain from the call."""
+    claim = {
+        "label": "empty_cache as a fix",
+        "patterns": [r"\bcall\w*\s+(?:torch\.cuda\.)?empty_cache\b"],
+        "unless": [r"\bNCCL\b"],
+        "hedge": False,
+        "scope": "sentence",
+    }
+    checks = {"wrong": [claim]}
+    assert grade_answer(checks, "Call torch.cuda.empty_cache() after every step.").content_score == 0.0
+    right = "Call torch.cuda.empty_cache() before the first all-reduce, so NCCL finds room for its buffers."
+    grade = grade_answer(checks, right)
+    assert grade.content_score == 1.0
+    assert "in the context 'NCCL'" in grade.checks[0].detail
+    # the context must be in the same sentence
+    two = "NCCL is fine. Call torch.cuda.empty_cache() after every step."
+    assert grade_answer(checks, two).content_score == 0.0

@@ -267,7 +267,11 @@ SENTENCES = {
     ),
     "myth-empty-cache-fix": (
         "Add a torch.cuda.empty_cache() after each backward pass so the next big block finds room.",
-        "Before PyTorch raises an OOM it has already released its idle cached blocks and retried.",
+        "Call torch.cuda.empty_cache() before the first collective: NCCL allocates outside PyTorch's cache.",
+    ),
+    "myth-empty-cache-mechanism": (
+        "empty_cache() hands the CUDA context's memory back to the driver as well.",
+        "empty_cache() returns only unused cached blocks; the CUDA context stays as it is.",
     ),
     "myth-memory-fraction": (
         "Raise the cap with torch.cuda.set_per_process_memory_fraction(1.25) to borrow some host RAM.",
@@ -411,6 +415,9 @@ def test_right_statements_on_a_myths_topic_pass(sentence: str) -> None:
 #: denied it with a verb the grader did not know ("does not lower") or kept the call for its real
 #: use (empty_cache "when another process on the same GPU needs the memory"); the patterns now
 #: need a recommendation and the denial verbs include lower/shrink/free/prevent/stop/remove.
+#: The empty_cache myth was then split: a call recommended beside NCCL, cuBLAS or another process
+#: is right (they allocate outside PyTorch's cache), its own myth says what the call releases. Six
+#: more statements written the same way for the two passed as first graded.
 BLIND_NEAR_MISSES = yaml.safe_load((REPO / "tests" / "data" / "grader-answers" / "myth_near_misses.yaml").read_text())
 
 

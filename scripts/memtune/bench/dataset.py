@@ -133,7 +133,7 @@ def load_claims(path: Path) -> dict[str, dict[str, Any]]:
     for claim_id, body in doc.items():
         if not isinstance(body, dict) or not isinstance(body.get("patterns"), list) or not body["patterns"]:
             raise InputError(f"{path}: claim {claim_id!r} needs a non-empty list of patterns")
-        for pattern in [*body["patterns"], *body.get("negative_patterns", [])]:
+        for pattern in [*body["patterns"], *body.get("negative_patterns", []), *body.get("unless", [])]:
             try:
                 re.compile(pattern)
             except re.error as exc:
@@ -146,6 +146,7 @@ def load_claims(path: Path) -> dict[str, dict[str, Any]]:
             "negative_patterns": [str(p) for p in body.get("negative_patterns", [])],
             "everywhere": bool(body.get("everywhere", False)),
             "scope": str(body.get("scope", "clause")),
+            "unless": [str(p) for p in body.get("unless", [])],
         }
     return library
 
@@ -183,6 +184,7 @@ def resolve_claim(item: Any, library: Mapping[str, Mapping[str, Any]], where: st
             "negative_patterns": list(base["negative_patterns"]) + list(item.get("negative_patterns", [])),
             "key": bool(item.get("key", False)),
             "scope": str(base.get("scope", "clause")),
+            "unless": list(base.get("unless", [])),
             # a myth is false as a conditional step too ("if the peak is tight, drop the
             # distributed optimizer"): a hedge does not spare it (grading._find says what does)
             "hedge": not base.get("everywhere", False),

@@ -338,6 +338,7 @@ class ClaimMatch:
     text: str
     asserted: bool
     why: str
+    start: int = -1  # where the wording starts in the answer
 
 
 #: "instead of" / "rather than" deny the words right after them ("rather than raising TP"),
@@ -411,7 +412,7 @@ def _find(
                 if condition:
                     found.append(ClaimMatch(m.group(0), False, f"inside the condition {condition.group(0).strip()!r}"))
                     continue
-            found.append(ClaimMatch(m.group(0), True, "asserted"))
+            found.append(ClaimMatch(m.group(0), True, "asserted", span.start + m.start()))
     return found
 
 
@@ -433,16 +434,34 @@ def claim_verdict(claim: Mapping[str, Any], answer: str, clauses: Sequence[Span]
 
     A claim with ``scope: sentence`` is matched across a whole sentence: a comparison such as
     "the more virtual stages, the lower the peak" is one statement split by its comma."""
+    sentences = whole_sentences(clauses)
     if claim.get("scope") == "sentence":
-        clauses = whole_sentences(clauses)
+        clauses = sentences
     denied: ClaimMatch | None = None
     wordings = [(p, False) for p in claim.get("patterns", ())] + [(p, True) for p in claim.get("negative_patterns", ())]
     for pattern, negative in wordings:
         for match in _find(pattern, answer, clauses, negative, hedged_ok=wrong, hedge_rescues=claim.get("hedge", True)):
             if match.asserted:
-                return match
+                exempt = _exempting_context(claim.get("unless", ()), answer, sentences, match.start)
+                if exempt is None:
+                    return match
+                match = ClaimMatch(match.text, False, f"in the context {exempt!r}", match.start)
             denied = denied or match
     return denied
+
+
+def _exempting_context(unless: Sequence[str], answer: str, sentences: Sequence[Span], start: int) -> str | None:
+    """The first ``unless`` wording found in the sentence that holds ``start``: a context in which
+    the claim's words say something true ("call empty_cache() before NCCL initialises" frees
+    memory that NCCL, outside PyTorch's allocator, can then take)."""
+    for sentence in sentences:
+        if sentence.start <= start < sentence.end:
+            text = answer[sentence.start : sentence.end]
+            for pattern in unless:
+                hit = re.search(pattern, text, FLAGS)
+                if hit:
+                    return hit.group(0)
+    return None
 
 
 def _check_claim(claim: Mapping[str, Any], answer: str, clauses: Sequence[Span], wrong: bool) -> CheckResult:
