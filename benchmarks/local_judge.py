@@ -89,10 +89,31 @@ def blind_answers(paths: Sequence[Path], case_ids: set[str]) -> list[tuple[str, 
     rows = []
     for path in paths:
         doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        if not isinstance(doc, dict) or not all(
+            isinstance(v, dict) and isinstance(v.get("good"), list) and isinstance(v.get("wrong"), list)
+            for v in doc.values()
+        ):
+            raise InputError(f"{path}: expected a mapping task id -> {{good: [...], wrong: [...]}}")
         for cid, by_kind in doc.items():
             if cid in case_ids:
                 rows += [(cid, kind, i, text) for kind in ("good", "wrong") for i, text in enumerate(by_kind[kind])]
     return rows
+
+
+def caught_keeping_every_right(rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """Wrong answers the judge would fail at the one threshold that still passes every right
+    answer (strictly above the highest P(WRONG) any right answer got): the Tier-3 bar asks that
+    every right answer pass, so this is what the judge could add to the grader under it."""
+    good = [r["p_wrong"] for r in rows if r["kind"] == "good" and r["p_wrong"] is not None]
+    ceiling = max(good, default=1.0)
+    out = {}
+    for index in (0, 1):
+        mine = [r for r in rows if r["kind"] == "wrong" and r["index"] == index]
+        out[f"wrong{index}"] = sum(1 for r in mine if r["p_wrong"] is not None and r["p_wrong"] > ceiling)
+        out[f"wrong{index}_also_missed_by_grader"] = sum(
+            1 for r in mine if r["p_wrong"] is not None and r["p_wrong"] > ceiling and r["grade"] > 0.25
+        )
+    return out
 
 
 def summarise(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -151,7 +172,14 @@ def command(batches: tuple[Path, ...], tasks: int | None, threads: int, as_json:
         click.echo(f"[{n}/{len(answers)}] {time.monotonic() - started:.0f}s {cid} {kind}{index}", err=True)
     summary = summarise(rows)
     if as_json:
-        click.echo(json.dumps({"model": model_path.name, "answers": len(rows), "by_kind": summary}, indent=2))
+        doc = {
+            "model": model_path.name,
+            "answers": len(rows),
+            "by_kind": summary,
+            "caught_keeping_every_right": caught_keeping_every_right(rows),
+            "rows": rows,
+        }
+        click.echo(json.dumps(doc, indent=2))
         return 0
     click.echo(f"judge: {model_path.name}; {len(rows)} blind answers")
     click.echo(f"{'answers':26} {'n':>4} {'grader right':>13} {'judge P(WRONG)':>15} {'judge AUC':>10}")
@@ -159,6 +187,11 @@ def command(batches: tuple[Path, ...], tasks: int | None, threads: int, as_json:
         auc_text = "-" if row["judge_auc_vs_right"] is None else f"{row['judge_auc_vs_right']:.3f}"
         mean = "-" if row["judge_mean_p_wrong"] is None else f"{row['judge_mean_p_wrong']:.3f}"
         click.echo(f"{name:26} {row['answers']:>4} {row['grader_right']:>13} {mean:>15} {auc_text:>10}")
+    kept = caught_keeping_every_right(rows)
+    click.echo(
+        f"with every right answer passing, the judge fails {kept['wrong0']} first-kind and {kept['wrong1']} "
+        f"hidden-error wrong answers ({kept['wrong1_also_missed_by_grader']} of them missed by the grader)"
+    )
     return 0
 
 

@@ -227,17 +227,23 @@ def test_a_rejected_allocator_string_is_found_across_semicolons_in_code_spans_an
     assert grade_answer(checks, explained).content_score == 1.0
 
 
-def test_a_call_keeps_its_clause_and_a_spaced_colon_is_a_character() -> None:
-    """A bracket right after a name opens a call ("pickle.load(open(path))"), so wordings that end
-    in "(" can match; a colon after a space is the character an answer names ("`=` instead of
-    `:`"), not a label's end. "PyTorch reads ..." states what PyTorch does; only "PyTorch never
-    reads" or "nothing reads" denies."""
-    from memtune.bench.grading import spans
+def test_a_call_is_named_without_its_bracket_and_a_spaced_colon_is_a_character() -> None:
+    """A bracket ends a clause, so a call's arguments cannot be denied by words before the call
+    ("Without a restart you can still call f('expandable_segments:True')"), and wordings name a
+    call without its "(" ("pickle.load"); a colon after a space is the character an answer names
+    ("`=` instead of `:`"), not a label's end. "PyTorch reads ..." states what PyTorch does;
+    only "PyTorch never reads" or "nothing reads" denies."""
+    from memtune.bench.dataset import load_claims, resolve_claim
 
-    text = "Read it with pickle.load(open(path)) and walk the segments."
-    assert any("pickle.load(open" in text[s.start : s.end] for s in spans(text))
-    checks = {"wrong": [{"label": "unpickles", "patterns": [r"pickle\.load\("]}]}
-    assert grade_answer(checks, text).content_score == 0.0
+    library = load_claims(REPO / "evals" / "claims.yaml")
+    pickle = {"wrong": [resolve_claim("myth-snapshot-pickle", library, "test")]}
+    assert grade_answer(pickle, "Read it with pickle.load(open(path)) and walk the segments.").content_score == 0.0
+    assert (
+        grade_answer(pickle, "runtime_memory.py reads it without pickle.load(), so no code runs.").content_score == 1.0
+    )
+    setting = {"claims": [{"label": "setting", "patterns": [r"expandable_segments:True"], "key": True}]}
+    call = "Without a restart you can still call torch.cuda.memory._set_allocator_settings('expandable_segments:True')."
+    assert grade_answer(setting, call).content_score == 1.0
     colon = {"claims": [{"label": "colon", "patterns": [r"=\s+instead\s+of\s+:"], "key": True}]}
     assert (
         grade_answer(colon, "- `=` instead of `:` → PyTorch reads the token as one option name.").content_score == 1.0
@@ -493,3 +499,20 @@ def test_a_claim_is_not_asserted_in_a_context_its_unless_wordings_name() -> None
     # the context must be in the same sentence
     two = "NCCL is fine. Call torch.cuda.empty_cache() after every step."
     assert grade_answer(checks, two).content_score == 0.0
+
+
+def test_verbs_of_effect_deny_a_wrong_claim_but_not_a_required_one() -> None:
+    """ "does not lower" denies a wrong claim's effect; after a required claim it qualifies it
+    ("expandable segments will not lower the allocated peak but remove the idle reserve")."""
+    required = {"claims": [{"label": "expandable", "patterns": [r"expandable_segments:True"], "key": True}]}
+    text = "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True before launch will not lower the allocated peak."
+    assert grade_answer(required, text).content_score == 1.0
+    wrong = {"wrong": [{"label": "no cache", "patterns": [r"PYTORCH_NO_CUDA_MEMORY_CACHING=1"]}]}
+    assert grade_answer(wrong, "PYTORCH_NO_CUDA_MEMORY_CACHING=1 does not lower the peak.").content_score == 1.0
+
+
+def test_e_g_does_not_end_a_sentence() -> None:
+    from memtune.bench.grading import spans, whole_sentences
+
+    text = "Set CUDA_LAUNCH_BLOCKING=1, e.g. to debug. Then rerun."
+    assert len(whole_sentences(spans(text))) == 2

@@ -157,6 +157,10 @@ SENTENCES = {
         "Enable the distributed optimizer even on a single GPU: it halves the Adam state.",
         "With one GPU (DP=1) there is no data-parallel group to shard over, so the distributed optimizer saves nothing.",
     ),
+    "myth-launch-blocking-step": (
+        "Add CUDA_LAUNCH_BLOCKING=1 to the job's environment as well.",
+        "Set CUDA_LAUNCH_BLOCKING=1 for one run to find the failing kernel, then take it out.",
+    ),
     "myth-launch-blocking-memory": (
         "Export CUDA_LAUNCH_BLOCKING=1 so frees happen synchronously and blocks coalesce.",
         "CUDA_LAUNCH_BLOCKING=1 is a debugging switch that serialises kernel launches; leave it unset in training.",
@@ -432,3 +436,78 @@ def test_blind_right_statements_pass(sentence: str) -> None:
     checks = {"wrong": [resolve_claim(name, LIBRARY, "test") for name in MYTHS]}
     grade = grade_answer(checks, sentence)
     assert grade.content_score == 1.0, [c.detail for c in grade.checks if not c.passed]
+
+
+#: Sentences a review of the round from blind batches 10 to 18 wrote against its draft (the draft
+#: failed 31 of its 44 right ones): right uses of the same names must pass, the wrong forms the
+#: round was written for must still fail.
+REVIEW_RIGHT = (
+    "Set CUDA_LAUNCH_BLOCKING=1 to find the failing call.",
+    "Use CUDA_LAUNCH_BLOCKING=1 for diagnosis only.",
+    "For debugging only, set CUDA_LAUNCH_BLOCKING=1.",
+    "When debugging, export CUDA_LAUNCH_BLOCKING=1 and rerun.",
+    "Set CUDA_LAUNCH_BLOCKING=1 in train.sh to debug.",
+    "Set CUDA_LAUNCH_BLOCKING=1, e.g. to debug.",
+    "Set CUDA_LAUNCH_BLOCKING=1 to get a synchronous error at the offending kernel.",
+    "Your launch script exports CUDA_LAUNCH_BLOCKING=1; remove it, it slows every step and saves no memory.",
+    "The log also shows CUDA_LAUNCH_BLOCKING=1 was set.",
+    "The user already set CUDA_LAUNCH_BLOCKING=1, which is why the step time doubled.",
+    "Setting CUDA_LAUNCH_BLOCKING=1 serialises kernel launches, so the job runs slower but uses the same memory.",
+    "Calling empty_cache() releases the cached blocks but not the CUDA context.",
+    "Call torch.cuda.empty_cache() after deleting the model so nvidia-smi reflects the real usage.",
+    "Call torch.cuda.empty_cache() before loading the second model with TensorRT, which allocates with cudaMalloc directly.",
+    "Call torch.cuda.empty_cache() and then torch.cuda.reset_peak_memory_stats() before profiling the next phase.",
+    "Adding torch.cuda.empty_cache() after each step, as many forum posts suggest, is pointless.",
+    "Setting PYTORCH_NO_CUDA_MEMORY_CACHING=1 makes every allocation a cudaMalloc, which is far slower.",
+    "The user set PYTORCH_NO_CUDA_MEMORY_CACHING=1, which explains the slow steps.",
+    "You set PYTORCH_NO_CUDA_MEMORY_CACHING=1 in the job script: remove it, it makes each step much slower.",
+    "Use PYTORCH_NO_CUDA_MEMORY_CACHING=1 to check whether the out-of-bounds write is real.",
+    "Set PYTORCH_NO_CUDA_MEMORY_CACHING=1 while hunting the illegal memory access, then unset it.",
+    "Also set PYTORCH_NO_CUDA_MEMORY_CACHING=1 when you rerun under the memory checker.",
+    "Disabling caching with PYTORCH_NO_CUDA_MEMORY_CACHING=1 for one run tells you whether the cache was the problem.",
+    "Bumping --make-vocab-size-divisible-by helps GEMM efficiency; the smaller micro batch is what lowers the peak.",
+    "Raising --make-vocab-size-divisible-by to make the vocab TP-divisible is fine, but to cut the logits memory reduce the sequence length.",
+    "Increasing --make-vocab-size-divisible-by to 256 keeps the padded vocabulary at 128256 here, so the logits stay the same; to reduce their memory, use a smaller micro-batch.",
+    "Shrink the logits by cutting the sequence length; raising --make-vocab-size-divisible-by would do the opposite.",
+    "On B200 the assertion is skipped, only H100 needs it.",
+    "Removing --untie-embeddings-and-output-weights saves 2.1 GiB of memory.",
+    "In B, --untie-embeddings-and-output-weights adds the output matrix, and the memory footprint still falls because TP went to 4.",
+    "Memory inside expandable segments is unmapped only when you call empty_cache() or on an OOM.",
+    "Expandable segments give pages back to the driver only when you call empty_cache().",
+    "set_per_process_memory_fraction(1.5) raises a ValueError: the fraction must lie in [0, 1].",
+    "Calling set_per_process_memory_fraction(1.2) fails, since values above 1 are rejected.",
+    "Lower per_process_memory_fraction and move the optimizer states into host memory with --optimizer-cpu-offload.",
+    "Note the difference with Transformer Engine graphs (--cuda-graph-impl transformer_engine): that path asserts on every GPU, Blackwell included.",
+    "Call torch.cuda.empty_cache() before the first collective so NCCL can allocate its buffers.",
+)
+REVIEW_WRONG = (
+    "Call torch.cuda.empty_cache() after every step to defragment memory before the next GEMM.",
+    "Call torch.cuda.empty_cache() after every step to stop the fragmentation; it also helps NCCL.",
+    "Add empty_cache() after each backward pass; this prevents the OOM because cuBLAS workspaces are then reallocated contiguously.",
+    "If you want that 2.8 GiB back, call torch.cuda.empty_cache() after setup.",
+    "Also export CUDA_LAUNCH_BLOCKING=1.",
+    "Also set `CUDA_LAUNCH_BLOCKING=1` in the WebUI launch script.",
+    "Also set PYTORCH_NO_CUDA_MEMORY_CACHING=1.",
+    "Also add PYTORCH_NO_CUDA_MEMORY_CACHING=1 to the webui launch environment.",
+    "The most robust fix is to take the caching allocator out of the picture: `export PYTORCH_NO_CUDA_MEMORY_CACHING=1`.",
+    "And yes, you need it on B200 as well: the assert applies to every GPU with CUDA graphs and expandable segments, Blackwell included.",
+    "Raise --make-vocab-size-divisible-by to 1024 so the padded vocabulary aligns better and the logits tensor gets smaller.",
+    "Setting --untie-embeddings-and-output-weights stores it once and saves about 0.7 GiB of weights plus their gradients and optimizer state.",
+    "Add --untie-embeddings-and-output-weights so each copy is only kept where it's used, saving a bit under 1 GiB per GPU.",
+    "call torch.cuda.set_per_process_memory_fraction(1.1) at startup.",
+    "Expandable segments work by calling empty_cache whenever an allocation fails.",
+    "Export CUDA_LAUNCH_BLOCKING=1 so frees happen synchronously and blocks coalesce.",
+)
+
+
+@pytest.mark.parametrize("sentence", REVIEW_RIGHT, ids=lambda s: s[:40])
+def test_right_uses_of_the_rounds_names_pass(sentence: str) -> None:
+    checks = {"wrong": [resolve_claim(name, LIBRARY, "test") for name in MYTHS]}
+    grade = grade_answer(checks, sentence)
+    assert grade.content_score == 1.0, [c.detail for c in grade.checks if not c.passed]
+
+
+@pytest.mark.parametrize("sentence", REVIEW_WRONG, ids=lambda s: s[:40])
+def test_the_rounds_wrong_forms_fail(sentence: str) -> None:
+    checks = {"wrong": [resolve_claim(name, LIBRARY, "test") for name in MYTHS]}
+    assert grade_answer(checks, sentence).content_score == 0.0

@@ -305,3 +305,16 @@ def test_runtime_memory_refuses_the_release_without_a_launch_line(invoke):
     smi = str(Path(__file__).resolve().parent.parent / "evals" / "files" / "nvidia_smi_c07_h8192_l4_tied_distopt.txt")
     out = invoke("runtime_memory", smi, "--megatron-core-version", "0.17")
     assert out.exit_code == 2 and "--megatron-core-version applies to a --megatron-args launch line" in out.stderr
+
+
+def test_the_release_takes_megatron_lms_tag_spelling(tmp_path, invoke):
+    """core_v0.17.0 (the tag the FSDP note names) reads as 0.17.0."""
+    import json
+
+    script = tmp_path / "train.sh"
+    flags = {**FLAGS, "--use-megatron-fsdp": True, "--use-distributed-optimizer": True}
+    script.write_text(
+        "torchrun pretrain_gpt.py " + " ".join(f"{k} {v}" if v is not True else k for k, v in flags.items())
+    )
+    base = ["estimate_memory", "--megatron-args", str(script), "--gpus", "8", "--json", "--megatron-core-version"]
+    assert json.loads(invoke(*base, "core_v0.17.0").stdout) == json.loads(invoke(*base, "0.17.0").stdout)

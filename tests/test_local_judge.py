@@ -70,3 +70,30 @@ def test_blind_answers_keep_only_tasks_of_the_dataset(tmp_path: Path) -> None:
     batch.write_text("a:\n  good: [x, y]\n  wrong: [z, w]\ngone:\n  good: [x, y]\n  wrong: [z, w]\n")
     rows = judge.blind_answers([batch], {"a"})
     assert rows == [("a", "good", 0, "x"), ("a", "good", 1, "y"), ("a", "wrong", 0, "z"), ("a", "wrong", 1, "w")]
+
+
+def test_caught_at_the_threshold_that_keeps_every_right_answer() -> None:
+    rows = [
+        {"kind": "good", "index": 0, "p_wrong": 0.7, "grade": 1.0},
+        {"kind": "good", "index": 1, "p_wrong": 0.9, "grade": 1.0},
+        {"kind": "wrong", "index": 0, "p_wrong": 0.95, "grade": 0.0},
+        {"kind": "wrong", "index": 1, "p_wrong": 0.92, "grade": 1.0},
+        {"kind": "wrong", "index": 1, "p_wrong": 0.9, "grade": 1.0},  # a tie with a right answer passes
+    ]
+    assert judge.caught_keeping_every_right(rows) == {
+        "wrong0": 1,
+        "wrong0_also_missed_by_grader": 0,
+        "wrong1": 1,
+        "wrong1_also_missed_by_grader": 1,
+    }
+
+
+def test_a_batch_of_another_shape_is_one_line(tmp_path: Path) -> None:
+    import pytest
+
+    from memtune.errors import InputError
+
+    batch = tmp_path / "b.yaml"
+    batch.write_text("a:\n  good: [x]\n")
+    with pytest.raises(InputError, match="expected a mapping task id"):
+        judge.blind_answers([batch], {"a"})

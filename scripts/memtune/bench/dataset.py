@@ -133,7 +133,15 @@ def load_claims(path: Path) -> dict[str, dict[str, Any]]:
     for claim_id, body in doc.items():
         if not isinstance(body, dict) or not isinstance(body.get("patterns"), list) or not body["patterns"]:
             raise InputError(f"{path}: claim {claim_id!r} needs a non-empty list of patterns")
-        for pattern in [*body["patterns"], *body.get("negative_patterns", []), *body.get("unless", [])]:
+        for key in ("negative_patterns", "unless", "only_if"):
+            if not isinstance(body.get(key, []), list):
+                raise InputError(f"{path}: claim {claim_id!r}: {key} must be a list of patterns")
+        for pattern in [
+            *body["patterns"],
+            *body.get("negative_patterns", []),
+            *body.get("unless", []),
+            *body.get("only_if", []),
+        ]:
             try:
                 re.compile(pattern)
             except re.error as exc:
@@ -147,6 +155,7 @@ def load_claims(path: Path) -> dict[str, dict[str, Any]]:
             "everywhere": bool(body.get("everywhere", False)),
             "scope": str(body.get("scope", "clause")),
             "unless": [str(p) for p in body.get("unless", [])],
+            "only_if": [str(p) for p in body.get("only_if", [])],
         }
     return library
 
@@ -185,6 +194,7 @@ def resolve_claim(item: Any, library: Mapping[str, Mapping[str, Any]], where: st
             "key": bool(item.get("key", False)),
             "scope": str(base.get("scope", "clause")),
             "unless": list(base.get("unless", [])),
+            "only_if": list(base.get("only_if", [])),
             # a myth is false as a conditional step too ("if the peak is tight, drop the
             # distributed optimizer"): a hedge does not spare it (grading._find says what does)
             "hedge": not base.get("everywhere", False),
@@ -194,6 +204,9 @@ def resolve_claim(item: Any, library: Mapping[str, Mapping[str, Any]], where: st
         "patterns": list(item.get("patterns", [])),
         "negative_patterns": list(item.get("negative_patterns", [])),
         "key": bool(item.get("key", False)),
+        "scope": str(item.get("scope", "clause")),
+        "unless": list(item.get("unless", [])),
+        "only_if": list(item.get("only_if", [])),
     }
 
 

@@ -200,12 +200,12 @@ class Span:
     question: bool  # the sentence ends in "?": it asks, it does not assert
 
 
-# Sentences end at . ! ? followed by a space (so "2.84", "diagnose.py" and
+# Sentences end at . ! ? followed by a space, not after "e.g." or "i.e." (so "2.84", "diagnose.py" and
 # "expandable_segments:True" stay whole), at blank lines, before a list item, heading or table
 # row, and at line breaks, except one inside wrapped prose (a word or comma, then a lower-case
 # word on the next line).
 _SENTENCE_END = re.compile(
-    r"(?<=[.!?])[\"')\]*_]*\s+|\n\s*\n\s*|\n\s*(?=[-*+]\s|\d+[.)]\s|#|\|)|\|\s*\n"
+    r"(?<=[.!?])(?<!e\.g\.)(?<!i\.e\.)[\"')\]*_]*\s+|\n\s*\n\s*|\n\s*(?=[-*+]\s|\d+[.)]\s|#|\|)|\|\s*\n"
     r"|(?<![A-Za-z,])\n\s*|\n\s*(?=[^a-z(`\s])"  # a line break inside wrapped prose joins two lines
 )
 # Clauses: a negation reaches to the end of its clause, not beyond. "It is not capacity,
@@ -213,11 +213,11 @@ _SENTENCE_END = re.compile(
 # before a number does not end a clause ("legal sizes are 2, 4, 5, 10" is one list), and a
 # short label's colon does not either ("Ranks 0-2: unchanged", "Diagnosis: capacity"; see
 # spans), unless the label itself denies ("Not capacity: fragmentation").
-# A bracket right after a name opens a call's arguments, not an aside:
-# "pickle.load(open(path))" stays one clause with the call it names. A colon after a space is
-# a character the answer names ("`=` instead of `:`"), not the end of a label.
+# A bracket ends a clause even after a name: a call's arguments are a clause of their own, so a
+# wording must not end in "(" ("pickle.load", not "pickle.load("). A colon after a space is a
+# character the answer names ("`=` instead of `:`"), not the end of a label.
 _CLAUSE_BREAK = re.compile(
-    r"[;)\[\]]|(?<![\w.])\(|,(?!\s*\d)|(?<!\s):[*_]*\s(?!\s*[`'\"]?(?:true|false|\d)\b)|\s[—–-]{1,2}\s|—"
+    r"[;()\[\]]|,(?!\s*\d)|(?<!\s):[*_]*\s(?!\s*[`'\"]?(?:true|false|\d)\b)|\s[—–-]{1,2}\s|—"
     r"|\b(?:but|however|whereas|although|though|so|therefore|thus|hence|because|since|yet|otherwise)\b",
     re.IGNORECASE,
 )
@@ -239,10 +239,9 @@ _DENY_AFTER = re.compile(
     r"^\W*(?:\w+\W+){0,6}?(?:"
     r"(?:is|are|was|were|'s)\s+(?:not|never|n[’']t)\b|(?:isn[’']t|aren[’']t|wasn[’']t|weren[’']t)\b"
     r"|(?:would|will|does|do|did|should|can|could)\s*(?:not|n[’']t)\s+(?:help|work|fix|solve|matter|save|reduce|cut|"
-    r"lower|shrink|free|prevent|stop|remove|"
     r"change|apply|tell|show|reveal|be\s+(?:the|a|needed|necessary|enough|right|useful|worth))"
     r"|(?:won[’']t|wouldn[’']t|doesn[’']t|don[’']t|didn[’']t|shouldn[’']t|can[’']t|cannot)\s+"
-    r"(?:help|work|fix|solve|matter|save|reduce|cut|lower|shrink|free|prevent|stop|remove|change|apply|tell|show|reveal|"
+    r"(?:help|work|fix|solve|matter|save|reduce|cut|change|apply|tell|show|reveal|"
     r"be\s+(?:the|a|needed|necessary|enough|right|useful|worth))"
     r"|(?:is|are|would\s+be|'s)\s+(?:a\s+|the\s+)?(?:myth|mistake|wrong|false|incorrect|misconception|bad\s+idea|"
     r"last\s+resort|red\s+herring|not\s+needed|unnecessary|pointless|useless|counterproductive)"
@@ -257,6 +256,14 @@ _DENY_AFTER = re.compile(
     r"|(?:(?:nothing|nobody)\s+(?:ever\s+)?|(?:PyTorch|NCCL|it)\s+never\s+)reads?\b"
     r"|(?:is|are|'s)\s+(?:a\s+)?(?:common\s+)?(?:typo|misspelling)"
     r")",
+    re.IGNORECASE,
+)
+#: For a wrong claim only, more verbs of effect deny it: "PYTORCH_NO_CUDA_MEMORY_CACHING=1 does not
+#: lower the peak". A required claim keeps its words ("expandable segments will not lower the
+#: allocated peak but remove the idle reserve" still recommends them).
+_DENY_AFTER_EFFECT = re.compile(
+    r"^\W*(?:\w+\W+){0,6}?(?:(?:would|will|does|do|did|should|can|could)\s*(?:not|n[’']t)|won[’']t|wouldn[’']t|"
+    r"doesn[’']t|don[’']t|didn[’']t|shouldn[’']t|can[’']t|cannot)\s+(?:lower|shrink|free|prevent|stop|remove)\b",
     re.IGNORECASE,
 )
 _AFTER_STOP = re.compile(r"\b(?:and|that|which|while|whereas|who|where|when|whose)\b", re.IGNORECASE)
@@ -394,7 +401,7 @@ def _find(
             if deny:
                 found.append(ClaimMatch(m.group(0), False, f"denied by {deny.group(0)!r}"))
                 continue
-            deny_after = _DENY_AFTER.search(after)
+            deny_after = _DENY_AFTER.search(after) or (_DENY_AFTER_EFFECT.search(after) if hedged_ok else None)
             if deny_after:
                 found.append(ClaimMatch(m.group(0), False, f"denied by {deny_after.group(0).strip()!r}"))
                 continue
@@ -434,30 +441,36 @@ def claim_verdict(claim: Mapping[str, Any], answer: str, clauses: Sequence[Span]
 
     A claim with ``scope: sentence`` is matched across a whole sentence: a comparison such as
     "the more virtual stages, the lower the peak" is one statement split by its comma."""
-    sentences = whole_sentences(clauses)
+    contexts = bool(claim.get("unless") or claim.get("only_if"))
+    sentences = whole_sentences(clauses) if contexts or claim.get("scope") == "sentence" else []
     if claim.get("scope") == "sentence":
         clauses = sentences
     denied: ClaimMatch | None = None
     wordings = [(p, False) for p in claim.get("patterns", ())] + [(p, True) for p in claim.get("negative_patterns", ())]
     for pattern, negative in wordings:
         for match in _find(pattern, answer, clauses, negative, hedged_ok=wrong, hedge_rescues=claim.get("hedge", True)):
+            if match.asserted and not contexts:
+                return match
             if match.asserted:
-                exempt = _exempting_context(claim.get("unless", ()), answer, sentences, match.start)
-                if exempt is None:
+                exempt = _context(claim.get("unless", ()), answer, sentences, match.start)
+                needed = claim.get("only_if", ())
+                if exempt is None and (not needed or _context(needed, answer, sentences, match.start)):
                     return match
-                match = ClaimMatch(match.text, False, f"in the context {exempt!r}", match.start)
+                why = f"in the context {exempt!r}" if exempt else "without the context the claim needs"
+                match = ClaimMatch(match.text, False, why, match.start)
             denied = denied or match
     return denied
 
 
-def _exempting_context(unless: Sequence[str], answer: str, sentences: Sequence[Span], start: int) -> str | None:
-    """The first ``unless`` wording found in the sentence that holds ``start``: a context in which
-    the claim's words say something true ("call empty_cache() before NCCL initialises" frees
-    memory that NCCL, outside PyTorch's allocator, can then take)."""
+def _context(wordings: Sequence[str], answer: str, sentences: Sequence[Span], start: int) -> str | None:
+    """The first of ``wordings`` found in the sentence that holds ``start``. A claim's ``unless``
+    names contexts in which its words say something true ("call empty_cache() before NCCL
+    initialises" frees cached blocks that NCCL, outside PyTorch's allocator, can then take);
+    its ``only_if`` the context that makes them the claim (a call offered against an OOM)."""
     for sentence in sentences:
         if sentence.start <= start < sentence.end:
             text = answer[sentence.start : sentence.end]
-            for pattern in unless:
+            for pattern in wordings:
                 hit = re.search(pattern, text, FLAGS)
                 if hit:
                     return hit.group(0)
@@ -534,6 +547,8 @@ def grade_answer(
             # matched over its sentence: a setting written with ";" between options
             # ("expandable_segments:True;garbage_collection_threshold:0.8") spans two clauses
             "scope": "sentence",
+            # wrong as a conditional step too ("if you add options later, write ...")
+            "hedge": False,
         }
         results.append(_check_claim(claim, prose, clauses, wrong=True))
     invented = (
@@ -572,23 +587,33 @@ def grade_answer(
     )
 
 
-#: Words that show a setting is quoted as the failure, not recommended: "`expandable_segments:true`
-#: fails at start-up", "... is rejected", "Unrecognized CachingAllocator option".
+#: Words that show a setting is quoted as the failure, not recommended, when they stand in the
+#: setting's own clause: "`expandable_segments:true` fails at start-up", "... is rejected",
+#: "... raises a RuntimeError", "change `...:true` to `...:True`".
 _QUOTED_AS_FAILING = re.compile(
-    r"\b(?:fail\w*|reject\w*|refus\w*|invalid|wrong|crash\w*|unrecogni[sz]ed|typos?|broken)\b", re.IGNORECASE
+    r"\b(?:fail\w*|reject\w*|refus\w*|invalid|wrong|crash\w*|unrecogni[sz]ed|typos?|broken|rais(?:es|ed|ing)|"
+    r"throws?|errors?|stops?\s+the\s+run|instead\s+of|rather\s+than|change\w*|replac\w*|not|never)\b|n[’']t\b",
+    re.IGNORECASE,
 )
 
 
 def rejected_settings_set(answer: str, prose: str, clauses: Sequence[Span], given: Sequence[str]) -> list[str]:
     """Allocator strings PyTorch rejects that the answer gives as a setting, not as the failure it
-    explains: a sentence that quotes one next to "fails", "is rejected" or "wrong" describes it.
+    explains: a string whose every mention shares its clause with "fails", "is rejected", "raises",
+    "change ... to" or a denial is the user's mistake described, not advice.
 
     The raw answer is searched as well as the prose: a setting given alone in a code span
     (`` `expandable_segments:True;garbage_collection_threshold:0.8` ``) is found by its ticks."""
     out = []
     for value in dict.fromkeys([*rejected_alloc_settings(prose, given), *rejected_alloc_settings(answer, given)]):
-        sentences = [prose[s.start : s.end] for s in whole_sentences(clauses) if value in prose[s.start : s.end]]
-        if sentences and all(_QUOTED_AS_FAILING.search(text) for text in sentences):
+        contexts = []
+        for found in re.finditer(re.escape(value), prose):
+            first = [c for c in clauses if c.start <= found.start() < max(c.end, c.start + 1)]
+            last = [c for c in clauses if c.start < found.end() <= c.end]
+            start = first[0].start if first else found.start()
+            end = last[-1].end if last else found.end()
+            contexts.append(prose[start:end])
+        if contexts and all(_QUOTED_AS_FAILING.search(text.replace(value, " ")) for text in contexts):
             continue
         out.append(value)
     return out

@@ -198,8 +198,15 @@ def megatron_core_version(args: SimpleNamespace) -> tuple[int, ...] | None:
             "--megatron-core-version applies to a --megatron-args launch line (Megatron-LM's flag defaults); "
             "drop it for this source"
         )
+    return parse_megatron_core_release(text)
+
+
+def parse_megatron_core_release(text: str | None) -> tuple[int, ...] | None:
+    """``0.18``, ``0.18.0`` or Megatron-LM's tag spelling ``core_v0.18.0`` -> ``(0, 18, 0)``."""
     from memtune.readers.alloc_conf import parse_version
 
+    if text is not None:
+        text = re.sub(r"^(?:core_r|core_v|v)(?=\d)", "", str(text).strip())
     return parse_version(text, "--megatron-core-version")
 
 

@@ -500,10 +500,10 @@ def _config_document(
     allowed = threshold.bytes_of(at.peak_a)
     flag_rows: list[FlagChangeJson] | None = None
     if a.flags is not None and b.flags is not None and a.kind == b.kind == "megatron-args":
-        from memtune.readers.alloc_conf import parse_version
+        from memtune.commands.run_inputs import parse_megatron_core_release
         from memtune.runtime.flag_diff import flag_changes
 
-        version = parse_version(args.megatron_core_version if args else None, "--megatron-core-version")
+        version = parse_megatron_core_release(args.megatron_core_version if args else None)
         flag_rows = [c.to_json() for c in flag_changes(a.flags, b.flags, a.run.world_size, mcore_version=version)]
     elif a.flags is not None and b.flags is not None and a.kind == b.kind == "bridge-config" and args is not None:
         from memtune.runtime.config_diff import key_changes

@@ -161,7 +161,8 @@ def allocator_fix(rng: TorchRange, status: str, fw: Framework, requested: int | 
         )
     return (
         f"this PyTorch ({rng.describe()}) reads no allocator settings (PYTORCH_CUDA_ALLOC_CONF arrived in 1.10): upgrade; "
-        "meanwhile release cached blocks between phases with torch.cuda.empty_cache() and lower the peak"
+        "meanwhile lower the peak (torch.cuda.empty_cache() adds nothing: the allocator frees its idle cached blocks "
+        "and retries before it raises an OOM)"
     )
 
 
