@@ -511,3 +511,20 @@ def test_right_uses_of_the_rounds_names_pass(sentence: str) -> None:
 def test_the_rounds_wrong_forms_fail(sentence: str) -> None:
     checks = {"wrong": [resolve_claim(name, LIBRARY, "test") for name in MYTHS]}
     assert grade_answer(checks, sentence).content_score == 0.0
+
+
+#: Eight myths' topics written by a second review that saw only the myths' `says` lines
+#: (tests/data/grader-answers/myth_review.yaml; its header gives the first-graded figures).
+MYTH_REVIEW = yaml.safe_load((REPO / "tests" / "data" / "grader-answers" / "myth_review.yaml").read_text())
+
+
+@pytest.mark.parametrize(
+    "name, label, sentence",
+    [(name, label, s) for name, by in MYTH_REVIEW.items() for label in ("right", "wrong") for s in by[label]],
+    ids=lambda x: x[:30] if isinstance(x, str) else x,
+)
+def test_the_second_reviews_sentences_keep_their_labels(name: str, label: str, sentence: str) -> None:
+    assert name in MYTHS
+    checks = {"wrong": [resolve_claim(n, LIBRARY, "test") for n in MYTHS]}
+    grade = grade_answer(checks, sentence)
+    assert grade.content_score == (1.0 if label == "right" else 0.0), [c.detail for c in grade.checks if not c.passed]
