@@ -273,15 +273,21 @@ def test_a_release_that_is_not_a_version_is_refused(tmp_path, invoke):
     assert out.exit_code == 2 and "--megatron-core-version 'latest' is not a version" in out.stderr
 
 
-def test_the_fsdp_option_replaces_the_unnamed_strategy_line(tmp_path, invoke):
-    """--fsdp names optim_grads_params, so the reader's 'not given: no_shard' line must go."""
-    import json
-
+def _fsdp_launch_line(tmp_path):
+    """A Megatron-LM launch script with Megatron-FSDP and no sharding strategy named."""
     script = tmp_path / "train.sh"
     flags = {**FLAGS, "--use-megatron-fsdp": True, "--use-distributed-optimizer": True}
     script.write_text(
         "torchrun pretrain_gpt.py " + " ".join(f"{k} {v}" if v is not True else k for k, v in flags.items())
     )
+    return script
+
+
+def test_the_fsdp_option_replaces_the_unnamed_strategy_line(tmp_path, invoke):
+    """--fsdp names optim_grads_params, so the reader's 'not given: no_shard' line must go."""
+    import json
+
+    script = _fsdp_launch_line(tmp_path)
     base = [
         "estimate_memory",
         "--megatron-args",
@@ -311,10 +317,6 @@ def test_the_release_takes_megatron_lms_tag_spelling(tmp_path, invoke):
     """core_v0.17.0 (the tag the FSDP note names) reads as 0.17.0."""
     import json
 
-    script = tmp_path / "train.sh"
-    flags = {**FLAGS, "--use-megatron-fsdp": True, "--use-distributed-optimizer": True}
-    script.write_text(
-        "torchrun pretrain_gpt.py " + " ".join(f"{k} {v}" if v is not True else k for k, v in flags.items())
-    )
+    script = _fsdp_launch_line(tmp_path)
     base = ["estimate_memory", "--megatron-args", str(script), "--gpus", "8", "--json", "--megatron-core-version"]
     assert json.loads(invoke(*base, "core_v0.17.0").stdout) == json.loads(invoke(*base, "0.17.0").stdout)
