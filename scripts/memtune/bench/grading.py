@@ -449,10 +449,8 @@ def claim_verdict(claim: Mapping[str, Any], answer: str, clauses: Sequence[Span]
     wordings = [(p, False) for p in claim.get("patterns", ())] + [(p, True) for p in claim.get("negative_patterns", ())]
     for pattern, negative in wordings:
         for match in _find(pattern, answer, clauses, negative, hedged_ok=wrong, hedge_rescues=claim.get("hedge", True)):
-            if match.asserted and not contexts:
-                return match
             if match.asserted:
-                exempt = _context(claim.get("unless", ()), answer, sentences, match.start)
+                exempt = _context(claim.get("unless", ()), answer, sentences, match.start) if contexts else None
                 needed = claim.get("only_if", ())
                 if exempt is None and (not needed or _context(needed, answer, sentences, match.start)):
                     return match

@@ -139,10 +139,9 @@ _PLACEHOLDER = re.compile(r"[A-Z][A-Z0-9_]*")
 def _alloc_code_span() -> re.Pattern[str]:
     """A code span holding only allocator options: `` `expandable_segments:True` ``. An answer
     often gives the value alone as the line to use, without the variable's name."""
-    from memtune.files.data_yaml import load_data_mapping
-    from memtune.files.paths import DATA_DIR
+    from memtune.readers.alloc_conf import table
 
-    keys = sorted(load_data_mapping(DATA_DIR / "alloc_conf.yaml").get("options", {}), key=len, reverse=True)
+    keys = sorted(table().get("options", {}), key=len, reverse=True)
     return re.compile(r"`((?:" + "|".join(map(re.escape, keys)) + r"):[^\s`]{1,200})`")
 
 

@@ -186,6 +186,18 @@ def overrides_argument(metavar: str, help_text: str) -> Callable[[FC], FC]:
     return argument("overrides", nargs=-1, metavar=metavar, help_text=help_text)
 
 
+def megatron_core_version_option(runs_with: str, section: str) -> Callable[[FC], FC]:
+    """--megatron-core-version, shared by the helpers that read Megatron-LM launch lines;
+    ``runs_with`` says which lines ("the --megatron-args line runs with")."""
+    return option(
+        "--megatron-core-version",
+        metavar="X.Y",
+        help=f"megatron-core release {runs_with}, for the flag defaults that changed between releases "
+        "(Megatron-FSDP's sharding strategy: no_shard before 0.18); default: a current one",
+        section=section,
+    )
+
+
 def model_source_options(overrides: bool = True) -> Callable[[FC], FC]:
     """Where the model and run come from: one preset, HF config, Megatron-LM flags, Bridge
     YAML (+ Hydra overrides) or the seed example. ``overrides=False`` leaves out the
@@ -201,13 +213,7 @@ def model_source_options(overrides: bool = True) -> Callable[[FC], FC]:
             help="Megatron-LM launch script, or YAML/JSON mapping {'--flag': value}",
             section=SOURCE,
         ),
-        option(
-            "--megatron-core-version",
-            metavar="X.Y",
-            help="megatron-core release the --megatron-args line runs with, for the flag defaults that changed "
-            "between releases (Megatron-FSDP's sharding strategy: no_shard before 0.18); default: a current one",
-            section=SOURCE,
-        ),
+        megatron_core_version_option("the --megatron-args line runs with", SOURCE),
         option("--config", metavar="FILE", help="Megatron Bridge ConfigContainer YAML", section=SOURCE),
         option(
             "--example",

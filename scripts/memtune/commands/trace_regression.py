@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import click
 
 from memtune.cli import Command, argument, invoke, option, print_json
-from memtune.commands.options import GPU, SIZE, json_option
+from memtune.commands.options import GPU, SIZE, json_option, megatron_core_version_option
 from memtune.commands.run_inputs import parse_memory
 from memtune.commands.trace_text import render_config, render_explanation, render_measurement
 from memtune.errors import EXIT_FINDINGS, EXIT_OK, InputError
@@ -139,13 +139,7 @@ SOURCE = "run description"
 )
 @option("--preset", metavar="NAME", help="model preset for a Bridge YAML that does not name its model", section=SOURCE)
 @option("--hf-config", metavar="FILE", help="Hugging Face config.json for a Bridge YAML's model", section=SOURCE)
-@option(
-    "--megatron-core-version",
-    metavar="X.Y",
-    help="megatron-core release Megatron-LM launch lines run with, for the flag defaults that changed between "
-    "releases (Megatron-FSDP's sharding strategy: no_shard before 0.18); default: a current one",
-    section=SOURCE,
-)
+@megatron_core_version_option("Megatron-LM launch lines run with", SOURCE)
 @option("--gpus", "--world-size", "gpus", type=click.IntRange(min=1), help="total GPUs, when a file does not say")
 @option("--gpu", type=GPU, help="the GPU model: its usable memory is the limit (e.g. H100-80GB)")
 @option("--gpu-memory", type=SIZE, help="the limit as a size (81559MiB, 79.6GiB); instead of --gpu")
